@@ -1,0 +1,358 @@
+// chubby.thrift — the client-facing interface of a Chubby lock cell.
+//
+// Four services are served together on one port (the Kitex server registers
+// the combined service, so a plain Apache Thrift client generated from any
+// one of them, framed or buffered strict binary, reaches the same cell):
+//
+//   Session     CreateSession, KeepAlive (many sessions per call), CloseSession
+//   FileSystem  Open, Close, GetContentsAndStat, GetStat, ReadDir, SetContents,
+//               Delete, Mkdir, CreateFile
+//   Lock        Acquire, TryAcquire, Release, GetSequencer, CheckSequencer
+//   Cell        GetMaster, GetStatus
+//
+// Every call that fails throws ChubbyError with a code. A refused call changes
+// nothing. All durations are milliseconds; all times the server reports are
+// durations relative to the moment the reply was produced, because client and
+// server clocks are not synchronised.
+
+namespace go chubby
+namespace py chubby
+namespace java chubby
+
+// ---------------------------------------------------------------------------
+// Limits. The server enforces them; clients may use them to fail early.
+
+const i32 MAX_CONTENT_BYTES = 262144         // 256 KiB per file (Chubby's limit)
+const i32 MAX_NAME_BYTES = 255               // one path component
+const i32 MAX_PATH_BYTES = 4096              // a whole path
+const i32 MAX_PATH_DEPTH = 64                // components in a path
+const i32 MAX_CLIENT_NAME_BYTES = 256        // CreateSession.client_name
+const i32 MAX_SESSIONS_PER_KEEPALIVE = 10000 // KeepAliveRequest.sessions
+const i64 MAX_LOCK_DELAY_MS = 60000          // lock-delay upper bound
+const i64 DEFAULT_LOCK_DELAY_MS = 15000      // lock-delay when a request leaves it unset
+const i64 MAX_ACQUIRE_WAIT_MS = 600000       // longest a single Acquire call is parked
+
+// ---------------------------------------------------------------------------
+// Errors
+
+enum ErrorCode {
+    NOT_FOUND = 1            // no node at that path
+    EXISTS = 2               // a node already exists at that path
+    NOT_EMPTY = 3            // directory has children and recursive was not set
+    NOT_DIRECTORY = 4        // a path component (or ReadDir target) is a file
+    IS_DIRECTORY = 5         // content operation on a directory
+    INVALID_ARGUMENT = 6     // malformed path, field out of range, ...
+    TOO_LARGE = 7            // content over MAX_CONTENT_BYTES, or a limit of the cell
+    PERMISSION_DENIED = 8    // the handle was not opened for this kind of access
+    LOCK_HELD = 9            // TryAcquire found the lock unavailable; lock already held by this handle
+    LOCK_NOT_HELD = 10       // Release/GetSequencer on a handle that holds no lock
+    SESSION_EXPIRED = 11     // the session is unknown or has ended
+    HANDLE_INVALID = 12      // unknown handle, closed, or its node was deleted/re-created
+    NOT_MASTER = 13          // this replica is not the master; see master_address
+    STALE_EPOCH = 14         // the request names an older master epoch
+    UNAVAILABLE = 15         // the cell cannot serve now (starting, overloaded, shutting down); retry
+    GENERATION_MISMATCH = 16 // SetContents: expected content generation differs
+    TIMED_OUT = 17           // Acquire: the wait deadline passed before the lock was granted
+    LIMIT_EXCEEDED = 18      // a per-cell or per-session limit (sessions, handles, waiters, nodes)
+    INTERNAL = 19            // a bug: the request may or may not have taken effect
+}
+
+exception ChubbyError {
+    1: required ErrorCode code
+    2: required string message
+    3: optional string master_address  // NOT_MASTER: where the master is, if known
+    4: optional i64 epoch              // NOT_MASTER/STALE_EPOCH: the current master epoch, if known
+}
+
+// ---------------------------------------------------------------------------
+// Identifiers. They are typed so that a session id cannot be passed where a
+// handle is expected.
+
+typedef i64 SessionID
+typedef i64 Epoch
+
+// Handle names one open of one node by one session. instance is the node's
+// instance number at Open: a handle to a node that was deleted and re-created
+// fails with HANDLE_INVALID instead of touching the new node.
+struct Handle {
+    1: required i64 id
+    2: required SessionID session
+    3: required i64 instance
+    4: required string path
+}
+
+enum LockMode {
+    EXCLUSIVE = 1
+    SHARED = 2
+}
+
+// Sequencer names a held lock: its node (path and instance), its mode and its
+// lock generation. A server receiving a request from a lock holder passes the
+// sequencer to CheckSequencer (or compares lock generations: a fencing token).
+// Its printable form, used by the CLI and the Go client, is
+//   chubby-seq:v1:<mode E|S>:<lock_generation>:<instance>:<path>
+struct Sequencer {
+    1: required string path
+    2: required LockMode mode
+    3: required i64 lock_generation
+    4: required i64 instance
+}
+
+// ---------------------------------------------------------------------------
+// Nodes
+
+enum NodeKind {
+    FILE = 1
+    DIRECTORY = 2
+}
+
+// LockInfo describes a node's lock at the time of the reply.
+struct LockInfo {
+    1: optional LockMode mode  // unset: free
+    2: required i32 holders
+    3: required i32 waiters
+    4: required i64 delay_remaining_ms  // >0: the lock is in lock-delay for this long
+}
+
+struct Stat {
+    1: required string path
+    2: required NodeKind kind
+    3: required i64 instance            // differs for a re-created node of the same name
+    4: required i64 content_generation  // bumped by every write of the content
+    5: required i64 lock_generation     // bumped each time the lock goes from free to held
+    6: required i64 acl_generation
+    7: required i64 checksum            // CRC-32C of the content (0 for directories)
+    8: required i64 size                // content bytes; for a directory, its number of children
+    9: required i64 create_time_ms      // Unix ms, from the master's clock
+    10: required i64 modify_time_ms     // Unix ms, from the master's clock
+    11: required bool ephemeral
+    12: required SessionID ephemeral_owner  // 0 when permanent
+    13: required LockInfo lock
+}
+
+struct DirEntry {
+    1: required string name
+    2: required Stat stat
+}
+
+// ---------------------------------------------------------------------------
+// Session service
+
+struct CreateSessionRequest {
+    1: required string client_name  // for operators: shown in status; at most MAX_CLIENT_NAME_BYTES
+}
+
+struct CreateSessionResponse {
+    1: required SessionID session
+    2: required i64 lease_ms   // the lease runs from before the request was sent for this long
+    3: required Epoch epoch
+}
+
+// One session's part of a KeepAlive. acked_event is reserved for event
+// delivery (acknowledges what the previous reply delivered).
+struct KeepAliveItem {
+    1: required SessionID session
+    2: optional i64 acked_event
+}
+
+struct KeepAliveRequest {
+    1: required list<KeepAliveItem> sessions  // 1..MAX_SESSIONS_PER_KEEPALIVE, distinct
+    2: optional Epoch epoch                   // the epoch the client knows; older than the master's → STALE_EPOCH
+}
+
+struct KeepAliveResult {
+    1: required SessionID session
+    2: optional ChubbyError error  // SESSION_EXPIRED: that session is over; the others are unaffected
+    3: required i64 lease_ms       // new lease, counted from when the request was sent
+}
+
+// The master parks a KeepAlive and answers it shortly before the earliest
+// lease in it would run out (or at once when a session has ended). The client
+// sends the next one as soon as a reply arrives.
+struct KeepAliveResponse {
+    1: required list<KeepAliveResult> results
+    2: required Epoch epoch
+}
+
+struct CloseSessionRequest {
+    1: required SessionID session
+}
+
+service Session {
+    CreateSessionResponse CreateSession(1: CreateSessionRequest req) throws (1: ChubbyError err)
+    KeepAliveResponse KeepAlive(1: KeepAliveRequest req) throws (1: ChubbyError err)
+    // CloseSession ends a session at once: its locks are released (no
+    // lock-delay, it is a clean release), its handles closed, its ephemeral
+    // nodes deleted.
+    void CloseSession(1: CloseSessionRequest req) throws (1: ChubbyError err)
+}
+
+// ---------------------------------------------------------------------------
+// FileSystem service
+
+enum OpenMode {
+    READ = 1        // read contents and metadata, take locks
+    READ_WRITE = 2  // also write contents and delete
+}
+
+enum CreateMode {
+    OPEN_EXISTING = 1   // fail with NOT_FOUND if missing
+    OPEN_OR_CREATE = 2  // create a file if missing
+    CREATE_NEW = 3      // fail with EXISTS if present (always creates with sequential)
+}
+
+struct OpenRequest {
+    1: required SessionID session
+    2: required string path
+    3: required OpenMode mode
+    4: required CreateMode create
+    5: optional bool ephemeral         // on create: deleted when the session ends
+    6: optional bool sequential        // on create: append a 10-digit per-parent counter to the name
+    7: optional binary initial_content // on create
+    8: optional i32 event_mask         // reserved for events
+}
+
+struct OpenResponse {
+    1: required Handle handle
+    2: required Stat stat
+    3: required bool created
+}
+
+struct CloseRequest {
+    1: required Handle handle
+}
+
+struct HandleRequest {
+    1: required Handle handle
+}
+
+struct GetContentsAndStatResponse {
+    1: required binary content
+    2: required Stat stat
+}
+
+struct ReadDirResponse {
+    1: required list<DirEntry> entries  // sorted by name
+}
+
+struct SetContentsRequest {
+    1: required Handle handle
+    2: required binary content
+    3: optional i64 expected_generation  // compare-and-swap on content_generation
+}
+
+struct DeleteRequest {
+    1: required Handle handle
+    2: optional bool recursive
+}
+
+struct MkdirRequest {
+    1: required SessionID session
+    2: required string path
+    3: optional bool parents    // create missing parents; an existing directory is then not an error
+    4: optional bool ephemeral  // deleted when empty after its session ends
+}
+
+struct CreateFileRequest {
+    1: required SessionID session
+    2: required string path
+    3: optional binary content
+    4: optional bool ephemeral
+    5: optional bool sequential
+    6: optional bool make_parents  // create missing parent directories (permanent)
+}
+
+service FileSystem {
+    OpenResponse Open(1: OpenRequest req) throws (1: ChubbyError err)
+    // Close closes a handle; a lock it holds is released and a pending Acquire fails.
+    void Close(1: CloseRequest req) throws (1: ChubbyError err)
+    GetContentsAndStatResponse GetContentsAndStat(1: HandleRequest req) throws (1: ChubbyError err)
+    Stat GetStat(1: HandleRequest req) throws (1: ChubbyError err)
+    ReadDirResponse ReadDir(1: HandleRequest req) throws (1: ChubbyError err)
+    Stat SetContents(1: SetContentsRequest req) throws (1: ChubbyError err)
+    void Delete(1: DeleteRequest req) throws (1: ChubbyError err)
+    Stat Mkdir(1: MkdirRequest req) throws (1: ChubbyError err)
+    // CreateFile creates a file in one call (no handle); the Stat names the
+    // path actually created (with the counter when sequential).
+    Stat CreateFile(1: CreateFileRequest req) throws (1: ChubbyError err)
+}
+
+// ---------------------------------------------------------------------------
+// Lock service
+
+struct AcquireRequest {
+    1: required Handle handle
+    2: required LockMode mode
+    3: required i64 wait_ms        // 1..MAX_ACQUIRE_WAIT_MS; TIMED_OUT when it passes
+    4: optional i64 lock_delay_ms  // 0..MAX_LOCK_DELAY_MS; unset: DEFAULT_LOCK_DELAY_MS
+}
+
+struct TryAcquireRequest {
+    1: required Handle handle
+    2: required LockMode mode
+    3: optional i64 lock_delay_ms
+}
+
+struct CheckSequencerRequest {
+    1: required Sequencer sequencer
+}
+
+struct CheckSequencerResponse {
+    1: required bool valid
+    2: required string reason  // why not, when not valid
+}
+
+service Lock {
+    // Acquire waits (in FIFO order with other waiters) until the lock is
+    // granted, wait_ms passes (TIMED_OUT), or the handle/session ends.
+    Sequencer Acquire(1: AcquireRequest req) throws (1: ChubbyError err)
+    // TryAcquire never waits: LOCK_HELD when the lock is not available now.
+    Sequencer TryAcquire(1: TryAcquireRequest req) throws (1: ChubbyError err)
+    void Release(1: HandleRequest req) throws (1: ChubbyError err)
+    Sequencer GetSequencer(1: HandleRequest req) throws (1: ChubbyError err)
+    // CheckSequencer needs no session: downstream servers call it.
+    CheckSequencerResponse CheckSequencer(1: CheckSequencerRequest req) throws (1: ChubbyError err)
+}
+
+// ---------------------------------------------------------------------------
+// Cell service
+
+struct GetMasterResponse {
+    1: required string master_address
+    2: required Epoch epoch
+    3: required string master_id
+}
+
+enum ReplicaRole {
+    MASTER = 1
+    REPLICA = 2
+    RECOVERING = 3
+    UNREACHABLE = 4
+}
+
+struct ReplicaStatus {
+    1: required string id
+    2: required string address
+    3: required ReplicaRole role
+    4: required i64 committed_op
+}
+
+struct CellStatus {
+    1: required string cell
+    2: required string master_id
+    3: required string master_address
+    4: required Epoch epoch
+    5: required list<ReplicaStatus> replicas
+    6: required i64 sessions
+    7: required i64 nodes
+    8: required i64 handles
+    9: required i64 locks_held
+    10: required i64 committed_op
+    11: required i64 uptime_ms
+    12: required string version
+}
+
+service Cell {
+    GetMasterResponse GetMaster() throws (1: ChubbyError err)
+    CellStatus GetStatus() throws (1: ChubbyError err)
+}
