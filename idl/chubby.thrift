@@ -160,7 +160,7 @@ struct KeepAliveRequest {
     2: optional Epoch epoch                   // the epoch the client knows; older than the master's → STALE_EPOCH
 }
 
-struct KeepAliveResult {
+struct LeaseGrant {
     1: required SessionID session
     2: optional ChubbyError error  // SESSION_EXPIRED: that session is over; the others are unaffected
     3: required i64 lease_ms       // new lease, counted from when the request was sent
@@ -170,7 +170,7 @@ struct KeepAliveResult {
 // lease in it would run out (or at once when a session has ended). The client
 // sends the next one as soon as a reply arrives.
 struct KeepAliveResponse {
-    1: required list<KeepAliveResult> results
+    1: required list<LeaseGrant> results
     2: required Epoch epoch
 }
 

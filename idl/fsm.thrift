@@ -63,3 +63,62 @@ struct Result {
     6: optional bool created
     7: optional bool waiting  // Acquire with wait: queued, not granted yet
 }
+
+// ---------------------------------------------------------------------------
+// Snapshot: the whole state of the fs state machine. Every list is in a
+// fixed order (given below), so that equal states encode to equal bytes.
+
+// SnapNode is one node of the namespace.
+struct SnapNode {
+    1: required string path                  // absolute; "/" is the root
+    2: required chubby.NodeKind kind
+    3: required i64 instance
+    4: required i64 content_generation
+    5: required i64 lock_generation
+    6: required i64 acl_generation
+    7: required i64 checksum                 // CRC-32C of content, verified on restore
+    8: required binary content               // files only
+    9: required i64 create_time_ms
+    10: required i64 modify_time_ms
+    11: required chubby.SessionID ephemeral_owner  // 0: permanent
+    12: required i64 next_sequence           // directories: next sequential-name counter
+    13: optional chubby.LockMode lock_mode   // unset: lock free
+    14: required list<i64> lock_holders      // handle ids, ascending
+    15: required list<i64> lock_waiters      // handle ids, FIFO order (head first)
+    16: required i64 lock_delay_until_ms     // 0: no lock-delay pending
+}
+
+// SnapSession is one live session and its exactly-once record.
+struct SnapSession {
+    1: required chubby.SessionID id
+    2: required string client_name
+    3: required i64 create_time_ms
+    4: required i64 last_seq           // 0: no sequenced command applied yet
+    5: optional Result last_result     // the saved result of last_seq
+}
+
+// SnapHandle is one open handle. Its node is found by path and instance; a
+// handle whose node was deleted or re-created stays (invalid) until closed.
+struct SnapHandle {
+    1: required i64 id
+    2: required chubby.SessionID session
+    3: required string path
+    4: required i64 instance
+    5: required chubby.OpenMode mode
+    6: required i32 event_mask
+    7: optional chubby.LockMode held_mode     // set: holds the lock of its node
+    8: required i64 held_lock_delay_ms
+    9: optional chubby.LockMode wait_mode     // set: waits in its node's queue
+    10: required i64 wait_lock_delay_ms
+}
+
+struct Snapshot {
+    1: required i32 version              // 1
+    2: required i64 now_ms               // the state's clock: the latest command time applied
+    3: required i64 next_session         // id counters: the next id handed out
+    4: required i64 next_handle
+    5: required i64 next_instance
+    6: required list<SnapNode> nodes          // depth-first from "/", siblings ascending by name (parents first)
+    7: required list<SnapSession> sessions    // ascending by id
+    8: required list<SnapHandle> handles      // ascending by id
+}

@@ -925,65 +925,65 @@ var fieldIDToName_KeepAliveRequest = map[int16]string{
 	2: "epoch",
 }
 
-type KeepAliveResult_ struct {
+type LeaseGrant struct {
 	Session SessionID    `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
 	Error   *ChubbyError `thrift:"error,2,optional" frugal:"2,optional,ChubbyError" json:"error,omitempty"`
 	LeaseMs int64        `thrift:"lease_ms,3,required" frugal:"3,required,i64" json:"lease_ms"`
 }
 
-func NewKeepAliveResult_() *KeepAliveResult_ {
-	return &KeepAliveResult_{}
+func NewLeaseGrant() *LeaseGrant {
+	return &LeaseGrant{}
 }
 
-func (p *KeepAliveResult_) InitDefault() {
+func (p *LeaseGrant) InitDefault() {
 }
 
-func (p *KeepAliveResult_) GetSession() (v SessionID) {
+func (p *LeaseGrant) GetSession() (v SessionID) {
 	return p.Session
 }
 
-var KeepAliveResult__Error_DEFAULT *ChubbyError
+var LeaseGrant_Error_DEFAULT *ChubbyError
 
-func (p *KeepAliveResult_) GetError() (v *ChubbyError) {
+func (p *LeaseGrant) GetError() (v *ChubbyError) {
 	if !p.IsSetError() {
-		return KeepAliveResult__Error_DEFAULT
+		return LeaseGrant_Error_DEFAULT
 	}
 	return p.Error
 }
 
-func (p *KeepAliveResult_) GetLeaseMs() (v int64) {
+func (p *LeaseGrant) GetLeaseMs() (v int64) {
 	return p.LeaseMs
 }
-func (p *KeepAliveResult_) SetSession(val SessionID) {
+func (p *LeaseGrant) SetSession(val SessionID) {
 	p.Session = val
 }
-func (p *KeepAliveResult_) SetError(val *ChubbyError) {
+func (p *LeaseGrant) SetError(val *ChubbyError) {
 	p.Error = val
 }
-func (p *KeepAliveResult_) SetLeaseMs(val int64) {
+func (p *LeaseGrant) SetLeaseMs(val int64) {
 	p.LeaseMs = val
 }
 
-func (p *KeepAliveResult_) IsSetError() bool {
+func (p *LeaseGrant) IsSetError() bool {
 	return p.Error != nil
 }
 
-func (p *KeepAliveResult_) String() string {
+func (p *LeaseGrant) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("KeepAliveResult_(%+v)", *p)
+	return fmt.Sprintf("LeaseGrant(%+v)", *p)
 }
 
-var fieldIDToName_KeepAliveResult_ = map[int16]string{
+var fieldIDToName_LeaseGrant = map[int16]string{
 	1: "session",
 	2: "error",
 	3: "lease_ms",
 }
 
 type KeepAliveResponse struct {
-	Results []*KeepAliveResult_ `thrift:"results,1,required" frugal:"1,required,list<KeepAliveResult_>" json:"results"`
-	Epoch   Epoch               `thrift:"epoch,2,required" frugal:"2,required,i64" json:"epoch"`
+	Results []*LeaseGrant `thrift:"results,1,required" frugal:"1,required,list<LeaseGrant>" json:"results"`
+	Epoch   Epoch         `thrift:"epoch,2,required" frugal:"2,required,i64" json:"epoch"`
 }
 
 func NewKeepAliveResponse() *KeepAliveResponse {
@@ -993,14 +993,14 @@ func NewKeepAliveResponse() *KeepAliveResponse {
 func (p *KeepAliveResponse) InitDefault() {
 }
 
-func (p *KeepAliveResponse) GetResults() (v []*KeepAliveResult_) {
+func (p *KeepAliveResponse) GetResults() (v []*LeaseGrant) {
 	return p.Results
 }
 
 func (p *KeepAliveResponse) GetEpoch() (v Epoch) {
 	return p.Epoch
 }
-func (p *KeepAliveResponse) SetResults(val []*KeepAliveResult_) {
+func (p *KeepAliveResponse) SetResults(val []*LeaseGrant) {
 	p.Results = val
 }
 func (p *KeepAliveResponse) SetEpoch(val Epoch) {

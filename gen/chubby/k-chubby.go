@@ -2322,7 +2322,7 @@ func (p *KeepAliveRequest) field2Length() int {
 	return l
 }
 
-func (p *KeepAliveResult_) FastRead(buf []byte) (int, error) {
+func (p *LeaseGrant) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -2407,14 +2407,14 @@ func (p *KeepAliveResult_) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_KeepAliveResult_[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_LeaseGrant[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 RequiredFieldNotSetError:
-	return offset, thrift.NewProtocolException(thrift.INVALID_DATA, fmt.Sprintf("required field %s is not set", fieldIDToName_KeepAliveResult_[fieldId]))
+	return offset, thrift.NewProtocolException(thrift.INVALID_DATA, fmt.Sprintf("required field %s is not set", fieldIDToName_LeaseGrant[fieldId]))
 }
 
-func (p *KeepAliveResult_) FastReadField1(buf []byte) (int, error) {
+func (p *LeaseGrant) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 
 	var _field SessionID
@@ -2428,7 +2428,7 @@ func (p *KeepAliveResult_) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *KeepAliveResult_) FastReadField2(buf []byte) (int, error) {
+func (p *LeaseGrant) FastReadField2(buf []byte) (int, error) {
 	offset := 0
 	_field := NewChubbyError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -2440,7 +2440,7 @@ func (p *KeepAliveResult_) FastReadField2(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *KeepAliveResult_) FastReadField3(buf []byte) (int, error) {
+func (p *LeaseGrant) FastReadField3(buf []byte) (int, error) {
 	offset := 0
 
 	var _field int64
@@ -2454,11 +2454,11 @@ func (p *KeepAliveResult_) FastReadField3(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *KeepAliveResult_) FastWrite(buf []byte) int {
+func (p *LeaseGrant) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *KeepAliveResult_) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *LeaseGrant) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -2469,7 +2469,7 @@ func (p *KeepAliveResult_) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) in
 	return offset
 }
 
-func (p *KeepAliveResult_) BLength() int {
+func (p *LeaseGrant) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -2480,14 +2480,14 @@ func (p *KeepAliveResult_) BLength() int {
 	return l
 }
 
-func (p *KeepAliveResult_) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *LeaseGrant) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.I64, 1)
 	offset += thrift.Binary.WriteI64(buf[offset:], p.Session)
 	return offset
 }
 
-func (p *KeepAliveResult_) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
+func (p *LeaseGrant) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetError() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 2)
@@ -2496,21 +2496,21 @@ func (p *KeepAliveResult_) fastWriteField2(buf []byte, w thrift.NocopyWriter) in
 	return offset
 }
 
-func (p *KeepAliveResult_) fastWriteField3(buf []byte, w thrift.NocopyWriter) int {
+func (p *LeaseGrant) fastWriteField3(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.I64, 3)
 	offset += thrift.Binary.WriteI64(buf[offset:], p.LeaseMs)
 	return offset
 }
 
-func (p *KeepAliveResult_) field1Length() int {
+func (p *LeaseGrant) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += thrift.Binary.I64Length()
 	return l
 }
 
-func (p *KeepAliveResult_) field2Length() int {
+func (p *LeaseGrant) field2Length() int {
 	l := 0
 	if p.IsSetError() {
 		l += thrift.Binary.FieldBeginLength()
@@ -2519,7 +2519,7 @@ func (p *KeepAliveResult_) field2Length() int {
 	return l
 }
 
-func (p *KeepAliveResult_) field3Length() int {
+func (p *LeaseGrant) field3Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += thrift.Binary.I64Length()
@@ -2612,8 +2612,8 @@ func (p *KeepAliveResponse) FastReadField1(buf []byte) (int, error) {
 	if err != nil {
 		return offset, err
 	}
-	_field := make([]*KeepAliveResult_, 0, size)
-	values := make([]KeepAliveResult_, size)
+	_field := make([]*LeaseGrant, 0, size)
+	values := make([]LeaseGrant, size)
 	for i := 0; i < size; i++ {
 		_elem := &values[i]
 		_elem.InitDefault()

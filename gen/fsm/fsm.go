@@ -396,6 +396,473 @@ var fieldIDToName_Result_ = map[int16]string{
 	7: "waiting",
 }
 
+type SnapNode struct {
+	Path              string           `thrift:"path,1,required" frugal:"1,required,string" json:"path"`
+	Kind              chubby.NodeKind  `thrift:"kind,2,required" frugal:"2,required,NodeKind" json:"kind"`
+	Instance          int64            `thrift:"instance,3,required" frugal:"3,required,i64" json:"instance"`
+	ContentGeneration int64            `thrift:"content_generation,4,required" frugal:"4,required,i64" json:"content_generation"`
+	LockGeneration    int64            `thrift:"lock_generation,5,required" frugal:"5,required,i64" json:"lock_generation"`
+	AclGeneration     int64            `thrift:"acl_generation,6,required" frugal:"6,required,i64" json:"acl_generation"`
+	Checksum          int64            `thrift:"checksum,7,required" frugal:"7,required,i64" json:"checksum"`
+	Content           []byte           `thrift:"content,8,required" frugal:"8,required,binary" json:"content"`
+	CreateTimeMs      int64            `thrift:"create_time_ms,9,required" frugal:"9,required,i64" json:"create_time_ms"`
+	ModifyTimeMs      int64            `thrift:"modify_time_ms,10,required" frugal:"10,required,i64" json:"modify_time_ms"`
+	EphemeralOwner    chubby.SessionID `thrift:"ephemeral_owner,11,required" frugal:"11,required,i64" json:"ephemeral_owner"`
+	NextSequence      int64            `thrift:"next_sequence,12,required" frugal:"12,required,i64" json:"next_sequence"`
+	LockMode          *chubby.LockMode `thrift:"lock_mode,13,optional" frugal:"13,optional,LockMode" json:"lock_mode,omitempty"`
+	LockHolders       []int64          `thrift:"lock_holders,14,required" frugal:"14,required,list<i64>" json:"lock_holders"`
+	LockWaiters       []int64          `thrift:"lock_waiters,15,required" frugal:"15,required,list<i64>" json:"lock_waiters"`
+	LockDelayUntilMs  int64            `thrift:"lock_delay_until_ms,16,required" frugal:"16,required,i64" json:"lock_delay_until_ms"`
+}
+
+func NewSnapNode() *SnapNode {
+	return &SnapNode{}
+}
+
+func (p *SnapNode) InitDefault() {
+}
+
+func (p *SnapNode) GetPath() (v string) {
+	return p.Path
+}
+
+func (p *SnapNode) GetKind() (v chubby.NodeKind) {
+	return p.Kind
+}
+
+func (p *SnapNode) GetInstance() (v int64) {
+	return p.Instance
+}
+
+func (p *SnapNode) GetContentGeneration() (v int64) {
+	return p.ContentGeneration
+}
+
+func (p *SnapNode) GetLockGeneration() (v int64) {
+	return p.LockGeneration
+}
+
+func (p *SnapNode) GetAclGeneration() (v int64) {
+	return p.AclGeneration
+}
+
+func (p *SnapNode) GetChecksum() (v int64) {
+	return p.Checksum
+}
+
+func (p *SnapNode) GetContent() (v []byte) {
+	return p.Content
+}
+
+func (p *SnapNode) GetCreateTimeMs() (v int64) {
+	return p.CreateTimeMs
+}
+
+func (p *SnapNode) GetModifyTimeMs() (v int64) {
+	return p.ModifyTimeMs
+}
+
+func (p *SnapNode) GetEphemeralOwner() (v chubby.SessionID) {
+	return p.EphemeralOwner
+}
+
+func (p *SnapNode) GetNextSequence() (v int64) {
+	return p.NextSequence
+}
+
+var SnapNode_LockMode_DEFAULT chubby.LockMode
+
+func (p *SnapNode) GetLockMode() (v chubby.LockMode) {
+	if !p.IsSetLockMode() {
+		return SnapNode_LockMode_DEFAULT
+	}
+	return *p.LockMode
+}
+
+func (p *SnapNode) GetLockHolders() (v []int64) {
+	return p.LockHolders
+}
+
+func (p *SnapNode) GetLockWaiters() (v []int64) {
+	return p.LockWaiters
+}
+
+func (p *SnapNode) GetLockDelayUntilMs() (v int64) {
+	return p.LockDelayUntilMs
+}
+func (p *SnapNode) SetPath(val string) {
+	p.Path = val
+}
+func (p *SnapNode) SetKind(val chubby.NodeKind) {
+	p.Kind = val
+}
+func (p *SnapNode) SetInstance(val int64) {
+	p.Instance = val
+}
+func (p *SnapNode) SetContentGeneration(val int64) {
+	p.ContentGeneration = val
+}
+func (p *SnapNode) SetLockGeneration(val int64) {
+	p.LockGeneration = val
+}
+func (p *SnapNode) SetAclGeneration(val int64) {
+	p.AclGeneration = val
+}
+func (p *SnapNode) SetChecksum(val int64) {
+	p.Checksum = val
+}
+func (p *SnapNode) SetContent(val []byte) {
+	p.Content = val
+}
+func (p *SnapNode) SetCreateTimeMs(val int64) {
+	p.CreateTimeMs = val
+}
+func (p *SnapNode) SetModifyTimeMs(val int64) {
+	p.ModifyTimeMs = val
+}
+func (p *SnapNode) SetEphemeralOwner(val chubby.SessionID) {
+	p.EphemeralOwner = val
+}
+func (p *SnapNode) SetNextSequence(val int64) {
+	p.NextSequence = val
+}
+func (p *SnapNode) SetLockMode(val *chubby.LockMode) {
+	p.LockMode = val
+}
+func (p *SnapNode) SetLockHolders(val []int64) {
+	p.LockHolders = val
+}
+func (p *SnapNode) SetLockWaiters(val []int64) {
+	p.LockWaiters = val
+}
+func (p *SnapNode) SetLockDelayUntilMs(val int64) {
+	p.LockDelayUntilMs = val
+}
+
+func (p *SnapNode) IsSetLockMode() bool {
+	return p.LockMode != nil
+}
+
+func (p *SnapNode) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapNode(%+v)", *p)
+}
+
+var fieldIDToName_SnapNode = map[int16]string{
+	1:  "path",
+	2:  "kind",
+	3:  "instance",
+	4:  "content_generation",
+	5:  "lock_generation",
+	6:  "acl_generation",
+	7:  "checksum",
+	8:  "content",
+	9:  "create_time_ms",
+	10: "modify_time_ms",
+	11: "ephemeral_owner",
+	12: "next_sequence",
+	13: "lock_mode",
+	14: "lock_holders",
+	15: "lock_waiters",
+	16: "lock_delay_until_ms",
+}
+
+type SnapSession struct {
+	Id           chubby.SessionID `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
+	ClientName   string           `thrift:"client_name,2,required" frugal:"2,required,string" json:"client_name"`
+	CreateTimeMs int64            `thrift:"create_time_ms,3,required" frugal:"3,required,i64" json:"create_time_ms"`
+	LastSeq      int64            `thrift:"last_seq,4,required" frugal:"4,required,i64" json:"last_seq"`
+	LastResult_  *Result_         `thrift:"last_result,5,optional" frugal:"5,optional,Result_" json:"last_result,omitempty"`
+}
+
+func NewSnapSession() *SnapSession {
+	return &SnapSession{}
+}
+
+func (p *SnapSession) InitDefault() {
+}
+
+func (p *SnapSession) GetId() (v chubby.SessionID) {
+	return p.Id
+}
+
+func (p *SnapSession) GetClientName() (v string) {
+	return p.ClientName
+}
+
+func (p *SnapSession) GetCreateTimeMs() (v int64) {
+	return p.CreateTimeMs
+}
+
+func (p *SnapSession) GetLastSeq() (v int64) {
+	return p.LastSeq
+}
+
+var SnapSession_LastResult__DEFAULT *Result_
+
+func (p *SnapSession) GetLastResult_() (v *Result_) {
+	if !p.IsSetLastResult_() {
+		return SnapSession_LastResult__DEFAULT
+	}
+	return p.LastResult_
+}
+func (p *SnapSession) SetId(val chubby.SessionID) {
+	p.Id = val
+}
+func (p *SnapSession) SetClientName(val string) {
+	p.ClientName = val
+}
+func (p *SnapSession) SetCreateTimeMs(val int64) {
+	p.CreateTimeMs = val
+}
+func (p *SnapSession) SetLastSeq(val int64) {
+	p.LastSeq = val
+}
+func (p *SnapSession) SetLastResult_(val *Result_) {
+	p.LastResult_ = val
+}
+
+func (p *SnapSession) IsSetLastResult_() bool {
+	return p.LastResult_ != nil
+}
+
+func (p *SnapSession) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapSession(%+v)", *p)
+}
+
+var fieldIDToName_SnapSession = map[int16]string{
+	1: "id",
+	2: "client_name",
+	3: "create_time_ms",
+	4: "last_seq",
+	5: "last_result",
+}
+
+type SnapHandle struct {
+	Id              int64            `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
+	Session         chubby.SessionID `thrift:"session,2,required" frugal:"2,required,i64" json:"session"`
+	Path            string           `thrift:"path,3,required" frugal:"3,required,string" json:"path"`
+	Instance        int64            `thrift:"instance,4,required" frugal:"4,required,i64" json:"instance"`
+	Mode            chubby.OpenMode  `thrift:"mode,5,required" frugal:"5,required,OpenMode" json:"mode"`
+	EventMask       int32            `thrift:"event_mask,6,required" frugal:"6,required,i32" json:"event_mask"`
+	HeldMode        *chubby.LockMode `thrift:"held_mode,7,optional" frugal:"7,optional,LockMode" json:"held_mode,omitempty"`
+	HeldLockDelayMs int64            `thrift:"held_lock_delay_ms,8,required" frugal:"8,required,i64" json:"held_lock_delay_ms"`
+	WaitMode        *chubby.LockMode `thrift:"wait_mode,9,optional" frugal:"9,optional,LockMode" json:"wait_mode,omitempty"`
+	WaitLockDelayMs int64            `thrift:"wait_lock_delay_ms,10,required" frugal:"10,required,i64" json:"wait_lock_delay_ms"`
+}
+
+func NewSnapHandle() *SnapHandle {
+	return &SnapHandle{}
+}
+
+func (p *SnapHandle) InitDefault() {
+}
+
+func (p *SnapHandle) GetId() (v int64) {
+	return p.Id
+}
+
+func (p *SnapHandle) GetSession() (v chubby.SessionID) {
+	return p.Session
+}
+
+func (p *SnapHandle) GetPath() (v string) {
+	return p.Path
+}
+
+func (p *SnapHandle) GetInstance() (v int64) {
+	return p.Instance
+}
+
+func (p *SnapHandle) GetMode() (v chubby.OpenMode) {
+	return p.Mode
+}
+
+func (p *SnapHandle) GetEventMask() (v int32) {
+	return p.EventMask
+}
+
+var SnapHandle_HeldMode_DEFAULT chubby.LockMode
+
+func (p *SnapHandle) GetHeldMode() (v chubby.LockMode) {
+	if !p.IsSetHeldMode() {
+		return SnapHandle_HeldMode_DEFAULT
+	}
+	return *p.HeldMode
+}
+
+func (p *SnapHandle) GetHeldLockDelayMs() (v int64) {
+	return p.HeldLockDelayMs
+}
+
+var SnapHandle_WaitMode_DEFAULT chubby.LockMode
+
+func (p *SnapHandle) GetWaitMode() (v chubby.LockMode) {
+	if !p.IsSetWaitMode() {
+		return SnapHandle_WaitMode_DEFAULT
+	}
+	return *p.WaitMode
+}
+
+func (p *SnapHandle) GetWaitLockDelayMs() (v int64) {
+	return p.WaitLockDelayMs
+}
+func (p *SnapHandle) SetId(val int64) {
+	p.Id = val
+}
+func (p *SnapHandle) SetSession(val chubby.SessionID) {
+	p.Session = val
+}
+func (p *SnapHandle) SetPath(val string) {
+	p.Path = val
+}
+func (p *SnapHandle) SetInstance(val int64) {
+	p.Instance = val
+}
+func (p *SnapHandle) SetMode(val chubby.OpenMode) {
+	p.Mode = val
+}
+func (p *SnapHandle) SetEventMask(val int32) {
+	p.EventMask = val
+}
+func (p *SnapHandle) SetHeldMode(val *chubby.LockMode) {
+	p.HeldMode = val
+}
+func (p *SnapHandle) SetHeldLockDelayMs(val int64) {
+	p.HeldLockDelayMs = val
+}
+func (p *SnapHandle) SetWaitMode(val *chubby.LockMode) {
+	p.WaitMode = val
+}
+func (p *SnapHandle) SetWaitLockDelayMs(val int64) {
+	p.WaitLockDelayMs = val
+}
+
+func (p *SnapHandle) IsSetHeldMode() bool {
+	return p.HeldMode != nil
+}
+
+func (p *SnapHandle) IsSetWaitMode() bool {
+	return p.WaitMode != nil
+}
+
+func (p *SnapHandle) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapHandle(%+v)", *p)
+}
+
+var fieldIDToName_SnapHandle = map[int16]string{
+	1:  "id",
+	2:  "session",
+	3:  "path",
+	4:  "instance",
+	5:  "mode",
+	6:  "event_mask",
+	7:  "held_mode",
+	8:  "held_lock_delay_ms",
+	9:  "wait_mode",
+	10: "wait_lock_delay_ms",
+}
+
+type Snapshot struct {
+	Version      int32          `thrift:"version,1,required" frugal:"1,required,i32" json:"version"`
+	NowMs        int64          `thrift:"now_ms,2,required" frugal:"2,required,i64" json:"now_ms"`
+	NextSession  int64          `thrift:"next_session,3,required" frugal:"3,required,i64" json:"next_session"`
+	NextHandle   int64          `thrift:"next_handle,4,required" frugal:"4,required,i64" json:"next_handle"`
+	NextInstance int64          `thrift:"next_instance,5,required" frugal:"5,required,i64" json:"next_instance"`
+	Nodes        []*SnapNode    `thrift:"nodes,6,required" frugal:"6,required,list<SnapNode>" json:"nodes"`
+	Sessions     []*SnapSession `thrift:"sessions,7,required" frugal:"7,required,list<SnapSession>" json:"sessions"`
+	Handles      []*SnapHandle  `thrift:"handles,8,required" frugal:"8,required,list<SnapHandle>" json:"handles"`
+}
+
+func NewSnapshot() *Snapshot {
+	return &Snapshot{}
+}
+
+func (p *Snapshot) InitDefault() {
+}
+
+func (p *Snapshot) GetVersion() (v int32) {
+	return p.Version
+}
+
+func (p *Snapshot) GetNowMs() (v int64) {
+	return p.NowMs
+}
+
+func (p *Snapshot) GetNextSession() (v int64) {
+	return p.NextSession
+}
+
+func (p *Snapshot) GetNextHandle() (v int64) {
+	return p.NextHandle
+}
+
+func (p *Snapshot) GetNextInstance() (v int64) {
+	return p.NextInstance
+}
+
+func (p *Snapshot) GetNodes() (v []*SnapNode) {
+	return p.Nodes
+}
+
+func (p *Snapshot) GetSessions() (v []*SnapSession) {
+	return p.Sessions
+}
+
+func (p *Snapshot) GetHandles() (v []*SnapHandle) {
+	return p.Handles
+}
+func (p *Snapshot) SetVersion(val int32) {
+	p.Version = val
+}
+func (p *Snapshot) SetNowMs(val int64) {
+	p.NowMs = val
+}
+func (p *Snapshot) SetNextSession(val int64) {
+	p.NextSession = val
+}
+func (p *Snapshot) SetNextHandle(val int64) {
+	p.NextHandle = val
+}
+func (p *Snapshot) SetNextInstance(val int64) {
+	p.NextInstance = val
+}
+func (p *Snapshot) SetNodes(val []*SnapNode) {
+	p.Nodes = val
+}
+func (p *Snapshot) SetSessions(val []*SnapSession) {
+	p.Sessions = val
+}
+func (p *Snapshot) SetHandles(val []*SnapHandle) {
+	p.Handles = val
+}
+
+func (p *Snapshot) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("Snapshot(%+v)", *p)
+}
+
+var fieldIDToName_Snapshot = map[int16]string{
+	1: "version",
+	2: "now_ms",
+	3: "next_session",
+	4: "next_handle",
+	5: "next_instance",
+	6: "nodes",
+	7: "sessions",
+	8: "handles",
+}
+
 type Op struct {
 	CreateSession *chubby.CreateSessionRequest `thrift:"create_session,1,optional" frugal:"1,optional,chubby.CreateSessionRequest" json:"create_session,omitempty"`
 	EndSession    *EndSession                  `thrift:"end_session,2,optional" frugal:"2,optional,EndSession" json:"end_session,omitempty"`
