@@ -1,0 +1,322 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"reflect"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/cloudwego/kitex/pkg/endpoint"
+	"github.com/cloudwego/kitex/pkg/kerrors"
+	"github.com/cloudwego/kitex/pkg/limiter"
+	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
+	"github.com/cloudwego/kitex/pkg/transmeta"
+	"github.com/cloudwego/kitex/server"
+	"github.com/cloudwego/netpoll"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Server defaults.
+const (
+	// DefaultMaxConnections leaves room below this machine's 20,000 open
+	// files per process for the replica's own files and outgoing
+	// connections. With the default client pool every call in flight, and
+	// so every parked call, holds one connection.
+	DefaultMaxConnections = 15000
+	// DefaultExitWaitTime is how long Stop waits for calls in progress.
+	DefaultExitWaitTime = time.Second
+	// DefaultMaxConnIdleTime is Kitex's own default: a connection without
+	// traffic for this long is closed.
+	DefaultMaxConnIdleTime = 10 * time.Minute
+	// qpsInterval is the refill period of Kitex's QPS limiter.
+	qpsInterval = 100 * time.Millisecond
+)
+
+// ServerConfig configures a Kitex server built with [ServerOptions].
+type ServerConfig struct {
+	// Listen is the host:port to listen on. It is ignored if Listener is
+	// set.
+	Listen string
+	// Listener, if set, is served instead of listening on Listen: a test
+	// listens on 127.0.0.1:0 and learns the port from it. It must be a
+	// *net.TCPListener or *net.UnixListener (netpoll takes over its file).
+	Listener net.Listener
+	// MaxConnections caps open client connections; more are accepted and
+	// closed at once. Default DefaultMaxConnections. The cap is what keeps
+	// a flood of clients from exhausting the process's file descriptors.
+	MaxConnections int
+	// MaxQPS caps calls per second over all connections, 0 = unlimited.
+	MaxQPS int
+	// ExitWaitTime is how long a graceful Stop waits, default
+	// DefaultExitWaitTime. Parked calls do not end by themselves on Stop;
+	// the logic that parked them should settle them first.
+	ExitWaitTime time.Duration
+	// MaxConnIdleTime closes connections idle this long, default
+	// DefaultMaxConnIdleTime. A connection whose call is parked is not idle.
+	MaxConnIdleTime time.Duration
+	// Logger receives panics and limit rejections (rate-limited). Default
+	// slog.Default(). Kitex's own log lines go to klog: see
+	// [NewKitexLogger].
+	Logger *slog.Logger
+	// Registerer, if set, receives the server's metrics:
+	// rpc_server_requests_total{method,outcome},
+	// rpc_server_request_duration_seconds{method},
+	// rpc_server_parked_calls and rpc_server_limit_rejections_total{limit}.
+	// Servers sharing a Registerer share the collectors.
+	Registerer prometheus.Registerer
+}
+
+// ServerOptions returns the Kitex server options for cfg, to pass to a
+// generated NewServer (they may be followed by more options, except a
+// second server.WithLimitReporter). The server they make:
+//
+//   - listens on cfg.Listen or serves cfg.Listener;
+//   - caps connections and, if asked, calls per second (Kitex limiters),
+//     counting and logging refusals;
+//   - reads TTHeader metadata and turns the caller's RPC timeout into the
+//     handler context's deadline, so the deadline of a TTHeader client
+//     reaches handlers and [Deferred.Park];
+//   - cancels a handler's context, with cause [ErrCallerGone], when the
+//     caller's connection closes (netpoll transport, the default);
+//   - records metrics and recovers panics in the middleware chain, turning
+//     them into an error reply instead of a dead process;
+//   - still serves plain Thrift clients (framed or buffered strict binary,
+//     e.g. Apache Thrift Python) on the same port: Kitex detects the
+//     protocol per connection. Those send no deadline, which is why every
+//     parked call has a server-side bound.
+func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
+	if cfg.MaxConnections < 0 || cfg.MaxQPS < 0 || cfg.ExitWaitTime < 0 || cfg.MaxConnIdleTime < 0 {
+		return nil, fmt.Errorf("rpc: negative limit in server config %+v", cfg)
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.ExitWaitTime == 0 {
+		cfg.ExitWaitTime = DefaultExitWaitTime
+	}
+	if cfg.MaxConnIdleTime == 0 {
+		cfg.MaxConnIdleTime = DefaultMaxConnIdleTime
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("component", "rpc")
+
+	var opts []server.Option
+	if cfg.Listener != nil {
+		opts = append(opts, server.WithListener(cfg.Listener))
+	} else {
+		if cfg.Listen == "" {
+			return nil, errors.New("rpc: server config needs Listen or Listener")
+		}
+		addr, err := net.ResolveTCPAddr("tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("rpc: server listen address: %w", err)
+		}
+		opts = append(opts, server.WithServiceAddr(addr))
+	}
+
+	var metrics *serverMetrics
+	if cfg.Registerer != nil {
+		var err error
+		if metrics, err = newServerMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+
+	opts = append(opts,
+		server.WithConnectionLimiter(limiter.NewConnectionLimiter(cfg.MaxConnections)),
+		server.WithLimitReporter(&limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}),
+		server.WithMetaHandler(transmeta.ServerTTHeaderHandler),
+		server.WithEnableContextTimeout(true),
+		server.WithExitWaitTime(cfg.ExitWaitTime),
+		server.WithMaxConnIdleTime(cfg.MaxConnIdleTime),
+		server.WithBoundHandler(&connWatcher{metrics: metrics}),
+		server.WithMiddleware(serverMiddleware(metrics, log)),
+	)
+	if cfg.MaxQPS > 0 {
+		opts = append(opts, server.WithQPSLimiter(limiter.NewQPSLimiter(qpsInterval, cfg.MaxQPS)))
+	}
+	return opts, nil
+}
+
+// disconnectNotifier is the part of a netpoll connection that reports the
+// peer closing while a handler still runs. Kitex's unary server does not
+// use it (its close callbacks wait for the handler to return, so the socket
+// sits in CLOSE-WAIT); its TTHeader streaming server does, and so do we.
+type disconnectNotifier interface {
+	SetOnDisconnect(netpoll.OnDisconnect) error
+}
+
+// connWatcher is a Kitex inbound handler that gives each connection a
+// context, the parent of its handlers' contexts, holding a connInfo, and
+// cancels that context with ErrCallerGone when the peer closes the
+// connection.
+type connWatcher struct {
+	metrics *serverMetrics
+}
+
+var _ remote.InboundHandler = (*connWatcher)(nil)
+
+func (w *connWatcher) OnActive(ctx context.Context, conn net.Conn) (context.Context, error) {
+	ci := &connInfo{metrics: w.metrics}
+	if n, ok := conn.(disconnectNotifier); ok {
+		cctx, cancel := context.WithCancelCause(ctx)
+		// netpoll calls this on its poller goroutine when it sees the peer
+		// hang up, even while a handler runs on the connection. Cancelling
+		// a context is quick, as the callback must be.
+		err := n.SetOnDisconnect(func(context.Context, netpoll.Connection) { cancel(ErrCallerGone) })
+		if err == nil {
+			ctx, ci.cancel = cctx, cancel
+		} else {
+			cancel(nil)
+		}
+	}
+	return context.WithValue(ctx, connInfoKey{}, ci), nil
+}
+
+func (w *connWatcher) OnInactive(ctx context.Context, conn net.Conn) context.Context {
+	// The connection is closed and its handlers have returned: release the
+	// context. (netpoll runs close callbacks only after the handler.)
+	if ci, _ := ctx.Value(connInfoKey{}).(*connInfo); ci != nil && ci.cancel != nil {
+		ci.cancel(ErrCallerGone)
+	}
+	return ctx
+}
+
+func (w *connWatcher) OnRead(ctx context.Context, conn net.Conn) (context.Context, error) {
+	return ctx, nil
+}
+
+func (w *connWatcher) OnMessage(ctx context.Context, args, result remote.Message) (context.Context, error) {
+	return ctx, nil
+}
+
+// limitReporter counts and logs (rate-limited) the refusals of Kitex's
+// limiters.
+type limitReporter struct {
+	metrics *serverMetrics
+	log     *slog.Logger
+	limiter *logLimiter
+}
+
+func (r *limitReporter) ConnOverloadReport() { r.report("connections") }
+func (r *limitReporter) QPSOverloadReport()  { r.report("qps") }
+
+func (r *limitReporter) report(which string) {
+	if r.metrics != nil {
+		r.metrics.limited.WithLabelValues(which).Inc()
+	}
+	ok, dropped := r.limiter.allow(which)
+	if dropped > 0 {
+		r.log.Warn("rpc: repeated log messages dropped", "dropped", dropped, "window", logWindow)
+	}
+	if ok {
+		r.log.Warn("rpc: server limit reached, refusing", "limit", which)
+	}
+}
+
+// methodMetrics are the collectors of one method, looked up once.
+type methodMetrics struct {
+	outcomes map[string]prometheus.Counter
+	latency  prometheus.Observer
+}
+
+// serverMiddleware records metrics and turns panics of the middleware
+// chain into errors. (Kitex itself recovers panics of the handler and
+// returns kerrors.ErrPanic; those are counted, and logged by Kitex.)
+func serverMiddleware(m *serverMetrics, log *slog.Logger) endpoint.Middleware {
+	var methods sync.Map // method name -> *methodMetrics
+	lookup := func(method string) *methodMetrics {
+		if mm, ok := methods.Load(method); ok {
+			return mm.(*methodMetrics)
+		}
+		mm := &methodMetrics{outcomes: make(map[string]prometheus.Counter), latency: m.latency.WithLabelValues(method)}
+		for _, o := range []string{OutcomeOK, OutcomeException, OutcomeError, OutcomePanic} {
+			mm.outcomes[o] = m.requests.WithLabelValues(method, o)
+		}
+		actual, _ := methods.LoadOrStore(method, mm)
+		return actual.(*methodMetrics)
+	}
+	return func(next endpoint.Endpoint) endpoint.Endpoint {
+		return func(ctx context.Context, req, resp any) (err error) {
+			start := time.Now()
+			defer func() {
+				outcome := OutcomeOK
+				if r := recover(); r != nil {
+					stack := debug.Stack()
+					method := methodName(ctx)
+					log.Error("rpc: panic in server middleware", "method", method, "panic", r, "stack", string(stack))
+					err = kerrors.ErrPanic.WithCauseAndStack(fmt.Errorf("rpc: panic serving %s: %v", method, r), string(stack))
+					outcome = OutcomePanic
+				} else {
+					outcome = classify(err, resp)
+				}
+				if m != nil {
+					mm := lookup(methodName(ctx))
+					mm.outcomes[outcome].Inc()
+					mm.latency.Observe(time.Since(start).Seconds())
+				}
+			}()
+			return next(ctx, req, resp)
+		}
+	}
+}
+
+// methodName returns the name of the method being served.
+func methodName(ctx context.Context) string {
+	if ri := rpcinfo.GetRPCInfo(ctx); ri != nil && ri.Invocation() != nil {
+		if name := ri.Invocation().MethodName(); name != "" {
+			return name
+		}
+	}
+	return "unknown"
+}
+
+// classify returns the outcome of a call from the error of the handler chain
+// and the result struct.
+func classify(err error, resp any) string {
+	switch {
+	case err == nil && hasException(resp):
+		return OutcomeException
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, kerrors.ErrPanic):
+		return OutcomePanic
+	default:
+		return OutcomeError
+	}
+}
+
+// hasException reports whether resp, a generated Thrift result struct,
+// carries a declared exception rather than a success value. Generated
+// handlers put declared exceptions in the result and return no error.
+func hasException(resp any) bool {
+	if r, ok := resp.(interface{ IsSetSuccess() bool }); ok && r.IsSetSuccess() {
+		return false
+	}
+	// No success: a void method or an exception. Exceptions are the
+	// non-nil pointer fields other than Success.
+	v := reflect.ValueOf(resp)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	v = v.Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() || f.Name == "Success" || f.Type.Kind() != reflect.Pointer {
+			continue
+		}
+		if !v.Field(i).IsNil() {
+			return true
+		}
+	}
+	return false
+}
