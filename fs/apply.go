@@ -1,0 +1,148 @@
+package fs
+
+import (
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+)
+
+// Apply applies one command and returns its Result and Effects.
+//
+// The command's time_ms first advances the state's clock (never back), which
+// ends the lock-delays that are over and grants their queues; then the
+// operation is applied. A refused operation returns res.Err (a
+// *chubby.ChubbyError) and changes nothing else: it is as if the command had
+// been a Tick. A command whose time_ms is outside 0..MaxTimeMs is refused
+// before the clock moves and changes nothing at all.
+//
+// Apply never panics on any input; it panics only when an internal invariant
+// is broken, which is a bug.
+func (s *State) Apply(cmd *fsm.Command) (res *fsm.Result_, fx Effects) {
+	if cmd == nil {
+		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "command is missing")), fx
+	}
+	if cmd.TimeMs < 0 || cmd.TimeMs > MaxTimeMs {
+		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "time_ms %d is not in 0..%d", cmd.TimeMs, MaxTimeMs)), fx
+	}
+	s.advance(cmd.TimeMs, &fx)
+	return s.apply(cmd, &fx), fx
+}
+
+// apply applies cmd at the current clock, with exactly-once deduplication.
+//
+// When cmd names a session and a seq > 0, the session keeps the last seq it
+// applied with its result: a repeat of that seq returns the saved result
+// without applying again, an older seq is refused as stale, a newer one is
+// applied and, when it succeeds, saved. A refused command is not saved: it
+// changed nothing, so applying its retry again is safe.
+func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
+	op := cmd.Op
+	if op == nil || op.CountSetFieldsOp() != 1 {
+		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a command carries exactly one operation"))
+	}
+	var sess *session
+	if cmd.Session != nil {
+		if op.CreateSession != nil || op.Tick != nil {
+			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession and Tick belong to no session"))
+		}
+		if sess = s.sessions[*cmd.Session]; sess == nil {
+			return errResult(sessionExpired(*cmd.Session))
+		}
+		if named, ok := opSession(op); ok && named != *cmd.Session {
+			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "command is for session %d but its operation names session %d", *cmd.Session, named))
+		}
+		if cmd.Seq != nil {
+			seq := *cmd.Seq
+			switch {
+			case seq <= 0:
+				return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "request sequence %d is not positive", seq))
+			case seq < sess.lastSeq:
+				return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "stale request sequence %d: session %d is at %d", seq, sess.id, sess.lastSeq))
+			case seq == sess.lastSeq:
+				return cloneResult(sess.lastResult)
+			}
+		}
+	} else if cmd.Seq != nil {
+		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a request sequence needs a session"))
+	}
+
+	res := s.dispatch(op, fx)
+
+	if res.Err == nil && sess != nil && cmd.Seq != nil && s.sessions[sess.id] == sess {
+		sess.lastSeq = *cmd.Seq
+		sess.lastResult = cloneResult(res)
+	}
+	return res
+}
+
+// dispatch applies the one operation of op.
+func (s *State) dispatch(op *fsm.Op, fx *Effects) *fsm.Result_ {
+	switch {
+	case op.CreateSession != nil:
+		return s.createSession(op.CreateSession)
+	case op.EndSession != nil:
+		sess := s.sessions[op.EndSession.Session]
+		if sess == nil {
+			return errResult(sessionExpired(op.EndSession.Session))
+		}
+		s.endSession(sess, op.EndSession.Expired, fx)
+		return &fsm.Result_{}
+	case op.Open != nil:
+		return s.open(op.Open)
+	case op.Close != nil:
+		h, err := s.handleFor(op.Close.Handle, false)
+		if err != nil {
+			return errResult(err)
+		}
+		s.closeHandle(h, fx)
+		return &fsm.Result_{}
+	case op.SetContents != nil:
+		return s.setContents(op.SetContents)
+	case op.DeleteNode != nil:
+		return s.deleteNode(op.DeleteNode, fx)
+	case op.Mkdir != nil:
+		return s.mkdir(op.Mkdir)
+	case op.CreateFile != nil:
+		return s.createFile(op.CreateFile)
+	case op.Acquire != nil:
+		return s.acquire(op.Acquire)
+	case op.Release != nil:
+		return s.release(op.Release, fx)
+	case op.CancelWait != nil:
+		return s.cancelWait(op.CancelWait, fx)
+	case op.Tick != nil:
+		return &fsm.Result_{}
+	}
+	panic("fs: dispatch: CountSetFieldsOp and dispatch disagree")
+}
+
+// opSession returns the session an operation names, directly or through its
+// handle, when it names one.
+func opSession(op *fsm.Op) (chubby.SessionID, bool) {
+	var h *chubby.Handle
+	switch {
+	case op.EndSession != nil:
+		return op.EndSession.Session, true
+	case op.Open != nil:
+		return op.Open.Session, true
+	case op.Mkdir != nil:
+		return op.Mkdir.Session, true
+	case op.CreateFile != nil:
+		return op.CreateFile.Session, true
+	case op.Close != nil:
+		h = op.Close.Handle
+	case op.SetContents != nil:
+		h = op.SetContents.Handle
+	case op.DeleteNode != nil:
+		h = op.DeleteNode.Handle
+	case op.Acquire != nil:
+		h = op.Acquire.Handle
+	case op.Release != nil:
+		h = op.Release.Handle
+	case op.CancelWait != nil:
+		h = op.CancelWait.Handle
+	}
+	if h == nil {
+		return 0, false
+	}
+	return h.Session, true
+}

@@ -1,0 +1,225 @@
+// Package fs is the replicated state machine of a Chubby lock cell: the
+// namespace of files and directories with their metadata, the locks on them,
+// sessions, handles and ephemeral ownership (DESIGN.md §3).
+//
+// # Determinism
+//
+// A State changes only through Apply (or ApplyBytes), one fsm.Command at a
+// time, in log order. It has no clock, no randomness, no goroutines and no
+// I/O: time comes only from Command.time_ms, which the master stamps. The
+// same commands applied in the same order to New(l) give the same State, byte
+// for byte (Snapshot), and the same Results and Effects. A State is not safe
+// for concurrent use; the caller serializes Apply and the reads. All
+// replicas of a cell must run with the same Limits.
+//
+// The state's clock is the largest time_ms applied so far: a command stamped
+// earlier (a new master's clock a little behind) is applied at the current
+// clock. A command whose time_ms is outside 0..MaxTimeMs is refused before
+// the clock moves.
+//
+// # Commands and results
+//
+// Apply never panics on any input (it is fuzzed); it panics only when an
+// internal invariant is broken. A refused command returns Result.err, a
+// *chubby.ChubbyError with a code, and changes nothing — except that the
+// clock advanced to its time_ms, as for a Tick. The first fault found is
+// reported, in the order: arguments, session, handle, permission, state.
+// Errors from the read methods are *chubby.ChubbyError too; Errorf builds
+// them and Code extracts the code from any error.
+//
+// Results per operation:
+//
+//	CreateSession  session
+//	EndSession     (empty)
+//	Open           handle, stat, created
+//	Close          (empty)
+//	SetContents    stat
+//	Delete         (empty)
+//	Mkdir          stat (the directory), created (false: it existed, with parents)
+//	CreateFile     stat (path with the counter when sequential), created
+//	Acquire        sequencer (granted now) or waiting=true (queued)
+//	Release        (empty)
+//	CancelWait     sequencer if the handle holds the lock, else empty
+//	Tick           (empty)
+//
+// Results, Effects and everything the read methods return are freshly
+// allocated: the caller owns them and may keep or change them.
+//
+// Effects report what a command did to others: Woken lists pending Acquires
+// it granted (with their sequencer) or failed (with an error), in order;
+// EndedSessions lists the sessions it ended. They are derived data for the
+// master, not replicated state.
+//
+// # Paths
+//
+// A path is absolute: "/" is the root, otherwise "/"-separated components,
+// no empty component, no trailing slash. A component is 1..255 bytes of
+// [A-Za-z0-9._-] and not "." or "..". At most 64 components and 4096 bytes
+// (chubby.MAX_PATH_DEPTH, chubby.MAX_PATH_BYTES). A bad path is
+// INVALID_ARGUMENT. ParsePath checks; CleanPath is the lenient form for
+// people (collapses slashes, resolves dots) and is never applied by commands.
+//
+// # Nodes
+//
+// A node is a file or a directory, permanent or ephemeral. The root is a
+// permanent directory that always exists; it cannot be deleted
+// (INVALID_ARGUMENT) but can be opened, listed and locked.
+//
+// Metadata (chubby.Stat):
+//   - instance: from a cell-wide counter, new at every creation, so a
+//     re-created node differs from the old one;
+//   - content_generation: 1 at creation, +1 on every SetContents (even of
+//     identical bytes). For a directory, +1 whenever an entry is added or
+//     removed: its content is its listing, so caches can validate listings;
+//   - lock_generation: +1 each time the lock goes from free to held (shared
+//     holders granted together, or joining holders, share one generation);
+//   - acl_generation: always 0 (ACLs are not implemented);
+//   - checksum: CRC-32C (Castagnoli) of the content, 0 for directories;
+//   - size: content bytes; for a directory, its number of entries;
+//   - create/modify time: the clock at creation / last change (a directory's
+//     modify time moves when an entry is added or removed);
+//   - ephemeral, ephemeral_owner: the owning session, 0 when permanent;
+//   - lock: mode (unset when free), holders, waiters and delay_remaining_ms
+//     counted from the state's clock.
+//
+// Content is at most Limits.MaxContentBytes (256 KiB; TOO_LARGE); content
+// calls on a directory are IS_DIRECTORY. A new node's parent must exist
+// (NOT_FOUND) and be a directory (NOT_DIRECTORY), unless make-parents asks
+// for the missing directories, which are created permanent whatever the
+// ephemeral flag says (it applies to the last component only).
+//
+// Sequential: the name gets a 10-digit zero-padded counter appended
+// ("lock-" becomes "lock-0000000000", then "lock-0000000001"...). The counter
+// belongs to the parent directory, starts at 0 and only grows (ZooKeeper
+// style): it is never reused after deletes, and it skips names that already
+// exist (created by hand), so a sequential create never fails with EXISTS.
+// The name with its counter must still fit 255 bytes and the path 4096
+// (INVALID_ARGUMENT). A sequential create always creates, whatever the
+// create mode. The result (Stat.path, Handle.path) carries the actual name.
+//
+// Ephemeral nodes: an ephemeral file is deleted when its owner session ends,
+// even if other sessions have it open (their handles become invalid). An
+// ephemeral directory is kept while its owner session lives, even when
+// empty; when the session ends it is deleted if empty, else it stays as an
+// orphan and is deleted as soon as it becomes empty. Nodes of any kind and
+// owner may be created inside an ephemeral directory. (Chubby also deletes,
+// after a failover grace period, ephemeral files no handle reopened; that
+// decision is the master's and needs no rule here.)
+//
+// # Sessions
+//
+// CreateSession (client_name at most 256 bytes) returns a new id from a
+// counter; ids are never reused. EndSession{expired} ends one: its pending
+// Acquires fail (Effects.Woken, SESSION_EXPIRED); its locks are released —
+// expired: with lock-delay, exclusive and shared alike, of each hold's
+// lock_delay_ms; a clean close (expired=false): at once; its handles are
+// closed; its ephemeral nodes are deleted as above; the freed locks go to
+// the waiters; the session appears in Effects.EndedSessions. Every command
+// naming an ended or unknown session, directly or through a handle, is
+// SESSION_EXPIRED. Lease timing is the master's: it proposes EndSession.
+//
+// # Handles
+//
+// Open creates a handle (id from a counter) of a session on a node, with an
+// open mode (READ: read and lock; READ_WRITE: also SetContents and Delete,
+// else PERMISSION_DENIED) and an event mask (stored, reserved). Create
+// modes: OPEN_EXISTING (NOT_FOUND if missing; ephemeral, sequential and
+// initial_content are INVALID_ARGUMENT with it), OPEN_OR_CREATE (creates a
+// file if missing; the creation flags are ignored when the node exists),
+// CREATE_NEW (EXISTS if present). Open of a directory is allowed (for
+// ReadDir, Delete and locks); Open never creates a directory.
+//
+// A handle names its node by path and instance. Every command and read
+// checks: the session is alive (SESSION_EXPIRED), the handle exists with
+// that session, path and instance (HANDLE_INVALID), and its node still
+// exists (HANDLE_INVALID) — a handle to a deleted or re-created node is
+// invalid for everything except Close, which always works on an existing
+// handle. Close releases a held lock cleanly (no lock-delay) and fails a
+// pending Acquire of the handle (Effects.Woken, HANDLE_INVALID).
+//
+// Delete works through a READ_WRITE handle. A non-empty directory needs
+// recursive (NOT_EMPTY otherwise); recursive deletes the subtree children
+// first, in name order. Each deleted node takes its lock with it: holders
+// lose it (their handles are invalid now anyway), waiters are woken with
+// HANDLE_INVALID, a pending lock-delay is dropped.
+//
+// Mkdir creates a directory; with parents, missing parents are created and
+// an existing directory is not an error (created=false); an existing file
+// is always EXISTS. CreateFile creates a file without a handle (EXISTS if
+// present). SetContents replaces the content; with expected_generation it is
+// a compare-and-swap on content_generation (GENERATION_MISMATCH).
+//
+// # Locks
+//
+// Every node has an advisory reader/writer lock, held through a handle:
+// EXCLUSIVE (one holder) or SHARED (any number). Acquire{wait:false} is
+// TryAcquire: granted now or LOCK_HELD. Acquire{wait:true} is granted now or
+// queued (Result.waiting) and decided later through Effects.Woken. The queue
+// is strict FIFO: a new request is granted at once only if nobody waits,
+// the lock is not in lock-delay and the request is compatible (shared with
+// shared); otherwise it queues behind, so a stream of readers cannot starve
+// a writer. Whenever the lock frees or the head of the queue changes, the
+// head is granted as far as possible: one exclusive request, or every
+// consecutive shared request at the head; only those are woken (no herd).
+//
+// A handle that already holds or waits gets LOCK_HELD on Acquire (locks are
+// not re-entrant per handle; open another handle). lock_delay_ms must be in
+// 0..chubby.MAX_LOCK_DELAY_MS (INVALID_ARGUMENT); the master fills the
+// default. At most Limits.MaxWaitersPerLock waiters (LIMIT_EXCEEDED).
+// Release by a handle that does not hold is LOCK_NOT_HELD (waiting is not
+// holding: use CancelWait). The master enforces Acquire wait deadlines by
+// proposing CancelWait: a still-waiting request is removed and woken with
+// TIMED_OUT; if the grant won the race, nothing changes and the Result
+// carries the sequencer.
+//
+// Lock-delay: when a holder's session ends expired, the lock stays
+// unavailable until the clock reaches the end time plus that holder's
+// lock_delay_ms (the longest, if several shared holders expire). During the
+// delay no new request is granted, shared or exclusive: TryAcquire gets
+// LOCK_HELD, Acquire queues; remaining shared holders keep holding. Every
+// command first advances the clock and ends the delays that are over,
+// granting their queues, so a Tick is only "advance time"; NextTimer tells
+// the master when to propose one. A clean release, Close, or clean session
+// end has no lock-delay.
+//
+// Sequencer {path, mode, lock_generation, instance} names a held lock.
+// GetSequencer returns it for a holding handle (LOCK_NOT_HELD otherwise).
+// CheckSequencer is valid iff the node at path exists with that instance and
+// its lock is held in that mode with that generation. A shared sequencer
+// names the holding period, not one holder: it stays valid while any shared
+// holder of that generation holds. After an expiry the lock is free (and
+// then re-granted with a new generation), so the old holder's sequencer
+// fails and the new holder's passes.
+//
+// # Exactly-once
+//
+// A command with Command.session and seq > 0 is deduplicated per session: the
+// session keeps the seq and Result of its last successful sequenced command.
+// seq equal to that returns the saved Result again without applying (a
+// retried Acquire returns its original outcome, e.g. waiting=true, even if
+// it has been granted since; the grant was reported in Effects.Woken).
+// seq below it is INVALID_ARGUMENT ("stale request sequence"); above it, the
+// command is applied and, if it succeeds, saved. A refused command is not
+// saved: it changed nothing, so re-applying its retry is safe. Command.seq
+// needs Command.session; Command.session must match the session the
+// operation names (INVALID_ARGUMENT), must be alive (SESSION_EXPIRED), and is
+// not allowed on CreateSession and Tick. The record is part of the snapshot.
+// CreateSession cannot be deduplicated here (there is no session yet): a
+// retried CreateSession makes a second session, which the master lets
+// expire if the client never uses it.
+//
+// # Limits
+//
+// Every collection is bounded (Limits, DefaultLimits): nodes, sessions,
+// handles (per session and in all), waiters per lock, entries per directory,
+// content per file and in all. Exceeding one is LIMIT_EXCEEDED (TOO_LARGE for
+// the per-file content limit) and changes nothing.
+//
+// # Snapshots
+//
+// Snapshot encodes the whole state as fsm.Snapshot (Thrift binary) in a
+// fixed order: nodes depth-first with siblings by name, sessions and
+// handles by id, lock holders by handle id, waiters in queue order. Restore
+// checks the encoding, every field, every cross-reference and every
+// invariant of the state and returns an error for a corrupt snapshot.
+package fs

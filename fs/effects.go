@@ -1,0 +1,28 @@
+package fs
+
+import (
+	"github.com/chubbygo/chubby/gen/chubby"
+)
+
+// Effects are what a command did to others besides its own Result: the
+// master acts on them (answers parked Acquires, drops ended sessions from its
+// lease table). They are derived, not replicated: every replica computes the
+// same Effects, but only the master uses them.
+type Effects struct {
+	// Woken lists, in order, the pending Acquires this command decided:
+	// granted (Sequencer) or failed (Err: TIMED_OUT after CancelWait,
+	// HANDLE_INVALID when the handle was closed or its node deleted,
+	// SESSION_EXPIRED when its session ended).
+	Woken []Wake
+	// EndedSessions lists the sessions this command ended.
+	EndedSessions []chubby.SessionID
+}
+
+// Wake is the outcome of one pending Acquire: exactly one of Sequencer and
+// Err is set.
+type Wake struct {
+	Handle    int64
+	Session   chubby.SessionID
+	Sequencer *chubby.Sequencer
+	Err       *chubby.ChubbyError
+}

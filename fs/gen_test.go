@@ -1,0 +1,216 @@
+package fs
+
+import (
+	"math/rand"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+)
+
+// cmdGen generates random command streams over a small namespace, mostly
+// valid but with a steady share of bad sessions, stale handles, bad paths
+// and bad arguments. It learns sessions and handles from the results.
+type cmdGen struct {
+	r        *rand.Rand
+	now      int64
+	sessions []chubby.SessionID
+	handles  []*chubby.Handle
+	hot      []*chubby.Handle // handles on the hot lock files, for contention
+	lastSeq  map[chubby.SessionID]int64
+}
+
+// hotPaths are a few files most lock traffic goes to, so that locks are
+// contended: queues, shared batches, lock-delays.
+var hotPaths = []string{"/hot1", "/hot2"}
+
+func newCmdGen(seed int64) *cmdGen {
+	return &cmdGen{r: rand.New(rand.NewSource(seed)), now: 1000, lastSeq: map[chubby.SessionID]int64{}}
+}
+
+var genNames = []string{"a", "b", "c", "lock-"}
+
+func (g *cmdGen) path() string {
+	switch g.r.Intn(40) {
+	case 0:
+		return "/a/"
+	case 1:
+		return "a"
+	case 2:
+		return "/"
+	}
+	p := ""
+	for i := g.r.Intn(3); i >= 0; i-- {
+		p += "/" + genNames[g.r.Intn(len(genNames))]
+	}
+	return p
+}
+
+func (g *cmdGen) session() chubby.SessionID {
+	if len(g.sessions) == 0 || g.r.Intn(20) == 0 {
+		return chubby.SessionID(g.r.Intn(3))
+	}
+	// Favour recent sessions: old ones are mostly ended.
+	n := len(g.sessions)
+	return g.sessions[n-1-g.r.Intn(min(n, 6))]
+}
+
+func (g *cmdGen) handle() *chubby.Handle {
+	if len(g.hot) > 0 && g.r.Intn(3) > 0 {
+		n := len(g.hot)
+		h := *g.hot[n-1-g.r.Intn(min(n, 12))]
+		return &h
+	}
+	if len(g.handles) == 0 || g.r.Intn(25) == 0 {
+		return &chubby.Handle{Id: int64(g.r.Intn(5)), Session: g.session(), Instance: int64(g.r.Intn(5)), Path: g.path()}
+	}
+	n := len(g.handles)
+	h := *g.handles[n-1-g.r.Intn(min(n, 30))]
+	if g.r.Intn(30) == 0 {
+		h.Instance++
+	}
+	return &h
+}
+
+func (g *cmdGen) mode() chubby.LockMode {
+	if g.r.Intn(30) == 0 {
+		return chubby.LockMode(g.r.Intn(4))
+	}
+	if g.r.Intn(2) == 0 {
+		return chubby.LockMode_SHARED
+	}
+	return chubby.LockMode_EXCLUSIVE
+}
+
+func (g *cmdGen) flag() *bool {
+	switch g.r.Intn(3) {
+	case 0:
+		return nil
+	case 1:
+		return ptr(false)
+	}
+	return ptr(true)
+}
+
+func (g *cmdGen) content() []byte {
+	if g.r.Intn(3) == 0 {
+		return nil
+	}
+	b := make([]byte, g.r.Intn(20))
+	g.r.Read(b)
+	return b
+}
+
+func (g *cmdGen) next() *fsm.Command {
+	g.now += int64(g.r.Intn(400))
+	if g.r.Intn(50) == 0 {
+		g.now -= 500 // a master clock a little behind
+	}
+	c := &fsm.Command{TimeMs: g.now, Op: &fsm.Op{}}
+	op := c.Op
+	switch w := g.r.Intn(100); {
+	case w < 4:
+		op.CreateSession = &chubby.CreateSessionRequest{ClientName: "gen"}
+	case w < 8:
+		op.EndSession = &fsm.EndSession{Session: g.session(), Expired: g.r.Intn(2) == 0}
+	case w < 17:
+		op.Open = &chubby.OpenRequest{Session: g.session(), Path: hotPaths[g.r.Intn(len(hotPaths))], Mode: chubby.OpenMode_READ, Create: chubby.CreateMode_OPEN_OR_CREATE}
+	case w < 27:
+		create := chubby.CreateMode(1 + g.r.Intn(3))
+		req := &chubby.OpenRequest{Session: g.session(), Path: g.path(), Mode: chubby.OpenMode(1 + g.r.Intn(2)), Create: create}
+		if create != chubby.CreateMode_OPEN_EXISTING || g.r.Intn(20) == 0 {
+			req.Ephemeral = g.flag()
+			if g.r.Intn(4) == 0 {
+				req.Sequential = ptr(true)
+			}
+			req.InitialContent = g.content()
+		}
+		op.Open = req
+	case w < 33:
+		op.Close = &chubby.CloseRequest{Handle: g.handle()}
+	case w < 41:
+		req := &chubby.SetContentsRequest{Handle: g.handle(), Content: g.content()}
+		if g.r.Intn(4) == 0 {
+			req.ExpectedGeneration = ptr(int64(g.r.Intn(4)))
+		}
+		op.SetContents = req
+	case w < 45:
+		op.DeleteNode = &chubby.DeleteRequest{Handle: g.handle(), Recursive: g.flag()}
+	case w < 51:
+		op.Mkdir = &chubby.MkdirRequest{Session: g.session(), Path: g.path(), Parents: g.flag(), Ephemeral: g.flag()}
+	case w < 58:
+		op.CreateFile = &chubby.CreateFileRequest{Session: g.session(), Path: g.path(), Content: g.content(),
+			Ephemeral: g.flag(), Sequential: g.flag(), MakeParents: g.flag()}
+	case w < 80:
+		delays := []int64{0, 0, 100, 1000, 5000}
+		op.Acquire = &fsm.Acquire{Handle: g.handle(), Mode: g.mode(), Wait: g.r.Intn(3) > 0, LockDelayMs: delays[g.r.Intn(len(delays))]}
+	case w < 90:
+		op.Release = &chubby.HandleRequest{Handle: g.handle()}
+	case w < 95:
+		op.CancelWait = &fsm.CancelWait{Handle: g.handle()}
+	default:
+		op.Tick = &fsm.Tick{}
+	}
+	// Exactly-once on a share of session commands: fresh, retried or stale.
+	if id, ok := opSession(op); ok && g.r.Intn(4) == 0 {
+		c.Session = &id
+		last := g.lastSeq[id]
+		seq := last + 1
+		switch g.r.Intn(6) {
+		case 0:
+			seq = last
+		case 1:
+			seq = last - 1
+		}
+		if seq != 0 || g.r.Intn(10) == 0 {
+			c.Seq = &seq
+		}
+	}
+	return c
+}
+
+// observe learns from a command and its outcome. It forgets most handles
+// it knows are closed, keeping some to exercise HANDLE_INVALID.
+func (g *cmdGen) observe(c *fsm.Command, res *fsm.Result_, fx Effects) {
+	for _, id := range fx.EndedSessions {
+		g.handles = slices.DeleteFunc(g.handles, func(h *chubby.Handle) bool { return h.Session == id && g.r.Intn(10) > 0 })
+		g.hot = slices.DeleteFunc(g.hot, func(h *chubby.Handle) bool { return h.Session == id && g.r.Intn(10) > 0 })
+		g.sessions = slices.DeleteFunc(g.sessions, func(s chubby.SessionID) bool { return s == id && g.r.Intn(10) > 0 })
+	}
+	if res.Err != nil {
+		return
+	}
+	if c.Op.Close != nil && g.r.Intn(10) > 0 {
+		id := c.Op.Close.Handle.Id
+		g.handles = slices.DeleteFunc(g.handles, func(h *chubby.Handle) bool { return h.Id == id })
+		g.hot = slices.DeleteFunc(g.hot, func(h *chubby.Handle) bool { return h.Id == id })
+	}
+	if c.Session != nil && c.Seq != nil && *c.Seq > g.lastSeq[*c.Session] {
+		g.lastSeq[*c.Session] = *c.Seq
+	}
+	if res.Session != nil {
+		g.sessions = append(g.sessions, *res.Session)
+	}
+	if res.Handle != nil {
+		g.handles = append(g.handles, res.Handle)
+		if slices.Contains(hotPaths, res.Handle.Path) {
+			g.hot = append(g.hot, res.Handle)
+		}
+	}
+}
+
+// soak returns the seeds and steps of a randomized test: the defaults, a
+// quarter with -short, or FS_SOAK times more (FS_SOAK=50 go test -run
+// Random ./fs/) for a long run.
+func soak(seeds int64, steps int) (int64, int) {
+	if testing.Short() {
+		return max(1, seeds/4), max(100, steps/4)
+	}
+	if f, err := strconv.Atoi(os.Getenv("FS_SOAK")); err == nil && f > 1 {
+		return seeds * int64(f), steps
+	}
+	return seeds, steps
+}

@@ -1,0 +1,141 @@
+package fs
+
+import (
+	"testing"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+)
+
+// lockModel is what a client-side observer (the master) can know about
+// locks from Results and Effects alone. TestRandomModel checks it against
+// the state after every command: every Acquire is decided exactly once,
+// every observed grant is visible through GetSequencer and CheckSequencer,
+// and the counts agree.
+type lockModel struct {
+	pending map[int64]bool             // handle → waiting (Result.waiting seen, no Wake yet)
+	holding map[int64]chubby.LockMode  // handle → mode held
+	handles map[int64]*chubby.Handle   // every handle handed out
+	session map[int64]chubby.SessionID // handle → session
+	lastSeq map[chubby.SessionID]int64 // exactly-once: last successful seq
+}
+
+func TestRandomModel(t *testing.T) {
+	seeds, steps := soak(12, 3000)
+	for seed := int64(1); seed <= seeds; seed++ {
+		g := newCmdGen(seed * 1009)
+		h := newHarness(t)
+		if seed%3 == 0 {
+			// Tight limits, so that streams run into every one of them.
+			h = newHarnessLimits(t, Limits{MaxNodes: 30, MaxSessions: 8, MaxHandles: 40, MaxHandlesPerSession: 6,
+				MaxWaitersPerLock: 3, MaxChildren: 5, MaxContentBytes: 16, MaxTotalContentBytes: 100})
+		}
+		m := &lockModel{pending: map[int64]bool{}, holding: map[int64]chubby.LockMode{}, handles: map[int64]*chubby.Handle{}, session: map[int64]chubby.SessionID{}, lastSeq: map[chubby.SessionID]int64{}}
+		for i := 0; i < steps; i++ {
+			// The "refused changes nothing" check is O(state) thrice: run it
+			// on a prefix of each stream.
+			h.strict = i < 400
+			c := g.next()
+			h.now = c.TimeMs
+			res, fx := h.cmd(c)
+			g.observe(c, res, fx)
+			m.observe(t, seed, i, c, res, fx)
+			m.check(t, seed, i, h.s)
+		}
+	}
+}
+
+func (m *lockModel) observe(t *testing.T, seed int64, step int, c *fsm.Command, res *fsm.Result_, fx Effects) {
+	t.Helper()
+	for _, w := range fx.Woken {
+		if !m.pending[w.Handle] {
+			t.Fatalf("seed %d step %d: wake for handle %d that was not waiting", seed, step, w.Handle)
+		}
+		if (w.Sequencer == nil) == (w.Err == nil) {
+			t.Fatalf("seed %d step %d: wake %+v has not exactly one outcome", seed, step, w)
+		}
+		if w.Session != m.session[w.Handle] {
+			t.Fatalf("seed %d step %d: wake names session %d, handle's is %d", seed, step, w.Session, m.session[w.Handle])
+		}
+		delete(m.pending, w.Handle)
+		if w.Sequencer != nil {
+			m.holding[w.Handle] = w.Sequencer.Mode
+		}
+	}
+	for _, id := range fx.EndedSessions {
+		for hid, sid := range m.session {
+			if sid == id {
+				if m.pending[hid] {
+					t.Fatalf("seed %d step %d: session %d ended, handle %d still pending", seed, step, id, hid)
+				}
+				delete(m.holding, hid)
+			}
+		}
+	}
+	if res.Err != nil {
+		return
+	}
+	// A retry answered from the exactly-once record changed nothing.
+	if c.Seq != nil {
+		if *c.Seq == m.lastSeq[*c.Session] {
+			return
+		}
+		m.lastSeq[*c.Session] = *c.Seq
+	}
+	op := c.Op
+	if res.Handle != nil {
+		m.handles[res.Handle.Id] = res.Handle
+		m.session[res.Handle.Id] = res.Handle.Session
+	}
+	switch {
+	case op.Acquire != nil:
+		id := op.Acquire.Handle.Id
+		if res.Sequencer != nil {
+			m.holding[id] = res.Sequencer.Mode
+		}
+		if res.GetWaiting() {
+			m.pending[id] = true
+		}
+	case op.Release != nil:
+		delete(m.holding, op.Release.Handle.Id)
+	case op.Close != nil:
+		if m.pending[op.Close.Handle.Id] {
+			t.Fatalf("seed %d step %d: closed handle still pending", seed, step)
+		}
+		delete(m.holding, op.Close.Handle.Id)
+	}
+}
+
+func (m *lockModel) check(t *testing.T, seed int64, step int, s *State) {
+	t.Helper()
+	// Holders silently lose their lock when their node is deleted: the
+	// handle is invalid from then on.
+	for id := range m.holding {
+		if _, err := s.GetStat(m.handles[id]); err != nil {
+			delete(m.holding, id)
+		}
+	}
+	for id, mode := range m.holding {
+		sq, err := s.GetSequencer(m.handles[id])
+		if err != nil || sq.Mode != mode {
+			t.Fatalf("seed %d step %d: handle %d should hold %v: %v %v", seed, step, id, mode, sq, err)
+		}
+		if ok, why := s.CheckSequencer(sq); !ok {
+			t.Fatalf("seed %d step %d: holder's sequencer invalid: %s", seed, step, why)
+		}
+	}
+	for id := range m.pending {
+		if h := s.handles[id]; h == nil || h.wait == 0 {
+			t.Fatalf("seed %d step %d: handle %d should be waiting", seed, step, id)
+		}
+	}
+	held := 0
+	for _, h := range s.handles {
+		if h.held != 0 {
+			held++
+		}
+	}
+	if len(m.holding) != held || len(m.pending) != s.Counts().Waiters {
+		t.Fatalf("seed %d step %d: model holds %d waits %d; state holds %d waits %d", seed, step, len(m.holding), len(m.pending), held, s.Counts().Waiters)
+	}
+}

@@ -1,0 +1,146 @@
+package fs
+
+import (
+	"slices"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+)
+
+// Reads. They change nothing and are not commands: the master serves them
+// from its own state. Each validates its handle as commands do: the session
+// is alive (else SESSION_EXPIRED), the handle exists with that session,
+// instance and path, and its node still exists (else HANDLE_INVALID).
+// Errors are *chubby.ChubbyError.
+
+// GetContentsAndStat returns a copy of the content of the file h names, and
+// its Stat.
+func (s *State) GetContentsAndStat(w *chubby.Handle) ([]byte, *chubby.Stat, error) {
+	h, err := s.handleFor(w, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := h.node
+	if n.isDir() {
+		return nil, nil, Errorf(chubby.ErrorCode_IS_DIRECTORY, "%s is a directory: it has no content", n.path)
+	}
+	return slices.Clone(n.content), s.stat(n), nil
+}
+
+// GetStat returns the Stat of the node h names.
+func (s *State) GetStat(w *chubby.Handle) (*chubby.Stat, error) {
+	h, err := s.handleFor(w, true)
+	if err != nil {
+		return nil, err
+	}
+	return s.stat(h.node), nil
+}
+
+// ReadDir returns the entries of the directory h names, sorted by name.
+func (s *State) ReadDir(w *chubby.Handle) ([]*chubby.DirEntry, error) {
+	h, err := s.handleFor(w, true)
+	if err != nil {
+		return nil, err
+	}
+	n := h.node
+	if !n.isDir() {
+		return nil, Errorf(chubby.ErrorCode_NOT_DIRECTORY, "%s is a file, not a directory", n.path)
+	}
+	names := sortedNames(n)
+	entries := make([]*chubby.DirEntry, len(names))
+	for i, name := range names {
+		entries[i] = &chubby.DirEntry{Name: name, Stat: s.stat(n.children[name])}
+	}
+	return entries, nil
+}
+
+// GetSequencer returns the sequencer of the lock h holds (LOCK_NOT_HELD when
+// it holds none; waiting is not holding).
+func (s *State) GetSequencer(w *chubby.Handle) (*chubby.Sequencer, error) {
+	h, err := s.handleFor(w, true)
+	if err != nil {
+		return nil, err
+	}
+	if h.held == 0 {
+		return nil, Errorf(chubby.ErrorCode_LOCK_NOT_HELD, "handle %d does not hold the lock of %s", h.id, h.path)
+	}
+	return s.sequencer(h.node, h.held), nil
+}
+
+// CheckSequencer reports whether seq names a lock that is still held as it
+// was when the sequencer was issued: the node at seq.path exists with
+// seq.instance and its lock is held in seq.mode in seq.lock_generation.
+// A shared sequencer stays valid while any shared holder of that generation
+// holds (a sequencer names a holding period, not a holder). reason says why
+// not, when not valid. It needs no session: downstream servers call it.
+func (s *State) CheckSequencer(seq *chubby.Sequencer) (valid bool, reason string) {
+	if seq == nil {
+		return false, "sequencer is missing"
+	}
+	if !validMode(seq.Mode) {
+		return false, "sequencer mode " + itoa(int64(seq.Mode)) + " is not EXCLUSIVE or SHARED"
+	}
+	comps, err := parsePath(seq.Path)
+	if err != nil {
+		return false, err.Message
+	}
+	n, err := s.lookup(seq.Path, comps)
+	if err != nil {
+		return false, err.Message
+	}
+	if n.instance != seq.Instance {
+		return false, seq.Path + " was re-created: its instance is " + itoa(n.instance) + ", the sequencer names " + itoa(seq.Instance)
+	}
+	l := n.lock
+	if l == nil || l.mode == 0 {
+		return false, "the lock of " + seq.Path + " is not held"
+	}
+	if n.lockGen != seq.LockGeneration {
+		return false, "the lock of " + seq.Path + " is at generation " + itoa(n.lockGen) + ", the sequencer names " + itoa(seq.LockGeneration)
+	}
+	if l.mode != seq.Mode {
+		return false, "the lock of " + seq.Path + " is held " + modeName(l.mode) + ", the sequencer names " + modeName(seq.Mode)
+	}
+	return true, ""
+}
+
+// SessionExists reports whether the session id is alive.
+func (s *State) SessionExists(id chubby.SessionID) bool {
+	return s.sessions[id] != nil
+}
+
+// Sessions returns the ids of the live sessions in ascending order. After a
+// restart or failover the master rebuilds its lease table from it.
+func (s *State) Sessions() []chubby.SessionID {
+	ids := make([]chubby.SessionID, 0, len(s.sessions))
+	for id := range s.sessions {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// NextTimer returns the earliest pending lock-delay end. The master proposes
+// a Tick (or any command) stamped at or after it, which ends the delay and
+// grants the waiters. Ask again after every Apply: commands add and remove
+// delays.
+func (s *State) NextTimer() (atMs int64, ok bool) {
+	if len(s.delays) == 0 {
+		return 0, false
+	}
+	return s.delays[0].lock.delayUntil, true
+}
+
+// SessionHandles returns the ids of the open handles of session id in
+// ascending order (nil when the session is not alive).
+func (s *State) SessionHandles(id chubby.SessionID) []int64 {
+	sess := s.sessions[id]
+	if sess == nil {
+		return nil
+	}
+	ids := make([]int64, 0, len(sess.handles))
+	for hid := range sess.handles {
+		ids = append(ids, hid)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,112 @@
+package fs
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+)
+
+// session is a live client session. Ended sessions are forgotten entirely;
+// ids are never reused, so an ended id stays unknown forever.
+type session struct {
+	id         chubby.SessionID
+	clientName string
+	ctime      int64
+	handles    map[int64]*handle
+	ephemerals map[*node]struct{} // ephemeral nodes it owns
+
+	// Exactly-once record: the last sequenced command applied for this
+	// session and its (successful) result.
+	lastSeq    int64
+	lastResult *fsm.Result_
+}
+
+// createSession applies CreateSession.
+func (s *State) createSession(req *chubby.CreateSessionRequest) *fsm.Result_ {
+	if len(req.ClientName) > int(chubby.MAX_CLIENT_NAME_BYTES) {
+		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "client name is %d bytes, more than %d", len(req.ClientName), chubby.MAX_CLIENT_NAME_BYTES))
+	}
+	if len(s.sessions) >= s.limits.MaxSessions {
+		return errResult(Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "the cell has %d sessions, the limit is %d", len(s.sessions), s.limits.MaxSessions))
+	}
+	sess := &session{
+		id:         s.nextSession,
+		clientName: strings.Clone(req.ClientName),
+		ctime:      s.now,
+		handles:    map[int64]*handle{},
+		ephemerals: map[*node]struct{}{},
+	}
+	s.nextSession++
+	s.sessions[sess.id] = sess
+	id := sess.id
+	return &fsm.Result_{Session: &id}
+}
+
+// endSession ends sess. Its pending Acquires fail with SESSION_EXPIRED; its
+// locks are released, with lock-delay when expired; its handles are closed;
+// its ephemeral files are deleted, and its ephemeral directories too when
+// empty (a non-empty one is deleted later, when it becomes empty). Only then
+// are the freed locks granted to other waiters, so nothing is granted to a
+// handle being closed or on a node being deleted.
+func (s *State) endSession(sess *session, expired bool, fx *Effects) {
+	ids := make([]int64, 0, len(sess.handles))
+	for id := range sess.handles {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+
+	var affected []*node
+	seen := map[*node]bool{}
+	touch := func(n *node) {
+		if !seen[n] {
+			seen[n] = true
+			affected = append(affected, n)
+		}
+	}
+	for _, id := range ids {
+		h := sess.handles[id]
+		if h.wait != 0 {
+			n := h.node
+			s.dequeue(n, h)
+			fx.Woken = append(fx.Woken, Wake{Handle: h.id, Session: sess.id,
+				Err: Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d ended while waiting for the lock of %s", sess.id, n.path)})
+			touch(n)
+		}
+	}
+	for _, id := range ids {
+		h := sess.handles[id]
+		if h.held != 0 {
+			touch(h.node)
+			s.releaseHold(h, expired)
+		}
+	}
+	for _, id := range ids {
+		s.forgetHandle(sess.handles[id])
+	}
+
+	// Forget the session before deleting its nodes, so that its ephemeral
+	// directories count as orphans (collectEmptyEphemeral).
+	delete(s.sessions, sess.id)
+	eph := make([]*node, 0, len(sess.ephemerals))
+	for n := range sess.ephemerals {
+		eph = append(eph, n)
+	}
+	// Descending path order visits children before their parents.
+	slices.SortFunc(eph, func(a, b *node) int { return strings.Compare(b.path, a.path) })
+	for _, n := range eph {
+		if n.deleted || n.isDir() && len(n.children) > 0 {
+			continue
+		}
+		parent := n.parent
+		s.removeNode(n, fx)
+		s.collectEmptyEphemeral(parent, fx)
+	}
+	sess.ephemerals = nil
+
+	for _, n := range affected {
+		s.promote(n, fx)
+	}
+	fx.EndedSessions = append(fx.EndedSessions, sess.id)
+}

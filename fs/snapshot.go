@@ -1,0 +1,430 @@
+package fs
+
+import (
+	"container/heap"
+	"fmt"
+	"hash/crc32"
+	"slices"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/cloudwego/gopkg/protocol/thrift"
+)
+
+// snapshotVersion is the version of the snapshot encoding Snapshot writes.
+const snapshotVersion = 1
+
+// Snapshot returns the whole state as Thrift binary of fsm.Snapshot. Every
+// list is in a fixed order, so equal states give equal bytes: replicas can
+// compare snapshots byte for byte.
+func (s *State) Snapshot() []byte {
+	snap := &fsm.Snapshot{
+		Version:      snapshotVersion,
+		NowMs:        s.now,
+		NextSession:  s.nextSession,
+		NextHandle:   s.nextHandle,
+		NextInstance: s.nextInstance,
+		Nodes:        make([]*fsm.SnapNode, 0, s.nodes),
+		Sessions:     make([]*fsm.SnapSession, 0, len(s.sessions)),
+		Handles:      make([]*fsm.SnapHandle, 0, len(s.handles)),
+	}
+	s.snapNodes(s.root, &snap.Nodes)
+	for _, id := range s.Sessions() {
+		sess := s.sessions[id]
+		snap.Sessions = append(snap.Sessions, &fsm.SnapSession{
+			Id:           sess.id,
+			ClientName:   sess.clientName,
+			CreateTimeMs: sess.ctime,
+			LastSeq:      sess.lastSeq,
+			LastResult_:  sess.lastResult,
+		})
+	}
+	ids := make([]int64, 0, len(s.handles))
+	for id := range s.handles {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		h := s.handles[id]
+		sh := &fsm.SnapHandle{
+			Id:              h.id,
+			Session:         h.session.id,
+			Path:            h.path,
+			Instance:        h.instance,
+			Mode:            h.mode,
+			EventMask:       h.eventMask,
+			HeldLockDelayMs: h.heldDelay,
+			WaitLockDelayMs: h.waitDelay,
+		}
+		if h.held != 0 {
+			sh.HeldMode = clonePtr(&h.held)
+		}
+		if h.wait != 0 {
+			sh.WaitMode = clonePtr(&h.wait)
+		}
+		snap.Handles = append(snap.Handles, sh)
+	}
+	return thrift.FastMarshal(snap)
+}
+
+// snapNodes appends n and its subtree, depth-first, children by name.
+func (s *State) snapNodes(n *node, out *[]*fsm.SnapNode) {
+	sn := &fsm.SnapNode{
+		Path:              n.path,
+		Kind:              n.kind,
+		Instance:          n.instance,
+		ContentGeneration: n.contentGen,
+		LockGeneration:    n.lockGen,
+		AclGeneration:     n.aclGen,
+		Checksum:          int64(n.checksum),
+		Content:           n.content,
+		CreateTimeMs:      n.ctime,
+		ModifyTimeMs:      n.mtime,
+		EphemeralOwner:    n.owner,
+		NextSequence:      n.nextSeq,
+		LockHolders:       []int64{},
+		LockWaiters:       []int64{},
+	}
+	if sn.Content == nil {
+		sn.Content = []byte{}
+	}
+	if l := n.lock; l != nil {
+		if l.mode != 0 {
+			sn.LockMode = clonePtr(&l.mode)
+		}
+		for _, h := range l.holders {
+			sn.LockHolders = append(sn.LockHolders, h.id)
+		}
+		slices.Sort(sn.LockHolders)
+		for h := l.waitHead; h != nil; h = h.waitNext {
+			sn.LockWaiters = append(sn.LockWaiters, h.id)
+		}
+		sn.LockDelayUntilMs = l.delayUntil
+	}
+	*out = append(*out, sn)
+	if n.isDir() {
+		for _, name := range sortedNames(n) {
+			s.snapNodes(n.children[name], out)
+		}
+	}
+}
+
+// Restore rebuilds a State from a Snapshot. It validates everything — the
+// encoding, every field, every cross-reference and every invariant — and
+// returns an error for a corrupt snapshot; it never panics on bad input. The
+// limits l are enforced on what happens next; a snapshot exceeding them is
+// still accepted.
+func Restore(b []byte, l Limits) (*State, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	snap, err := decodeSnapshot(b)
+	if err != nil {
+		return nil, err
+	}
+	s, err := restore(snap, l)
+	if err != nil {
+		return nil, fmt.Errorf("fs: restore: %w", err)
+	}
+	return s, nil
+}
+
+func decodeSnapshot(b []byte) (*fsm.Snapshot, error) {
+	snap := fsm.NewSnapshot()
+	if err := fastRead(b, snap, snapshotSchema); err != nil {
+		return nil, fmt.Errorf("fs: restore: decode: %w", err)
+	}
+	return snap, nil
+}
+
+func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
+	if snap.Version != snapshotVersion {
+		return nil, fmt.Errorf("snapshot version %d, want %d", snap.Version, snapshotVersion)
+	}
+	if snap.NowMs < 0 || snap.NowMs > MaxTimeMs {
+		return nil, fmt.Errorf("now_ms %d out of range", snap.NowMs)
+	}
+	if snap.NextSession < 1 || snap.NextHandle < 1 || snap.NextInstance < 2 {
+		return nil, fmt.Errorf("id counters %d/%d/%d out of range", snap.NextSession, snap.NextHandle, snap.NextInstance)
+	}
+	s := newEmpty(l)
+	s.now = snap.NowMs
+	s.nextSession = snap.NextSession
+	s.nextHandle = snap.NextHandle
+	s.nextInstance = snap.NextInstance
+
+	// Nodes: parents first.
+	byPath := make(map[string]*node, len(snap.Nodes))
+	instances := make(map[int64]bool, len(snap.Nodes))
+	for i, sn := range snap.Nodes {
+		if sn == nil {
+			return nil, fmt.Errorf("node %d missing", i)
+		}
+		n, err := s.restoreNode(sn, byPath, instances, i == 0)
+		if err != nil {
+			return nil, fmt.Errorf("node %d (%q): %w", i, sn.Path, err)
+		}
+		byPath[n.path] = n
+	}
+	if s.root == nil {
+		return nil, fmt.Errorf("no root directory")
+	}
+
+	// Sessions.
+	for i, ss := range snap.Sessions {
+		if ss == nil {
+			return nil, fmt.Errorf("session %d missing", i)
+		}
+		if ss.Id < 1 || ss.Id >= s.nextSession {
+			return nil, fmt.Errorf("session id %d out of range", ss.Id)
+		}
+		if i > 0 && ss.Id <= snap.Sessions[i-1].Id {
+			return nil, fmt.Errorf("sessions not in ascending order at %d", ss.Id)
+		}
+		if len(ss.ClientName) > int(chubby.MAX_CLIENT_NAME_BYTES) {
+			return nil, fmt.Errorf("session %d: client name too long", ss.Id)
+		}
+		if ss.CreateTimeMs < 0 || ss.CreateTimeMs > s.now {
+			return nil, fmt.Errorf("session %d: create time %d out of range", ss.Id, ss.CreateTimeMs)
+		}
+		if ss.LastSeq < 0 || (ss.LastSeq > 0) != (ss.LastResult_ != nil) {
+			return nil, fmt.Errorf("session %d: bad exactly-once record (seq %d)", ss.Id, ss.LastSeq)
+		}
+		if ss.LastResult_ != nil && ss.LastResult_.Err != nil {
+			return nil, fmt.Errorf("session %d: saved result is an error", ss.Id)
+		}
+		s.sessions[ss.Id] = &session{
+			id:         ss.Id,
+			clientName: ss.ClientName,
+			ctime:      ss.CreateTimeMs,
+			handles:    map[int64]*handle{},
+			ephemerals: map[*node]struct{}{},
+			lastSeq:    ss.LastSeq,
+			lastResult: ss.LastResult_,
+		}
+	}
+
+	// Handles.
+	held, waiting := 0, 0
+	for i, sh := range snap.Handles {
+		if sh == nil {
+			return nil, fmt.Errorf("handle %d missing", i)
+		}
+		if sh.Id < 1 || sh.Id >= s.nextHandle {
+			return nil, fmt.Errorf("handle id %d out of range", sh.Id)
+		}
+		if i > 0 && sh.Id <= snap.Handles[i-1].Id {
+			return nil, fmt.Errorf("handles not in ascending order at %d", sh.Id)
+		}
+		sess := s.sessions[sh.Session]
+		if sess == nil {
+			return nil, fmt.Errorf("handle %d: session %d does not exist", sh.Id, sh.Session)
+		}
+		if _, err := parsePath(sh.Path); err != nil {
+			return nil, fmt.Errorf("handle %d: %s", sh.Id, err.Message)
+		}
+		if sh.Instance < 1 || sh.Instance >= s.nextInstance {
+			return nil, fmt.Errorf("handle %d: instance %d out of range", sh.Id, sh.Instance)
+		}
+		if sh.Mode != chubby.OpenMode_READ && sh.Mode != chubby.OpenMode_READ_WRITE {
+			return nil, fmt.Errorf("handle %d: open mode %d", sh.Id, sh.Mode)
+		}
+		h := &handle{
+			id:        sh.Id,
+			session:   sess,
+			path:      sh.Path,
+			instance:  sh.Instance,
+			mode:      sh.Mode,
+			eventMask: sh.EventMask,
+			holdIdx:   -1,
+		}
+		if n := byPath[sh.Path]; n != nil && n.instance == sh.Instance {
+			h.node = n
+		}
+		if sh.HeldMode != nil {
+			if !validMode(*sh.HeldMode) || h.node == nil || sh.WaitMode != nil {
+				return nil, fmt.Errorf("handle %d: bad held lock", sh.Id)
+			}
+			h.held = *sh.HeldMode
+			held++
+		}
+		if sh.WaitMode != nil {
+			if !validMode(*sh.WaitMode) || h.node == nil {
+				return nil, fmt.Errorf("handle %d: bad lock wait", sh.Id)
+			}
+			h.wait = *sh.WaitMode
+			waiting++
+		}
+		if !validDelay(sh.HeldLockDelayMs) || !validDelay(sh.WaitLockDelayMs) ||
+			h.held == 0 && sh.HeldLockDelayMs != 0 || h.wait == 0 && sh.WaitLockDelayMs != 0 {
+			return nil, fmt.Errorf("handle %d: bad lock-delay", sh.Id)
+		}
+		h.heldDelay = sh.HeldLockDelayMs
+		h.waitDelay = sh.WaitLockDelayMs
+		s.handles[h.id] = h
+		sess.handles[h.id] = h
+	}
+
+	// Locks: link holders and waiters to the handles that claim them.
+	linkedHeld, linkedWaiting := 0, 0
+	for _, sn := range snap.Nodes {
+		n := byPath[sn.Path]
+		if sn.LockMode == nil && len(sn.LockHolders) == 0 && len(sn.LockWaiters) == 0 && sn.LockDelayUntilMs == 0 {
+			continue
+		}
+		lk := s.lockOf(n)
+		if sn.LockMode != nil {
+			if !validMode(*sn.LockMode) {
+				return nil, fmt.Errorf("%s: lock mode %d", n.path, *sn.LockMode)
+			}
+			lk.mode = *sn.LockMode
+			s.locksHeld++
+		}
+		for i, id := range sn.LockHolders {
+			h := s.handles[id]
+			if h == nil || h.node != n || h.held == 0 || h.held != lk.mode || h.holdIdx >= 0 || i > 0 && id <= sn.LockHolders[i-1] {
+				return nil, fmt.Errorf("%s: bad lock holder %d", n.path, id)
+			}
+			h.holdIdx = len(lk.holders)
+			lk.holders = append(lk.holders, h)
+			linkedHeld++
+		}
+		for _, id := range sn.LockWaiters {
+			h := s.handles[id]
+			if h == nil || h.node != n || h.wait == 0 || h.waitPrev != nil || lk.waitHead == h {
+				return nil, fmt.Errorf("%s: bad lock waiter %d", n.path, id)
+			}
+			s.enqueueRestored(lk, h)
+		}
+		linkedWaiting += lk.nwait
+		if d := sn.LockDelayUntilMs; d != 0 {
+			if d <= s.now || d > s.now+chubby.MAX_LOCK_DELAY_MS {
+				return nil, fmt.Errorf("%s: lock-delay end %d out of range (now %d)", n.path, d, s.now)
+			}
+			lk.delayUntil = d
+			s.delays = append(s.delays, n)
+			lk.heapIdx = len(s.delays) - 1
+		}
+	}
+	if linkedHeld != held || linkedWaiting != waiting {
+		return nil, fmt.Errorf("%d holding and %d waiting handles, but locks list %d and %d", held, waiting, linkedHeld, linkedWaiting)
+	}
+	heap.Init(&s.delays)
+
+	// Ephemeral ownership.
+	for _, n := range byPath {
+		if n.owner == 0 {
+			continue
+		}
+		if n.owner < 0 || n.owner >= s.nextSession {
+			return nil, fmt.Errorf("%s: ephemeral owner %d out of range", n.path, n.owner)
+		}
+		if sess := s.sessions[n.owner]; sess != nil {
+			sess.ephemerals[n] = struct{}{}
+		}
+	}
+
+	if err := s.checkInvariants(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// enqueueRestored appends h to the wait queue of lk, for Restore.
+func (s *State) enqueueRestored(lk *lockState, h *handle) {
+	h.waitPrev = lk.waitTail
+	if lk.waitTail != nil {
+		lk.waitTail.waitNext = h
+	} else {
+		lk.waitHead = h
+	}
+	lk.waitTail = h
+	lk.nwait++
+	s.waiters++
+}
+
+// restoreNode validates one snapshot node and adds it to the tree.
+func (s *State) restoreNode(sn *fsm.SnapNode, byPath map[string]*node, instances map[int64]bool, first bool) (*node, error) {
+	comps, cerr := parsePath(sn.Path)
+	if cerr != nil {
+		return nil, fmt.Errorf("%s", cerr.Message)
+	}
+	if (len(comps) == 0) != first {
+		return nil, fmt.Errorf("the root must come first, and once")
+	}
+	if sn.Kind != chubby.NodeKind_FILE && sn.Kind != chubby.NodeKind_DIRECTORY {
+		return nil, fmt.Errorf("kind %d", sn.Kind)
+	}
+	if sn.Instance < 1 || sn.Instance >= s.nextInstance || instances[sn.Instance] {
+		return nil, fmt.Errorf("instance %d out of range or repeated", sn.Instance)
+	}
+	instances[sn.Instance] = true
+	if sn.ContentGeneration < 1 || sn.LockGeneration < 0 || sn.AclGeneration < 0 {
+		return nil, fmt.Errorf("bad generations")
+	}
+	if sn.CreateTimeMs < 0 || sn.CreateTimeMs > sn.ModifyTimeMs || sn.ModifyTimeMs > s.now {
+		return nil, fmt.Errorf("bad times %d/%d (now %d)", sn.CreateTimeMs, sn.ModifyTimeMs, s.now)
+	}
+	if sn.EphemeralOwner < 0 {
+		return nil, fmt.Errorf("ephemeral owner %d", sn.EphemeralOwner)
+	}
+	if sn.Checksum < 0 || sn.Checksum > 0xffffffff || uint32(sn.Checksum) != crc32.Checksum(sn.Content, castagnoli) {
+		return nil, fmt.Errorf("content checksum mismatch")
+	}
+	n := &node{
+		path:       sn.Path,
+		kind:       sn.Kind,
+		instance:   sn.Instance,
+		contentGen: sn.ContentGeneration,
+		lockGen:    sn.LockGeneration,
+		aclGen:     sn.AclGeneration,
+		checksum:   uint32(sn.Checksum),
+		ctime:      sn.CreateTimeMs,
+		mtime:      sn.ModifyTimeMs,
+		owner:      sn.EphemeralOwner,
+		nextSeq:    sn.NextSequence,
+	}
+	if n.isDir() {
+		if len(sn.Content) != 0 {
+			return nil, fmt.Errorf("directory with content")
+		}
+		if sn.NextSequence < 0 || sn.NextSequence > maxSequence+1 {
+			return nil, fmt.Errorf("sequence counter %d", sn.NextSequence)
+		}
+		n.children = map[string]*node{}
+	} else {
+		if len(sn.Content) > int(chubby.MAX_CONTENT_BYTES) {
+			return nil, fmt.Errorf("content of %d bytes", len(sn.Content))
+		}
+		if sn.NextSequence != 0 {
+			return nil, fmt.Errorf("file with a sequence counter")
+		}
+		if len(sn.Content) > 0 {
+			n.content = sn.Content
+		}
+	}
+	if first {
+		if !n.isDir() || n.owner != 0 {
+			return nil, fmt.Errorf("the root must be a permanent directory")
+		}
+		s.root = n
+		s.nodes = 1
+		return n, nil
+	}
+	parent := byPath[parentPath(sn.Path)]
+	if parent == nil || !parent.isDir() {
+		return nil, fmt.Errorf("parent missing, later in the list, or a file")
+	}
+	n.name = comps[len(comps)-1]
+	n.name = n.path[len(n.path)-len(n.name):]
+	if parent.children[n.name] != nil {
+		return nil, fmt.Errorf("repeated")
+	}
+	n.parent = parent
+	parent.children[n.name] = n
+	s.nodes++
+	s.contentBytes += int64(len(n.content))
+	return n, nil
+}
+
+func validDelay(d int64) bool { return d >= 0 && d <= chubby.MAX_LOCK_DELAY_MS }
