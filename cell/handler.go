@@ -1,0 +1,447 @@
+package cell
+
+import (
+	"context"
+	"errors"
+
+	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/chubbygo/chubby/rpc"
+)
+
+// handler implements the combined Kitex service. Every handler validates
+// what it can at the edge (so a bad request costs no log write), then either
+// reads the state under the read lock or proposes a command; the fs state
+// machine validates everything again when the command applies.
+type handler struct{ s *Server }
+
+func invalid(format string, args ...any) error {
+	return fs.Errorf(chubby.ErrorCode_INVALID_ARGUMENT, format, args...)
+}
+
+func missing(what string) error { return invalid("request has no %s", what) }
+
+// live refuses calls for a session whose lease ran out (its EndSession may
+// not have applied yet) or that does not exist.
+func (h *handler) live(id chubby.SessionID) error {
+	if !h.s.leases.alive(id) {
+		return fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d has ended or never existed", id)
+	}
+	return nil
+}
+
+func (h *handler) liveHandle(hd *chubby.Handle) error {
+	if hd == nil {
+		return missing("handle")
+	}
+	return h.live(hd.Session)
+}
+
+func checkContent(b []byte) error {
+	if len(b) > int(chubby.MAX_CONTENT_BYTES) {
+		return fs.Errorf(chubby.ErrorCode_TOO_LARGE, "content of %d bytes is over the %d-byte limit", len(b), chubby.MAX_CONTENT_BYTES)
+	}
+	return nil
+}
+
+func checkPath(p string) error {
+	_, err := fs.ParsePath(p)
+	return err
+}
+
+func checkLockDelay(d *int64) error {
+	if d != nil && (*d < 0 || *d > chubby.MAX_LOCK_DELAY_MS) {
+		return invalid("lock_delay_ms %d outside [0, %d]", *d, chubby.MAX_LOCK_DELAY_MS)
+	}
+	return nil
+}
+
+func lockDelay(d *int64) int64 {
+	if d == nil {
+		return chubby.DEFAULT_LOCK_DELAY_MS
+	}
+	return *d
+}
+
+// ---- Session
+
+func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRequest) (*chubby.CreateSessionResponse, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if len(req.ClientName) > int(chubby.MAX_CLIENT_NAME_BYTES) {
+		return nil, invalid("client_name of %d bytes over the %d-byte limit", len(req.ClientName), chubby.MAX_CLIENT_NAME_BYTES)
+	}
+	res, err := h.s.propose(ctx, &fsm.Op{CreateSession: req})
+	if err != nil {
+		return nil, err
+	}
+	if res.Session == nil {
+		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "CreateSession applied without a session id")
+	}
+	h.s.leases.add(*res.Session)
+	return &chubby.CreateSessionResponse{Session: *res.Session, LeaseMs: h.s.cfg.Lease.Milliseconds(), Epoch: h.s.epoch}, nil
+}
+
+func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (*chubby.KeepAliveResponse, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	n := len(req.Sessions)
+	if n == 0 || n > int(chubby.MAX_SESSIONS_PER_KEEPALIVE) {
+		return nil, invalid("a KeepAlive carries 1..%d sessions, not %d", chubby.MAX_SESSIONS_PER_KEEPALIVE, n)
+	}
+	ids := make([]chubby.SessionID, 0, n)
+	seen := make(map[chubby.SessionID]struct{}, n)
+	for _, it := range req.Sessions {
+		if it == nil {
+			return nil, missing("session item")
+		}
+		if _, dup := seen[it.Session]; dup {
+			return nil, invalid("session %d appears twice in one KeepAlive", it.Session)
+		}
+		seen[it.Session] = struct{}{}
+		ids = append(ids, it.Session)
+	}
+	c, wait, ok := h.s.leases.register(ids)
+	if !ok {
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "too many parked KeepAlive calls; retry shortly")
+	}
+	extend := true
+	if wait > 0 {
+		// The bound is the answer time itself: a KeepAlive never outlives the
+		// lease it renews, whatever the client does.
+		_, err := c.d.Park(ctx, wait)
+		if err != nil && !errors.Is(err, rpc.ErrBoundExceeded) {
+			extend = false // the caller is gone: do not extend on its behalf
+		}
+	}
+	results := h.s.leases.answer(c, ids, extend)
+	if !extend {
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive abandoned")
+	}
+	return &chubby.KeepAliveResponse{Results: results, Epoch: h.s.epoch}, nil
+}
+
+func (h *handler) CloseSession(ctx context.Context, req *chubby.CloseSessionRequest) error {
+	if req == nil {
+		return missing("body")
+	}
+	if !h.s.leases.markEnding(req.Session) {
+		return fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d has ended or never existed", req.Session)
+	}
+	_, err := h.s.propose(ctx, &fsm.Op{EndSession: &fsm.EndSession{Session: req.Session, Expired: false}})
+	var ce *chubby.ChubbyError
+	if err != nil && !(errors.As(err, &ce) && ce.Code == chubby.ErrorCode_SESSION_EXPIRED) {
+		h.s.leases.unmarkEnding(req.Session)
+		return err
+	}
+	h.s.leases.ended([]chubby.SessionID{req.Session})
+	return err
+}
+
+// ---- FileSystem
+
+func (h *handler) Open(ctx context.Context, req *chubby.OpenRequest) (*chubby.OpenResponse, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.live(req.Session); err != nil {
+		return nil, err
+	}
+	if err := checkPath(req.Path); err != nil {
+		return nil, err
+	}
+	if err := checkContent(req.InitialContent); err != nil {
+		return nil, err
+	}
+	res, err := h.s.propose(ctx, &fsm.Op{Open: req})
+	if err != nil {
+		return nil, err
+	}
+	if res.Handle == nil || res.Stat == nil {
+		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "Open applied without a handle")
+	}
+	return &chubby.OpenResponse{Handle: res.Handle, Stat: res.Stat, Created: res.GetCreated()}, nil
+}
+
+func (h *handler) Close(ctx context.Context, req *chubby.CloseRequest) error {
+	if req == nil {
+		return missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return err
+	}
+	_, err := h.s.propose(ctx, &fsm.Op{Close: req})
+	return err
+}
+
+func (h *handler) GetContentsAndStat(ctx context.Context, req *chubby.HandleRequest) (*chubby.GetContentsAndStatResponse, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return nil, err
+	}
+	var (
+		b   []byte
+		st  *chubby.Stat
+		err error
+	)
+	h.s.m.read(func(s *fs.State) { b, st, err = s.GetContentsAndStat(req.Handle) })
+	if err != nil {
+		return nil, err
+	}
+	return &chubby.GetContentsAndStatResponse{Content: b, Stat: st}, nil
+}
+
+func (h *handler) GetStat(ctx context.Context, req *chubby.HandleRequest) (*chubby.Stat, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return nil, err
+	}
+	var (
+		st  *chubby.Stat
+		err error
+	)
+	h.s.m.read(func(s *fs.State) { st, err = s.GetStat(req.Handle) })
+	return st, err
+}
+
+func (h *handler) ReadDir(ctx context.Context, req *chubby.HandleRequest) (*chubby.ReadDirResponse, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return nil, err
+	}
+	var (
+		es  []*chubby.DirEntry
+		err error
+	)
+	h.s.m.read(func(s *fs.State) { es, err = s.ReadDir(req.Handle) })
+	if err != nil {
+		return nil, err
+	}
+	return &chubby.ReadDirResponse{Entries: es}, nil
+}
+
+func (h *handler) SetContents(ctx context.Context, req *chubby.SetContentsRequest) (*chubby.Stat, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return nil, err
+	}
+	if err := checkContent(req.Content); err != nil {
+		return nil, err
+	}
+	res, err := h.s.propose(ctx, &fsm.Op{SetContents: req})
+	if err != nil {
+		return nil, err
+	}
+	return res.Stat, nil
+}
+
+func (h *handler) Delete(ctx context.Context, req *chubby.DeleteRequest) error {
+	if req == nil {
+		return missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return err
+	}
+	_, err := h.s.propose(ctx, &fsm.Op{DeleteNode: req})
+	return err
+}
+
+func (h *handler) Mkdir(ctx context.Context, req *chubby.MkdirRequest) (*chubby.Stat, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.live(req.Session); err != nil {
+		return nil, err
+	}
+	if err := checkPath(req.Path); err != nil {
+		return nil, err
+	}
+	res, err := h.s.propose(ctx, &fsm.Op{Mkdir: req})
+	if err != nil {
+		return nil, err
+	}
+	return res.Stat, nil
+}
+
+func (h *handler) CreateFile(ctx context.Context, req *chubby.CreateFileRequest) (*chubby.Stat, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.live(req.Session); err != nil {
+		return nil, err
+	}
+	if err := checkPath(req.Path); err != nil {
+		return nil, err
+	}
+	if err := checkContent(req.Content); err != nil {
+		return nil, err
+	}
+	res, err := h.s.propose(ctx, &fsm.Op{CreateFile: req})
+	if err != nil {
+		return nil, err
+	}
+	return res.Stat, nil
+}
+
+// ---- Lock
+
+func validMode(m chubby.LockMode) error {
+	if m != chubby.LockMode_EXCLUSIVE && m != chubby.LockMode_SHARED {
+		return invalid("lock mode %d is neither EXCLUSIVE nor SHARED", m)
+	}
+	return nil
+}
+
+// Acquire proposes a waiting acquire; if the lock is not granted at once the
+// call is parked (AMD) until the apply loop grants it (machine.dispatch),
+// the handle or session ends, or wait_ms passes. On the deadline it proposes
+// CancelWait; if the grant won that race, the caller gets the lock.
+func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chubby.Sequencer, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return nil, err
+	}
+	if err := validMode(req.Mode); err != nil {
+		return nil, err
+	}
+	if req.WaitMs <= 0 || req.WaitMs > chubby.MAX_ACQUIRE_WAIT_MS {
+		return nil, invalid("wait_ms %d outside [1, %d]", req.WaitMs, chubby.MAX_ACQUIRE_WAIT_MS)
+	}
+	if err := checkLockDelay(req.LockDelayMs); err != nil {
+		return nil, err
+	}
+	start := h.s.cfg.Now()
+	d, err := h.s.m.park(req.Handle.Id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{
+		Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs),
+	}})
+	if err != nil {
+		h.s.m.unpark(req.Handle.Id, d)
+		return nil, err
+	}
+	if !res.GetWaiting() {
+		h.s.m.unpark(req.Handle.Id, d)
+		if res.Sequencer == nil {
+			return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "Acquire applied without a sequencer")
+		}
+		return res.Sequencer, nil
+	}
+	h.s.metrics.parkedAcquire(1)
+	defer h.s.metrics.parkedAcquire(-1)
+	rest := max(msDuration(req.WaitMs)-h.s.cfg.Now().Sub(start), 0)
+	seq, err := d.Park(ctx, max(rest, 1))
+	if err == nil {
+		return seq, nil
+	}
+	var ce *chubby.ChubbyError
+	if errors.As(err, &ce) {
+		return nil, ce // woken with an error: handle closed, node deleted, session ended
+	}
+	// Deadline, or the caller went away: withdraw the request. If it was
+	// granted in the meantime the handle holds the lock, and we say so.
+	h.s.m.unpark(req.Handle.Id, d)
+	if _, cerr := h.s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: req.Handle}}); cerr != nil {
+		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", cerr)
+	}
+	var held *chubby.Sequencer
+	h.s.m.read(func(s *fs.State) { held, _ = s.GetSequencer(req.Handle) })
+	if held != nil {
+		return held, nil
+	}
+	return nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "lock %s not granted within %d ms", req.Handle.Path, req.WaitMs)
+}
+
+func (h *handler) TryAcquire(ctx context.Context, req *chubby.TryAcquireRequest) (*chubby.Sequencer, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return nil, err
+	}
+	if err := validMode(req.Mode); err != nil {
+		return nil, err
+	}
+	if err := checkLockDelay(req.LockDelayMs); err != nil {
+		return nil, err
+	}
+	res, err := h.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{
+		Handle: req.Handle, Mode: req.Mode, Wait: false, LockDelayMs: lockDelay(req.LockDelayMs),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Sequencer == nil {
+		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "TryAcquire applied without a sequencer")
+	}
+	return res.Sequencer, nil
+}
+
+func (h *handler) Release(ctx context.Context, req *chubby.HandleRequest) error {
+	if req == nil {
+		return missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return err
+	}
+	_, err := h.s.propose(ctx, &fsm.Op{Release: req})
+	return err
+}
+
+func (h *handler) GetSequencer(ctx context.Context, req *chubby.HandleRequest) (*chubby.Sequencer, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := h.liveHandle(req.Handle); err != nil {
+		return nil, err
+	}
+	var (
+		seq *chubby.Sequencer
+		err error
+	)
+	h.s.m.read(func(s *fs.State) { seq, err = s.GetSequencer(req.Handle) })
+	return seq, err
+}
+
+func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencerRequest) (*chubby.CheckSequencerResponse, error) {
+	if req == nil || req.Sequencer == nil {
+		return nil, missing("sequencer")
+	}
+	if err := validMode(req.Sequencer.Mode); err != nil {
+		return nil, err
+	}
+	if err := checkPath(req.Sequencer.Path); err != nil {
+		return nil, err
+	}
+	var (
+		ok     bool
+		reason string
+	)
+	h.s.m.read(func(s *fs.State) { ok, reason = s.CheckSequencer(req.Sequencer) })
+	return &chubby.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
+}
+
+// ---- Cell
+
+func (h *handler) GetMaster(ctx context.Context) (*chubby.GetMasterResponse, error) {
+	return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch, MasterId: h.s.cfg.ID}, nil
+}
+
+func (h *handler) GetStatus(ctx context.Context) (*chubby.CellStatus, error) {
+	return h.s.status(), nil
+}

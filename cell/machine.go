@@ -1,0 +1,139 @@
+package cell
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/chubbygo/chubby/rpc"
+)
+
+// machine is the fs state machine as the log drives it, plus what the master
+// does with the effects of each command: it wakes parked Acquire calls and
+// tells the session table which sessions ended. Reads take the read lock;
+// the log's apply loop takes the write lock per command.
+type machine struct {
+	limits fs.Limits
+
+	mu      sync.RWMutex
+	st      *fs.State
+	applied uint64
+
+	waitMu  sync.Mutex
+	waiters map[int64]*rpc.Deferred[*chubby.Sequencer] // handle id → its parked Acquire
+	maxWait int
+
+	// Called from the apply goroutine, outside mu.
+	onEnded func([]chubby.SessionID)
+	onTimer func(atMs int64)
+}
+
+func newMachine(l fs.Limits, maxWaiters int) *machine {
+	return &machine{
+		limits:  l,
+		st:      fs.New(l),
+		waiters: make(map[int64]*rpc.Deferred[*chubby.Sequencer]),
+		maxWait: maxWaiters,
+	}
+}
+
+// Apply implements replica.StateMachine.
+func (m *machine) Apply(index uint64, entry []byte) any {
+	m.mu.Lock()
+	res, fx, err := m.st.ApplyBytes(entry)
+	m.applied = index
+	next, hasTimer := m.st.NextTimer()
+	m.mu.Unlock()
+	if err != nil {
+		// Only entries this process encoded reach the log, so this is a
+		// bug or a corrupt disk; the state is unchanged either way.
+		return &fsm.Result_{Err: fs.Errorf(chubby.ErrorCode_INTERNAL, "undecodable log entry %d: %v", index, err)}
+	}
+	m.dispatch(fx)
+	if hasTimer && m.onTimer != nil {
+		m.onTimer(next)
+	}
+	return res
+}
+
+// Snapshot implements replica.StateMachine.
+func (m *machine) Snapshot() []byte {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.Snapshot()
+}
+
+// Restore implements replica.StateMachine.
+func (m *machine) Restore(index uint64, b []byte) error {
+	st, err := fs.Restore(b, m.limits)
+	if err != nil {
+		return fmt.Errorf("restore fs snapshot: %w", err)
+	}
+	m.mu.Lock()
+	m.st, m.applied = st, index
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *machine) dispatch(fx fs.Effects) {
+	if len(fx.Woken) > 0 {
+		m.waitMu.Lock()
+		for _, w := range fx.Woken {
+			d, ok := m.waiters[w.Handle]
+			if !ok {
+				continue // its caller already gave up (see Server.Acquire)
+			}
+			delete(m.waiters, w.Handle)
+			if w.Err != nil {
+				d.Reject(w.Err)
+			} else {
+				d.Resolve(w.Sequencer)
+			}
+		}
+		m.waitMu.Unlock()
+	}
+	if len(fx.EndedSessions) > 0 && m.onEnded != nil {
+		m.onEnded(fx.EndedSessions)
+	}
+}
+
+// park registers a parked Acquire for a handle. It fails when the handle
+// already has one (the fs would refuse the second anyway) or when too many
+// calls are parked.
+func (m *machine) park(handle int64) (*rpc.Deferred[*chubby.Sequencer], error) {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	if _, dup := m.waiters[handle]; dup {
+		return nil, fs.Errorf(chubby.ErrorCode_LOCK_HELD, "handle %d already has an Acquire waiting", handle)
+	}
+	if len(m.waiters) >= m.maxWait {
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "too many parked Acquire calls (%d); retry later", m.maxWait)
+	}
+	d := rpc.NewDeferred[*chubby.Sequencer]()
+	m.waiters[handle] = d
+	return d, nil
+}
+
+// unpark forgets a handle's parked Acquire if it is still d.
+func (m *machine) unpark(handle int64, d *rpc.Deferred[*chubby.Sequencer]) {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	if m.waiters[handle] == d {
+		delete(m.waiters, handle)
+	}
+}
+
+func (m *machine) parkedAcquires() int {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	return len(m.waiters)
+}
+
+// read runs f with the state under the read lock.
+func (m *machine) read(f func(st *fs.State)) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	f(m.st)
+}

@@ -1,0 +1,204 @@
+package cell
+
+import (
+	"sync"
+	"time"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/rpc"
+)
+
+// leases is the master's session lease table. Leases are the master's own
+// timers, not replicated state: a KeepAlive changes nothing in the log.
+// Only the end of a session is a command (proposed through expire).
+//
+// A KeepAlive is parked (AMD) until the earliest lease in it is within
+// margin of running out, then every lease in it is extended to now+lease and
+// the call is answered; it is answered at once when one of its sessions has
+// ended. The client sends the next KeepAlive as soon as it has the reply,
+// so the master holds one KeepAlive per client at a time.
+type leases struct {
+	lease  time.Duration
+	margin time.Duration
+	now    func() time.Time
+	max    int // parked KeepAlive calls
+	expire func(chubby.SessionID)
+
+	mu     sync.Mutex
+	m      map[chubby.SessionID]*leaseState
+	parked int
+}
+
+type leaseState struct {
+	end    time.Time
+	timer  *time.Timer
+	gen    uint64 // bumped on every extension: a stale timer firing is ignored
+	ending bool   // EndSession proposed; KeepAlives get SESSION_EXPIRED
+	calls  map[*parkedKeepAlive]struct{}
+}
+
+type parkedKeepAlive struct {
+	d *rpc.Deferred[struct{}]
+}
+
+func newLeases(lease, margin time.Duration, now func() time.Time, maxParked int, expire func(chubby.SessionID)) *leases {
+	return &leases{lease: lease, margin: margin, now: now, max: maxParked, expire: expire,
+		m: make(map[chubby.SessionID]*leaseState)}
+}
+
+// add starts a lease for a new (or, after a restart, recovered) session.
+func (l *leases) add(id chubby.SessionID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.m[id]; ok {
+		return
+	}
+	ls := &leaseState{end: l.now().Add(l.lease), calls: make(map[*parkedKeepAlive]struct{})}
+	l.m[id] = ls
+	l.arm(id, ls)
+}
+
+// arm (re)starts the expiry timer of a lease; l.mu is held.
+func (l *leases) arm(id chubby.SessionID, ls *leaseState) {
+	ls.gen++
+	gen := ls.gen
+	d := ls.end.Sub(l.now())
+	if ls.timer != nil {
+		ls.timer.Stop()
+	}
+	ls.timer = time.AfterFunc(max(d, 0), func() { l.fire(id, gen) })
+}
+
+func (l *leases) fire(id chubby.SessionID, gen uint64) {
+	l.mu.Lock()
+	ls, ok := l.m[id]
+	if !ok || ls.gen != gen || ls.ending {
+		l.mu.Unlock()
+		return
+	}
+	if rest := ls.end.Sub(l.now()); rest > 0 { // the clock moved less than the timer thought
+		l.arm(id, ls)
+		l.mu.Unlock()
+		return
+	}
+	ls.ending = true
+	l.mu.Unlock()
+	l.expire(id)
+}
+
+// ended forgets sessions the log has ended and answers their parked
+// KeepAlives.
+func (l *leases) ended(ids []chubby.SessionID) {
+	l.mu.Lock()
+	var wake []*parkedKeepAlive
+	for _, id := range ids {
+		ls, ok := l.m[id]
+		if !ok {
+			continue
+		}
+		if ls.timer != nil {
+			ls.timer.Stop()
+		}
+		for c := range ls.calls {
+			wake = append(wake, c)
+		}
+		delete(l.m, id)
+	}
+	l.mu.Unlock()
+	for _, c := range wake {
+		c.d.Resolve(struct{}{})
+	}
+}
+
+// ending marks a session as being ended (CloseSession) so KeepAlives stop
+// extending it. It reports whether the session was live.
+func (l *leases) markEnding(id chubby.SessionID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ls, ok := l.m[id]
+	if !ok || ls.ending {
+		return false
+	}
+	ls.ending = true
+	return true
+}
+
+// unmarkEnding undoes markEnding when the EndSession command failed to commit.
+func (l *leases) unmarkEnding(id chubby.SessionID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ls, ok := l.m[id]; ok {
+		ls.ending = false
+		l.arm(id, ls)
+	}
+}
+
+func (l *leases) count() (sessions, parked int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m), l.parked
+}
+
+// register parks a KeepAlive on the given sessions. It returns how long to
+// park (0: answer now) or an error when too many calls are parked.
+func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.parked >= l.max {
+		return nil, 0, false
+	}
+	now := l.now()
+	wait := l.lease
+	c := &parkedKeepAlive{d: rpc.NewDeferred[struct{}]()}
+	for _, id := range ids {
+		ls, ok := l.m[id]
+		if !ok || ls.ending {
+			wait = 0 // answer at once: that session is over
+			continue
+		}
+		wait = min(wait, ls.end.Sub(now)-l.margin)
+		ls.calls[c] = struct{}{}
+	}
+	l.parked++
+	return c, max(wait, 0), true
+}
+
+// answer unparks c and builds the reply: live sessions get a new lease of
+// now+lease (only when extend is set, i.e. the caller is still there),
+// ended ones SESSION_EXPIRED.
+func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool) []*chubby.LeaseGrant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.parked--
+	now := l.now()
+	out := make([]*chubby.LeaseGrant, 0, len(ids))
+	for _, id := range ids {
+		ls, ok := l.m[id]
+		if ok {
+			delete(ls.calls, c)
+		}
+		if !ok || ls.ending {
+			out = append(out, &chubby.LeaseGrant{Session: id,
+				Error: &chubby.ChubbyError{Code: chubby.ErrorCode_SESSION_EXPIRED, Message: "session has ended"}})
+			continue
+		}
+		if extend {
+			if end := now.Add(l.lease); end.After(ls.end) {
+				ls.end = end
+				l.arm(id, ls)
+			}
+		}
+		out = append(out, &chubby.LeaseGrant{Session: id, LeaseMs: ls.end.Sub(now).Milliseconds()})
+	}
+	return out
+}
+
+// alive reports whether a session exists and is not being ended.
+func (l *leases) alive(id chubby.SessionID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ls, ok := l.m[id]
+	return ok && !ls.ending
+}
+
+func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
