@@ -15,6 +15,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/kerrors"
 	"github.com/cloudwego/kitex/pkg/limiter"
 	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/transmeta"
 	"github.com/cloudwego/kitex/server"
@@ -51,6 +52,11 @@ type ServerConfig struct {
 	// closed at once. Default DefaultMaxConnections. The cap is what keeps
 	// a flood of clients from exhausting the process's file descriptors.
 	MaxConnections int
+	// MaxPayloadBytes bounds one framed request; larger ones are refused
+	// before they are read. Default DefaultMaxPayloadBytes. Every framed
+	// request is also checked to be well-formed Thrift before it is decoded
+	// (see guardedCodec).
+	MaxPayloadBytes int
 	// MaxQPS caps calls per second over all connections, 0 = unlimited.
 	MaxQPS int
 	// ExitWaitTime is how long a graceful Stop waits, default
@@ -103,6 +109,12 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 	if cfg.MaxConnIdleTime == 0 {
 		cfg.MaxConnIdleTime = DefaultMaxConnIdleTime
 	}
+	if cfg.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("rpc: negative MaxPayloadBytes %d", cfg.MaxPayloadBytes)
+	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -139,6 +151,8 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		server.WithMaxConnIdleTime(cfg.MaxConnIdleTime),
 		server.WithBoundHandler(&connWatcher{metrics: metrics}),
 		server.WithMiddleware(serverMiddleware(metrics, log)),
+		server.WithCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxPayloadBytes)),
+		server.WithPayloadCodec(newGuardedCodec()),
 	)
 	if cfg.MaxQPS > 0 {
 		opts = append(opts, server.WithQPSLimiter(limiter.NewQPSLimiter(qpsInterval, cfg.MaxQPS)))
