@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"time"
 
 	"github.com/cloudwego/kitex/client"
@@ -118,6 +119,10 @@ func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
 			MaxIdleTimeout:    cfg.MaxIdleTimeout,
 		}),
 		client.WithMiddleware(inFlightLimit(cfg.MaxInFlight)),
+		// Replies are checked like requests (see guardedCodec): a broken or
+		// hostile server must not be able to crash a client either.
+		client.WithCodec(codec.NewDefaultCodecWithSizeLimit(DefaultMaxPayloadBytes)),
+		client.WithPayloadCodec(newGuardedCodec()),
 	}
 	if cfg.RPCTimeout > 0 {
 		opts = append(opts, client.WithRPCTimeout(cfg.RPCTimeout))
