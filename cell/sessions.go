@@ -38,7 +38,8 @@ type leaseState struct {
 }
 
 type parkedKeepAlive struct {
-	d *rpc.Deferred[struct{}]
+	d       *rpc.Deferred[struct{}]
+	arrived time.Time // lease_ms is counted from here: never later than when the client sent it
 }
 
 func newLeases(lease, margin time.Duration, now func() time.Time, maxParked int, expire func(chubby.SessionID)) *leases {
@@ -149,7 +150,7 @@ func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Durati
 	}
 	now := l.now()
 	wait := l.lease
-	c := &parkedKeepAlive{d: rpc.NewDeferred[struct{}]()}
+	c := &parkedKeepAlive{d: rpc.NewDeferred[struct{}](), arrived: now}
 	for _, id := range ids {
 		ls, ok := l.m[id]
 		if !ok || ls.ending {
@@ -188,7 +189,10 @@ func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool)
 				l.arm(id, ls)
 			}
 		}
-		out = append(out, &chubby.LeaseGrant{Session: id, LeaseMs: ls.end.Sub(now).Milliseconds()})
+		// The client counts lease_ms from when it sent the request, so it is
+		// measured from the request's arrival: the client's idea of the lease
+		// end is then never later than the master's.
+		out = append(out, &chubby.LeaseGrant{Session: id, LeaseMs: ls.end.Sub(c.arrived).Milliseconds()})
 	}
 	return out
 }
