@@ -1,0 +1,64 @@
+package client
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// Retry limits. They are explicit so that a dead cell costs a caller a known,
+// small amount of time rather than an open-ended wait.
+const (
+	// maxCallAttempts bounds how often one call is sent (first try included)
+	// when its failures are retryable (see retryClass).
+	maxCallAttempts = 5
+
+	// callBackoffBase and callBackoffMax shape the pause between attempts of
+	// one call: base·2^n with jitter, never above max. With 5 attempts a call
+	// to an unreachable cell gives up after at most 0.05+0.1+0.2+0.4 = 0.75 s
+	// of pauses (plus the connect timeouts).
+	callBackoffBase = 50 * time.Millisecond
+	callBackoffMax  = time.Second
+
+	// keepAliveBackoffBase and keepAliveBackoffMax shape the pause between
+	// KeepAlive attempts after a failure. The KeepAlive loop retries until the
+	// local lease ends, so it needs no attempt limit: time bounds it.
+	keepAliveBackoffBase = 50 * time.Millisecond
+	keepAliveBackoffMax  = 500 * time.Millisecond
+)
+
+// backoffDelay is the pause before retry number attempt (0 for the first
+// retry): d = min(max, base·2^attempt), then jittered into [d/2, d) by
+// jitter ∈ [0, 1) so that many clients do not retry in step. It never returns
+// less than base/2 or more than max.
+func backoffDelay(base, max time.Duration, attempt int, jitter float64) time.Duration {
+	d := base
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	if jitter < 0 {
+		jitter = 0
+	}
+	if jitter >= 1 {
+		jitter = 0.999
+	}
+	return d/2 + time.Duration(float64(d/2)*jitter)
+}
+
+// sleepCtx pauses for d, or less when ctx ends (then it returns ctx's error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// jitter returns a random number in [0, 1) for backoffDelay.
+func jitter() float64 { return rand.Float64() }

@@ -1,0 +1,187 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/cloudwego/kitex/client/callopt"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/chubby/combineservice"
+	"github.com/chubbygo/chubby/rpc"
+)
+
+// Client is a connection to one cell. It is safe for concurrent use. Calls
+// that need no session (Status, GetMaster, CheckSequencer) are methods of
+// Client; everything else goes through a Session made by NewSession.
+type Client struct {
+	cfg    Config
+	log    *slog.Logger
+	kc     combineservice.Client
+	master *master
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[*Session]struct{} // live sessions, ended by Close
+}
+
+// Connect prepares a client for the cell cfg names (see Config for the
+// defaults). It validates the configuration and builds the Kitex client; it
+// does no network I/O — the first call reaches the cell, and connection
+// failures are reported by that call (wrapping ErrUnreachable).
+func Connect(ctx context.Context, cfg Config) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("chubby: connect: %w", err)
+	}
+	cfg, err := cfg.withDefaults(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := rpc.ClientOptions(rpc.ClientConfig{
+		Addrs:          cfg.Addrs,
+		ConnectTimeout: cfg.ConnectTimeout,
+		// Kitex honours a per-call callopt.WithRPCTimeout only when the
+		// client has a default RPC timeout, so this must not be zero.
+		RPCTimeout: cfg.CallTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chubby: connect: %w", err)
+	}
+	kc, err := combineservice.NewClient("chubby", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("chubby: connect: %w", err)
+	}
+	return &Client{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		kc:       kc,
+		master:   newMaster(cfg.Addrs),
+		sessions: make(map[*Session]struct{}),
+	}, nil
+}
+
+// Addrs returns the replica addresses the client was configured with.
+func (c *Client) Addrs() []string { return append([]string(nil), c.cfg.Addrs...) }
+
+// Close ends every session of the client locally (their Err becomes
+// ErrClientClosed and their KeepAlive loops stop) and makes every later call
+// fail with ErrClientClosed. It sends nothing: the cell ends the sessions
+// when their leases run out, so close sessions first (Session.Close) for a
+// prompt, clean release of their locks. Idle connections are released when
+// the client is garbage-collected (the generated Kitex client exposes no
+// Close). Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	sessions := make([]*Session, 0, len(c.sessions))
+	for s := range c.sessions {
+		sessions = append(sessions, s)
+	}
+	c.sessions = nil
+	c.mu.Unlock()
+	for _, s := range sessions {
+		s.end(ErrClientClosed)
+		<-s.loopDone
+	}
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// addSession registers s so that Close can end it; false if the client is closed.
+func (c *Client) addSession(s *Session) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.sessions[s] = struct{}{}
+	return true
+}
+
+func (c *Client) removeSession(s *Session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.sessions, s)
+}
+
+// Status returns the cell's status: its replicas, which is master, the epoch
+// and counts of sessions, nodes, handles and held locks. Retried (a read).
+func (c *Client) Status(ctx context.Context) (*chubby.CellStatus, error) {
+	return c.StatusAsync(ctx).Wait(ctx)
+}
+
+// StatusAsync is the asynchronous form of Status.
+func (c *Client) StatusAsync(ctx context.Context) *rpc.Future[*chubby.CellStatus] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.CellStatus, error) {
+		return call(ctx, c, callSpec{op: "status", class: retrySafe, timeout: c.cfg.CallTimeout},
+			func(ctx context.Context, o ...callopt.Option) (*chubby.CellStatus, error) {
+				return c.kc.GetStatus(ctx, o...)
+			})
+	})
+}
+
+// GetMaster asks the cell where its master is; the answer also becomes the
+// client's guess of where to send calls. Retried (a read).
+func (c *Client) GetMaster(ctx context.Context) (*chubby.GetMasterResponse, error) {
+	return c.GetMasterAsync(ctx).Wait(ctx)
+}
+
+// GetMasterAsync is the asynchronous form of GetMaster.
+func (c *Client) GetMasterAsync(ctx context.Context) *rpc.Future[*chubby.GetMasterResponse] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.GetMasterResponse, error) {
+		r, err := call(ctx, c, callSpec{op: "get-master", class: retrySafe, timeout: c.cfg.CallTimeout},
+			func(ctx context.Context, o ...callopt.Option) (*chubby.GetMasterResponse, error) {
+				return c.kc.GetMaster(ctx, o...)
+			})
+		if err == nil {
+			c.master.learned(r.GetMasterAddress())
+		}
+		return r, err
+	})
+}
+
+// SequencerCheck is the cell's verdict on a sequencer.
+type SequencerCheck struct {
+	Valid  bool
+	Reason string // why not, when not valid
+}
+
+// CheckSequencer asks the cell whether seq still names a held lock: the
+// lock is held in seq's mode with seq's lock generation on the same instance
+// of the node. Servers that receive requests from lock holders call it; it
+// needs no session. valid=false with a reason is an answer, not an error.
+// Retried (a read).
+func (c *Client) CheckSequencer(ctx context.Context, seq *chubby.Sequencer) (valid bool, reason string, err error) {
+	r, err := c.CheckSequencerAsync(ctx, seq).Wait(ctx)
+	return r.Valid, r.Reason, err
+}
+
+// CheckSequencerAsync is the asynchronous form of CheckSequencer.
+func (c *Client) CheckSequencerAsync(ctx context.Context, seq *chubby.Sequencer) *rpc.Future[SequencerCheck] {
+	return rpc.Go(ctx, func(ctx context.Context) (SequencerCheck, error) {
+		if seq == nil {
+			return SequencerCheck{}, &OpError{Op: "check-sequencer",
+				Err: newError(chubby.ErrorCode_INVALID_ARGUMENT, "nil sequencer")}
+		}
+		r, err := call(ctx, c, callSpec{op: "check-sequencer", path: seq.Path, class: retrySafe, timeout: c.cfg.CallTimeout},
+			func(ctx context.Context, o ...callopt.Option) (*chubby.CheckSequencerResponse, error) {
+				return c.kc.CheckSequencer(ctx, &chubby.CheckSequencerRequest{Sequencer: seq}, o...)
+			})
+		if err != nil {
+			return SequencerCheck{}, err
+		}
+		return SequencerCheck{Valid: r.GetValid(), Reason: r.GetReason()}, nil
+	})
+}

@@ -1,0 +1,442 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cloudwego/kitex/client/callopt"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/rpc"
+)
+
+// OpenOptions says how Session.Open opens (and maybe creates) a node.
+type OpenOptions struct {
+	// Mode is READ (the default when zero: read, take locks) or READ_WRITE
+	// (also write contents and delete).
+	Mode chubby.OpenMode
+	// Create is OPEN_EXISTING (the default when zero: NOT_FOUND if missing),
+	// OPEN_OR_CREATE (create a file if missing) or CREATE_NEW (EXISTS if
+	// present; always creates when Sequential).
+	Create chubby.CreateMode
+	// Ephemeral, on create: the file is deleted when the session ends.
+	Ephemeral bool
+	// Sequential, on create: a 10-digit per-parent counter is appended to
+	// the name; Handle.Path tells the name actually created.
+	Sequential bool
+	// InitialContent, on create: the file's first content.
+	InitialContent []byte
+	// EventMask is reserved for events (a later issue); 0 asks for none.
+	EventMask int32
+}
+
+// MkdirOptions says how Session.Mkdir creates a directory.
+type MkdirOptions struct {
+	// Parents creates missing parents; an existing directory is then not an error.
+	Parents bool
+	// Ephemeral: the directory is deleted when it is empty after the session ends.
+	Ephemeral bool
+}
+
+// CreateOptions says how Session.CreateFile creates a file.
+type CreateOptions struct {
+	Ephemeral   bool // deleted when the session ends
+	Sequential  bool // append a 10-digit per-parent counter to the name
+	MakeParents bool // create missing parent directories (permanent ones)
+}
+
+// Handle is an open node (DESIGN §4): a session's reference to one instance
+// of the node at its path. If the node is deleted (and perhaps re-created),
+// calls on the handle fail with HANDLE_INVALID. Safe for concurrent use.
+type Handle struct {
+	s       *Session
+	h       *chubby.Handle
+	created bool
+
+	mu   sync.Mutex
+	stat *chubby.Stat // the latest Stat any call on this handle returned
+}
+
+// Open opens the node at path (see OpenOptions). It changes the cell (a new
+// handle, maybe a new node), so it is retried only when the cell certainly
+// did not act (NOT_MASTER, no connection).
+func (s *Session) Open(ctx context.Context, path string, opts OpenOptions) (*Handle, error) {
+	return await(ctx, s.OpenAsync(ctx, path, opts))
+}
+
+// OpenAsync is the asynchronous form of Open.
+func (s *Session) OpenAsync(ctx context.Context, path string, opts OpenOptions) *rpc.Future[*Handle] {
+	return rpc.Go(ctx, func(ctx context.Context) (*Handle, error) {
+		req := &chubby.OpenRequest{
+			Session:        s.id,
+			Path:           path,
+			Mode:           opts.Mode,
+			Create:         opts.Create,
+			InitialContent: opts.InitialContent,
+		}
+		if req.Mode == 0 {
+			req.Mode = chubby.OpenMode_READ
+		}
+		if req.Create == 0 {
+			req.Create = chubby.CreateMode_OPEN_EXISTING
+		}
+		if opts.Ephemeral {
+			req.Ephemeral = boolPtr(true)
+		}
+		if opts.Sequential {
+			req.Sequential = boolPtr(true)
+		}
+		if opts.EventMask != 0 {
+			req.EventMask = &opts.EventMask
+		}
+		r, err := sessionCall(ctx, s, s.spec("open", path, retryUnsent),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.OpenResponse, error) {
+				return s.c.kc.Open(ctx, req, o...)
+			})
+		if err != nil {
+			return nil, err
+		}
+		return &Handle{s: s, h: r.GetHandle(), created: r.GetCreated(), stat: r.GetStat()}, nil
+	})
+}
+
+// Mkdir creates the directory path and returns its Stat.
+func (s *Session) Mkdir(ctx context.Context, path string, opts MkdirOptions) (*chubby.Stat, error) {
+	return await(ctx, s.MkdirAsync(ctx, path, opts))
+}
+
+// MkdirAsync is the asynchronous form of Mkdir.
+func (s *Session) MkdirAsync(ctx context.Context, path string, opts MkdirOptions) *rpc.Future[*chubby.Stat] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Stat, error) {
+		req := &chubby.MkdirRequest{Session: s.id, Path: path}
+		if opts.Parents {
+			req.Parents = boolPtr(true)
+		}
+		if opts.Ephemeral {
+			req.Ephemeral = boolPtr(true)
+		}
+		return sessionCall(ctx, s, s.spec("mkdir", path, retryUnsent),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
+				return s.c.kc.Mkdir(ctx, req, o...)
+			})
+	})
+}
+
+// CreateFile creates the file path with content in one call, without a
+// handle, and returns its Stat (whose Path has the counter when Sequential).
+func (s *Session) CreateFile(ctx context.Context, path string, content []byte, opts CreateOptions) (*chubby.Stat, error) {
+	return await(ctx, s.CreateFileAsync(ctx, path, content, opts))
+}
+
+// CreateFileAsync is the asynchronous form of CreateFile.
+func (s *Session) CreateFileAsync(ctx context.Context, path string, content []byte, opts CreateOptions) *rpc.Future[*chubby.Stat] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Stat, error) {
+		req := &chubby.CreateFileRequest{Session: s.id, Path: path, Content: content}
+		if req.Content == nil {
+			req.Content = []byte{}
+		}
+		if opts.Ephemeral {
+			req.Ephemeral = boolPtr(true)
+		}
+		if opts.Sequential {
+			req.Sequential = boolPtr(true)
+		}
+		if opts.MakeParents {
+			req.MakeParents = boolPtr(true)
+		}
+		return sessionCall(ctx, s, s.spec("create", path, retryUnsent),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
+				return s.c.kc.CreateFile(ctx, req, o...)
+			})
+	})
+}
+
+func (s *Session) spec(op, path string, class retryClass) callSpec {
+	return callSpec{op: op, path: path, class: class, timeout: s.c.cfg.CallTimeout}
+}
+
+// Path returns the path of the node the handle names (with the counter, for
+// a node created Sequential).
+func (h *Handle) Path() string { return h.h.GetPath() }
+
+// Session returns the session the handle belongs to.
+func (h *Handle) Session() *Session { return h.s }
+
+// Created reports whether Open created the node.
+func (h *Handle) Created() bool { return h.created }
+
+// Stat returns the latest metadata the client has seen for the node: from
+// Open, or from a later GetStat, GetContentsAndStat or SetContents on this
+// handle. It makes no call, so it may be out of date; GetStat asks the cell.
+func (h *Handle) Stat() *chubby.Stat {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stat
+}
+
+func (h *Handle) remember(st *chubby.Stat) {
+	if st == nil {
+		return
+	}
+	h.mu.Lock()
+	h.stat = st
+	h.mu.Unlock()
+}
+
+func (h *Handle) req() *chubby.HandleRequest { return &chubby.HandleRequest{Handle: h.h} }
+
+// GetContentsAndStat reads the file's content and metadata in one call.
+func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, *chubby.Stat, error) {
+	r, err := await(ctx, h.GetContentsAndStatAsync(ctx))
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.GetContent(), r.GetStat(), nil
+}
+
+// GetContentsAndStatAsync is the asynchronous form of GetContentsAndStat.
+func (h *Handle) GetContentsAndStatAsync(ctx context.Context) *rpc.Future[*chubby.GetContentsAndStatResponse] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.GetContentsAndStatResponse, error) {
+		r, err := sessionCall(ctx, h.s, h.s.spec("read", h.Path(), retrySafe),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.GetContentsAndStatResponse, error) {
+				return h.s.c.kc.GetContentsAndStat(ctx, h.req(), o...)
+			})
+		if err == nil {
+			h.remember(r.GetStat())
+		}
+		return r, err
+	})
+}
+
+// GetStat reads the node's metadata.
+func (h *Handle) GetStat(ctx context.Context) (*chubby.Stat, error) {
+	return await(ctx, h.GetStatAsync(ctx))
+}
+
+// GetStatAsync is the asynchronous form of GetStat.
+func (h *Handle) GetStatAsync(ctx context.Context) *rpc.Future[*chubby.Stat] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Stat, error) {
+		st, err := sessionCall(ctx, h.s, h.s.spec("stat", h.Path(), retrySafe),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
+				return h.s.c.kc.GetStat(ctx, h.req(), o...)
+			})
+		if err == nil {
+			h.remember(st)
+		}
+		return st, err
+	})
+}
+
+// ReadDir lists the directory's children, sorted by name.
+func (h *Handle) ReadDir(ctx context.Context) ([]*chubby.DirEntry, error) {
+	return await(ctx, h.ReadDirAsync(ctx))
+}
+
+// ReadDirAsync is the asynchronous form of ReadDir.
+func (h *Handle) ReadDirAsync(ctx context.Context) *rpc.Future[[]*chubby.DirEntry] {
+	return rpc.Go(ctx, func(ctx context.Context) ([]*chubby.DirEntry, error) {
+		r, err := sessionCall(ctx, h.s, h.s.spec("readdir", h.Path(), retrySafe),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.ReadDirResponse, error) {
+				return h.s.c.kc.ReadDir(ctx, h.req(), o...)
+			})
+		if err != nil {
+			return nil, err
+		}
+		return r.GetEntries(), nil
+	})
+}
+
+// SetOption modifies a SetContents call.
+type SetOption struct {
+	expectedGeneration *int64
+}
+
+// IfGeneration makes SetContents a compare-and-swap: it succeeds only if the
+// file's content generation is still gen, and fails with GENERATION_MISMATCH
+// otherwise.
+func IfGeneration(gen int64) SetOption { return SetOption{expectedGeneration: &gen} }
+
+// SetContents replaces the file's content (the handle must be READ_WRITE)
+// and returns the new Stat. Not retried once sent: after an ambiguous
+// failure, read the content generation before writing again, or use
+// IfGeneration.
+func (h *Handle) SetContents(ctx context.Context, content []byte, opts ...SetOption) (*chubby.Stat, error) {
+	return await(ctx, h.SetContentsAsync(ctx, content, opts...))
+}
+
+// SetContentsAsync is the asynchronous form of SetContents.
+func (h *Handle) SetContentsAsync(ctx context.Context, content []byte, opts ...SetOption) *rpc.Future[*chubby.Stat] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Stat, error) {
+		req := &chubby.SetContentsRequest{Handle: h.h, Content: content}
+		if req.Content == nil {
+			req.Content = []byte{}
+		}
+		for _, o := range opts {
+			if o.expectedGeneration != nil {
+				req.ExpectedGeneration = o.expectedGeneration
+			}
+		}
+		st, err := sessionCall(ctx, h.s, h.s.spec("write", h.Path(), retryUnsent),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
+				return h.s.c.kc.SetContents(ctx, req, o...)
+			})
+		if err == nil {
+			h.remember(st)
+		}
+		return st, err
+	})
+}
+
+// Delete deletes the node (the handle must be READ_WRITE); a non-empty
+// directory only when recursive.
+func (h *Handle) Delete(ctx context.Context, recursive bool) error {
+	_, err := await(ctx, h.DeleteAsync(ctx, recursive))
+	return err
+}
+
+// DeleteAsync is the asynchronous form of Delete.
+func (h *Handle) DeleteAsync(ctx context.Context, recursive bool) *rpc.Future[struct{}] {
+	return rpc.Go(ctx, func(ctx context.Context) (struct{}, error) {
+		req := &chubby.DeleteRequest{Handle: h.h}
+		if recursive {
+			req.Recursive = boolPtr(true)
+		}
+		return sessionCall(ctx, h.s, h.s.spec("delete", h.Path(), retryUnsent),
+			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
+				return struct{}{}, h.s.c.kc.Delete(ctx, req, o...)
+			})
+	})
+}
+
+// NoLockDelay, as LockOptions.LockDelay, asks for no lock-delay at all.
+const NoLockDelay time.Duration = -1
+
+// LockOptions modifies Acquire and TryAcquire.
+type LockOptions struct {
+	// LockDelay is how long the lock stays unavailable to others when this
+	// session ends while holding it without releasing it, so that late
+	// messages from the dead holder cannot interleave with the next
+	// holder's. Zero means the cell's default (chubby.DEFAULT_LOCK_DELAY_MS,
+	// 15 s); NoLockDelay means none; at most chubby.MAX_LOCK_DELAY_MS (60 s).
+	// Rounded up to whole milliseconds.
+	LockDelay time.Duration
+}
+
+func (o LockOptions) lockDelayMs() *int64 {
+	switch {
+	case o.LockDelay == 0:
+		return nil
+	case o.LockDelay < 0:
+		return int64Ptr(0)
+	}
+	return int64Ptr(ceilMs(o.LockDelay))
+}
+
+// Acquire takes the node's lock in mode (EXCLUSIVE or SHARED), waiting in
+// FIFO order behind other waiters for at most wait (rounded up to whole
+// milliseconds, at most chubby.MAX_ACQUIRE_WAIT_MS): TIMED_OUT when it passes.
+// It returns the lock's sequencer.
+//
+// If ctx ends first, Acquire returns the context's error, but the cell may
+// still grant the lock: the handle's lock state is then unknown; Release
+// (LOCK_NOT_HELD is harmless) or Close the handle to be sure.
+func (h *Handle) Acquire(ctx context.Context, mode chubby.LockMode, wait time.Duration, opts LockOptions) (*chubby.Sequencer, error) {
+	return await(ctx, h.AcquireAsync(ctx, mode, wait, opts))
+}
+
+// AcquireAsync is the asynchronous form of Acquire.
+func (h *Handle) AcquireAsync(ctx context.Context, mode chubby.LockMode, wait time.Duration, opts LockOptions) *rpc.Future[*chubby.Sequencer] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+		if wait <= 0 {
+			return nil, &OpError{Op: "acquire", Path: h.Path(),
+				Err: newError(chubby.ErrorCode_INVALID_ARGUMENT, "wait must be positive, got %v", wait)}
+		}
+		req := &chubby.AcquireRequest{Handle: h.h, Mode: mode, WaitMs: ceilMs(wait), LockDelayMs: opts.lockDelayMs()}
+		spec := h.s.spec("acquire", h.Path(), retryUnsent)
+		// The master parks the call for up to wait; give Kitex more than that.
+		spec.timeout = time.Duration(req.WaitMs)*time.Millisecond + h.s.c.cfg.CallTimeout
+		return sessionCall(ctx, h.s, spec,
+			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
+				return h.s.c.kc.Acquire(ctx, req, o...)
+			})
+	})
+}
+
+// TryAcquire takes the node's lock in mode if it is available now, and fails
+// with LOCK_HELD otherwise. It returns the lock's sequencer.
+func (h *Handle) TryAcquire(ctx context.Context, mode chubby.LockMode, opts LockOptions) (*chubby.Sequencer, error) {
+	return await(ctx, h.TryAcquireAsync(ctx, mode, opts))
+}
+
+// TryAcquireAsync is the asynchronous form of TryAcquire.
+func (h *Handle) TryAcquireAsync(ctx context.Context, mode chubby.LockMode, opts LockOptions) *rpc.Future[*chubby.Sequencer] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+		req := &chubby.TryAcquireRequest{Handle: h.h, Mode: mode, LockDelayMs: opts.lockDelayMs()}
+		return sessionCall(ctx, h.s, h.s.spec("try-acquire", h.Path(), retryUnsent),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
+				return h.s.c.kc.TryAcquire(ctx, req, o...)
+			})
+	})
+}
+
+// Release releases the lock the handle holds (LOCK_NOT_HELD if none).
+func (h *Handle) Release(ctx context.Context) error {
+	_, err := await(ctx, h.ReleaseAsync(ctx))
+	return err
+}
+
+// ReleaseAsync is the asynchronous form of Release.
+func (h *Handle) ReleaseAsync(ctx context.Context) *rpc.Future[struct{}] {
+	return rpc.Go(ctx, func(ctx context.Context) (struct{}, error) {
+		return sessionCall(ctx, h.s, h.s.spec("release", h.Path(), retryUnsent),
+			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
+				return struct{}{}, h.s.c.kc.Release(ctx, h.req(), o...)
+			})
+	})
+}
+
+// GetSequencer returns the sequencer of the lock the handle holds
+// (LOCK_NOT_HELD if none).
+func (h *Handle) GetSequencer(ctx context.Context) (*chubby.Sequencer, error) {
+	return await(ctx, h.GetSequencerAsync(ctx))
+}
+
+// GetSequencerAsync is the asynchronous form of GetSequencer.
+func (h *Handle) GetSequencerAsync(ctx context.Context) *rpc.Future[*chubby.Sequencer] {
+	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+		return sessionCall(ctx, h.s, h.s.spec("get-sequencer", h.Path(), retrySafe),
+			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
+				return h.s.c.kc.GetSequencer(ctx, h.req(), o...)
+			})
+	})
+}
+
+// Close closes the handle; a lock it holds is released and a pending
+// Acquire on it fails.
+func (h *Handle) Close(ctx context.Context) error {
+	_, err := await(ctx, h.CloseAsync(ctx))
+	return err
+}
+
+// CloseAsync is the asynchronous form of Close.
+func (h *Handle) CloseAsync(ctx context.Context) *rpc.Future[struct{}] {
+	return rpc.Go(ctx, func(ctx context.Context) (struct{}, error) {
+		return sessionCall(ctx, h.s, h.s.spec("close", h.Path(), retryUnsent),
+			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
+				return struct{}{}, h.s.c.kc.Close(ctx, &chubby.CloseRequest{Handle: h.h}, o...)
+			})
+	})
+}
+
+func boolPtr(b bool) *bool    { return &b }
+func int64Ptr(n int64) *int64 { return &n }
+
+// ceilMs rounds d up to whole milliseconds (d > 0).
+func ceilMs(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}

@@ -1,0 +1,530 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/gen/chubby"
+)
+
+func (a *app) lsCommand() *cobra.Command {
+	var long bool
+	cmd := &cobra.Command{
+		Use:   "ls [-l] [PATH]",
+		Short: "list a directory (default /)",
+		Long: `ls lists the children of the directory PATH (default /), one name a line,
+sorted. For a file it prints the file's name.
+
+With -l, each line shows: kind (d directory, - file) and e for ephemeral,
+size (bytes; for a directory, its number of children), content generation,
+lock state (- free, E exclusive, S<n> shared by n holders, +<n>w waiting,
+delay while in lock-delay), modification time (UTC) and name.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				args = []string{"/"}
+			}
+			p, err := pathArg(cmd, args)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			return a.withSession(ctx, "ls", p, func(s *client.Session) error {
+				h, err := s.Open(ctx, p, client.OpenOptions{})
+				if err != nil {
+					return refused("ls", p, err)
+				}
+				var entries []*chubby.DirEntry
+				if st := h.Stat(); st.GetKind() == chubby.NodeKind_FILE {
+					entries = []*chubby.DirEntry{{Name: path.Base(p), Stat: st}}
+				} else if entries, err = h.ReadDir(ctx); err != nil {
+					return refused("ls", p, err)
+				}
+				if !long {
+					for _, e := range entries {
+						fmt.Fprintln(a.stdout, e.GetName())
+					}
+					return nil
+				}
+				for _, e := range entries {
+					st := e.GetStat()
+					fmt.Fprintf(a.stdout, "%s %7d %6d %-7s %s %s\n", kindFlags(st), st.GetSize(),
+						st.GetContentGeneration(), lockSummary(st.GetLock()), msTime(st.GetModifyTimeMs()), e.GetName())
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&long, "long", "l", false, "long form: kind, size, generation, lock, time, name (default: names only)")
+	return cmd
+}
+
+func kindFlags(st *chubby.Stat) string {
+	k := "-"
+	if st.GetKind() == chubby.NodeKind_DIRECTORY {
+		k = "d"
+	}
+	if st.GetEphemeral() {
+		return k + "e"
+	}
+	return k + "-"
+}
+
+// lockSummary is the short lock state ls -l shows.
+func lockSummary(li *chubby.LockInfo) string {
+	if li == nil {
+		return "-"
+	}
+	var s string
+	switch {
+	case !li.IsSetMode():
+		s = "-"
+	case li.GetMode() == chubby.LockMode_EXCLUSIVE:
+		s = "E"
+	default:
+		s = "S" + strconv.Itoa(int(li.GetHolders()))
+	}
+	if li.GetWaiters() > 0 {
+		s += "+" + strconv.Itoa(int(li.GetWaiters())) + "w"
+	}
+	if li.GetDelayRemainingMs() > 0 {
+		s += ",delay"
+	}
+	return s
+}
+
+// lockLong is the lock state stat shows.
+func lockLong(li *chubby.LockInfo) string {
+	if li == nil {
+		return "unknown"
+	}
+	var s string
+	switch {
+	case !li.IsSetMode():
+		s = "free"
+	case li.GetMode() == chubby.LockMode_EXCLUSIVE:
+		s = "held exclusive"
+	default:
+		s = fmt.Sprintf("held shared by %d", li.GetHolders())
+	}
+	if li.GetWaiters() > 0 {
+		s += fmt.Sprintf(", %d waiting", li.GetWaiters())
+	}
+	if d := li.GetDelayRemainingMs(); d > 0 {
+		s += fmt.Sprintf(", in lock-delay for %v", time.Duration(d)*time.Millisecond)
+	}
+	return s
+}
+
+func msTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
+}
+
+func (a *app) statCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stat PATH",
+		Short: "show a node's metadata",
+		Long: `stat prints the metadata of the node at PATH, a "field: value" line each:
+kind, instance (differs for a re-created node), content and lock
+generations, checksum, size, times, ephemeral owner and lock state.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pathArg(cmd, args)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			return a.withSession(ctx, "stat", p, func(s *client.Session) error {
+				h, err := s.Open(ctx, p, client.OpenOptions{})
+				if err != nil {
+					return refused("stat", p, err)
+				}
+				st, err := h.GetStat(ctx)
+				if err != nil {
+					return refused("stat", p, err)
+				}
+				printStat(a.stdout, st)
+				return nil
+			})
+		},
+	}
+}
+
+func printStat(w io.Writer, st *chubby.Stat) {
+	kind := "file"
+	if st.GetKind() == chubby.NodeKind_DIRECTORY {
+		kind = "directory"
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintf(tw, "path:\t%s\n", st.GetPath())
+	fmt.Fprintf(tw, "kind:\t%s\n", kind)
+	fmt.Fprintf(tw, "instance:\t%d\n", st.GetInstance())
+	fmt.Fprintf(tw, "content_generation:\t%d\n", st.GetContentGeneration())
+	fmt.Fprintf(tw, "lock_generation:\t%d\n", st.GetLockGeneration())
+	fmt.Fprintf(tw, "acl_generation:\t%d\n", st.GetAclGeneration())
+	fmt.Fprintf(tw, "checksum:\t%08x\n", uint32(st.GetChecksum()))
+	fmt.Fprintf(tw, "size:\t%d\n", st.GetSize())
+	fmt.Fprintf(tw, "created:\t%s\n", msTime(st.GetCreateTimeMs()))
+	fmt.Fprintf(tw, "modified:\t%s\n", msTime(st.GetModifyTimeMs()))
+	fmt.Fprintf(tw, "ephemeral:\t%t\n", st.GetEphemeral())
+	fmt.Fprintf(tw, "ephemeral_owner:\t%d\n", st.GetEphemeralOwner())
+	fmt.Fprintf(tw, "lock:\t%s\n", lockLong(st.GetLock()))
+	tw.Flush()
+}
+
+func (a *app) catCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cat PATH",
+		Short: "print a file's content",
+		Long:  `cat writes the content of the file at PATH to standard output, as is.`,
+		Args:  anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pathArg(cmd, args)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			return a.withSession(ctx, "cat", p, func(s *client.Session) error {
+				h, err := s.Open(ctx, p, client.OpenOptions{})
+				if err != nil {
+					return refused("cat", p, err)
+				}
+				data, _, err := h.GetContentsAndStat(ctx)
+				if err != nil {
+					return refused("cat", p, err)
+				}
+				if _, err := a.stdout.Write(data); err != nil {
+					return refused("cat", p, fmt.Errorf("writing output: %w", err))
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func (a *app) writeCommand() *cobra.Command {
+	var ifGen int64
+	cmd := &cobra.Command{
+		Use:   "write [--if-generation N] PATH [DATA]",
+		Short: "write a file's content (DATA, or standard input)",
+		Long: `write replaces the content of the file at PATH with DATA, or with standard
+input when DATA is absent, creating the file if it is missing (its parent
+directory must exist). Content is at most 256 KiB.
+
+With --if-generation N the write is a compare-and-swap: it succeeds only if
+the file exists and its content generation (see stat) is still N, and fails
+with "generation mismatch" (exit 1) otherwise.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 || len(args) > 2 {
+				return usagef("write wants PATH [DATA], got %d arguments", len(args))
+			}
+			p, err := pathArg(cmd, args[:1])
+			if err != nil {
+				return err
+			}
+			cas := ifGen >= 0
+			var data []byte
+			if len(args) == 2 {
+				data = []byte(args[1])
+			} else {
+				// One byte over the limit is enough for the cell to say TOO_LARGE.
+				data, err = io.ReadAll(io.LimitReader(a.stdin, chubby.MAX_CONTENT_BYTES+1))
+				if err != nil {
+					return refused("write", p, fmt.Errorf("reading standard input: %w", err))
+				}
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			return a.withSession(ctx, "write", p, func(s *client.Session) error {
+				opts := client.OpenOptions{Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE, InitialContent: data}
+				if cas {
+					opts = client.OpenOptions{Mode: chubby.OpenMode_READ_WRITE}
+				}
+				h, err := s.Open(ctx, p, opts)
+				if err != nil {
+					return refused("write", p, err)
+				}
+				if h.Created() {
+					return nil // created with data as its content
+				}
+				var setOpts []client.SetOption
+				if cas {
+					setOpts = append(setOpts, client.IfGeneration(ifGen))
+				}
+				if _, err := h.SetContents(ctx, data, setOpts...); err != nil {
+					return refused("write", p, err)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().Int64Var(&ifGen, "if-generation", -1,
+		"write only if the file's content generation is N (compare-and-swap; -1: write unconditionally)")
+	return cmd
+}
+
+func (a *app) mkdirCommand() *cobra.Command {
+	var parents bool
+	cmd := &cobra.Command{
+		Use:   "mkdir [-p] PATH",
+		Short: "make a directory",
+		Long: `mkdir makes the directory PATH. With -p it also makes missing parents, and
+an existing directory is not an error.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pathArg(cmd, args)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			return a.withSession(ctx, "mkdir", p, func(s *client.Session) error {
+				if _, err := s.Mkdir(ctx, p, client.MkdirOptions{Parents: parents}); err != nil {
+					return refused("mkdir", p, err)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "make missing parents; no error if PATH exists (default: off)")
+	return cmd
+}
+
+func (a *app) rmCommand() *cobra.Command {
+	var recursive bool
+	cmd := &cobra.Command{
+		Use:   "rm [-r] PATH",
+		Short: "delete a file or directory",
+		Long: `rm deletes the node at PATH. A directory with children is deleted only
+with -r, together with everything below it.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pathArg(cmd, args)
+			if err != nil {
+				return err
+			}
+			if p == "/" {
+				return usagef("rm: refusing to delete /")
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			return a.withSession(ctx, "rm", p, func(s *client.Session) error {
+				h, err := s.Open(ctx, p, client.OpenOptions{Mode: chubby.OpenMode_READ_WRITE})
+				if err != nil {
+					return refused("rm", p, err)
+				}
+				if err := h.Delete(ctx, recursive); err != nil {
+					return refused("rm", p, err)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "delete a directory with everything below it (default: off)")
+	return cmd
+}
+
+func (a *app) touchCommand() *cobra.Command {
+	var ephemeral bool
+	cmd := &cobra.Command{
+		Use:   "touch [--ephemeral] PATH",
+		Short: "create an empty file if it is missing",
+		Long: `touch creates an empty file at PATH if nothing is there; an existing node
+is left as it is. Its parent directory must exist.
+
+With --ephemeral the new file belongs to this command's session, so it is
+deleted as soon as chubbyfs exits: ephemeral files are for programs that
+hold a session (use the client library), and this flag is mostly for tests.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pathArg(cmd, args)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			return a.withSession(ctx, "touch", p, func(s *client.Session) error {
+				h, err := s.Open(ctx, p, client.OpenOptions{Create: chubby.CreateMode_OPEN_OR_CREATE, Ephemeral: ephemeral})
+				if err != nil {
+					return refused("touch", p, err)
+				}
+				return refusedOrNil("touch", p, h.Close(ctx))
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&ephemeral, "ephemeral", false,
+		"create the file ephemeral: deleted when this command's session ends, i.e. when chubbyfs exits (default: permanent)")
+	return cmd
+}
+
+func refusedOrNil(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return refused(op, path, err)
+}
+
+func (a *app) sequencerCommand() *cobra.Command {
+	seq := &cobra.Command{
+		Use:   "sequencer",
+		Short: "work with sequencers",
+		Long: `A sequencer names a held lock: its node, mode and lock generation. Its
+printable form is chubby-seq:v1:<E|S>:<lock_generation>:<instance>:<path>
+(lock puts it in CHUBBY_SEQUENCER for the command it runs).`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("sequencer needs a sub-command: check")
+		},
+	}
+	check := &cobra.Command{
+		Use:   "check SEQ",
+		Short: "ask the cell whether a sequencer is still valid",
+		Long: `check asks the cell whether the sequencer SEQ (its printable form, as in
+CHUBBY_SEQUENCER) still names a held lock. It prints "valid" and exits 0,
+or prints "not valid: <reason>" and exits 1. A malformed SEQ is a usage
+error (exit 2). It needs no session.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("sequencer check wants exactly one SEQ, got %d arguments", len(args))
+			}
+			sq, err := client.ParseSequencer(args[0])
+			if err != nil {
+				return usagef("sequencer check: %s", client.Describe(err))
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			valid, reason, err := c.CheckSequencer(ctx, sq)
+			if err != nil {
+				return refused("sequencer check", "", err)
+			}
+			if !valid {
+				fmt.Fprintf(a.stdout, "not valid: %s\n", reason)
+				return &exitError{code: exitRefused}
+			}
+			fmt.Fprintln(a.stdout, "valid")
+			return nil
+		},
+	}
+	seq.AddCommand(check)
+	return seq
+}
+
+// statusJSON is status --json's output: the CellStatus with roles as names.
+type statusJSON struct {
+	Cell          string          `json:"cell"`
+	MasterID      string          `json:"master_id"`
+	MasterAddress string          `json:"master_address"`
+	Epoch         int64           `json:"epoch"`
+	Replicas      []replicaStatus `json:"replicas"`
+	Sessions      int64           `json:"sessions"`
+	Nodes         int64           `json:"nodes"`
+	Handles       int64           `json:"handles"`
+	LocksHeld     int64           `json:"locks_held"`
+	CommittedOp   int64           `json:"committed_op"`
+	UptimeMs      int64           `json:"uptime_ms"`
+	Version       string          `json:"version"`
+}
+
+type replicaStatus struct {
+	ID          string `json:"id"`
+	Address     string `json:"address"`
+	Role        string `json:"role"` // MASTER, REPLICA, RECOVERING, UNREACHABLE
+	CommittedOp int64  `json:"committed_op"`
+}
+
+func toStatusJSON(st *chubby.CellStatus) statusJSON {
+	out := statusJSON{
+		Cell: st.GetCell(), MasterID: st.GetMasterId(), MasterAddress: st.GetMasterAddress(),
+		Epoch: st.GetEpoch(), Sessions: st.GetSessions(), Nodes: st.GetNodes(), Handles: st.GetHandles(),
+		LocksHeld: st.GetLocksHeld(), CommittedOp: st.GetCommittedOp(), UptimeMs: st.GetUptimeMs(),
+		Version: st.GetVersion(), Replicas: []replicaStatus{},
+	}
+	for _, r := range st.GetReplicas() {
+		out.Replicas = append(out.Replicas, replicaStatus{ID: r.GetId(), Address: r.GetAddress(),
+			Role: r.GetRole().String(), CommittedOp: r.GetCommittedOp()})
+	}
+	return out
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "show the cell's replicas, master, epoch and counts",
+		Long: `status shows the cell: its replicas and their roles, which one is master,
+the master's epoch, and counts of sessions, nodes, handles and held locks.
+With --json it prints the same as one JSON object, for scripts:
+{"cell", "master_id", "master_address", "epoch", "replicas": [{"id",
+"address", "role", "committed_op"}], "sessions", "nodes", "handles",
+"locks_held", "committed_op", "uptime_ms", "version"}. It needs no session.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return usagef("status takes no arguments")
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return refused("status", "", err)
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(toStatusJSON(st))
+			}
+			printStatus(a.stdout, st)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text (default: text)")
+	return cmd
+}
+
+func printStatus(w io.Writer, st *chubby.CellStatus) {
+	fmt.Fprintf(w, "cell:       %s\n", st.GetCell())
+	fmt.Fprintf(w, "master:     %s at %s, epoch %d\n", st.GetMasterId(), st.GetMasterAddress(), st.GetEpoch())
+	fmt.Fprintf(w, "version:    %s, up %v, committed op %d\n", st.GetVersion(),
+		(time.Duration(st.GetUptimeMs()) * time.Millisecond).Round(time.Second), st.GetCommittedOp())
+	fmt.Fprintf(w, "sessions:   %d   nodes: %d   handles: %d   locks held: %d\n",
+		st.GetSessions(), st.GetNodes(), st.GetHandles(), st.GetLocksHeld())
+	fmt.Fprintln(w, "replicas:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ID\tADDRESS\tROLE\tCOMMITTED")
+	for _, r := range st.GetReplicas() {
+		role := strings.ToLower(r.GetRole().String())
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.GetId(), r.GetAddress(), role, r.GetCommittedOp())
+	}
+	tw.Flush()
+}
+
+// releaseContext gives clean-up calls a bound of their own, so that they
+// run even when the command's context has ended.
+func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}

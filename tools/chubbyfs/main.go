@@ -1,0 +1,230 @@
+// Command chubbyfs is the command-line tool for people to use a Chubby lock
+// cell: list, read and write its files, make directories, hold a lock while
+// a command runs (like flock), check sequencers and show the cell's status.
+//
+//	chubbyfs [--cell ADDRS] [--timeout D] COMMAND [flags] ARGS
+//
+// Exit status: 0 success, 1 the cell refused the operation or could not be
+// reached (or a lock wait timed out), 2 usage errors (bad flags or
+// arguments, a malformed path or sequencer). `lock` exits with the status of
+// the command it ran. Every flag is listed, with its default, by --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/cloudwego/kitex/pkg/klog"
+	"github.com/spf13/cobra"
+
+	"github.com/chubbygo/chubby/client"
+)
+
+func main() {
+	// Kitex logs through its own global logger; chubbyfs reports every
+	// failure itself, so Kitex's copies would only be noise on stderr.
+	klog.SetOutput(io.Discard)
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
+}
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitRefused = 1 // the cell refused, could not be reached, or a lock wait timed out
+	exitUsage   = 2 // bad flags or arguments, malformed path or sequencer
+)
+
+// defaultTimeout bounds a whole command (but not the COMMAND run by lock).
+const defaultTimeout = 30 * time.Second
+
+// app holds one invocation's I/O and global flags; nothing is global.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+
+	cell    string        // --cell
+	timeout time.Duration // --timeout
+}
+
+// exitError carries the exit status a command ends with and the message to
+// print (none when msg is empty).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// usagef reports a usage error (exit 2).
+func usagef(format string, args ...any) error {
+	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+// refused reports a failed operation on path (exit 1) as
+// "<op> <path>: <reason>".
+func refused(op, path string, err error) error {
+	reason := client.Describe(err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		reason = "timed out (see --timeout)"
+	}
+	if path == "" {
+		return &exitError{code: exitRefused, msg: op + ": " + reason}
+	}
+	return &exitError{code: exitRefused, msg: op + " " + path + ": " + reason}
+}
+
+// run executes one chubbyfs command line and returns its exit status. It is
+// main without the process: tests call it directly.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintf(stderr, "chubbyfs: %s\n", ee.msg)
+		}
+		if ee.code == exitUsage {
+			fmt.Fprintln(stderr, "Run 'chubbyfs --help' for usage.")
+		}
+		return ee.code
+	}
+	// Anything else comes from cobra itself: unknown command or flag,
+	// wrong number of arguments.
+	fmt.Fprintf(stderr, "chubbyfs: %v\nRun 'chubbyfs --help' for usage.\n", err)
+	return exitUsage
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "chubbyfs",
+		Short: "chubbyfs talks to a Chubby lock cell",
+		Long: `chubbyfs talks to a Chubby lock cell: a tiny file system of small files
+and directories, each of which can be locked (exclusive or shared).
+
+Each command opens one session with the cell and closes it when done.
+Paths are absolute, like /a/b; names are made of A-Z a-z 0-9 . _ -
+
+Exit status: 0 success; 1 the cell refused the operation (not found, lock
+held, ...), could not be reached, or a lock wait timed out; 2 usage error
+(bad flags or arguments, malformed path or sequencer). lock exits with the
+status of the command it ran.`,
+		Example: `  chubbyd dev &                      # a local cell on 127.0.0.1:7000
+  chubbyfs mkdir -p /config/app
+  echo 'db=10.0.0.5' | chubbyfs write /config/app/settings
+  chubbyfs cat /config/app/settings
+  chubbyfs ls -l /config/app
+  chubbyfs lock /config/app/leader -- ./serve.sh   # holds the lock while serve.sh runs
+  chubbyfs status`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef("missing command")
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return usagef("%v", err)
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.cell, "cell", "",
+		"the cell's replica addresses, host:port, comma separated (default: $"+client.EnvCell+", else "+client.DefaultAddr+")")
+	pf.DurationVar(&a.timeout, "timeout", defaultTimeout,
+		"give up on the whole command after this long (0: never)")
+	root.AddCommand(
+		a.lsCommand(), a.statCommand(), a.catCommand(), a.writeCommand(),
+		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommand(),
+		a.sequencerCommand(), a.statusCommand(),
+	)
+	// The Use lines already show each command's flags.
+	var quiet func(*cobra.Command)
+	quiet = func(c *cobra.Command) {
+		c.DisableFlagsInUseLine = true
+		for _, sub := range c.Commands() {
+			quiet(sub)
+		}
+	}
+	quiet(root)
+	return root
+}
+
+// commandContext bounds ctx by the global --timeout.
+func (a *app) commandContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.timeout > 0 {
+		return context.WithTimeout(ctx, a.timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+// connect builds a client for --cell, else CHUBBY_CELL, else the default.
+func (a *app) connect(ctx context.Context) (*client.Client, error) {
+	list, source := a.cell, "--cell"
+	if list == "" {
+		list, source = a.getenv(client.EnvCell), "$"+client.EnvCell
+	}
+	cfg := client.Config{ClientName: "chubbyfs"}
+	if host, err := os.Hostname(); err == nil {
+		cfg.ClientName = fmt.Sprintf("chubbyfs@%s:%d", host, os.Getpid())
+	}
+	cfg.Addrs = []string{client.DefaultAddr}
+	if list != "" {
+		addrs, err := client.ParseAddrs(list)
+		if err != nil {
+			return nil, usagef("%s: %v", source, err)
+		}
+		cfg.Addrs = addrs
+	}
+	c, err := client.Connect(ctx, cfg)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return c, nil
+}
+
+// withSession runs fn with a fresh session and closes the session (and
+// client) afterwards, also when fn fails or ctx has ended. op and path
+// label failures to set the session up.
+func (a *app) withSession(ctx context.Context, op, path string, fn func(*client.Session) error) error {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		return refused(op, path, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = s.Close(cctx) // the session expires on its own if this fails
+	}()
+	return fn(s)
+}
+
+// pathArg checks that cmd got exactly one valid path.
+func pathArg(cmd *cobra.Command, args []string) (string, error) {
+	if len(args) != 1 {
+		return "", usagef("%s wants exactly one PATH, got %d arguments", cmd.Name(), len(args))
+	}
+	if err := client.ValidatePath(args[0]); err != nil {
+		return "", usagef("%s: %s", cmd.Name(), client.Describe(err))
+	}
+	return args[0], nil
+}
+
+// anyArgs lets every argument count through to RunE, which reports wrong
+// counts as usage errors with its own message.
+func anyArgs(*cobra.Command, []string) error { return nil }
