@@ -157,6 +157,12 @@ func (c *Client) classify(ctx context.Context, err error, addr string, class ret
 		}
 		return false, err
 	}
+	if dl, ok := ctx.Deadline(); ok && kerrors.IsTimeoutError(err) && time.Until(dl) < 50*time.Millisecond {
+		// Kitex turns the context's deadline into its RPC timeout and may
+		// fire a hair before the context itself expires: it was the
+		// context's deadline, so report that once it has passed.
+		<-ctx.Done()
+	}
 	if ctx.Err() != nil {
 		// Kitex reports a cancelled or expired context as an RPC timeout;
 		// the context's own error says what happened.
