@@ -106,7 +106,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 	}
 	c, wait, ok := h.s.leases.register(ids)
 	if !ok {
-		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "too many parked KeepAlive calls; retry shortly")
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive refused: the replica is shutting down or too many are parked; retry")
 	}
 	extend := true
 	if wait > 0 {

@@ -137,3 +137,15 @@ func (m *machine) read(f func(st *fs.State)) {
 	defer m.mu.RUnlock()
 	f(m.st)
 }
+
+// failParked answers every parked Acquire with err (shutdown, lost
+// mastership). Their requests stay queued in fs until withdrawn.
+func (m *machine) failParked(err error) {
+	m.waitMu.Lock()
+	ws := m.waiters
+	m.waiters = make(map[int64]*rpc.Deferred[*chubby.Sequencer])
+	m.waitMu.Unlock()
+	for _, d := range ws {
+		d.Reject(err)
+	}
+}

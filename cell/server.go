@@ -207,6 +207,11 @@ func (s *Server) Stop() {
 
 func (s *Server) shutdown() {
 	s.Stop()
+	// Parked calls do not end by themselves: answer them, so clients learn
+	// at once that this replica is going and look elsewhere.
+	gone := fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %s is shutting down", s.cfg.ID)
+	s.leases.shutdown()
+	s.m.failParked(gone)
 	if err := s.svr.Stop(); err != nil {
 		s.cfg.Logger.Warn("rpc server stop", "err", err)
 	}
@@ -222,6 +227,7 @@ func (s *Server) shutdown() {
 	s.tickMu.Unlock()
 	s.backgroundW.Wait()
 	s.closeStorage()
+	s.cfg.Logger.Info("cell replica stopped", "id", s.cfg.ID)
 }
 
 func (s *Server) closeStorage() {

@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -27,7 +28,11 @@ type leases struct {
 	mu     sync.Mutex
 	m      map[chubby.SessionID]*leaseState
 	parked int
+	closed bool // shutting down: no KeepAlive is parked or extended
 }
+
+// errShutdown answers KeepAlives parked when the replica stops.
+var errShutdown = errors.New("cell: replica shutting down")
 
 type leaseState struct {
 	end    time.Time
@@ -145,7 +150,7 @@ func (l *leases) count() (sessions, parked int) {
 func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.parked >= l.max {
+	if l.parked >= l.max || l.closed {
 		return nil, 0, false
 	}
 	now := l.now()
@@ -206,3 +211,20 @@ func (l *leases) alive(id chubby.SessionID) bool {
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// shutdown answers every parked KeepAlive now, without extending anything
+// (see answer's extend), and refuses new ones.
+func (l *leases) shutdown() {
+	l.mu.Lock()
+	l.closed = true
+	var wake []*parkedKeepAlive
+	for _, ls := range l.m {
+		for c := range ls.calls {
+			wake = append(wake, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range wake {
+		c.d.Reject(errShutdown)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/chubbygo/chubby/cell/celltest"
 	"regexp"
 	"slices"
 	"strings"
@@ -442,9 +443,9 @@ func TestE2ESessionEndedByCell(t *testing.T) {
 // TestE2ESessionOutlivesLease: KeepAlives keep a session alive across many
 // leases, and the local lease never runs out meanwhile.
 func TestE2ESessionOutlivesLease(t *testing.T) {
-	cell := startCellWith(t, "--lease", "1s")
+	cell := startCellLease(t, time.Second)
 	ctx := testCtx(t)
-	s := newSession(t, connect(t, cell.addr))
+	s := newSession(t, connect(t, cell.Addr))
 	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) {
 		if err := s.Err(); err != nil {
@@ -461,11 +462,11 @@ func TestE2ESessionOutlivesLease(t *testing.T) {
 // TestE2ELocalLeaseRunsOut: when the cell goes away, the session expires
 // locally once its lease runs out, and cancels calls in flight.
 func TestE2ELocalLeaseRunsOut(t *testing.T) {
-	cell := startCellWith(t, "--lease", "1s")
-	s := newSession(t, connect(t, cell.addr))
+	cell := startCellLease(t, time.Second)
+	s := newSession(t, connect(t, cell.Addr))
 	ctx := testCtx(t)
 	h := must[*Handle](t, "open")(s.Open(ctx, "/", OpenOptions{}))
-	cell.kill()
+	cell.Stop()
 	select {
 	case <-s.Done():
 	case <-time.After(3 * time.Second):
@@ -537,7 +538,7 @@ func TestE2EClientClose(t *testing.T) {
 // TestUnreachable needs no cell: calls to a closed port fail with
 // ErrUnreachable after a bounded number of quick retries.
 func TestUnreachable(t *testing.T) {
-	addr := freeAddr(t) // nothing listens there any more
+	addr := celltest.FreeAddr(t) // nothing listens there any more
 	c, err := Connect(context.Background(), Config{Addrs: []string{addr}})
 	if err != nil {
 		t.Fatal(err)

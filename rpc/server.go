@@ -153,6 +153,10 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		server.WithMiddleware(serverMiddleware(metrics, log)),
 		server.WithCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxPayloadBytes)),
 		server.WithPayloadCodec(newGuardedCodec()),
+		// Kitex would stop the server on SIGINT/SIGTERM by itself; signals
+		// are the program's business (a test process, or chubbyd's
+		// graceful shutdown), so the server stops only when told to.
+		server.WithExitSignal(func() <-chan error { return nil }),
 	)
 	if cfg.MaxQPS > 0 {
 		opts = append(opts, server.WithQPSLimiter(limiter.NewQPSLimiter(qpsInterval, cfg.MaxQPS)))

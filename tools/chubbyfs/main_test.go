@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/chubbygo/chubby/cell/celltest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,7 +47,7 @@ func want(t *testing.T, r result, code int, stdoutHas, stderrHas string) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	dead := freeAddr(t) // never contacted: usage errors are found first
+	dead := celltest.FreeAddr(t) // never contacted: usage errors are found first
 	tests := [][]string{
 		{},
 		{"frob"},
@@ -97,7 +98,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestUnreachableCell(t *testing.T) {
-	dead := freeAddr(t)
+	dead := celltest.FreeAddr(t)
 	start := time.Now()
 	r := at(t, dead, "", "cat", "/a")
 	want(t, r, exitRefused, "", "chubbyfs: cat /a: cannot reach the cell at "+dead)
@@ -301,23 +302,23 @@ func TestLockForwardsSignals(t *testing.T) {
 // TestLockOutlivesLease: the session (and so the lock) lives on through
 // many leases while COMMAND runs.
 func TestLockOutlivesLease(t *testing.T) {
-	cell := startCellWith(t, "--lease", "1s")
-	want(t, at(t, cell.addr, "", "lock", "/long", "--", "sh", "-c", "sleep 3; echo done"), exitOK, "done", "")
+	cell := startCellLease(t, time.Second)
+	want(t, at(t, cell.Addr, "", "lock", "/long", "--", "sh", "-c", "sleep 3; echo done"), exitOK, "done", "")
 }
 
 // TestLockSessionLost: when the session is lost while COMMAND runs, COMMAND
 // gets SIGTERM, the loss is reported and lock exits 1.
 func TestLockSessionLost(t *testing.T) {
-	cell := startCellWith(t, "--lease", "1s")
+	cell := startCellLease(t, time.Second)
 	held := filepath.Join(t.TempDir(), "held")
 	done := make(chan result, 1)
 	start := time.Now()
 	go func() {
-		done <- at(t, cell.addr, "", "lock", "/lost", "--", "sh", "-c",
+		done <- at(t, cell.Addr, "", "lock", "/lost", "--", "sh", "-c",
 			`trap 'echo got-term; exit 0' TERM; touch `+held+`; while true; do sleep 0.02; done`)
 	}()
 	waitFile(t, held)
-	cell.kill()
+	cell.Stop()
 	select {
 	case r := <-done:
 		want(t, r, exitRefused, "got-term", "session lost")
