@@ -3,6 +3,7 @@
 #   ./build.sh            build bin/chubbyd and bin/chubbyfs
 #   ./build.sh gen        regenerate gen/ from idl/ with the pinned Kitex generator
 #   ./build.sh test       the whole check: gofmt, go vet, gen/ up to date, go test -race ./...
+#                         (installs Debian's thrift-compiler and python3-thrift if missing)
 #   ./build.sh help       this text
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -50,7 +51,23 @@ check_gen() {
 	echo "ok: gen/ is what ./build.sh gen produces"
 }
 
+# test_deps installs what the tests need beyond Go: the Apache Thrift
+# compiler and Python library for the cross-language test (Debian packages).
+test_deps() {
+	if command -v thrift >/dev/null && /usr/bin/python3 -c 'import thrift' 2>/dev/null; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		echo "FAIL: the tests need Debian's thrift-compiler and python3-thrift; install them as root" >&2
+		return 1
+	fi
+	echo "installing thrift-compiler and python3-thrift for the interop test..."
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq thrift-compiler python3-thrift >/dev/null
+}
+
 test_all() {
+	test_deps
 	local bad
 	bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go') 2>/dev/null || true)
 	if [ -n "$bad" ]; then
@@ -69,7 +86,7 @@ case "${1:-build}" in
 build) build ;;
 gen) gen ;;
 test) test_all ;;
-help | -h | --help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' ;;
+help | -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
 	echo "unknown command: $1 (try ./build.sh help)" >&2
 	exit 2
