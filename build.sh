@@ -86,7 +86,7 @@ case "${1:-build}" in
 build) build ;;
 gen) gen ;;
 test) test_all ;;
-help | -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' ;;
+help | -h | --help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
 	echo "unknown command: $1 (try ./build.sh help)" >&2
 	exit 2
