@@ -19,6 +19,7 @@ gen() {
 	local log
 	log=$(mktemp)
 	if ! { go tool kitex -module "$MODULE" -gen-path gen idl/rpctest.thrift &&
+		go tool kitex -module "$MODULE" -gen-path gen idl/replica.thrift &&
 		go tool kitex -module "$MODULE" -gen-path gen idl/fsm.thrift &&
 		go tool kitex -module "$MODULE" -gen-path gen -combine-service idl/chubby.thrift; } >"$log" 2>&1; then
 		cat "$log" >&2

@@ -5,17 +5,34 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/replica/vr"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config is one replica's configuration. Zero fields take the documented
 // defaults (see Defaults).
 type Config struct {
-	// ID names this replica in status output. Default "r1".
-	ID string
+	// ID is this replica's id in the cell's configuration (1, 2, ...).
+	// Default 1.
+	ID uint64
+	// Peers is the configuration of a new cell: every replica (this one
+	// included) with its client and peer addresses. Empty: a cell of this
+	// replica alone. A replica with state on disk takes its configuration
+	// from its log; Peers must then name the same replicas.
+	Peers []Peer
+	// PeerListen is the address of replica-to-replica traffic. Default:
+	// this replica's PeerAddr in Peers. Unused by a one-replica cell.
+	PeerListen string
+	// PeerListener, if set, is used instead of listening on PeerListen.
+	PeerListener net.Listener
+	// Replication tunes the view-change protocol (timers, limits); zero
+	// fields take replica/vr's defaults: heartbeat 50 ms, view-change
+	// timeout 300 ms, master lease 240 ms.
+	Replication vr.Config
 	// Cell is the cell's name. Default "local".
 	Cell string
 	// Listen is the client RPC address (host:port). Default 127.0.0.1:7000.
@@ -62,8 +79,11 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
-	if c.ID == "" {
-		c.ID = "r1"
+	if c.ID == 0 {
+		c.ID = 1
+	}
+	if err := validatePeers(c.ID, c.Peers); err != nil {
+		return err
 	}
 	if c.Cell == "" {
 		c.Cell = "local"
@@ -109,4 +129,50 @@ func (c *Config) setDefaults() error {
 		return errors.New("a data directory is required")
 	}
 	return nil
+}
+
+// Peer is one replica of a cell's configuration.
+type Peer struct {
+	ID       uint64
+	Addr     string // client RPC address: what NOT_MASTER hints name
+	PeerAddr string // replica-to-replica address
+}
+
+// validatePeers checks a configuration: ids distinct and > 0, addresses
+// host:port, and self among them.
+func validatePeers(self uint64, ps []Peer) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	if len(ps) > vr.MaxMembers {
+		return fmt.Errorf("%d replicas, at most %d", len(ps), vr.MaxMembers)
+	}
+	seen := map[uint64]bool{}
+	found := false
+	for _, p := range ps {
+		if p.ID == 0 || seen[p.ID] {
+			return fmt.Errorf("replica ids must be distinct and > 0 (got %d twice or 0)", p.ID)
+		}
+		seen[p.ID] = true
+		for _, a := range []string{p.Addr, p.PeerAddr} {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return fmt.Errorf("replica %d: address %q: %w", p.ID, a, err)
+			}
+		}
+		found = found || p.ID == self
+	}
+	if !found {
+		return fmt.Errorf("this replica's id %d is not in the configuration", self)
+	}
+	return nil
+}
+
+// memberAddr is how a replica's addresses are kept in the replicated
+// configuration (vr.Member.Addr is opaque to the protocol): "client|peer".
+func memberAddr(p Peer) string { return p.Addr + "|" + p.PeerAddr }
+
+// splitMemberAddr returns the client and peer addresses of a member.
+func splitMemberAddr(a string) (client, peer string) {
+	client, peer, _ = strings.Cut(a, "|")
+	return client, peer
 }

@@ -3,6 +3,8 @@ package cell
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -25,6 +27,9 @@ func missing(what string) error { return invalid("request has no %s", what) }
 // live refuses calls for a session whose lease ran out (its EndSession may
 // not have applied yet) or that does not exist.
 func (h *handler) live(id chubby.SessionID) error {
+	if err := h.s.serveCheck(); err != nil {
+		return err
+	}
 	if !h.s.leases.alive(id) {
 		return fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d has ended or never existed", id)
 	}
@@ -70,6 +75,9 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 	if req == nil {
 		return nil, missing("body")
 	}
+	if err := h.s.serveCheck(); err != nil {
+		return nil, err
+	}
 	if len(req.ClientName) > int(chubby.MAX_CLIENT_NAME_BYTES) {
 		return nil, invalid("client_name of %d bytes over the %d-byte limit", len(req.ClientName), chubby.MAX_CLIENT_NAME_BYTES)
 	}
@@ -81,12 +89,23 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "CreateSession applied without a session id")
 	}
 	h.s.leases.add(*res.Session)
-	return &chubby.CreateSessionResponse{Session: *res.Session, LeaseMs: h.s.cfg.Lease.Milliseconds(), Epoch: h.s.epoch}, nil
+	return &chubby.CreateSessionResponse{Session: *res.Session, LeaseMs: h.s.cfg.Lease.Milliseconds(), Epoch: h.s.epoch.Load()}, nil
 }
 
 func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (*chubby.KeepAliveResponse, error) {
 	if req == nil {
 		return nil, missing("body")
+	}
+	if err := h.s.serveCheck(); err != nil {
+		return nil, err
+	}
+	if req.Epoch != nil && *req.Epoch > 0 && *req.Epoch < h.s.epoch.Load() {
+		// The client last heard from an older master: it must learn that
+		// the master changed (and revalidate what it caches) before its
+		// leases are extended by this one.
+		ep := h.s.epoch.Load()
+		return nil, &chubby.ChubbyError{Code: chubby.ErrorCode_STALE_EPOCH, Epoch: &ep,
+			Message: fmt.Sprintf("the master changed: epoch %d is over, this is epoch %d", *req.Epoch, ep)}
 	}
 	n := len(req.Sessions)
 	if n == 0 || n > int(chubby.MAX_SESSIONS_PER_KEEPALIVE) {
@@ -114,19 +133,29 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		// lease it renews, whatever the client does.
 		_, err := c.d.Park(ctx, wait)
 		if err != nil && !errors.Is(err, rpc.ErrBoundExceeded) {
-			extend = false // the caller is gone: do not extend on its behalf
+			// The caller is gone, or this replica stopped being the master:
+			// do not extend anything.
+			h.s.leases.answer(c, ids, false)
+			var ce *chubby.ChubbyError
+			if errors.As(err, &ce) {
+				return nil, ce
+			}
+			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive abandoned: %v", err)
 		}
 	}
-	results := h.s.leases.answer(c, ids, extend)
-	if !extend {
-		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive abandoned")
+	results, ok := h.s.leases.answer(c, ids, extend)
+	if !ok {
+		return nil, h.s.serveCheck() // mastership went while it was parked
 	}
-	return &chubby.KeepAliveResponse{Results: results, Epoch: h.s.epoch}, nil
+	return &chubby.KeepAliveResponse{Results: results, Epoch: h.s.epoch.Load()}, nil
 }
 
 func (h *handler) CloseSession(ctx context.Context, req *chubby.CloseSessionRequest) error {
 	if req == nil {
 		return missing("body")
+	}
+	if err := h.s.serveCheck(); err != nil {
+		return err
 	}
 	if !h.s.leases.markEnding(req.Session) {
 		return fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d has ended or never existed", req.Session)
@@ -184,6 +213,9 @@ func (h *handler) GetContentsAndStat(ctx context.Context, req *chubby.HandleRequ
 	if err := h.liveHandle(req.Handle); err != nil {
 		return nil, err
 	}
+	if err := h.s.readCheck(); err != nil {
+		return nil, err
+	}
 	var (
 		b   []byte
 		st  *chubby.Stat
@@ -203,6 +235,9 @@ func (h *handler) GetStat(ctx context.Context, req *chubby.HandleRequest) (*chub
 	if err := h.liveHandle(req.Handle); err != nil {
 		return nil, err
 	}
+	if err := h.s.readCheck(); err != nil {
+		return nil, err
+	}
 	var (
 		st  *chubby.Stat
 		err error
@@ -216,6 +251,9 @@ func (h *handler) ReadDir(ctx context.Context, req *chubby.HandleRequest) (*chub
 		return nil, missing("body")
 	}
 	if err := h.liveHandle(req.Handle); err != nil {
+		return nil, err
+	}
+	if err := h.s.readCheck(); err != nil {
 		return nil, err
 	}
 	var (
@@ -410,6 +448,9 @@ func (h *handler) GetSequencer(ctx context.Context, req *chubby.HandleRequest) (
 	if err := h.liveHandle(req.Handle); err != nil {
 		return nil, err
 	}
+	if err := h.s.readCheck(); err != nil {
+		return nil, err
+	}
 	var (
 		seq *chubby.Sequencer
 		err error
@@ -428,6 +469,9 @@ func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 	if err := checkPath(req.Sequencer.Path); err != nil {
 		return nil, err
 	}
+	if err := h.s.readCheck(); err != nil {
+		return nil, err
+	}
 	var (
 		ok     bool
 		reason string
@@ -439,7 +483,15 @@ func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 // ---- Cell
 
 func (h *handler) GetMaster(ctx context.Context) (*chubby.GetMasterResponse, error) {
-	return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch, MasterId: h.s.cfg.ID}, nil
+	if h.s.serving.Load() {
+		return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch.Load(), MasterId: strconv.FormatUint(h.s.cfg.ID, 10)}, nil
+	}
+	nm := h.s.log.NotMaster()
+	if nm == nil || !nm.Known {
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no master right now (a view change is under way); retry shortly")
+	}
+	client, _ := splitMemberAddr(nm.Addr)
+	return &chubby.GetMasterResponse{MasterAddress: client, Epoch: int64(nm.View) + 1, MasterId: strconv.FormatUint(nm.Primary, 10)}, nil
 }
 
 func (h *handler) GetStatus(ctx context.Context) (*chubby.CellStatus, error) {

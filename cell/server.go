@@ -1,14 +1,16 @@
 package cell
 
 import (
+	"cmp"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/kitex/server"
@@ -20,6 +22,7 @@ import (
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
 	"github.com/chubbygo/chubby/gen/fsm"
 	"github.com/chubbygo/chubby/replica"
+	"github.com/chubbygo/chubby/replica/vr"
 	"github.com/chubbygo/chubby/rpc"
 )
 
@@ -31,20 +34,16 @@ const Version = "0.1.0"
 // may still apply).
 const commitTimeout = 10 * time.Second
 
-// Log is what the master proposes commands to: the one-replica
-// replica.Local now, the replicated log later.
-type Log interface {
-	Propose(ctx context.Context, entry []byte) (any, error)
-	Applied() uint64
-	Close() error
-}
-
-// Server is one replica of a cell serving the client IDL. With one replica
-// it is always the master.
+// Server is one replica of a cell serving the client IDL. The replicated
+// log (replica.Replicated: the view-change protocol on Badger) decides
+// which replica is the master; only the master answers clients, the others
+// say NOT_MASTER and where the master is.
 type Server struct {
 	cfg     Config
 	st      *replica.Storage
-	log     Log
+	log     *replica.Replicated
+	tr      *replica.PeerTransport
+	peerSrv server.Server
 	m       *machine
 	leases  *leases
 	metrics *metrics
@@ -54,8 +53,15 @@ type Server struct {
 	ln      net.Listener
 	http    *http.Server
 	httpLn  net.Listener
-	epoch   int64
 	started time.Time
+
+	// Mastership: serving is true only once this replica is the normal
+	// primary and has done the failover duties of its epoch (epoch =
+	// view + 1, so it grows with every view and survives restarts).
+	roleMu  sync.Mutex
+	roleGen uint64
+	serving atomic.Bool
+	epoch   atomic.Int64
 
 	tickMu      sync.Mutex
 	tickAt      int64 // ms of the scheduled Tick; 0: none
@@ -67,7 +73,7 @@ type Server struct {
 }
 
 // New opens the replica's storage, rebuilds the state from it, and prepares
-// the RPC server. Call Serve to start answering.
+// the RPC servers. Call Serve to start answering.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("cell config: %w", err)
@@ -79,6 +85,38 @@ func New(cfg Config) (*Server, error) {
 		reg = cfg.Registerer
 	}
 	s.metrics = newMetrics(reg, s)
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeAll()
+		}
+	}()
+
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		}
+	}
+	s.ln = ln
+	if s.cfg.Advertise == "" {
+		s.cfg.Advertise = ln.Addr().String()
+	}
+
+	// The configuration of a new cell: the peers given, or this replica
+	// alone.
+	peers := cfg.Peers
+	if len(peers) == 0 {
+		peers = []Peer{{ID: cfg.ID, Addr: s.cfg.Advertise, PeerAddr: "127.0.0.1:0"}}
+	}
+	var members vr.Members
+	peerAddrs := map[uint64]string{}
+	for _, p := range peers {
+		members = append(members, vr.Member{ID: p.ID, Addr: memberAddr(p)})
+		peerAddrs[p.ID] = p.PeerAddr
+	}
+	slices.SortFunc(members, func(a, b vr.Member) int { return cmp.Compare(a.ID, b.ID) })
 
 	st, err := replica.OpenStorage(cfg.DataDir, replica.StorageOptions{InMemory: cfg.InMemory, Logger: cfg.Logger})
 	if err != nil {
@@ -90,53 +128,48 @@ func New(cfg Config) (*Server, error) {
 	s.m.onEnded = s.leases.ended
 	s.m.onTimer = s.scheduleTick
 
-	lg, err := replica.StartLocal(st, s.m, replica.LocalConfig{
+	if len(cfg.Peers) > 1 {
+		if s.tr, err = replica.NewPeerTransport(cfg.Cell, cfg.ID, peerAddrs, cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
+	var tr replica.Transport = noTransport{}
+	if s.tr != nil {
+		tr = s.tr
+	}
+	s.log, err = replica.StartReplicated(st, s.m, tr, replica.ReplicatedConfig{
+		ID:            cfg.ID,
+		Members:       members,
+		Core:          cfg.Replication,
 		SnapshotEvery: cfg.SnapshotEvery,
 		Logger:        cfg.Logger,
 		OnBatch:       s.metrics.observeBatch,
+		OnRole:        s.roleChanged,
 	})
 	if err != nil {
-		st.Close()
 		return nil, fmt.Errorf("start log: %w", err)
 	}
-	s.log = lg
-
-	// A new master epoch per start: clients learn it from every reply.
-	if s.epoch, err = s.bumpEpoch(); err != nil {
-		s.log.Close()
-		st.Close()
-		return nil, err
-	}
-
-	// Every session in the state gets the longest lease it could have been
-	// granted before the restart: a full lease from now.
-	var sessions []chubby.SessionID
-	s.m.read(func(st *fs.State) { sessions = st.Sessions() })
-	for _, id := range sessions {
-		s.leases.add(id)
-	}
-	// A pending lock-delay may need a Tick.
-	s.m.read(func(st *fs.State) {
-		if at, ok := st.NextTimer(); ok {
-			s.scheduleTick(at)
+	if s.tr != nil {
+		pl := cfg.PeerListener
+		if pl == nil {
+			addr := cfg.PeerListen
+			if addr == "" {
+				addr = peerAddrs[cfg.ID]
+			}
+			if pl, err = net.Listen("tcp", addr); err != nil {
+				return nil, fmt.Errorf("listen for peers on %s: %w", addr, err)
+			}
 		}
-	})
-	if len(sessions) > 0 {
-		cfg.Logger.Info("recovered sessions; each has a full lease to reconnect", "sessions", len(sessions), "lease", cfg.Lease)
-	}
-	s.cancelStaleWaits()
-
-	ln := cfg.Listener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-			s.closeStorage()
-			return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		s.peerSrv, err = replica.NewPeerServer(replica.PeerServerConfig{
+			Cell: cfg.Cell, Listener: pl, Logger: cfg.Logger, Deliver: s.log.Step,
+			Known: func(id uint64) bool { _, ok := peerAddrs[id]; return ok },
+		})
+		if err != nil {
+			pl.Close()
+			return nil, err
 		}
 	}
-	s.ln = ln
-	if s.cfg.Advertise == "" {
-		s.cfg.Advertise = ln.Addr().String()
-	}
+
 	opts, err := rpc.ServerOptions(rpc.ServerConfig{
 		Listener:       ln,
 		MaxConnections: cfg.MaxConnections,
@@ -144,22 +177,25 @@ func New(cfg Config) (*Server, error) {
 		Registerer:     reg,
 	})
 	if err != nil {
-		ln.Close()
-		s.closeStorage()
 		return nil, err
 	}
 	s.svr = combineservice.NewServer(&handler{s}, opts...)
 
 	if cfg.HTTPListen != "" {
 		if s.httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
-			ln.Close()
-			s.closeStorage()
 			return nil, fmt.Errorf("listen http %s: %w", cfg.HTTPListen, err)
 		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
+	ok = true
 	return s, nil
 }
+
+// noTransport is the transport of a one-replica cell: there is nobody to
+// send to.
+type noTransport struct{}
+
+func (noTransport) Send([]vr.Message) {}
 
 // Addr is the address clients reach this replica at.
 func (s *Server) Addr() string { return s.cfg.Advertise }
@@ -172,12 +208,28 @@ func (s *Server) HTTPAddr() string {
 	return s.httpLn.Addr().String()
 }
 
-// Epoch is the master epoch of this run.
-func (s *Server) Epoch() int64 { return s.epoch }
+// Epoch is the master epoch: the view this replica is master of, plus one;
+// 0 while it is not the master.
+func (s *Server) Epoch() int64 {
+	if !s.serving.Load() {
+		return 0
+	}
+	return s.epoch.Load()
+}
+
+// IsMaster reports whether this replica is serving as the master.
+func (s *Server) IsMaster() bool { return s.serving.Load() }
 
 // Serve answers RPCs until ctx ends or Stop is called, then shuts down.
 func (s *Server) Serve(ctx context.Context) error {
 	go func() { s.serveErr <- s.svr.Run() }()
+	if s.peerSrv != nil {
+		go func() {
+			if err := s.peerSrv.Run(); err != nil {
+				s.cfg.Logger.Error("peer server", "err", err)
+			}
+		}()
+	}
 	if s.http != nil {
 		go func() {
 			if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -186,7 +238,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}()
 	}
 	s.cfg.Logger.Info("cell replica serving", "id", s.cfg.ID, "cell", s.cfg.Cell, "addr", s.Addr(),
-		"http", s.HTTPAddr(), "epoch", s.epoch, "lease", s.cfg.Lease)
+		"http", s.HTTPAddr(), "replicas", len(s.log.Info().Members), "lease", s.cfg.Lease)
 	var err error
 	select {
 	case <-ctx.Done():
@@ -209,11 +261,18 @@ func (s *Server) shutdown() {
 	s.Stop()
 	// Parked calls do not end by themselves: answer them, so clients learn
 	// at once that this replica is going and look elsewhere.
-	gone := fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %s is shutting down", s.cfg.ID)
+	gone := fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d is shutting down", s.cfg.ID)
+	s.roleMu.Lock()
+	s.roleGen++ // no role change acts after this
+	s.serving.Store(false)
+	s.roleMu.Unlock()
 	s.leases.shutdown()
 	s.m.failParked(gone)
 	if err := s.svr.Stop(); err != nil {
 		s.cfg.Logger.Warn("rpc server stop", "err", err)
+	}
+	if s.peerSrv != nil {
+		s.peerSrv.Stop()
 	}
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -226,33 +285,24 @@ func (s *Server) shutdown() {
 	}
 	s.tickMu.Unlock()
 	s.backgroundW.Wait()
-	s.closeStorage()
+	s.closeAll()
 	s.cfg.Logger.Info("cell replica stopped", "id", s.cfg.ID)
 }
 
-func (s *Server) closeStorage() {
+// closeAll releases what New acquired, in reverse order.
+func (s *Server) closeAll() {
+	if s.tr != nil {
+		s.tr.Close()
+	}
 	if s.log != nil {
 		s.log.Close()
 	}
 	if s.st != nil {
 		s.st.Close()
 	}
-}
-
-func (s *Server) bumpEpoch() (int64, error) {
-	b, err := s.st.GetMeta("epoch")
-	if err != nil {
-		return 0, err
+	if s.ln != nil && s.svr == nil {
+		s.ln.Close()
 	}
-	var e int64
-	if len(b) == 8 {
-		e = int64(binary.BigEndian.Uint64(b))
-	}
-	e++
-	if err := s.st.PutMeta("epoch", binary.BigEndian.AppendUint64(nil, uint64(e))); err != nil {
-		return 0, err
-	}
-	return e, nil
 }
 
 // propose encodes op as a command stamped with the master's clock, waits
@@ -264,9 +314,14 @@ func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) 
 	defer cancel()
 	v, err := s.log.Propose(ctx, fs.EncodeCommand(cmd))
 	if err != nil {
+		var nm *replica.NotMasterError
 		switch {
 		case errors.Is(err, replica.ErrOverloaded):
 			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the cell is overloaded; retry later")
+		case errors.As(err, &nm):
+			return nil, s.notMasterError(nm)
+		case errors.Is(err, replica.ErrUnknownOutcome):
+			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the master changed before the command committed; it may or may not have been applied")
 		case errors.Is(err, replica.ErrStopped):
 			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the replica is shutting down or its disk failed")
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
@@ -356,45 +411,6 @@ func (s *Server) scheduleTick(atMs int64) {
 			}()
 		}
 	})
-}
-
-// cancelStaleWaits fails Acquire requests that were waiting when the
-// replica stopped: nobody is parked on them any more, and a client that
-// retries needs the handle free of its old request.
-func (s *Server) cancelStaleWaits() {
-	var hs []*chubby.Handle
-	s.m.read(func(st *fs.State) { hs = st.PendingWaits() })
-	for _, h := range hs {
-		if _, err := s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: h}}); err != nil {
-			s.cfg.Logger.Warn("cancel stale wait", "handle", h.Id, "err", err)
-		}
-	}
-	if len(hs) > 0 {
-		s.cfg.Logger.Info("cancelled Acquire requests left waiting by the previous run", "count", len(hs))
-	}
-}
-
-// status builds the cell status (the Cell service and the HTTP page).
-func (s *Server) status() *chubby.CellStatus {
-	var c fs.Counts
-	s.m.read(func(st *fs.State) { c = st.Counts() })
-	applied := int64(s.log.Applied())
-	return &chubby.CellStatus{
-		Cell:          s.cfg.Cell,
-		MasterId:      s.cfg.ID,
-		MasterAddress: s.Addr(),
-		Epoch:         s.epoch,
-		Replicas: []*chubby.ReplicaStatus{{
-			Id: s.cfg.ID, Address: s.Addr(), Role: chubby.ReplicaRole_MASTER, CommittedOp: applied,
-		}},
-		Sessions:    int64(c.Sessions),
-		Nodes:       int64(c.Nodes),
-		Handles:     int64(c.Handles),
-		LocksHeld:   int64(c.LocksHeld),
-		CommittedOp: applied,
-		UptimeMs:    s.cfg.Now().Sub(s.started).Milliseconds(),
-		Version:     Version,
-	}
 }
 
 func (s *Server) httpHandler() http.Handler {

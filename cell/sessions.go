@@ -172,10 +172,13 @@ func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Durati
 // answer unparks c and builds the reply: live sessions get a new lease of
 // now+lease (only when extend is set, i.e. the caller is still there),
 // ended ones SESSION_EXPIRED.
-func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool) []*chubby.LeaseGrant {
+func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool) ([]*chubby.LeaseGrant, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.parked--
+	if l.closed {
+		return nil, false // not the master any more: the table says nothing
+	}
 	now := l.now()
 	out := make([]*chubby.LeaseGrant, 0, len(ids))
 	for _, id := range ids {
@@ -199,7 +202,7 @@ func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool)
 		// end is then never later than the master's.
 		out = append(out, &chubby.LeaseGrant{Session: id, LeaseMs: ls.end.Sub(c.arrived).Milliseconds()})
 	}
-	return out
+	return out, true
 }
 
 // alive reports whether a session exists and is not being ended.
@@ -212,19 +215,40 @@ func (l *leases) alive(id chubby.SessionID) bool {
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
-// shutdown answers every parked KeepAlive now, without extending anything
-// (see answer's extend), and refuses new ones.
-func (l *leases) shutdown() {
+// shutdown answers every parked KeepAlive now (the replica is stopping).
+func (l *leases) shutdown() { l.shutdownWith(errShutdown) }
+
+// shutdownWith answers every parked KeepAlive with err, without extending
+// anything, stops every lease timer and forgets the leases: this replica is
+// no longer (or not yet) the master, and refuses KeepAlives until reset.
+func (l *leases) shutdownWith(err error) {
 	l.mu.Lock()
 	l.closed = true
 	var wake []*parkedKeepAlive
-	for _, ls := range l.m {
+	for id, ls := range l.m {
 		for c := range ls.calls {
 			wake = append(wake, c)
 		}
+		if ls.timer != nil {
+			ls.timer.Stop()
+		}
+		delete(l.m, id)
 	}
 	l.mu.Unlock()
 	for _, c := range wake {
-		c.d.Reject(errShutdown)
+		c.d.Reject(err)
 	}
+}
+
+// reset starts an empty lease table for a new master epoch.
+func (l *leases) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, ls := range l.m {
+		if ls.timer != nil {
+			ls.timer.Stop()
+		}
+		delete(l.m, id)
+	}
+	l.closed = false
 }

@@ -23,6 +23,11 @@ type Options struct {
 	Lease   time.Duration // session lease (default 12 s)
 	DataDir string        // default: a new t.TempDir()
 	Logger  *slog.Logger  // default: discard
+	// Addr is the host:port to listen on. Default: a free loopback port.
+	// Restarting a cell on the Addr and DataDir of a stopped one is how a
+	// test makes a one-replica cell fail over to a new master (a new epoch)
+	// that clients reach at the same address.
+	Addr string
 }
 
 // Cell is a running cell.
@@ -44,9 +49,13 @@ func Start(t testing.TB, o Options) *Cell {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := o.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("celltest: listen %s: %v", addr, err)
 	}
 	srv, err := cell.New(cell.Config{Listener: ln, DataDir: o.DataDir, Lease: o.Lease, Logger: o.Logger})
 	if err != nil {

@@ -12,14 +12,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/rpc"
@@ -30,9 +33,12 @@ func main() {
 }
 
 type options struct {
-	id, cellName, listen, advertise, httpListen, data, logLevel string
-	lease                                                       time.Duration
-	maxConns                                                    int
+	cellName, listen, advertise, httpListen, data, logLevel, peers, peerListen string
+	id                                                                         uint64
+	replicas                                                                   int
+	lease                                                                      time.Duration
+	maxConns                                                                   int
+	explicit                                                                   map[string]bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -57,21 +63,37 @@ Then talk to it:                     chubbyfs --cell 127.0.0.1:7000 status`,
 		Short: "start a local one-replica cell with no set-up",
 		Long: `dev starts a local cell: one replica on 127.0.0.1:7000 keeping its data
 under ./chubby-data (both can be changed), with status and metrics on HTTP.
-Stop it with Ctrl-C; start it again on the same --data and everything
-acknowledged is still there.`,
+--replicas 3 or 5 starts a replicated cell in this one process (clients may
+name any replica: the others answer where the master is). Stop it with
+Ctrl-C; start it again on the same --data and everything acknowledged is
+still there.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), dev, true, stdout, stderr) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			markExplicit(cmd, dev)
+			return serve(cmd.Context(), dev, true, stdout, stderr)
+		},
 	}
-	addFlags(devCmd, dev, "127.0.0.1:7000", "./chubby-data", "127.0.0.1:7001")
+	addFlags(devCmd, dev, "127.0.0.1:7000", "./chubby-data", "127.0.0.1:7080")
+	devCmd.Flags().IntVar(&dev.replicas, "replicas", 1, "replicas in the local cell: 1, 3 or 5 (in this one process; replica i listens on --listen's port + i-1, its peer port + 100, its HTTP port + i-1, data in --data/r<i>)")
 
 	srv := &options{}
 	serveCmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run one replica with explicit settings",
-		Long: `serve runs one replica. A cell of one replica is its own master.
-(Replication across 3 or 5 replicas, with --peers, is not built yet.)`,
+		Long: `serve runs one replica of a cell. Without --peers the cell is this
+replica alone. With --peers every replica of the cell is named, this one
+included, as id=CLIENT_ADDR/PEER_ADDR (the peer address carries replica
+traffic; when it is left out it is the client address's host with the port
+plus 100), e.g.
+
+  chubbyd serve --id 2 --data /var/lib/chubby \
+    --peers 1=10.0.0.1:7000/10.0.0.1:7100,2=10.0.0.2:7000/10.0.0.2:7100,3=10.0.0.3:7000/10.0.0.3:7100
+
+and --listen defaults to this replica's client address. Every replica of a
+new cell must be given the same --peers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			markExplicit(cmd, srv)
 			if srv.data == "" {
 				return usageError{errors.New("--data is required")}
 			}
@@ -100,7 +122,9 @@ type usageError struct{ error }
 
 func addFlags(c *cobra.Command, o *options, listen, data, httpListen string) {
 	f := c.Flags()
-	f.StringVar(&o.id, "id", "r1", "this replica's id")
+	f.Uint64Var(&o.id, "id", 1, "this replica's id in --peers")
+	f.StringVar(&o.peers, "peers", "", "the cell's replicas: id=CLIENT_ADDR[/PEER_ADDR],... (empty: a one-replica cell)")
+	f.StringVar(&o.peerListen, "peer-listen", "", "address for replica traffic (default: this replica's PEER_ADDR in --peers)")
 	f.StringVar(&o.cellName, "cell", "local", "the cell's name")
 	f.StringVar(&o.listen, "listen", listen, "client RPC address (host:port)")
 	f.StringVar(&o.advertise, "advertise", "", "address clients are told to use (default: the listen address)")
@@ -109,6 +133,54 @@ func addFlags(c *cobra.Command, o *options, listen, data, httpListen string) {
 	f.DurationVar(&o.lease, "lease", 12*time.Second, "session lease")
 	f.IntVar(&o.maxConns, "max-connections", 15000, "client connections accepted at once (this machine allows 20,000 open files per process)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// parsePeers parses --peers: id=CLIENT_ADDR[/PEER_ADDR],...
+func parsePeers(spec string) ([]cell.Peer, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	var out []cell.Peer
+	for _, item := range strings.Split(spec, ",") {
+		idS, addrs, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			return nil, fmt.Errorf("--peers: %q is not id=CLIENT_ADDR[/PEER_ADDR]", item)
+		}
+		id, err := strconv.ParseUint(idS, 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("--peers: %q: the id must be a number > 0", item)
+		}
+		client, peer, hasPeer := strings.Cut(addrs, "/")
+		host, port, err := net.SplitHostPort(client)
+		if err != nil {
+			return nil, fmt.Errorf("--peers: %q: %w", item, err)
+		}
+		if !hasPeer {
+			p, err := strconv.Atoi(port)
+			if err != nil || p+100 > 65535 {
+				return nil, fmt.Errorf("--peers: %q: no peer address and the port cannot be shifted by 100", item)
+			}
+			peer = net.JoinHostPort(host, strconv.Itoa(p+100))
+		}
+		if _, _, err := net.SplitHostPort(peer); err != nil {
+			return nil, fmt.Errorf("--peers: %q: %w", item, err)
+		}
+		out = append(out, cell.Peer{ID: id, Addr: client, PeerAddr: peer})
+	}
+	return out, nil
+}
+
+// shiftPort returns addr with its port moved by d.
+func shiftPort(addr string, d int) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p+d <= 0 || p+d > 65535 {
+		return "", fmt.Errorf("port of %s cannot be shifted by %d", addr, d)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+d)), nil
 }
 
 func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) error {
@@ -124,31 +196,127 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	peers, err := parsePeers(o.peers)
+	if err != nil {
+		return usageError{err}
+	}
+	if dev && o.replicas != 1 {
+		if o.replicas != 3 && o.replicas != 5 {
+			return usageError{fmt.Errorf("--replicas must be 1, 3 or 5, not %d", o.replicas)}
+		}
+		return serveLocalCell(ctx, o, data, logger, stdout)
+	}
+	listen := o.listen
+	for _, p := range peers {
+		if p.ID == o.id && !flagSet(o, "listen") {
+			listen = p.Addr
+		}
+	}
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	s, err := cell.New(cell.Config{
 		ID:             o.id,
 		Cell:           o.cellName,
-		Listen:         o.listen,
+		Peers:          peers,
+		PeerListen:     o.peerListen,
+		Listen:         listen,
 		Advertise:      o.advertise,
 		HTTPListen:     o.httpListen,
 		DataDir:        data,
 		Lease:          o.lease,
 		MaxConnections: o.maxConns,
-		Logger:         logger,
+		Logger:         logger.With("replica", o.id),
 	})
 	if err != nil {
 		return err
 	}
 	if dev {
-		fmt.Fprintf(stdout, `chubby cell %q is up (1 replica, epoch %d)
+		fmt.Fprintf(stdout, `chubby cell %q is up (1 replica)
   clients:  %s      e.g.  chubbyfs --cell %s status
   status:   http://%s/status   metrics: http://%s/metrics
   data:     %s
   export CHUBBY_CELL=%s
 Ctrl-C stops it; start it again on the same --data to get everything back.
-`, o.cellName, s.Epoch(), s.Addr(), s.Addr(), s.HTTPAddr(), s.HTTPAddr(), data, s.Addr())
+`, o.cellName, s.Addr(), s.Addr(), s.HTTPAddr(), s.HTTPAddr(), data, s.Addr())
 	}
 	return s.Serve(ctx)
+}
+
+// markExplicit records which flags were given on the command line.
+func markExplicit(cmd *cobra.Command, o *options) {
+	o.explicit = map[string]bool{}
+	cmd.Flags().Visit(func(f *pflag.Flag) { o.explicit[f.Name] = true })
+}
+
+// flagSet reports whether a flag was given explicitly (recorded by run).
+func flagSet(o *options, name string) bool { return o.explicit[name] }
+
+// serveLocalCell runs a whole replicated cell in this process (dev
+// --replicas N): replica i on --listen's port + i-1, peer port + 100,
+// HTTP port + i-1, data in DATA/r<i>.
+func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.Logger, stdout io.Writer) error {
+	var peers []cell.Peer
+	for i := 1; i <= o.replicas; i++ {
+		client, err := shiftPort(o.listen, i-1)
+		if err != nil {
+			return usageError{err}
+		}
+		peer, err := shiftPort(client, 100)
+		if err != nil {
+			return usageError{err}
+		}
+		peers = append(peers, cell.Peer{ID: uint64(i), Addr: client, PeerAddr: peer})
+	}
+	var servers []*cell.Server
+	for _, p := range peers {
+		dir := filepath.Join(data, fmt.Sprintf("r%d", p.ID))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		httpAddr := ""
+		if o.httpListen != "" {
+			var err error
+			if httpAddr, err = shiftPort(o.httpListen, int(p.ID)-1); err != nil {
+				return usageError{err}
+			}
+		}
+		s, err := cell.New(cell.Config{
+			ID: p.ID, Cell: o.cellName, Peers: peers, Listen: p.Addr, HTTPListen: httpAddr,
+			DataDir: dir, Lease: o.lease, MaxConnections: o.maxConns, Logger: logger.With("replica", p.ID),
+		})
+		if err != nil {
+			for _, s := range servers {
+				s.Stop()
+			}
+			return err
+		}
+		servers = append(servers, s)
+	}
+	var addrs []string
+	for _, p := range peers {
+		addrs = append(addrs, p.Addr)
+	}
+	all := strings.Join(addrs, ",")
+	fmt.Fprintf(stdout, `chubby cell %q is up: %d replicas in this process (a master is elected in well under a second)
+  clients:  %s      e.g.  chubbyfs --cell %s status
+  status:   http://%s/status (replica 1; replica i at HTTP port + i-1)
+  data:     %s/r1 .. r%d
+  export CHUBBY_CELL=%s
+Ctrl-C stops it; start it again on the same --data to get everything back.
+`, o.cellName, len(peers), all, all, servers[0].HTTPAddr(), data, len(peers), all)
+	errs := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { errs <- s.Serve(ctx) }()
+	}
+	var first error
+	for range servers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			for _, s := range servers {
+				s.Stop()
+			}
+		}
+	}
+	return first
 }

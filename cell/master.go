@@ -1,0 +1,210 @@
+package cell
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/chubbygo/chubby/replica"
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+// Failover, as the master sees it (DESIGN §5). The log tells the cell when
+// this replica becomes or stops being the normal primary (roleChanged, from
+// the log's loop). Becoming master of view v means, in order:
+//
+//  1. wait until the log can serve reads: a majority acknowledged this
+//     primary's lease and every entry its view started with is applied, so
+//     the state holds everything any earlier master acknowledged;
+//  2. take epoch v+1 (views only grow and are on disk, so epochs never go
+//     back, across failovers and restarts alike);
+//  3. give every session in the state a full lease from now — the longest
+//     it could have been granted — so that clients ride through the
+//     failover: their KeepAlives reach the new master long before that;
+//     a session that does not come back expires at its lease end, and its
+//     locks (lock-delay applies) and ephemeral nodes go with it;
+//  4. withdraw Acquire requests left waiting by the old master (nobody is
+//     parked on them here) and re-arm the lock-delay timer;
+//  5. start serving.
+//
+// Losing mastership stops serving at once: parked KeepAlives and Acquires
+// are answered NOT_MASTER with the new master's address when known, and
+// the lease timers stop (the new master owns leases now).
+
+// masterReadyTimeout bounds step 1; past it the replica gives up being
+// master of that view (another view change will come).
+const masterReadyTimeout = 10 * time.Second
+
+func (s *Server) roleChanged(view uint64, primary bool) {
+	s.roleMu.Lock()
+	s.roleGen++
+	gen := s.roleGen
+	s.serving.Store(false)
+	s.roleMu.Unlock()
+	if primary {
+		s.backgroundW.Add(1)
+		go func() {
+			defer s.backgroundW.Done()
+			s.becomeMaster(view, gen)
+		}()
+		return
+	}
+	s.loseMaster()
+}
+
+// current reports whether gen is still the latest role change.
+func (s *Server) current(gen uint64) bool {
+	s.roleMu.Lock()
+	defer s.roleMu.Unlock()
+	return s.roleGen == gen
+}
+
+func (s *Server) becomeMaster(view uint64, gen uint64) {
+	start := time.Now()
+	for !s.log.CanServeReads() {
+		if !s.current(gen) || time.Since(start) > masterReadyTimeout {
+			return
+		}
+		select {
+		case <-s.closed:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+	epoch := int64(view) + 1
+	var sessions []chubby.SessionID
+	var timer int64
+	var hasTimer bool
+	s.m.read(func(st *fs.State) {
+		sessions = st.Sessions()
+		timer, hasTimer = st.NextTimer()
+	})
+	s.roleMu.Lock()
+	if s.roleGen != gen {
+		s.roleMu.Unlock()
+		return
+	}
+	s.epoch.Store(epoch)
+	s.leases.reset()
+	for _, id := range sessions {
+		s.leases.add(id)
+	}
+	s.serving.Store(true)
+	s.roleMu.Unlock()
+	if hasTimer {
+		s.scheduleTick(timer)
+	}
+	s.cancelStaleWaits()
+	s.cfg.Logger.Info("master", "view", view, "epoch", epoch, "sessions", len(sessions),
+		"took", time.Since(start).Round(time.Microsecond))
+}
+
+func (s *Server) loseMaster() {
+	nm := s.notMasterError(s.log.NotMaster())
+	s.leases.shutdownWith(nm)
+	s.m.failParked(nm)
+	s.tickMu.Lock()
+	if s.tickTimer != nil {
+		s.tickTimer.Stop()
+	}
+	s.tickAt = 0
+	s.tickMu.Unlock()
+}
+
+// notMasterError is the NOT_MASTER answer: the master's client address and
+// epoch when this replica knows them.
+func (s *Server) notMasterError(nm *replica.NotMasterError) *chubby.ChubbyError {
+	e := fs.Errorf(chubby.ErrorCode_NOT_MASTER, "replica %d is not the master", s.cfg.ID)
+	if nm == nil {
+		// The log says primary but the failover duties are not done yet.
+		e.Message = fmt.Sprintf("replica %d is becoming the master; retry shortly", s.cfg.ID)
+		return e
+	}
+	if nm.Known {
+		client, _ := splitMemberAddr(nm.Addr)
+		e.MasterAddress = &client
+		ep := int64(nm.View) + 1
+		e.Epoch = &ep
+		e.Message = fmt.Sprintf("replica %d is not the master; replica %d at %s is", s.cfg.ID, nm.Primary, client)
+	}
+	return e
+}
+
+// serveCheck refuses a client call unless this replica is serving as master.
+func (s *Server) serveCheck() error {
+	if s.serving.Load() {
+		return nil
+	}
+	return s.notMasterError(s.log.NotMaster())
+}
+
+// readCheck also requires the master lease: a read answered from memory
+// is linearizable only while no other replica can have become master.
+func (s *Server) readCheck() error {
+	if err := s.serveCheck(); err != nil {
+		return err
+	}
+	if !s.log.CanServeReads() {
+		return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the master lease lapsed (a majority has not acknowledged it lately); retry shortly")
+	}
+	return nil
+}
+
+// cancelStaleWaits fails Acquire requests that were waiting when this
+// replica became master: nobody is parked on them, and a client that
+// retries needs its handle free of the old request.
+func (s *Server) cancelStaleWaits() {
+	var hs []*chubby.Handle
+	s.m.read(func(st *fs.State) { hs = st.PendingWaits() })
+	for _, h := range hs {
+		if _, err := s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: h}}); err != nil {
+			s.cfg.Logger.Warn("cancel stale wait", "handle", h.Id, "err", err)
+		}
+	}
+	if len(hs) > 0 {
+		s.cfg.Logger.Info("withdrew Acquire requests left waiting by the previous master", "count", len(hs))
+	}
+}
+
+// status builds the cell status (the Cell service and the HTTP page).
+func (s *Server) status() *chubby.CellStatus {
+	var c fs.Counts
+	s.m.read(func(st *fs.State) { c = st.Counts() })
+	info := s.log.Info()
+	applied := int64(s.log.Applied())
+	st := &chubby.CellStatus{
+		Cell:        s.cfg.Cell,
+		Epoch:       s.Epoch(),
+		Sessions:    int64(c.Sessions),
+		Nodes:       int64(c.Nodes),
+		Handles:     int64(c.Handles),
+		LocksHeld:   int64(c.LocksHeld),
+		CommittedOp: int64(info.Commit),
+		UptimeMs:    s.cfg.Now().Sub(s.started).Milliseconds(),
+		Version:     Version,
+	}
+	for _, mb := range info.Members {
+		client, _ := splitMemberAddr(mb.Addr)
+		rs := &chubby.ReplicaStatus{Id: strconv.FormatUint(mb.ID, 10), Address: client, Role: chubby.ReplicaRole_REPLICA, CommittedOp: -1}
+		if mb.ID == s.cfg.ID {
+			rs.CommittedOp = applied
+			if info.Status == vr.StatusRecovering {
+				rs.Role = chubby.ReplicaRole_RECOVERING
+			}
+		}
+		if info.Status != vr.StatusViewChange && mb.ID == info.Primary {
+			rs.Role = chubby.ReplicaRole_MASTER
+			st.MasterId = rs.Id
+			st.MasterAddress = client
+			if st.Epoch == 0 {
+				st.Epoch = int64(info.View) + 1
+			}
+		}
+		st.Replicas = append(st.Replicas, rs)
+	}
+	return st
+}

@@ -1,0 +1,65 @@
+// replica.thrift — replica-to-replica traffic of the view-change protocol
+// (Viewstamped Replication Revisited with the log on disk). Served on each
+// replica's peer port, apart from client traffic. The fields mirror
+// replica/vr.Message one for one; unsigned numbers travel as i64 and are
+// refused when negative.
+
+namespace go replica
+
+struct Entry {
+    1: required i64 index
+    2: required i64 view
+    3: required byte type   // 1 command, 2 configuration
+    4: required binary data
+}
+
+struct Run {
+    1: required i64 view
+    2: required i64 last
+}
+
+struct Member {
+    1: required i64 id
+    2: required string addr
+}
+
+struct SnapshotMeta {
+    1: required i64 index
+    2: required i64 view
+    3: required list<Member> members
+}
+
+struct Message {
+    1: required byte type
+    2: required i64 from
+    3: required i64 to
+    4: required i64 view
+    5: required i64 op
+    6: required i64 op_view
+    7: required i64 commit
+    8: required i64 prev_op
+    9: required i64 prev_view
+    10: required i64 last_normal_view
+    11: required i64 start_op
+    12: required i64 stamp
+    13: required bool normal
+    14: required bool reject
+    15: required bool granted
+    16: required bool final
+    17: required list<Entry> entries
+    18: required list<Run> runs
+    19: optional SnapshotMeta snapshot
+    20: optional binary snapshot_data
+}
+
+exception ReplicaError {
+    1: required string message
+}
+
+service Replica {
+    // Deliver hands a batch of messages from one replica to another. It is
+    // answered as soon as the messages are queued (not processed): replies
+    // travel as Deliver calls the other way. cell names the cell, so that a
+    // replica of another cell is refused.
+    void Deliver(1: string cell, 2: i64 from, 3: list<Message> msgs) throws (1: ReplicaError err)
+}

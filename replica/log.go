@@ -1,0 +1,34 @@
+package replica
+
+import "errors"
+
+// StateMachine is what a log drives: entries are applied in log order, from
+// one goroutine, and the state can be captured and restored whole.
+type StateMachine interface {
+	// Apply applies the entry at index and returns its result for the
+	// proposer. It must be deterministic and must not fail: a command the
+	// state machine refuses is a result, not an error.
+	Apply(index uint64, entry []byte) any
+	// Snapshot returns the state after the last applied entry.
+	Snapshot() []byte
+	// Restore replaces the state with a snapshot taken at index.
+	Restore(index uint64, snapshot []byte) error
+}
+
+var (
+	// ErrOverloaded: the proposal queue is full; the caller should retry later.
+	ErrOverloaded = errors.New("replica: proposal queue full")
+	// ErrStopped: the log is closed or failed; nothing more is accepted.
+	ErrStopped = errors.New("replica: log stopped")
+)
+
+type proposal struct {
+	entry []byte
+	reply chan proposalResult
+}
+
+type proposalResult struct {
+	index uint64
+	value any
+	err   error
+}

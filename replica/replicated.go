@@ -1,0 +1,513 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+// Transport carries protocol messages between replicas. Send queues
+// messages for their destinations (Message.To) and never blocks: the
+// protocol tolerates loss, so a full queue drops.
+type Transport interface {
+	Send(msgs []vr.Message)
+}
+
+// ReplicatedConfig configures a replicated log. Zero fields take defaults.
+type ReplicatedConfig struct {
+	// ID is this replica; Members the configuration a new cell starts with
+	// (ignored when the replica has state on disk: the configuration is in
+	// the log).
+	ID      uint64
+	Members vr.Members
+	// Core tunes the protocol (timers, limits); ID and InitialMembers are
+	// filled in from the fields above.
+	Core vr.Config
+	// TickInterval is how often the node is told the time. Default 5 ms.
+	TickInterval time.Duration
+	// SnapshotEvery takes a snapshot after this many applied entries.
+	// Default 50,000.
+	SnapshotEvery uint64
+	// MaxQueue bounds proposals waiting for the loop; past it Propose fails
+	// at once with ErrOverloaded. Default 16,384.
+	MaxQueue int
+	// MaxProposalBatch bounds commands proposed together. Default 1024.
+	MaxProposalBatch int
+	Logger           *slog.Logger
+	// OnBatch, if set, is told the size and write+fsync time of each
+	// persisted Ready with entries.
+	OnBatch func(entries, bytes int, d time.Duration)
+	// OnRole, if set, is told (from the loop, before anything of the new
+	// role is applied) when this replica becomes or stops being the normal
+	// primary, with the view. It must not block.
+	OnRole func(view uint64, primary bool)
+}
+
+// NotMasterError says this replica is not the normal primary; Primary is
+// the one it believes in when Known, Addr its configured address.
+type NotMasterError struct {
+	View    uint64
+	Primary uint64
+	Addr    string
+	Known   bool
+}
+
+func (e *NotMasterError) Error() string {
+	if e.Known {
+		return fmt.Sprintf("replica: not the master; view %d's master is replica %d at %s", e.View, e.Primary, e.Addr)
+	}
+	return fmt.Sprintf("replica: not the master; view %d has no master yet", e.View)
+}
+
+// ErrUnknownOutcome: the replica stopped being the primary (or another
+// entry took the proposal's slot) before the proposal committed here; it may
+// or may not take effect. The cell's exactly-once sequence numbers make a
+// retry safe.
+var ErrUnknownOutcome = errors.New("replica: lost mastership before the command committed; it may or may not take effect")
+
+// Replicated is the replicated log of one replica: the view-change protocol
+// core (vr.Node) driven by one goroutine that ticks it, feeds it messages
+// and proposals, persists what it asks (one write batch and one fsync per
+// Ready), sends its messages only after that, applies committed entries to
+// the state machine and answers proposals with their results. It offers
+// the same Propose as Local.
+type Replicated struct {
+	cfg   ReplicatedConfig
+	st    *Storage
+	sm    StateMachine
+	tr    Transport
+	node  *vr.Node
+	start time.Time
+
+	inbox   chan []vr.Message
+	props   chan *proposal
+	queries chan func(*vr.Node)
+	stop    chan struct{}
+	done    chan struct{}
+
+	// Owned by the loop.
+	pending  map[uint64]pendingProposal
+	primary  bool
+	view     uint64 // as of the last publish; nothing changes the node between a publish and the next proposal
+	snapshot uint64
+
+	applied   atomic.Uint64
+	readUntil atomic.Int64 // driver-clock ns; reads are allowed before it
+	mu        sync.Mutex
+	info      vr.Info
+	err       error
+}
+
+type pendingProposal struct {
+	view  uint64
+	reply chan proposalResult
+}
+
+// StartReplicated restores the replica from storage (snapshot into the
+// state machine, log entries into the core) and starts its loop.
+func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedConfig) (*Replicated, error) {
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = 5 * time.Millisecond
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = 50000
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = 16384
+	}
+	if cfg.MaxProposalBatch <= 0 {
+		cfg.MaxProposalBatch = 1024
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p, app, err := st.loadVR()
+	if err != nil {
+		return nil, fmt.Errorf("load replica state: %w", err)
+	}
+	if p.Snapshot != nil {
+		if err := sm.Restore(p.Snapshot.Index, app); err != nil {
+			return nil, fmt.Errorf("restore snapshot at %d: %w", p.Snapshot.Index, err)
+		}
+	}
+	core := cfg.Core
+	core.ID = cfg.ID
+	core.InitialMembers = cfg.Members
+	log := cfg.Logger
+	if core.Hooks.Event == nil {
+		core.Hooks.Event = func(msg string, args ...any) { log.Info("vr: "+msg, args...) }
+	}
+	if core.Hooks.Dropped == nil {
+		core.Hooks.Dropped = func(m *vr.Message, reason string) {
+			log.Warn("vr: dropped a malformed message", "msg", m.String(), "reason", reason)
+		}
+	}
+	r := &Replicated{
+		cfg: cfg, st: st, sm: sm, tr: tr, start: time.Now(),
+		inbox:   make(chan []vr.Message, 1024),
+		props:   make(chan *proposal, cfg.MaxQueue),
+		queries: make(chan func(*vr.Node), 64),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		pending: make(map[uint64]pendingProposal),
+	}
+	node, err := vr.NewNode(core, p, r.now())
+	if err != nil {
+		return nil, fmt.Errorf("start replica %d: %w", cfg.ID, err)
+	}
+	r.node = node
+	if p.Snapshot != nil {
+		r.snapshot = p.Snapshot.Index
+		r.applied.Store(p.Snapshot.Index)
+	}
+	r.info = node.Info()
+	log.Info("replica restored", "id", cfg.ID, "view", r.info.View, "last_op", r.info.LastOp,
+		"commit", r.info.Commit, "snapshot", r.snapshot, "members", len(r.info.Members))
+	go r.run()
+	return r, nil
+}
+
+// now is the driver's monotonic clock in nanoseconds.
+func (r *Replicated) now() int64 { return int64(time.Since(r.start)) }
+
+// Step hands messages that arrived from other replicas to the loop. It
+// never blocks: when the loop is that far behind, they are dropped.
+func (r *Replicated) Step(msgs []vr.Message) {
+	select {
+	case r.inbox <- msgs:
+	default:
+	}
+}
+
+// Propose appends entry to the replicated log and returns the state
+// machine's result once a majority has it on disk and it is applied here.
+// Off the primary it fails with *NotMasterError.
+func (r *Replicated) Propose(ctx context.Context, entry []byte) (any, error) {
+	if len(entry) > vr.MaxEntryBytes {
+		return nil, fmt.Errorf("propose: entry of %d bytes over the %d limit", len(entry), vr.MaxEntryBytes)
+	}
+	if err := r.checkPrimary(); err != nil {
+		return nil, err
+	}
+	p := &proposal{entry: entry, reply: make(chan proposalResult, 1)}
+	select {
+	case <-r.done:
+		return nil, r.stoppedErr()
+	case r.props <- p:
+	default:
+		return nil, ErrOverloaded
+	}
+	select {
+	case res := <-p.reply:
+		return res.value, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-r.done:
+		select {
+		case res := <-p.reply:
+			return res.value, res.err
+		default:
+			return nil, r.stoppedErr()
+		}
+	}
+}
+
+// checkPrimary fails fast off the primary, from the last published state.
+func (r *Replicated) checkPrimary() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.info.IsPrimary {
+		return nil
+	}
+	return r.notMasterLocked()
+}
+
+func (r *Replicated) notMasterLocked() *NotMasterError {
+	e := &NotMasterError{View: r.info.View, Primary: r.info.Primary, Known: r.info.Status != vr.StatusViewChange}
+	if e.Known && e.Primary == r.cfg.ID {
+		e.Known = false // we are the primary of this view but not normal yet
+	}
+	for _, m := range r.info.Members {
+		if m.ID == e.Primary {
+			e.Addr = m.Addr
+		}
+	}
+	return e
+}
+
+// NotMaster returns the error to answer with when this replica is not the
+// master, or nil when it is.
+func (r *Replicated) NotMaster() *NotMasterError {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.info.IsPrimary {
+		return nil
+	}
+	return r.notMasterLocked()
+}
+
+// CanServeReads reports whether a read may be answered from the local
+// state now: this replica is the primary, holds a master lease
+// acknowledged by a majority, and has applied every entry its view
+// started with.
+func (r *Replicated) CanServeReads() bool {
+	return r.now() < r.readUntil.Load()
+}
+
+// Applied returns the index of the last entry applied.
+func (r *Replicated) Applied() uint64 { return r.applied.Load() }
+
+// Info returns the protocol state as of the loop's last iteration.
+func (r *Replicated) Info() vr.Info {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.info
+}
+
+// Close stops the loop. Proposals not yet committed fail.
+func (r *Replicated) Close() error {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+	return nil
+}
+
+func (r *Replicated) stoppedErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return fmt.Errorf("%w: %w", ErrStopped, r.err)
+	}
+	return ErrStopped
+}
+
+func (r *Replicated) run() {
+	defer close(r.done)
+	defer func() { r.failAll(ErrStopped, ErrStopped) }()
+	tick := time.NewTicker(r.cfg.TickInterval)
+	defer tick.Stop()
+	batch := make([][]byte, 0, r.cfg.MaxProposalBatch)
+	replies := make([]chan proposalResult, 0, r.cfg.MaxProposalBatch)
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-tick.C:
+		case msgs := <-r.inbox:
+			r.step(msgs)
+		drain:
+			for range 64 {
+				select {
+				case more := <-r.inbox:
+					r.step(more)
+				default:
+					break drain
+				}
+			}
+		case p := <-r.props:
+			batch, replies = append(batch[:0], p.entry), append(replies[:0], p.reply)
+		more:
+			for len(batch) < r.cfg.MaxProposalBatch {
+				select {
+				case p := <-r.props:
+					batch, replies = append(batch, p.entry), append(replies, p.reply)
+				default:
+					break more
+				}
+			}
+			r.propose(batch, replies)
+		case q := <-r.queries:
+			q(r.node)
+		}
+		r.node.Tick(r.now())
+		if err := r.drainReady(); err != nil {
+			r.cfg.Logger.Error("replica stops: its disk failed", "err", err)
+			r.mu.Lock()
+			r.err = err
+			r.mu.Unlock()
+			return
+		}
+		r.publish()
+	}
+}
+
+func (r *Replicated) step(msgs []vr.Message) {
+	for _, m := range msgs {
+		// Step validates; an invalid message is dropped (and reported
+		// through the Dropped hook), never fatal.
+		_ = r.node.Step(m)
+	}
+}
+
+func (r *Replicated) propose(batch [][]byte, replies []chan proposalResult) {
+	first, err := r.node.Propose(batch...)
+	if err != nil {
+		var np *vr.NotPrimaryError
+		switch {
+		case errors.As(err, &np):
+			r.mu.Lock()
+			e := r.notMasterLocked()
+			r.mu.Unlock()
+			err = e
+		case errors.Is(err, vr.ErrOverloaded):
+			err = ErrOverloaded
+		}
+		for _, c := range replies {
+			c <- proposalResult{err: err}
+		}
+		return
+	}
+	for i, c := range replies {
+		r.pending[first+uint64(i)] = pendingProposal{view: r.view, reply: c}
+	}
+}
+
+// drainReady carries out every Ready the node has, in the order vr.Ready
+// prescribes.
+func (r *Replicated) drainReady() error {
+	for r.node.HasReady() {
+		rd := r.node.Ready()
+		if rd.Snapshot != nil {
+			if err := r.st.installSnapshot(rd.Snapshot.Meta, rd.Snapshot.Data); err != nil {
+				return fmt.Errorf("install snapshot: %w", err)
+			}
+			if err := r.sm.Restore(rd.Snapshot.Meta.Index, rd.Snapshot.Data); err != nil {
+				return fmt.Errorf("restore snapshot: %w", err)
+			}
+			r.snapshot = rd.Snapshot.Meta.Index
+			r.applied.Store(rd.Snapshot.Meta.Index)
+			r.failPendingUpTo(rd.Snapshot.Meta.Index)
+		}
+		if rd.TruncateFrom > 0 || len(rd.Entries) > 0 || rd.HardState != nil {
+			start := time.Now()
+			if err := r.st.persistReady(rd.TruncateFrom, rd.Entries, rd.HardState, rd.MustSync); err != nil {
+				return err
+			}
+			if r.cfg.OnBatch != nil && len(rd.Entries) > 0 {
+				bytes := 0
+				for _, e := range rd.Entries {
+					bytes += len(e.Data)
+				}
+				r.cfg.OnBatch(len(rd.Entries), bytes, time.Since(start))
+			}
+		}
+		if len(rd.Messages) > 0 {
+			for i := range rd.Messages {
+				m := &rd.Messages[i]
+				if m.Type == vr.MsgSnapshot && m.Snapshot != nil && m.SnapshotData == nil {
+					data, err := r.st.loadVRSnapshot(m.Snapshot.Index)
+					if err != nil {
+						r.cfg.Logger.Warn("snapshot to send is gone", "index", m.Snapshot.Index, "err", err)
+						continue
+					}
+					m.SnapshotData = data
+				}
+			}
+			r.tr.Send(rd.Messages)
+		}
+		for _, e := range rd.Committed {
+			var v any
+			if e.Type == vr.EntryCommand {
+				v = r.sm.Apply(e.Index, e.Data)
+			}
+			r.applied.Store(e.Index)
+			if p, ok := r.pending[e.Index]; ok {
+				delete(r.pending, e.Index)
+				if p.view == e.View {
+					p.reply <- proposalResult{index: e.Index, value: v}
+				} else {
+					p.reply <- proposalResult{err: ErrUnknownOutcome}
+				}
+			}
+		}
+		r.node.Advance()
+	}
+	if applied := r.applied.Load(); applied-r.snapshot >= r.cfg.SnapshotEvery {
+		r.takeSnapshot(applied)
+	}
+	return nil
+}
+
+func (r *Replicated) takeSnapshot(index uint64) {
+	meta, err := r.node.SnapshotMeta(index)
+	if err != nil {
+		r.cfg.Logger.Warn("snapshot skipped", "index", index, "err", err)
+		return
+	}
+	start := time.Now()
+	data := r.sm.Snapshot()
+	if err := r.st.saveVRSnapshot(meta, data); err != nil {
+		r.cfg.Logger.Error("snapshot failed", "index", index, "err", err)
+		return
+	}
+	if err := r.node.Compact(index); err != nil {
+		r.cfg.Logger.Error("compact failed", "index", index, "err", err)
+		return
+	}
+	r.snapshot = index
+	r.cfg.Logger.Info("snapshot saved", "index", index, "bytes", len(data), "took", time.Since(start))
+}
+
+// publish makes the loop's view of the protocol visible to other
+// goroutines and reports role changes.
+func (r *Replicated) publish() {
+	info := r.node.Info()
+	if until, ok := r.node.ReadsAllowedUntil(); ok {
+		r.readUntil.Store(until)
+	} else {
+		r.readUntil.Store(0)
+	}
+	r.view = info.View
+	r.mu.Lock()
+	r.info = info
+	r.mu.Unlock()
+	if info.IsPrimary != r.primary {
+		r.primary = info.IsPrimary
+		if !info.IsPrimary {
+			// Proposed entries may still commit in the next view; queued
+			// ones were never proposed.
+			r.mu.Lock()
+			nm := r.notMasterLocked()
+			r.mu.Unlock()
+			r.failAll(ErrUnknownOutcome, nm)
+		}
+		if r.cfg.OnRole != nil {
+			r.cfg.OnRole(info.View, info.IsPrimary)
+		}
+	}
+}
+
+func (r *Replicated) failPendingUpTo(index uint64) {
+	for i, p := range r.pending {
+		if i <= index {
+			delete(r.pending, i)
+			p.reply <- proposalResult{err: ErrUnknownOutcome}
+		}
+	}
+}
+
+// failAll answers every proposal in flight: proposed ones with proposed,
+// those still queued with queued.
+func (r *Replicated) failAll(proposed, queued error) {
+	for i, p := range r.pending {
+		delete(r.pending, i)
+		p.reply <- proposalResult{err: proposed}
+	}
+	for {
+		select {
+		case p := <-r.props:
+			p.reply <- proposalResult{err: queued}
+		default:
+			return
+		}
+	}
+}

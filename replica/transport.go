@@ -1,0 +1,284 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/cloudwego/kitex/client/callopt"
+	"github.com/cloudwego/kitex/server"
+
+	gr "github.com/chubbygo/chubby/gen/replica"
+	"github.com/chubbygo/chubby/gen/replica/replica"
+	"github.com/chubbygo/chubby/replica/vr"
+	"github.com/chubbygo/chubby/rpc"
+)
+
+// Transport limits.
+const (
+	// peerQueue bounds the message batches waiting for one peer; past it
+	// new ones are dropped (the protocol retransmits).
+	peerQueue = 256
+	// maxDeliver bounds the messages of one Deliver call.
+	maxDeliver = 256
+	// MaxPeerPayloadBytes bounds one Deliver request. A snapshot travels in
+	// one message, so this bounds the state a cell can hold (fs's total
+	// content limit is 1 GiB; a snapshot of 100,000 small files is ~22 MB).
+	MaxPeerPayloadBytes = 512 << 20
+	deliverTimeout      = 2 * time.Second
+)
+
+// PeerTransport carries protocol messages over Kitex (idl/replica.thrift):
+// one sender goroutine per peer with a bounded queue, at most one Deliver
+// call in flight per peer (batches form while it is out), and a server
+// that hands what arrives to a replica.
+type PeerTransport struct {
+	cell  string
+	self  uint64
+	log   *slog.Logger
+	peers map[uint64]*peerSender
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+type peerSender struct {
+	id    uint64
+	addr  string
+	cli   replica.Client
+	queue chan []vr.Message
+}
+
+// NewPeerTransport makes a transport from replica self to peers (id → peer
+// address; self may be in it and is skipped).
+func NewPeerTransport(cell string, self uint64, peers map[uint64]string, log *slog.Logger) (*PeerTransport, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	t := &PeerTransport{cell: cell, self: self, log: log, peers: make(map[uint64]*peerSender), stop: make(chan struct{})}
+	for id, addr := range peers {
+		if id == self {
+			continue
+		}
+		opts, err := rpc.ClientOptions(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4})
+		if err != nil {
+			return nil, fmt.Errorf("peer %d at %s: %w", id, addr, err)
+		}
+		cli, err := replica.NewClient("chubby-replica", opts...)
+		if err != nil {
+			return nil, fmt.Errorf("peer %d at %s: %w", id, addr, err)
+		}
+		p := &peerSender{id: id, addr: addr, cli: cli, queue: make(chan []vr.Message, peerQueue)}
+		t.peers[id] = p
+		t.wg.Add(1)
+		go t.sendLoop(p)
+	}
+	return t, nil
+}
+
+// Send implements Transport.
+func (t *PeerTransport) Send(msgs []vr.Message) {
+	var by map[uint64][]vr.Message
+	for _, m := range msgs {
+		if by == nil {
+			by = make(map[uint64][]vr.Message)
+		}
+		by[m.To] = append(by[m.To], m)
+	}
+	for to, ms := range by {
+		p, ok := t.peers[to]
+		if !ok {
+			continue
+		}
+		select {
+		case p.queue <- ms:
+		default: // the peer is slow or gone: drop, the protocol retransmits
+		}
+	}
+}
+
+// Close stops the senders.
+func (t *PeerTransport) Close() {
+	close(t.stop)
+	t.wg.Wait()
+}
+
+func (t *PeerTransport) sendLoop(p *peerSender) {
+	defer t.wg.Done()
+	var lastErr time.Time
+	for {
+		var batch []vr.Message
+		select {
+		case <-t.stop:
+			return
+		case ms := <-p.queue:
+			batch = append(batch, ms...)
+		}
+	more:
+		for len(batch) < maxDeliver {
+			select {
+			case ms := <-p.queue:
+				batch = append(batch, ms...)
+			default:
+				break more
+			}
+		}
+		wire := make([]*gr.Message, len(batch))
+		for i := range batch {
+			wire[i] = messageToWire(&batch[i])
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+		// Naming the host per call skips Kitex's dial-retry loop (and its
+		// warnings): a peer that is down just misses this batch.
+		err := p.cli.Deliver(ctx, t.cell, int64(t.self), wire, callopt.WithRPCTimeout(deliverTimeout), callopt.WithHostPort(p.addr))
+		cancel()
+		if err != nil && time.Since(lastErr) > 5*time.Second {
+			lastErr = time.Now()
+			t.log.Debug("replica transport: deliver failed (messages dropped; the protocol retransmits)",
+				"peer", p.id, "addr", p.addr, "err", err)
+		}
+	}
+}
+
+// PeerServerConfig configures the server of the peer port.
+type PeerServerConfig struct {
+	Cell     string
+	Listen   string
+	Listener net.Listener
+	Logger   *slog.Logger
+	// Deliver receives validated messages from a peer.
+	Deliver func(msgs []vr.Message)
+	// Known reports whether an id is a member (messages from others are
+	// refused).
+	Known func(id uint64) bool
+}
+
+// NewPeerServer builds the Kitex server of the peer port. Run it with Run;
+// stop it with Stop.
+func NewPeerServer(cfg PeerServerConfig) (server.Server, error) {
+	opts, err := rpc.ServerOptions(rpc.ServerConfig{
+		Listen:          cfg.Listen,
+		Listener:        cfg.Listener,
+		MaxConnections:  256,
+		MaxPayloadBytes: MaxPeerPayloadBytes,
+		Logger:          cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return replica.NewServer(&peerHandler{cfg: cfg}, opts...), nil
+}
+
+type peerHandler struct{ cfg PeerServerConfig }
+
+var errPeer = errors.New("replica: refused")
+
+func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs []*gr.Message) error {
+	if cell != h.cfg.Cell {
+		return &gr.ReplicaError{Message: fmt.Sprintf("this replica belongs to cell %q, not %q", h.cfg.Cell, cell)}
+	}
+	if from <= 0 || (h.cfg.Known != nil && !h.cfg.Known(uint64(from))) {
+		return &gr.ReplicaError{Message: fmt.Sprintf("replica %d is not a member", from)}
+	}
+	if len(msgs) > maxDeliver*4 {
+		return &gr.ReplicaError{Message: fmt.Sprintf("%d messages in one call, more than %d", len(msgs), maxDeliver*4)}
+	}
+	out := make([]vr.Message, 0, len(msgs))
+	for _, w := range msgs {
+		m, err := messageFromWire(w)
+		if err != nil || m.From != uint64(from) {
+			continue // malformed or forged: drop it, keep the rest
+		}
+		out = append(out, m)
+	}
+	if len(out) > 0 {
+		h.cfg.Deliver(out)
+	}
+	return nil
+}
+
+func messageToWire(m *vr.Message) *gr.Message {
+	w := &gr.Message{
+		Type: int8(m.Type), From: int64(m.From), To: int64(m.To), View: int64(m.View),
+		Op: int64(m.Op), OpView: int64(m.OpView), Commit: int64(m.Commit), PrevOp: int64(m.PrevOp),
+		PrevView: int64(m.PrevView), LastNormalView: int64(m.LastNormalView), StartOp: int64(m.StartOp),
+		Stamp: int64(m.Stamp), Normal: m.Normal, Reject: m.Reject, Granted: m.Granted, Final: m.Final,
+		Entries: make([]*gr.Entry, len(m.Entries)), Runs: make([]*gr.Run, len(m.Runs)),
+		SnapshotData: m.SnapshotData,
+	}
+	for i, e := range m.Entries {
+		w.Entries[i] = &gr.Entry{Index: int64(e.Index), View: int64(e.View), Type: int8(e.Type), Data: e.Data}
+	}
+	for i, r := range m.Runs {
+		w.Runs[i] = &gr.Run{View: int64(r.View), Last: int64(r.Last)}
+	}
+	if m.Snapshot != nil {
+		s := &gr.SnapshotMeta{Index: int64(m.Snapshot.Index), View: int64(m.Snapshot.View),
+			Members: make([]*gr.Member, len(m.Snapshot.Members))}
+		for i, x := range m.Snapshot.Members {
+			s.Members[i] = &gr.Member{Id: int64(x.ID), Addr: x.Addr}
+		}
+		w.Snapshot = s
+	}
+	return w
+}
+
+// messageFromWire converts and checks what the wire format alone can
+// check (no negative numbers, no nil elements); the core validates the
+// protocol meaning.
+func messageFromWire(w *gr.Message) (vr.Message, error) {
+	if w == nil {
+		return vr.Message{}, errPeer
+	}
+	nums := []int64{w.From, w.To, w.View, w.Op, w.OpView, w.Commit, w.PrevOp, w.PrevView, w.LastNormalView, w.StartOp, w.Stamp}
+	for _, n := range nums {
+		if n < 0 {
+			return vr.Message{}, errPeer
+		}
+	}
+	if w.Type <= 0 {
+		return vr.Message{}, errPeer
+	}
+	m := vr.Message{
+		Type: vr.MsgType(w.Type), From: uint64(w.From), To: uint64(w.To), View: uint64(w.View),
+		Op: uint64(w.Op), OpView: uint64(w.OpView), Commit: uint64(w.Commit), PrevOp: uint64(w.PrevOp),
+		PrevView: uint64(w.PrevView), LastNormalView: uint64(w.LastNormalView), StartOp: uint64(w.StartOp),
+		Stamp: uint64(w.Stamp), Normal: w.Normal, Reject: w.Reject, Granted: w.Granted, Final: w.Final,
+		SnapshotData: w.SnapshotData,
+	}
+	if len(w.Entries) > 0 {
+		m.Entries = make([]vr.Entry, len(w.Entries))
+		for i, e := range w.Entries {
+			if e == nil || e.Index < 0 || e.View < 0 || e.Type <= 0 {
+				return vr.Message{}, errPeer
+			}
+			m.Entries[i] = vr.Entry{Index: uint64(e.Index), View: uint64(e.View), Type: vr.EntryType(e.Type), Data: e.Data}
+		}
+	}
+	if len(w.Runs) > 0 {
+		m.Runs = make([]vr.Run, len(w.Runs))
+		for i, r := range w.Runs {
+			if r == nil || r.View < 0 || r.Last < 0 {
+				return vr.Message{}, errPeer
+			}
+			m.Runs[i] = vr.Run{View: uint64(r.View), Last: uint64(r.Last)}
+		}
+	}
+	if s := w.Snapshot; s != nil {
+		if s.Index < 0 || s.View < 0 {
+			return vr.Message{}, errPeer
+		}
+		meta := &vr.SnapshotMeta{Index: uint64(s.Index), View: uint64(s.View)}
+		for _, x := range s.Members {
+			if x == nil || x.Id <= 0 {
+				return vr.Message{}, errPeer
+			}
+			meta.Members = append(meta.Members, vr.Member{ID: uint64(x.Id), Addr: x.Addr})
+		}
+		m.Snapshot = meta
+	}
+	return m, nil
+}

@@ -1,0 +1,172 @@
+package vr
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxClockDrift is the assumed bound on clock rate error: over any real
+// interval d, every replica's monotonic clock advances by between
+// d·(1−MaxClockDrift) and d·(1+MaxClockDrift). It is 2%, forty times the
+// largest slew NTP applies (500 ppm), because a lease is only as safe as
+// this assumption. The master lease uses it on both sides:
+//
+//   - a backup that acknowledges a lease round promises not to join a new
+//     view until LeaseDuration·(1+MaxClockDrift) has passed on its clock
+//     after it received the round, which is at least LeaseDuration of
+//     real time;
+//   - the primary holds the lease only until LeaseDuration·(1−MaxClockDrift)
+//     has passed on its clock after it started the round, which is at most
+//     LeaseDuration of real time.
+//
+// So the primary stops serving reads before any replica of the quorum that
+// granted the lease can help form a new view.
+const MaxClockDrift = 0.02
+
+// Protocol limits. Messages are bounded so that a transport can refuse
+// anything larger outright.
+const (
+	// MaxEntryBytes bounds one entry's Data (a file's content is at most
+	// 256 KiB, plus the command's envelope).
+	MaxEntryBytes = 1 << 20
+	// MaxMessageEntries bounds the entries of one message.
+	MaxMessageEntries = 4096
+	// MaxMessageBytes bounds the entry bytes of one message (snapshot
+	// data excepted: the transport streams it).
+	MaxMessageBytes = 8 << 20
+	// MaxRuns bounds the runs of a log shape in one message.
+	MaxRuns = 1024
+	// maxView and maxIndex are far beyond any real value; larger numbers in
+	// a message are refused so that arithmetic on them cannot overflow.
+	maxView  = 1 << 62
+	maxIndex = 1 << 62
+)
+
+// Config configures a Node. Zero fields take the defaults.
+type Config struct {
+	// ID is this replica's id; it must be in the configuration.
+	ID uint64
+
+	// InitialMembers is the configuration a new replica starts with (it
+	// becomes log entry 1). Every replica of a new cell must be given the
+	// same one. Ignored when the replica has state on disk.
+	InitialMembers Members
+
+	// HeartbeatInterval is how often the primary sends Commit (heartbeat
+	// and lease round) and retransmits. Default 50 ms.
+	HeartbeatInterval time.Duration
+	// ViewChangeTimeout is how long a backup waits without hearing from
+	// the primary before it probes for a view change. Default 300 ms.
+	ViewChangeTimeout time.Duration
+	// LeaseDuration is the master lease granted per round. It should be
+	// below ViewChangeTimeout/(1+MaxClockDrift), so that a lease never
+	// delays a view change; and well above HeartbeatInterval plus a round
+	// trip, so that a loaded primary keeps it. Default 240 ms.
+	LeaseDuration time.Duration
+
+	// MaxPrepareEntries and MaxPrepareBytes bound one Prepare (and Log)
+	// message. Defaults 1024 and 4 MiB.
+	MaxPrepareEntries int
+	MaxPrepareBytes   int
+	// MaxInflightPrepares bounds the Prepares sent to one backup and not
+	// yet acknowledged (pipelining depth). Default 8.
+	MaxInflightPrepares int
+	// MaxUncommittedEntries and MaxUncommittedBytes bound the primary's
+	// proposed but uncommitted entries; past them Propose returns
+	// ErrOverloaded. Defaults 8192 and 64 MiB.
+	MaxUncommittedEntries int
+	MaxUncommittedBytes   int
+	// MaxApplyBytes bounds the entry bytes of Ready.Committed. Default
+	// 16 MiB.
+	MaxApplyBytes int
+	// CompactMargin is how many entries before a snapshot Compact keeps in
+	// memory, so that a backup a little behind catches up by entries
+	// rather than by a whole snapshot. Default 0 (Storage.SaveSnapshot
+	// drops the covered log on disk too).
+	CompactMargin int
+
+	// Hooks report what the core does, for logs and metrics. Optional.
+	Hooks Hooks
+}
+
+// Hooks are callbacks for observability. They must not call back into the
+// node.
+type Hooks struct {
+	// Dropped is told of each message refused as malformed or impossible
+	// (a peer bug or corruption), with the reason. Ordinary stale messages
+	// (an older view, a duplicate) are not reported.
+	Dropped func(m *Message, reason string)
+	// Event reports protocol events (view changes, becoming primary,
+	// snapshot installs) as a message and slog-style key/value pairs.
+	Event func(msg string, args ...any)
+}
+
+func (c *Config) setDefaults() {
+	def := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	defInt := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&c.HeartbeatInterval, 50*time.Millisecond)
+	def(&c.ViewChangeTimeout, 300*time.Millisecond)
+	def(&c.LeaseDuration, 240*time.Millisecond)
+	defInt(&c.MaxPrepareEntries, 1024)
+	defInt(&c.MaxPrepareBytes, 4<<20)
+	defInt(&c.MaxInflightPrepares, 8)
+	defInt(&c.MaxUncommittedEntries, 8192)
+	defInt(&c.MaxUncommittedBytes, 64<<20)
+	defInt(&c.MaxApplyBytes, 16<<20)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.ID == 0:
+		return errors.New("vr: Config.ID must be set")
+	case c.HeartbeatInterval >= c.ViewChangeTimeout:
+		return fmt.Errorf("vr: HeartbeatInterval %v must be below ViewChangeTimeout %v", c.HeartbeatInterval, c.ViewChangeTimeout)
+	case c.LeaseDuration <= c.HeartbeatInterval:
+		return fmt.Errorf("vr: LeaseDuration %v must exceed HeartbeatInterval %v", c.LeaseDuration, c.HeartbeatInterval)
+	case c.MaxPrepareEntries > MaxMessageEntries:
+		return fmt.Errorf("vr: MaxPrepareEntries %d over %d", c.MaxPrepareEntries, MaxMessageEntries)
+	case c.MaxPrepareBytes > MaxMessageBytes || c.MaxPrepareBytes < MaxEntryBytes:
+		return fmt.Errorf("vr: MaxPrepareBytes %d not in %d..%d", c.MaxPrepareBytes, MaxEntryBytes, MaxMessageBytes)
+	case c.MaxApplyBytes < MaxEntryBytes:
+		return fmt.Errorf("vr: MaxApplyBytes %d below %d", c.MaxApplyBytes, MaxEntryBytes)
+	case c.MaxUncommittedBytes < MaxEntryBytes:
+		return fmt.Errorf("vr: MaxUncommittedBytes %d below %d", c.MaxUncommittedBytes, MaxEntryBytes)
+	}
+	return nil
+}
+
+// Errors returned by Propose and NewNode.
+var (
+	// ErrOverloaded: too many uncommitted entries; retry later.
+	ErrOverloaded = errors.New("vr: too many uncommitted entries")
+	// ErrTooLarge: an entry over MaxEntryBytes.
+	ErrTooLarge = errors.New("vr: entry too large")
+	// ErrNotBootstrapped: a replica with nothing on disk and no
+	// InitialMembers.
+	ErrNotBootstrapped = errors.New("vr: no state on disk and no initial configuration")
+)
+
+// NotPrimaryError is returned by Propose on a replica that is not the
+// normal primary. Primary is the primary of View when Known (the cell's
+// NOT_MASTER hint).
+type NotPrimaryError struct {
+	View    uint64
+	Primary uint64
+	Known   bool
+}
+
+func (e *NotPrimaryError) Error() string {
+	if e.Known {
+		return fmt.Sprintf("vr: not the primary; the primary of view %d is replica %d", e.View, e.Primary)
+	}
+	return fmt.Sprintf("vr: not the primary; view %d has no known primary yet", e.View)
+}

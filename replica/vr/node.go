@@ -1,0 +1,578 @@
+package vr
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Node is one replica's protocol state machine. It does no I/O and keeps no
+// clock: the driver feeds it messages (Step), the passing of time (Tick) and
+// proposals (Propose), and carries out what Ready returns. A Node is not
+// safe for concurrent use.
+type Node struct {
+	cfg     Config
+	id      uint64
+	members Members
+	ids     []uint64
+	quorum  int
+
+	// Durations in clock units (nanoseconds).
+	hb, vcTimeout, leaseWait, leaseHold int64
+
+	view   uint64
+	lnv    uint64
+	status Status
+	log    memLog
+	// snap is the latest snapshot the application stored (what is sent to
+	// a replica that needs compacted entries). The in-memory log may start
+	// before it (Config.CompactMargin), never after.
+	snap SnapshotMeta
+
+	commit  uint64 // entries up to commit are known committed
+	applied uint64 // entries up to applied were handed out in Ready.Committed
+	// verified: the log matches the log of the view's primary (or, while
+	// the new primary reconciles, the best log) up to here. It never
+	// drops below commit; in StatusNormal it equals the last index.
+	verified   uint64
+	startOp    uint64 // the view's start log ends here (when startKnown)
+	startKnown bool
+
+	now        int64
+	promiseEnd int64 // promised not to join a newer view before this
+	// promiseOwed: a lease round arrived since the last Tick. Its promise
+	// counts from a clock reading taken after the arrival (the next
+	// Tick's), never from the last one, which may predate the round; until
+	// then the promise end is unknown and no DoViewChange goes out.
+	promiseOwed bool
+	lastHeard   int64 // last message from the primary of the view
+	ackStamp    uint64
+
+	// Primary state.
+	prs              map[uint64]*progress
+	stamp            uint64 // lease round
+	stampAt          [stampRing]int64
+	nextHeartbeat    int64
+	uncommittedBytes int
+
+	// View change state.
+	svcs        map[uint64]bool     // StartViewChange (or DoViewChange) heard for view
+	dvcs        map[uint64]*dvcInfo // at the new primary
+	dvcSent     bool
+	dvcSentAt   int64
+	nextSVC     int64
+	vcDeadline  int64
+	reconciling bool
+	best        *dvcInfo
+	newCommit   uint64
+	nextFetch   int64
+
+	// Probe (pre-vote) state.
+	probeView   uint64
+	probeGrants map[uint64]bool
+	nextProbe   int64
+
+	// Persistence bookkeeping.
+	hsDisk        HardState
+	mustSync      bool
+	persistedLast uint64 // last index on disk
+	unstableFrom  uint64 // first index not yet handed out for disk
+	truncFrom     uint64 // 0, or: delete from disk the entries >= truncFrom
+	pendingSnap   *Snapshot
+	msgs          []Message
+	readyOut      bool
+	rdLast        uint64
+	rdApplied     uint64
+	rdHS          HardState
+
+	stats Stats
+}
+
+// Stats counts what the node did, for metrics.
+type Stats struct {
+	Dropped            uint64 // messages refused as malformed or impossible
+	ViewChanges        uint64 // views entered through a view change
+	BecamePrimary      uint64
+	SnapshotsSent      uint64
+	SnapshotsInstalled uint64
+	Probes             uint64
+}
+
+// Info describes the node's state.
+type Info struct {
+	ID             uint64
+	View           uint64
+	LastNormalView uint64
+	Status         Status
+	Primary        uint64 // the primary of View
+	IsPrimary      bool   // this node is the normal primary
+	LastOp         uint64
+	Commit         uint64
+	Applied        uint64
+	SnapshotIndex  uint64
+	Members        Members
+}
+
+type progress struct {
+	next        uint64   // next index to send
+	match       uint64   // acknowledged by the backup as normal in this view
+	reported    uint64   // the backup's verified index, as last reported
+	normal      bool     // the backup said it is normal in this view
+	ackStamp    uint64   // lease round acknowledged
+	knownCommit uint64   // the backup's commit, from its DoViewChange
+	inflight    []uint64 // last index of each Prepare not yet acknowledged
+	hbMatch     uint64   // reported at the previous heartbeat
+	nextSV      int64    // earliest time to resend StartView
+	snapUntil   int64    // a snapshot is in flight until then
+}
+
+type dvcInfo struct {
+	from               uint64
+	lnv, op, opView    uint64
+	commit             uint64
+	anchor, anchorView uint64
+	runs               []Run
+	final              bool
+}
+
+const stampRing = 64
+
+// NewNode starts a replica from what its disk holds. now is the driver's
+// monotonic clock in nanoseconds. A new replica (empty p) starts from
+// cfg.InitialMembers; its first Ready persists the configuration entry.
+//
+// A replica that held a lease promise before it stopped cannot know when
+// it made it, so it waits a whole lease before joining a new view. A
+// replica that was the normal primary of its view does not resume: it may
+// have lost entries it had sent but not persisted, so it starts a view
+// change at once.
+func NewNode(cfg Config, p Persisted, now int64) (*Node, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, id: cfg.ID, now: now}
+	n.hb = int64(cfg.HeartbeatInterval)
+	n.vcTimeout = int64(cfg.ViewChangeTimeout)
+	n.leaseWait = int64(float64(cfg.LeaseDuration) * (1 + MaxClockDrift))
+	n.leaseHold = int64(float64(cfg.LeaseDuration) * (1 - MaxClockDrift))
+	n.promiseEnd = now + n.leaseWait
+	n.lastHeard = now
+
+	if p.Empty() {
+		if cfg.InitialMembers == nil {
+			return nil, ErrNotBootstrapped
+		}
+		if err := cfg.InitialMembers.Validate(); err != nil {
+			return nil, err
+		}
+		n.setMembers(cfg.InitialMembers.Clone())
+		if !n.members.Contains(n.id) {
+			return nil, fmt.Errorf("vr: replica %d is not in the initial configuration", n.id)
+		}
+		n.log.append(Entry{Index: 1, View: 0, Type: EntryConfig, Data: EncodeMembers(n.members)})
+		n.commit = 1 // the same on every replica by construction
+		n.unstableFrom = 1
+		n.verified = 1
+		n.status = StatusNormal
+		n.mustSync = true
+		if n.primaryOf(0) == n.id {
+			n.startOp = 1
+			n.becomePrimaryState()
+		}
+	} else if err := n.restore(p); err != nil {
+		return nil, err
+	}
+	n.checkInvariants()
+	return n, nil
+}
+
+func (n *Node) restore(p Persisted) error {
+	hs := p.HardState
+	if hs.LastNormalView > hs.View || hs.View >= maxView {
+		return fmt.Errorf("vr: corrupt hard state %+v", hs)
+	}
+	var members Members
+	if p.Snapshot != nil {
+		if err := p.Snapshot.Members.Validate(); err != nil {
+			return fmt.Errorf("vr: snapshot: %w", err)
+		}
+		if p.Snapshot.Index == 0 || p.Snapshot.Index >= maxIndex || p.Snapshot.View > hs.View {
+			return fmt.Errorf("vr: corrupt snapshot meta %+v", *p.Snapshot)
+		}
+		n.log.reset(p.Snapshot.Index, p.Snapshot.View)
+		members = p.Snapshot.Members.Clone()
+		n.snap = *p.Snapshot
+		n.snap.Members = members.Clone()
+	}
+	for i, e := range p.Entries {
+		if e.Index != n.log.lastIndex()+1 || e.View < n.log.lastView() || e.View > hs.View || !e.Type.valid() {
+			return fmt.Errorf("vr: corrupt log at entry %d (index %d, view %d)", i, e.Index, e.View)
+		}
+		if e.Type == EntryConfig {
+			m, err := DecodeMembers(e.Data)
+			if err != nil {
+				return fmt.Errorf("vr: log entry %d: %w", e.Index, err)
+			}
+			members = m
+		}
+		n.log.append(e)
+	}
+	if members == nil {
+		return errors.New("vr: no configuration on disk (no snapshot and no configuration entry)")
+	}
+	n.setMembers(members)
+	if !n.members.Contains(n.id) {
+		return fmt.Errorf("vr: replica %d is not in its configuration", n.id)
+	}
+	n.view, n.lnv = hs.View, hs.LastNormalView
+	n.applied = n.log.snapIndex
+	n.commit = max(n.log.snapIndex, min(hs.Commit, n.log.lastIndex()))
+	n.persistedLast = n.log.lastIndex()
+	n.unstableFrom = n.log.lastIndex() + 1
+	n.hsDisk = hs
+	n.verified = n.commit
+	switch {
+	case n.lnv == n.view && n.primaryOf(n.view) == n.id:
+		// We were the primary: entries we sent but had not persisted may
+		// be on backups, so this view cannot go on with us.
+		n.status = StatusViewChange
+		n.startViewChange(n.view + 1)
+	case n.lnv == n.view:
+		n.status = StatusNormal
+		n.verified = n.log.lastIndex()
+	default:
+		n.status = StatusViewChange
+		n.resetViewChange()
+	}
+	return nil
+}
+
+func (n *Node) setMembers(m Members) {
+	n.members = m
+	n.ids = m.IDs()
+	n.quorum = len(m)/2 + 1
+}
+
+func (n *Node) primaryOf(v uint64) uint64 { return n.ids[v%uint64(len(n.ids))] }
+
+func (n *Node) isPrimary() bool { return n.status == StatusNormal && n.primaryOf(n.view) == n.id }
+
+func (n *Node) event(msg string, args ...any) {
+	if n.cfg.Hooks.Event != nil {
+		n.cfg.Hooks.Event(msg, append([]any{"replica", n.id, "view", n.view}, args...)...)
+	}
+}
+
+func (n *Node) drop(m *Message, reason string) {
+	n.stats.Dropped++
+	if n.cfg.Hooks.Dropped != nil {
+		n.cfg.Hooks.Dropped(m, reason)
+	}
+}
+
+func (n *Node) send(m Message) {
+	m.From = n.id
+	n.msgs = append(n.msgs, m)
+}
+
+func (n *Node) broadcast(m Message) {
+	for _, id := range n.ids {
+		if id != n.id {
+			m.To = id
+			n.send(m)
+		}
+	}
+}
+
+// ErrInvalidMessage wraps the reason a message was refused.
+var ErrInvalidMessage = errors.New("vr: invalid message")
+
+// Step feeds one message from a peer. A malformed or impossible message is
+// dropped (counted, reported to Hooks.Dropped) and returned as an error
+// wrapping ErrInvalidMessage; the node's state is unchanged by it.
+func (n *Node) Step(m Message) error {
+	n.mustNotBeReady()
+	if reason := n.validate(&m); reason != "" {
+		n.drop(&m, reason)
+		return fmt.Errorf("%w: %s: %s", ErrInvalidMessage, m.String(), reason)
+	}
+	switch m.Type {
+	case MsgPrepare:
+		n.onPrepare(&m)
+	case MsgPrepareOK:
+		n.onPrepareOK(&m)
+	case MsgCommit:
+		n.onCommit(&m)
+	case MsgProbe:
+		n.onProbe(&m)
+	case MsgProbeReply:
+		n.onProbeReply(&m)
+	case MsgStartViewChange:
+		n.onStartViewChange(&m)
+	case MsgDoViewChange:
+		n.onDoViewChange(&m)
+	case MsgStartView:
+		n.onStartView(&m)
+	case MsgGetLog:
+		n.onGetLog(&m)
+	case MsgLog:
+		n.onLog(&m)
+	case MsgSnapshot:
+		n.onSnapshot(&m)
+	}
+	n.checkInvariants()
+	return nil
+}
+
+// Tick tells the node the time: now is the driver's monotonic clock in
+// nanoseconds (a smaller value than before is ignored). Call it every few
+// milliseconds, and after feeding the messages that arrived: a backup
+// counts the primary's silence from the last message it was given.
+func (n *Node) Tick(now int64) {
+	n.mustNotBeReady()
+	n.now = max(n.now, now)
+	if n.promiseOwed {
+		n.promiseEnd = max(n.promiseEnd, n.now+n.leaseWait)
+		n.promiseOwed = false
+	}
+	switch {
+	case n.isPrimary():
+		if n.now >= n.nextHeartbeat {
+			n.heartbeat()
+		}
+	case n.status == StatusViewChange:
+		n.tickViewChange()
+	default:
+		if n.now-n.lastHeard >= n.vcTimeout {
+			n.probe()
+		}
+	}
+	n.checkInvariants()
+}
+
+// Propose appends commands to the log of the normal primary and returns the
+// index of the first (they get consecutive indexes). It fails with a
+// *NotPrimaryError elsewhere, ErrTooLarge for an entry over MaxEntryBytes,
+// ErrOverloaded when the uncommitted entries would exceed their bounds. An
+// index is not a promise: the entry commits only if the view survives;
+// the application learns the outcome from Ready.Committed (a different
+// entry at that index means the proposal was lost).
+func (n *Node) Propose(cmds ...[]byte) (first uint64, err error) {
+	n.mustNotBeReady()
+	if !n.isPrimary() {
+		return 0, n.notPrimary()
+	}
+	if len(cmds) == 0 {
+		return n.log.lastIndex() + 1, nil
+	}
+	total := 0
+	for _, c := range cmds {
+		if len(c) > MaxEntryBytes {
+			return 0, ErrTooLarge
+		}
+		total += len(c)
+	}
+	if n.log.lastIndex()-n.commit+uint64(len(cmds)) > uint64(n.cfg.MaxUncommittedEntries) ||
+		n.uncommittedBytes+total > n.cfg.MaxUncommittedBytes {
+		return 0, ErrOverloaded
+	}
+	first = n.log.lastIndex() + 1
+	for i, c := range cmds {
+		n.log.append(Entry{Index: first + uint64(i), View: n.view, Type: EntryCommand, Data: c})
+	}
+	n.uncommittedBytes += total
+	n.verified = n.log.lastIndex()
+	n.checkInvariants()
+	return first, nil
+}
+
+func (n *Node) notPrimary() error {
+	known := n.status != StatusViewChange && !n.isPrimary()
+	return &NotPrimaryError{View: n.view, Primary: n.primaryOf(n.view), Known: known}
+}
+
+// PrimaryHint returns the primary this replica believes in, for NOT_MASTER
+// answers; ok is false during a view change.
+func (n *Node) PrimaryHint() (id uint64, ok bool) {
+	if n.status == StatusViewChange {
+		return 0, false
+	}
+	return n.primaryOf(n.view), true
+}
+
+// LeaseValid reports whether this node is the normal primary and holds a
+// master lease at time now: a quorum (itself included) acknowledged a
+// heartbeat round it started less than LeaseDuration·(1−MaxClockDrift)
+// ago. While it holds, no other replica can complete a view change.
+func (n *Node) LeaseValid(now int64) bool {
+	start, ok := n.leaseStart()
+	return ok && max(now, n.now) < start+n.leaseHold
+}
+
+// CanServeReads reports whether the application may answer reads from its
+// own state at time now: this node is the normal primary, holds the lease,
+// and has committed and applied the whole log its view started with (so
+// everything any earlier primary acknowledged is in the state).
+func (n *Node) CanServeReads(now int64) bool {
+	return n.LeaseValid(now) && n.commit >= n.startOp && n.applied >= n.startOp
+}
+
+// Info returns a summary of the node's state.
+func (n *Node) Info() Info {
+	return Info{
+		ID: n.id, View: n.view, LastNormalView: n.lnv, Status: n.status,
+		Primary: n.primaryOf(n.view), IsPrimary: n.isPrimary(),
+		LastOp: n.log.lastIndex(), Commit: n.commit, Applied: n.applied,
+		SnapshotIndex: n.snap.Index, Members: n.members.Clone(),
+	}
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats { return n.stats }
+
+// SnapshotMeta returns the metadata of a snapshot of the application state
+// after applying index, which must be applied and not compacted. The
+// application stores it with its snapshot, then calls Compact.
+func (n *Node) SnapshotMeta(index uint64) (SnapshotMeta, error) {
+	v, ok := n.log.viewAt(index)
+	if index > n.applied || !ok {
+		return SnapshotMeta{}, fmt.Errorf("vr: no snapshot at %d: applied %d, log from %d", index, n.applied, n.log.snapIndex)
+	}
+	return SnapshotMeta{Index: index, View: v, Members: n.members.Clone()}, nil
+}
+
+// Compact tells the node that the application has durably stored a
+// snapshot at index (with the metadata SnapshotMeta returned): from now on
+// the node sends that snapshot to replicas that need entries it no longer
+// holds, and it drops from memory the entries up to index, keeping the
+// last Config.CompactMargin of them for backups that lag a little. index
+// must be applied and persisted.
+func (n *Node) Compact(index uint64) error {
+	n.mustNotBeReady()
+	if index > n.applied || index > n.persistedLast {
+		return fmt.Errorf("vr: compact %d beyond applied %d or persisted %d", index, n.applied, n.persistedLast)
+	}
+	if index <= n.snap.Index {
+		return nil
+	}
+	meta, err := n.SnapshotMeta(index)
+	if err != nil {
+		return err
+	}
+	n.snap = meta
+	if keep := uint64(n.cfg.CompactMargin); index > keep {
+		n.log.compact(index - keep)
+	}
+	n.unstableFrom = max(n.unstableFrom, n.log.snapIndex+1)
+	n.checkInvariants()
+	return nil
+}
+
+// HasReady reports whether Ready has work.
+func (n *Node) HasReady() bool {
+	n.mustNotBeReady()
+	n.flushAppends()
+	return n.pendingSnap != nil || n.truncFrom > 0 || n.unstableFrom <= n.log.lastIndex() ||
+		n.hardState() != n.hsDisk || len(n.msgs) > 0 || n.applied < n.commit
+}
+
+func (n *Node) hardState() HardState {
+	return HardState{View: n.view, LastNormalView: n.lnv, Commit: n.commit}
+}
+
+// Ready returns the pending work; see Ready for what the driver must do,
+// then call Advance.
+func (n *Node) Ready() Ready {
+	n.mustNotBeReady()
+	n.flushAppends()
+	var rd Ready
+	if hs := n.hardState(); hs != n.hsDisk {
+		rd.HardState = &hs
+	}
+	rd.Snapshot = n.pendingSnap
+	rd.TruncateFrom = n.truncFrom
+	last := n.log.lastIndex()
+	if n.unstableFrom <= last {
+		assert(n.unstableFrom > n.log.snapIndex, "ready: unstable %d inside snapshot %d", n.unstableFrom, n.log.snapIndex)
+		rd.Entries = slices.Clone(n.log.entries[n.unstableFrom-n.log.snapIndex-1:])
+	}
+	rd.MustSync = n.mustSync || len(rd.Entries) > 0 || rd.TruncateFrom > 0 || rd.Snapshot != nil
+	rd.Messages, n.msgs = n.msgs, nil
+	if n.applied < n.commit {
+		size := 0
+		for i := n.applied + 1; i <= n.commit; i++ {
+			e := n.log.at(i)
+			size += len(e.Data)
+			if len(rd.Committed) > 0 && size > n.cfg.MaxApplyBytes {
+				break
+			}
+			rd.Committed = append(rd.Committed, *e)
+		}
+	}
+	n.rdLast = last
+	n.rdApplied = n.applied + uint64(len(rd.Committed))
+	n.rdHS = n.hardState()
+	n.readyOut = true
+	return rd
+}
+
+// Advance tells the node the last Ready was carried out.
+func (n *Node) Advance() {
+	assert(n.readyOut, "Advance without Ready")
+	n.readyOut = false
+	n.persistedLast = n.rdLast
+	n.unstableFrom = n.rdLast + 1
+	n.truncFrom = 0
+	n.pendingSnap = nil
+	n.hsDisk = n.rdHS
+	n.mustSync = false
+	n.applied = n.rdApplied
+	if n.isPrimary() {
+		n.maybeCommit()
+	}
+	n.checkInvariants()
+}
+
+func (n *Node) mustNotBeReady() {
+	assert(!n.readyOut, "the driver called into the node between Ready and Advance")
+}
+
+// cut drops the entries from i on: they are known to differ from the log
+// being followed. Committed entries are never cut.
+func (n *Node) cut(i uint64) {
+	if i > n.log.lastIndex() {
+		return
+	}
+	assert(i > n.commit && i > n.verified, "cut at %d: commit %d, verified %d", i, n.commit, n.verified)
+	n.log.truncateFrom(i)
+	if i <= n.persistedLast && (n.truncFrom == 0 || i < n.truncFrom) {
+		n.truncFrom = i
+	}
+	n.unstableFrom = min(n.unstableFrom, i)
+}
+
+// checkInvariants asserts what must always hold (TigerBeetle style: a
+// broken invariant is a bug, and stopping beats corrupting the log).
+func (n *Node) checkInvariants() {
+	last := n.log.lastIndex()
+	assert(n.lnv <= n.view, "lnv %d > view %d", n.lnv, n.view)
+	assert(n.commit <= last, "commit %d > last %d", n.commit, last)
+	assert(n.applied <= n.commit, "applied %d > commit %d", n.applied, n.commit)
+	assert(n.log.snapIndex <= n.snap.Index && n.snap.Index <= n.applied, "log start %d, snapshot %d, applied %d", n.log.snapIndex, n.snap.Index, n.applied)
+	assert(n.commit <= n.verified && n.verified <= last, "verified %d not in [commit %d, last %d]", n.verified, n.commit, last)
+	assert(n.unstableFrom > n.log.snapIndex && n.unstableFrom <= last+1, "unstable %d not in (%d, %d]", n.unstableFrom, n.log.snapIndex, last+1)
+	if n.status == StatusNormal {
+		assert(n.lnv == n.view, "normal in view %d with lnv %d", n.view, n.lnv)
+		assert(n.verified == last, "normal with verified %d < last %d", n.verified, last)
+	}
+	if n.isPrimary() {
+		assert(n.startKnown && n.startOp <= last && n.prs != nil, "primary without start op")
+	}
+}
+
+func assert(ok bool, format string, args ...any) {
+	if !ok {
+		panic(fmt.Sprintf("vr: invariant broken: "+format, args...))
+	}
+}

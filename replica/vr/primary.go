@@ -1,0 +1,214 @@
+package vr
+
+import "slices"
+
+// This file holds the primary's side of normal operation: Prepares with
+// batching and pipelining, commits, heartbeats and the master lease.
+
+// becomePrimaryState makes this node the normal primary of its view with
+// its current log as the view's start log.
+func (n *Node) becomePrimaryState() {
+	n.status = StatusNormal
+	n.lnv = n.view
+	n.mustSync = true
+	n.verified = n.log.lastIndex()
+	n.startOp = n.log.lastIndex()
+	n.startKnown = true
+	n.prs = make(map[uint64]*progress, len(n.ids))
+	for _, id := range n.ids {
+		if id != n.id {
+			n.prs[id] = &progress{next: n.log.lastIndex() + 1}
+		}
+	}
+	n.uncommittedBytes = 0
+	for i := n.commit + 1; i <= n.log.lastIndex(); i++ {
+		n.uncommittedBytes += len(n.log.at(i).Data)
+	}
+	n.nextHeartbeat = n.now // start a lease round at the next tick
+	n.stats.BecamePrimary++
+}
+
+// heartbeat starts a lease round, sends Commit to every backup, and
+// retransmits what seems lost.
+func (n *Node) heartbeat() {
+	n.stamp++
+	n.stampAt[n.stamp%stampRing] = n.now
+	n.promiseEnd = max(n.promiseEnd, n.now+n.leaseWait) // we count in the lease quorum too
+	n.nextHeartbeat = n.now + n.hb
+	for _, id := range n.ids {
+		pr := n.prs[id]
+		if pr == nil {
+			continue
+		}
+		// No progress for a whole interval with Prepares outstanding: they
+		// (or their answers) were lost. Send again from what the backup
+		// last reported.
+		if len(pr.inflight) > 0 && pr.reported == pr.hbMatch {
+			pr.inflight = pr.inflight[:0]
+			pr.next = pr.reported + 1
+		}
+		pr.hbMatch = pr.reported
+		n.send(Message{Type: MsgCommit, To: id, View: n.view, Commit: n.commit, Stamp: n.stamp})
+		if !pr.normal && n.now >= pr.nextSV {
+			n.sendStartView(id)
+		}
+		n.sendAppends(id, pr)
+	}
+}
+
+// flushAppends sends what the backups miss, batching everything proposed
+// since the last Ready into as few Prepares as the limits allow.
+func (n *Node) flushAppends() {
+	if !n.isPrimary() {
+		return
+	}
+	for _, id := range n.ids {
+		if pr := n.prs[id]; pr != nil {
+			n.sendAppends(id, pr)
+		}
+	}
+}
+
+func (n *Node) sendAppends(to uint64, pr *progress) {
+	if pr.snapUntil > n.now {
+		return
+	}
+	pr.snapUntil = 0
+	for len(pr.inflight) < n.cfg.MaxInflightPrepares && pr.next <= n.log.lastIndex() {
+		if pr.next <= n.log.snapIndex {
+			n.sendSnapshot(to, pr)
+			return
+		}
+		es := slices.Clone(n.log.slice(pr.next, n.log.lastIndex(), n.cfg.MaxPrepareEntries, n.cfg.MaxPrepareBytes))
+		prev := pr.next - 1
+		pv, ok := n.log.viewAt(prev)
+		assert(ok, "prepare: no view at %d", prev)
+		n.send(Message{Type: MsgPrepare, To: to, View: n.view, PrevOp: prev, PrevView: pv,
+			Entries: es, Commit: n.commit, Stamp: n.stamp})
+		last := es[len(es)-1].Index
+		pr.inflight = append(pr.inflight, last)
+		pr.next = last + 1
+	}
+}
+
+func (n *Node) sendSnapshot(to uint64, pr *progress) {
+	meta := n.snap
+	meta.Members = meta.Members.Clone()
+	n.send(Message{Type: MsgSnapshot, To: to, View: n.view, Commit: n.commit, Stamp: n.stamp, Snapshot: &meta})
+	pr.snapUntil = n.now + 2*n.vcTimeout // a snapshot may take a while; don't flood
+	pr.inflight = pr.inflight[:0]
+	pr.next = meta.Index + 1
+	n.stats.SnapshotsSent++
+}
+
+// sendStartView tells a backup the view has started: the primary's start
+// op, commit, and the shape of its log after what the backup is known to
+// hold, so the backup keeps every entry it shares with us and cuts the
+// rest.
+func (n *Node) sendStartView(to uint64) {
+	pr := n.prs[to]
+	a := min(max(n.log.snapIndex, pr.knownCommit, pr.reported), n.log.lastIndex())
+	av, ok := n.log.viewAt(a)
+	assert(ok, "start view: no view at %d", a)
+	runs, covered := n.log.shape(a, n.log.lastIndex(), MaxRuns)
+	n.send(Message{Type: MsgStartView, To: to, View: n.view, StartOp: n.startOp, Commit: n.commit,
+		PrevOp: a, PrevView: av, Runs: runs, Final: covered == n.log.lastIndex(), Stamp: n.stamp})
+	pr.nextSV = n.now + n.hb
+}
+
+func (n *Node) onPrepareOK(m *Message) {
+	if !n.isPrimary() || m.View != n.view {
+		return
+	}
+	pr := n.prs[m.From]
+	if m.Op > n.log.lastIndex() {
+		n.drop(m, "acknowledges an index beyond the primary's log")
+		return
+	}
+	if m.Reject {
+		pr.reported = m.Op
+		pr.knownCommit = min(pr.knownCommit, m.Op)
+		pr.next = m.Op + 1
+		pr.inflight = pr.inflight[:0]
+	} else {
+		pr.reported = max(pr.reported, m.Op)
+		pr.next = max(pr.next, m.Op+1)
+		k := 0
+		for k < len(pr.inflight) && pr.inflight[k] <= m.Op {
+			k++
+		}
+		pr.inflight = append(pr.inflight[:0], pr.inflight[k:]...)
+		if len(pr.inflight) == 0 && pr.next > m.Op+1 {
+			// Nothing is on its way that would fill the gap (we were
+			// optimistic after StartView, or it was lost): send from
+			// what the backup has.
+			pr.next = m.Op + 1
+		}
+	}
+	if pr.snapUntil > 0 && m.Op >= n.snap.Index {
+		pr.snapUntil = 0
+	}
+	if m.Normal {
+		pr.normal = true
+		if !m.Reject {
+			pr.match = max(pr.match, m.Op)
+		}
+		if m.Stamp <= n.stamp {
+			pr.ackStamp = max(pr.ackStamp, m.Stamp)
+		}
+	} else if n.now >= pr.nextSV {
+		n.sendStartView(m.From)
+	}
+	n.maybeCommit()
+	n.sendAppends(m.From, pr)
+}
+
+// maybeCommit advances the commit number to the highest index a quorum
+// holds on disk: the primary itself (what it persisted) and backups that
+// acknowledged as normal in this view.
+func (n *Node) maybeCommit() {
+	ms := make([]uint64, 0, len(n.ids))
+	ms = append(ms, n.persistedLast)
+	for _, pr := range n.prs {
+		if pr.normal {
+			ms = append(ms, pr.match)
+		}
+	}
+	if len(ms) < n.quorum {
+		return
+	}
+	slices.Sort(ms)
+	c := ms[len(ms)-n.quorum]
+	if c <= n.commit {
+		return
+	}
+	assert(c <= n.log.lastIndex(), "commit %d beyond log %d", c, n.log.lastIndex())
+	for i := n.commit + 1; i <= c; i++ {
+		n.uncommittedBytes -= len(n.log.at(i).Data)
+	}
+	n.commit = c
+}
+
+// leaseStart returns when the newest lease round a quorum acknowledged
+// began.
+func (n *Node) leaseStart() (int64, bool) {
+	if !n.isPrimary() || n.stamp == 0 {
+		return 0, false
+	}
+	stamps := make([]uint64, 0, len(n.ids))
+	stamps = append(stamps, n.stamp)
+	for _, pr := range n.prs {
+		if pr.normal {
+			stamps = append(stamps, pr.ackStamp)
+		}
+	}
+	if len(stamps) < n.quorum {
+		return 0, false
+	}
+	slices.Sort(stamps)
+	s := stamps[len(stamps)-n.quorum]
+	if s == 0 || s+stampRing <= n.stamp {
+		return 0, false
+	}
+	return n.stampAt[s%stampRing], true
+}

@@ -1,0 +1,87 @@
+package vr
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestStepRefusesMalformedMessages(t *testing.T) {
+	members := Members{{ID: 1}, {ID: 2}, {ID: 3}}
+	entry := func(i, v uint64) Entry { return Entry{Index: i, View: v, Type: EntryCommand, Data: []byte("x")} }
+	tests := []struct {
+		name string
+		m    Message
+	}{
+		{"unknown type", Message{Type: 99, From: 1, To: 2}},
+		{"type zero", Message{From: 1, To: 2}},
+		{"to another replica", Message{Type: MsgCommit, From: 1, To: 3}},
+		{"from itself", Message{Type: MsgCommit, From: 2, To: 2}},
+		{"from outside the configuration", Message{Type: MsgCommit, From: 7, To: 2}},
+		{"huge view", Message{Type: MsgCommit, From: 1, To: 2, View: 1 << 63}},
+		{"huge index", Message{Type: MsgCommit, From: 1, To: 2, Commit: 1 << 63}},
+		{"prepare from a backup", Message{Type: MsgPrepare, From: 3, To: 2, PrevOp: 1, Entries: []Entry{entry(2, 0)}}},
+		{"prepare without entries", Message{Type: MsgPrepare, From: 1, To: 2, PrevOp: 1}},
+		{"entries with a gap", Message{Type: MsgPrepare, From: 1, To: 2, PrevOp: 1, Entries: []Entry{entry(2, 0), entry(4, 0)}}},
+		{"entry views decrease", Message{Type: MsgPrepare, From: 1, To: 2, View: 3, PrevOp: 1, Entries: []Entry{entry(2, 2), entry(3, 1)}}},
+		{"entry view after the message's", Message{Type: MsgPrepare, From: 1, To: 2, PrevOp: 1, Entries: []Entry{entry(2, 1)}}},
+		{"entry of unknown type", Message{Type: MsgPrepare, From: 1, To: 2, PrevOp: 1, Entries: []Entry{{Index: 2, Type: 7}}}},
+		{"configuration change", Message{Type: MsgPrepare, From: 1, To: 2, PrevOp: 1, Entries: []Entry{{Index: 2, Type: EntryConfig, Data: EncodeMembers(members)}}}},
+		{"entry too large", Message{Type: MsgPrepare, From: 1, To: 2, PrevOp: 1, Entries: []Entry{{Index: 2, Type: EntryCommand, Data: make([]byte, MaxEntryBytes+1)}}}},
+		{"commit from a backup", Message{Type: MsgCommit, From: 3, To: 2}},
+		{"prepare-ok to a backup", Message{Type: MsgPrepareOK, From: 1, To: 2, View: 2}},
+		{"do-view-change to a backup", Message{Type: MsgDoViewChange, From: 1, To: 2, View: 3}},
+		{"do-view-change normal in its own view", Message{Type: MsgDoViewChange, From: 1, To: 2, View: 1, LastNormalView: 1}},
+		{"do-view-change commit past its log", Message{Type: MsgDoViewChange, From: 1, To: 2, View: 1, Op: 3, Commit: 5, PrevOp: 5}},
+		{"do-view-change final shape short", Message{Type: MsgDoViewChange, From: 1, To: 2, View: 1, Op: 5, Commit: 2, PrevOp: 2, Final: true, Runs: []Run{{View: 0, Last: 4}}}},
+		{"start-view shape going back", Message{Type: MsgStartView, From: 1, To: 2, View: 3, PrevOp: 5, Runs: []Run{{View: 1, Last: 4}}}},
+		{"start-view from a backup", Message{Type: MsgStartView, From: 3, To: 2, View: 3}},
+		{"snapshot without metadata", Message{Type: MsgSnapshot, From: 1, To: 2}},
+		{"snapshot at index 0", Message{Type: MsgSnapshot, From: 1, To: 2, Snapshot: &SnapshotMeta{Members: members}}},
+		{"snapshot without this replica", Message{Type: MsgSnapshot, From: 1, To: 2, Snapshot: &SnapshotMeta{Index: 5, Members: Members{{ID: 1}, {ID: 3}}}}},
+		{"snapshot between backups", Message{Type: MsgSnapshot, From: 3, To: 2, Snapshot: &SnapshotMeta{Index: 5, Members: members}}},
+		{"probe for view 0", Message{Type: MsgProbe, From: 1, To: 2}},
+		{"get-log from 0", Message{Type: MsgGetLog, From: 1, To: 2, View: 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var dropped []string
+			n, err := NewNode(Config{ID: 2, InitialMembers: members, Hooks: Hooks{
+				Dropped: func(m *Message, reason string) { dropped = append(dropped, reason) },
+			}}, Persisted{}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := n.Info()
+			err = n.Step(tc.m)
+			if !errors.Is(err, ErrInvalidMessage) {
+				t.Fatalf("Step = %v, want ErrInvalidMessage", err)
+			}
+			if len(dropped) != 1 || n.Stats().Dropped != 1 {
+				t.Fatalf("dropped %v, counter %d", dropped, n.Stats().Dropped)
+			}
+			if after := n.Info(); !reflect.DeepEqual(before, after) {
+				t.Fatalf("state changed: %+v → %+v", before, after)
+			}
+		})
+	}
+}
+
+func TestMembersEncoding(t *testing.T) {
+	good := Members{{ID: 1, Addr: "a:1"}, {ID: 5, Addr: ""}, {ID: 9, Addr: "host:7000"}}
+	got, err := DecodeMembers(EncodeMembers(good))
+	if err != nil || !reflect.DeepEqual(got, good) {
+		t.Fatalf("round trip: %v, %v", got, err)
+	}
+	bad := []Members{nil, {{ID: 0}}, {{ID: 2}, {ID: 1}}, {{ID: 1}, {ID: 1}}, make(Members, MaxMembers+1)}
+	for _, m := range bad {
+		if m.Validate() == nil {
+			t.Errorf("%v validates", m)
+		}
+	}
+	for _, b := range [][]byte{nil, {}, {2}, {1}, {1, 1}, {1, 1, 1, 200}, append(EncodeMembers(good), 0)} {
+		if _, err := DecodeMembers(b); err == nil {
+			t.Errorf("DecodeMembers(%v) accepted", b)
+		}
+	}
+}

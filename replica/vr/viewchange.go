@@ -1,0 +1,301 @@
+package vr
+
+import "slices"
+
+// This file holds the view change: the probe (pre-vote) that guards it,
+// StartViewChange, DoViewChange, the new primary's reconciliation of its
+// log with the best one, and StartView.
+
+// probe asks every replica whether it, too, hears no primary. Only with a
+// quorum of yes does this replica start a view change, so a replica cut off
+// alone (or one-way) cannot push a healthy view aside, and a slow primary
+// that a quorum still hears keeps its view.
+func (n *Node) probe() {
+	if n.now < n.nextProbe {
+		return
+	}
+	n.stats.Probes++
+	n.probeView = n.view + 1
+	n.probeGrants = map[uint64]bool{n.id: true}
+	n.nextProbe = n.now + n.hb
+	n.broadcast(Message{Type: MsgProbe, View: n.probeView})
+	n.maybeStartViewChangeFromProbe()
+}
+
+func (n *Node) onProbe(m *Message) {
+	grant := m.View > n.view && !n.isPrimary() &&
+		(n.status == StatusViewChange || n.now-n.lastHeard >= n.vcTimeout)
+	n.send(Message{Type: MsgProbeReply, To: m.From, View: m.View, Granted: grant})
+}
+
+func (n *Node) onProbeReply(m *Message) {
+	if !m.Granted || m.View != n.probeView || m.View != n.view+1 || n.probeGrants == nil {
+		return
+	}
+	n.probeGrants[m.From] = true
+	n.maybeStartViewChangeFromProbe()
+}
+
+func (n *Node) maybeStartViewChangeFromProbe() {
+	if len(n.probeGrants) < n.quorum || n.probeView != n.view+1 {
+		return
+	}
+	if n.status != StatusViewChange && n.now-n.lastHeard < n.vcTimeout {
+		return // the primary spoke since we asked
+	}
+	n.startViewChange(n.probeView)
+}
+
+// startViewChange moves this node to view w in view-change status. The new
+// view is persisted before StartViewChange goes out (Ready order).
+func (n *Node) startViewChange(w uint64) {
+	assert(w > n.view, "start view change to %d from %d", w, n.view)
+	n.view = w
+	n.status = StatusViewChange
+	n.mustSync = true
+	n.startKnown = false
+	n.verified = n.commit
+	n.prs = nil
+	n.stats.ViewChanges++
+	n.resetViewChange()
+	n.event("vr: view change", "new_primary", n.primaryOf(w))
+	n.broadcast(Message{Type: MsgStartViewChange, View: w})
+	n.nextSVC = n.now + n.hb
+	n.maybeSendDVC()
+}
+
+// resetViewChange clears the view change bookkeeping for the current view.
+func (n *Node) resetViewChange() {
+	n.clearViewChange()
+	n.svcs = map[uint64]bool{}
+	// A view change that has not completed in two timeouts after our
+	// promise ran out is stuck (its primary is gone): probe for the next.
+	n.vcDeadline = max(n.now, n.promiseEnd) + 2*n.vcTimeout
+	n.nextSVC = n.now
+}
+
+func (n *Node) clearViewChange() {
+	n.svcs, n.dvcs = nil, nil
+	n.dvcSent = false
+	n.reconciling, n.best = false, nil
+	n.probeGrants = nil
+	n.probeView = 0
+	n.nextProbe = 0
+}
+
+func (n *Node) tickViewChange() {
+	if n.now >= n.nextSVC {
+		n.broadcast(Message{Type: MsgStartViewChange, View: n.view})
+		n.nextSVC = n.now + n.hb
+	}
+	n.maybeSendDVC()
+	if n.reconciling && n.now >= n.nextFetch {
+		n.sendGetLog()
+	}
+	if n.now >= n.vcDeadline {
+		n.probe()
+	}
+}
+
+func (n *Node) onStartViewChange(m *Message) {
+	switch {
+	case m.View > n.view:
+		n.startViewChange(m.View)
+		n.svcs[m.From] = true
+	case m.View == n.view && n.status == StatusViewChange:
+		n.svcs[m.From] = true
+	case m.View == n.view && n.isPrimary():
+		if pr := n.prs[m.From]; n.now >= pr.nextSV {
+			n.sendStartView(m.From) // it missed our StartView
+		}
+		return
+	default:
+		return
+	}
+	n.maybeSendDVC()
+}
+
+// maybeSendDVC sends our DoViewChange once a quorum (us included) is
+// changing to this view and our lease promise has run out. The new primary
+// records its own instead of sending it.
+func (n *Node) maybeSendDVC() {
+	if n.status != StatusViewChange || n.reconciling || len(n.svcs) < n.quorum-1 || n.promiseOwed || n.now < n.promiseEnd {
+		return
+	}
+	p := n.primaryOf(n.view)
+	if p == n.id {
+		if n.dvcs == nil {
+			n.dvcs = map[uint64]*dvcInfo{}
+		}
+		if n.dvcs[n.id] == nil {
+			n.dvcs[n.id] = n.ownDVC()
+		}
+		n.checkDVCQuorum()
+		return
+	}
+	if n.dvcSent && n.now < n.dvcSentAt+n.hb {
+		return
+	}
+	d := n.ownDVC()
+	n.send(Message{Type: MsgDoViewChange, To: p, View: n.view, LastNormalView: d.lnv, Op: d.op, OpView: d.opView,
+		Commit: d.commit, PrevOp: d.anchor, PrevView: d.anchorView, Runs: d.runs, Final: d.final})
+	n.dvcSent, n.dvcSentAt = true, n.now
+}
+
+// ownDVC describes our log: its last normal view and end, and its shape
+// after the commit number (before it, every log agrees).
+func (n *Node) ownDVC() *dvcInfo {
+	av, ok := n.log.viewAt(n.commit)
+	assert(ok, "dvc: no view at commit %d", n.commit)
+	runs, covered := n.log.shape(n.commit, n.log.lastIndex(), MaxRuns)
+	return &dvcInfo{from: n.id, lnv: n.lnv, op: n.log.lastIndex(), opView: n.log.lastView(), commit: n.commit,
+		anchor: n.commit, anchorView: av, runs: runs, final: covered == n.log.lastIndex()}
+}
+
+func (n *Node) onDoViewChange(m *Message) {
+	if m.View < n.view {
+		return
+	}
+	if m.View > n.view {
+		n.startViewChange(m.View)
+	}
+	switch {
+	case n.isPrimary():
+		if pr := n.prs[m.From]; n.now >= pr.nextSV {
+			n.sendStartView(m.From) // it missed our StartView
+		}
+		return
+	case n.status != StatusViewChange:
+		return
+	}
+	n.svcs[m.From] = true
+	if !n.reconciling {
+		if n.dvcs == nil {
+			n.dvcs = map[uint64]*dvcInfo{}
+		}
+		n.dvcs[m.From] = &dvcInfo{from: m.From, lnv: m.LastNormalView, op: m.Op, opView: m.OpView, commit: m.Commit,
+			anchor: m.PrevOp, anchorView: m.PrevView, runs: slices.Clone(m.Runs), final: m.Final}
+	}
+	n.maybeSendDVC()
+}
+
+// checkDVCQuorum starts reconciliation once the new primary holds a quorum
+// of DoViewChange, its own included.
+func (n *Node) checkDVCQuorum() {
+	if n.status != StatusViewChange || n.reconciling || n.dvcs[n.id] == nil || len(n.dvcs) < n.quorum {
+		return
+	}
+	// The best log: highest last normal view, then longest. Ties go to
+	// our own log (nothing to fetch), then to the lowest id.
+	best := n.dvcs[n.id]
+	ids := make([]uint64, 0, len(n.dvcs))
+	for id := range n.dvcs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	n.newCommit = 0
+	for _, id := range ids {
+		d := n.dvcs[id]
+		if d.lnv > best.lnv || (d.lnv == best.lnv && d.op > best.op) {
+			best = d
+		}
+		n.newCommit = max(n.newCommit, d.commit)
+	}
+	if best.op < n.commit || n.newCommit > best.op {
+		// Impossible if every replica follows the protocol: the best log
+		// holds everything committed. Refuse to build a view on it.
+		n.drop(&Message{Type: MsgDoViewChange, From: best.from, To: n.id, View: n.view},
+			"best log is shorter than a commit number")
+		delete(n.dvcs, best.from)
+		return
+	}
+	n.reconciling, n.best = true, best
+	n.event("vr: reconciling with the best log", "best", best.from, "lnv", best.lnv, "op", best.op)
+	if best.from != n.id {
+		n.matchShape(best.anchor, best.anchorView, best.runs, best.final)
+	}
+	n.continueReconcile()
+}
+
+// continueReconcile finishes the view change when our log equals the best
+// one, or asks the best replica for what we miss.
+func (n *Node) continueReconcile() {
+	b := n.best
+	if b.from == n.id {
+		n.becomePrimary()
+		return
+	}
+	if v, ok := n.log.viewAt(b.op); ok && v == b.opView && b.op <= n.log.lastIndex() {
+		// Same last entry, so the same log up to it (log matching).
+		n.verified = max(n.verified, b.op)
+		n.cut(b.op + 1)
+		n.becomePrimary()
+		return
+	}
+	n.sendGetLog()
+}
+
+func (n *Node) sendGetLog() {
+	n.send(Message{Type: MsgGetLog, To: n.best.from, View: n.view, Op: n.verified + 1})
+	n.nextFetch = n.now + n.hb
+}
+
+func (n *Node) onGetLog(m *Message) {
+	if m.View != n.view || n.status != StatusViewChange {
+		return
+	}
+	from := m.Op
+	switch {
+	case from <= n.log.snapIndex:
+		meta := n.snap
+		meta.Members = meta.Members.Clone()
+		n.send(Message{Type: MsgSnapshot, To: m.From, View: n.view, Snapshot: &meta})
+		n.stats.SnapshotsSent++
+	case from <= n.log.lastIndex()+1:
+		pv, _ := n.log.viewAt(from - 1)
+		var es []Entry
+		if from <= n.log.lastIndex() {
+			es = slices.Clone(n.log.slice(from, n.log.lastIndex(), n.cfg.MaxPrepareEntries, n.cfg.MaxPrepareBytes))
+		}
+		n.send(Message{Type: MsgLog, To: m.From, View: n.view, PrevOp: from - 1, PrevView: pv, Entries: es, Op: n.log.lastIndex()})
+	}
+}
+
+func (n *Node) onLog(m *Message) {
+	if m.View != n.view || n.status != StatusViewChange || !n.reconciling || m.From != n.best.from {
+		return
+	}
+	if m.PrevOp > n.verified {
+		return // an old answer; we asked again since
+	}
+	if v, ok := n.log.viewAt(m.PrevOp); ok && v != m.PrevView {
+		n.drop(m, "previous entry's view differs from a verified entry")
+		return
+	}
+	if !n.mergeEntries(m.Entries) {
+		n.drop(m, "entry differs from a verified entry")
+		return
+	}
+	n.continueReconcile()
+}
+
+// becomePrimary completes the view change: our log is the best log; it is
+// persisted (with LastNormalView after it) before StartView goes out.
+func (n *Node) becomePrimary() {
+	assert(n.status == StatusViewChange && n.primaryOf(n.view) == n.id, "become primary in status %v", n.status)
+	dvcs := n.dvcs
+	n.commit = max(n.commit, min(n.newCommit, n.log.lastIndex()))
+	n.clearViewChange()
+	n.becomePrimaryState()
+	for id, pr := range n.prs {
+		if d := dvcs[id]; d != nil {
+			pr.knownCommit = min(d.commit, n.log.lastIndex())
+		}
+	}
+	n.event("vr: primary", "start_op", n.startOp, "commit", n.commit)
+	for _, id := range n.ids {
+		if id != n.id {
+			n.sendStartView(id)
+		}
+	}
+}
