@@ -98,6 +98,18 @@ struct Sequencer {
     4: required i64 instance
 }
 
+// RequestID makes a state-changing request exactly-once across retries and
+// failovers. The client numbers its requests per session (1, 2, 3, ...; a
+// retry reuses the number) and says which earlier requests it may still
+// retry: every request numbered below floor has been answered or abandoned,
+// so the cell may forget their answers. A request that repeats a number the
+// cell has answered gets that answer again instead of being applied twice.
+// Requests without one are applied every time they arrive.
+struct RequestID {
+    1: required i64 seq    // > 0, unique within the session
+    2: required i64 floor  // 1..seq
+}
+
 // ---------------------------------------------------------------------------
 // Nodes
 
@@ -176,6 +188,7 @@ struct KeepAliveResponse {
 
 struct CloseSessionRequest {
     1: required SessionID session
+    2: optional RequestID rid
 }
 
 service Session {
@@ -210,6 +223,7 @@ struct OpenRequest {
     6: optional bool sequential        // on create: append a 10-digit per-parent counter to the name
     7: optional binary initial_content // on create
     8: optional i32 event_mask         // reserved for events
+    9: optional RequestID rid
 }
 
 struct OpenResponse {
@@ -220,10 +234,12 @@ struct OpenResponse {
 
 struct CloseRequest {
     1: required Handle handle
+    2: optional RequestID rid
 }
 
 struct HandleRequest {
     1: required Handle handle
+    2: optional RequestID rid  // Release only; reads ignore it
 }
 
 struct GetContentsAndStatResponse {
@@ -239,11 +255,13 @@ struct SetContentsRequest {
     1: required Handle handle
     2: required binary content
     3: optional i64 expected_generation  // compare-and-swap on content_generation
+    4: optional RequestID rid
 }
 
 struct DeleteRequest {
     1: required Handle handle
     2: optional bool recursive
+    3: optional RequestID rid
 }
 
 struct MkdirRequest {
@@ -251,6 +269,7 @@ struct MkdirRequest {
     2: required string path
     3: optional bool parents    // create missing parents; an existing directory is then not an error
     4: optional bool ephemeral  // deleted when empty after its session ends
+    5: optional RequestID rid
 }
 
 struct CreateFileRequest {
@@ -260,6 +279,7 @@ struct CreateFileRequest {
     4: optional bool ephemeral
     5: optional bool sequential
     6: optional bool make_parents  // create missing parent directories (permanent)
+    7: optional RequestID rid
 }
 
 service FileSystem {
@@ -285,12 +305,14 @@ struct AcquireRequest {
     2: required LockMode mode
     3: required i64 wait_ms        // 1..MAX_ACQUIRE_WAIT_MS; TIMED_OUT when it passes
     4: optional i64 lock_delay_ms  // 0..MAX_LOCK_DELAY_MS; unset: DEFAULT_LOCK_DELAY_MS
+    5: optional RequestID rid
 }
 
 struct TryAcquireRequest {
     1: required Handle handle
     2: required LockMode mode
     3: optional i64 lock_delay_ms
+    4: optional RequestID rid
 }
 
 struct CheckSequencerRequest {

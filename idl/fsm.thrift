@@ -50,8 +50,9 @@ union Op {
 struct Command {
     1: required i64 time_ms              // the master's clock (Unix ms) when it proposed the command
     2: optional chubby.SessionID session // with seq: exactly-once across retries
-    3: optional i64 seq                  // client request sequence, >0, increasing per session
+    3: optional i64 seq                  // client request sequence, >0, unique per session (RequestID.seq)
     4: required Op op
+    5: optional i64 seq_floor            // RequestID.floor: answers of the session's requests below it may be forgotten
 }
 
 struct Result {

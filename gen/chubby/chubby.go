@@ -497,6 +497,44 @@ var fieldIDToName_Sequencer = map[int16]string{
 	4: "instance",
 }
 
+type RequestID struct {
+	Seq   int64 `thrift:"seq,1,required" frugal:"1,required,i64" json:"seq"`
+	Floor int64 `thrift:"floor,2,required" frugal:"2,required,i64" json:"floor"`
+}
+
+func NewRequestID() *RequestID {
+	return &RequestID{}
+}
+
+func (p *RequestID) InitDefault() {
+}
+
+func (p *RequestID) GetSeq() (v int64) {
+	return p.Seq
+}
+
+func (p *RequestID) GetFloor() (v int64) {
+	return p.Floor
+}
+func (p *RequestID) SetSeq(val int64) {
+	p.Seq = val
+}
+func (p *RequestID) SetFloor(val int64) {
+	p.Floor = val
+}
+
+func (p *RequestID) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("RequestID(%+v)", *p)
+}
+
+var fieldIDToName_RequestID = map[int16]string{
+	1: "seq",
+	2: "floor",
+}
+
 type LockInfo struct {
 	Mode             *LockMode `thrift:"mode,1,optional" frugal:"1,optional,LockMode" json:"mode,omitempty"`
 	Holders          int32     `thrift:"holders,2,required" frugal:"2,required,i32" json:"holders"`
@@ -1020,7 +1058,8 @@ var fieldIDToName_KeepAliveResponse = map[int16]string{
 }
 
 type CloseSessionRequest struct {
-	Session SessionID `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
+	Session SessionID  `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
+	Rid     *RequestID `thrift:"rid,2,optional" frugal:"2,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewCloseSessionRequest() *CloseSessionRequest {
@@ -1033,8 +1072,24 @@ func (p *CloseSessionRequest) InitDefault() {
 func (p *CloseSessionRequest) GetSession() (v SessionID) {
 	return p.Session
 }
+
+var CloseSessionRequest_Rid_DEFAULT *RequestID
+
+func (p *CloseSessionRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return CloseSessionRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *CloseSessionRequest) SetSession(val SessionID) {
 	p.Session = val
+}
+func (p *CloseSessionRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
+
+func (p *CloseSessionRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *CloseSessionRequest) String() string {
@@ -1046,6 +1101,7 @@ func (p *CloseSessionRequest) String() string {
 
 var fieldIDToName_CloseSessionRequest = map[int16]string{
 	1: "session",
+	2: "rid",
 }
 
 type OpenRequest struct {
@@ -1057,6 +1113,7 @@ type OpenRequest struct {
 	Sequential     *bool      `thrift:"sequential,6,optional" frugal:"6,optional,bool" json:"sequential,omitempty"`
 	InitialContent []byte     `thrift:"initial_content,7,optional" frugal:"7,optional,binary" json:"initial_content,omitempty"`
 	EventMask      *int32     `thrift:"event_mask,8,optional" frugal:"8,optional,i32" json:"event_mask,omitempty"`
+	Rid            *RequestID `thrift:"rid,9,optional" frugal:"9,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewOpenRequest() *OpenRequest {
@@ -1117,6 +1174,15 @@ func (p *OpenRequest) GetEventMask() (v int32) {
 	}
 	return *p.EventMask
 }
+
+var OpenRequest_Rid_DEFAULT *RequestID
+
+func (p *OpenRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return OpenRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *OpenRequest) SetSession(val SessionID) {
 	p.Session = val
 }
@@ -1141,6 +1207,9 @@ func (p *OpenRequest) SetInitialContent(val []byte) {
 func (p *OpenRequest) SetEventMask(val *int32) {
 	p.EventMask = val
 }
+func (p *OpenRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
 
 func (p *OpenRequest) IsSetEphemeral() bool {
 	return p.Ephemeral != nil
@@ -1156,6 +1225,10 @@ func (p *OpenRequest) IsSetInitialContent() bool {
 
 func (p *OpenRequest) IsSetEventMask() bool {
 	return p.EventMask != nil
+}
+
+func (p *OpenRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *OpenRequest) String() string {
@@ -1174,6 +1247,7 @@ var fieldIDToName_OpenRequest = map[int16]string{
 	6: "sequential",
 	7: "initial_content",
 	8: "event_mask",
+	9: "rid",
 }
 
 type OpenResponse struct {
@@ -1242,7 +1316,8 @@ var fieldIDToName_OpenResponse = map[int16]string{
 }
 
 type CloseRequest struct {
-	Handle *Handle `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Handle *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Rid    *RequestID `thrift:"rid,2,optional" frugal:"2,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewCloseRequest() *CloseRequest {
@@ -1260,12 +1335,28 @@ func (p *CloseRequest) GetHandle() (v *Handle) {
 	}
 	return p.Handle
 }
+
+var CloseRequest_Rid_DEFAULT *RequestID
+
+func (p *CloseRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return CloseRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *CloseRequest) SetHandle(val *Handle) {
 	p.Handle = val
+}
+func (p *CloseRequest) SetRid(val *RequestID) {
+	p.Rid = val
 }
 
 func (p *CloseRequest) IsSetHandle() bool {
 	return p.Handle != nil
+}
+
+func (p *CloseRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *CloseRequest) String() string {
@@ -1277,10 +1368,12 @@ func (p *CloseRequest) String() string {
 
 var fieldIDToName_CloseRequest = map[int16]string{
 	1: "handle",
+	2: "rid",
 }
 
 type HandleRequest struct {
-	Handle *Handle `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Handle *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Rid    *RequestID `thrift:"rid,2,optional" frugal:"2,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewHandleRequest() *HandleRequest {
@@ -1298,12 +1391,28 @@ func (p *HandleRequest) GetHandle() (v *Handle) {
 	}
 	return p.Handle
 }
+
+var HandleRequest_Rid_DEFAULT *RequestID
+
+func (p *HandleRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return HandleRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *HandleRequest) SetHandle(val *Handle) {
 	p.Handle = val
+}
+func (p *HandleRequest) SetRid(val *RequestID) {
+	p.Rid = val
 }
 
 func (p *HandleRequest) IsSetHandle() bool {
 	return p.Handle != nil
+}
+
+func (p *HandleRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *HandleRequest) String() string {
@@ -1315,6 +1424,7 @@ func (p *HandleRequest) String() string {
 
 var fieldIDToName_HandleRequest = map[int16]string{
 	1: "handle",
+	2: "rid",
 }
 
 type GetContentsAndStatResponse struct {
@@ -1394,9 +1504,10 @@ var fieldIDToName_ReadDirResponse = map[int16]string{
 }
 
 type SetContentsRequest struct {
-	Handle             *Handle `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
-	Content            []byte  `thrift:"content,2,required" frugal:"2,required,binary" json:"content"`
-	ExpectedGeneration *int64  `thrift:"expected_generation,3,optional" frugal:"3,optional,i64" json:"expected_generation,omitempty"`
+	Handle             *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Content            []byte     `thrift:"content,2,required" frugal:"2,required,binary" json:"content"`
+	ExpectedGeneration *int64     `thrift:"expected_generation,3,optional" frugal:"3,optional,i64" json:"expected_generation,omitempty"`
+	Rid                *RequestID `thrift:"rid,4,optional" frugal:"4,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewSetContentsRequest() *SetContentsRequest {
@@ -1427,6 +1538,15 @@ func (p *SetContentsRequest) GetExpectedGeneration() (v int64) {
 	}
 	return *p.ExpectedGeneration
 }
+
+var SetContentsRequest_Rid_DEFAULT *RequestID
+
+func (p *SetContentsRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return SetContentsRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *SetContentsRequest) SetHandle(val *Handle) {
 	p.Handle = val
 }
@@ -1436,6 +1556,9 @@ func (p *SetContentsRequest) SetContent(val []byte) {
 func (p *SetContentsRequest) SetExpectedGeneration(val *int64) {
 	p.ExpectedGeneration = val
 }
+func (p *SetContentsRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
 
 func (p *SetContentsRequest) IsSetHandle() bool {
 	return p.Handle != nil
@@ -1443,6 +1566,10 @@ func (p *SetContentsRequest) IsSetHandle() bool {
 
 func (p *SetContentsRequest) IsSetExpectedGeneration() bool {
 	return p.ExpectedGeneration != nil
+}
+
+func (p *SetContentsRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *SetContentsRequest) String() string {
@@ -1456,11 +1583,13 @@ var fieldIDToName_SetContentsRequest = map[int16]string{
 	1: "handle",
 	2: "content",
 	3: "expected_generation",
+	4: "rid",
 }
 
 type DeleteRequest struct {
-	Handle    *Handle `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
-	Recursive *bool   `thrift:"recursive,2,optional" frugal:"2,optional,bool" json:"recursive,omitempty"`
+	Handle    *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Recursive *bool      `thrift:"recursive,2,optional" frugal:"2,optional,bool" json:"recursive,omitempty"`
+	Rid       *RequestID `thrift:"rid,3,optional" frugal:"3,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewDeleteRequest() *DeleteRequest {
@@ -1487,11 +1616,23 @@ func (p *DeleteRequest) GetRecursive() (v bool) {
 	}
 	return *p.Recursive
 }
+
+var DeleteRequest_Rid_DEFAULT *RequestID
+
+func (p *DeleteRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return DeleteRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *DeleteRequest) SetHandle(val *Handle) {
 	p.Handle = val
 }
 func (p *DeleteRequest) SetRecursive(val *bool) {
 	p.Recursive = val
+}
+func (p *DeleteRequest) SetRid(val *RequestID) {
+	p.Rid = val
 }
 
 func (p *DeleteRequest) IsSetHandle() bool {
@@ -1500,6 +1641,10 @@ func (p *DeleteRequest) IsSetHandle() bool {
 
 func (p *DeleteRequest) IsSetRecursive() bool {
 	return p.Recursive != nil
+}
+
+func (p *DeleteRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *DeleteRequest) String() string {
@@ -1512,13 +1657,15 @@ func (p *DeleteRequest) String() string {
 var fieldIDToName_DeleteRequest = map[int16]string{
 	1: "handle",
 	2: "recursive",
+	3: "rid",
 }
 
 type MkdirRequest struct {
-	Session   SessionID `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
-	Path      string    `thrift:"path,2,required" frugal:"2,required,string" json:"path"`
-	Parents   *bool     `thrift:"parents,3,optional" frugal:"3,optional,bool" json:"parents,omitempty"`
-	Ephemeral *bool     `thrift:"ephemeral,4,optional" frugal:"4,optional,bool" json:"ephemeral,omitempty"`
+	Session   SessionID  `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
+	Path      string     `thrift:"path,2,required" frugal:"2,required,string" json:"path"`
+	Parents   *bool      `thrift:"parents,3,optional" frugal:"3,optional,bool" json:"parents,omitempty"`
+	Ephemeral *bool      `thrift:"ephemeral,4,optional" frugal:"4,optional,bool" json:"ephemeral,omitempty"`
+	Rid       *RequestID `thrift:"rid,5,optional" frugal:"5,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewMkdirRequest() *MkdirRequest {
@@ -1553,6 +1700,15 @@ func (p *MkdirRequest) GetEphemeral() (v bool) {
 	}
 	return *p.Ephemeral
 }
+
+var MkdirRequest_Rid_DEFAULT *RequestID
+
+func (p *MkdirRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return MkdirRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *MkdirRequest) SetSession(val SessionID) {
 	p.Session = val
 }
@@ -1565,6 +1721,9 @@ func (p *MkdirRequest) SetParents(val *bool) {
 func (p *MkdirRequest) SetEphemeral(val *bool) {
 	p.Ephemeral = val
 }
+func (p *MkdirRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
 
 func (p *MkdirRequest) IsSetParents() bool {
 	return p.Parents != nil
@@ -1572,6 +1731,10 @@ func (p *MkdirRequest) IsSetParents() bool {
 
 func (p *MkdirRequest) IsSetEphemeral() bool {
 	return p.Ephemeral != nil
+}
+
+func (p *MkdirRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *MkdirRequest) String() string {
@@ -1586,15 +1749,17 @@ var fieldIDToName_MkdirRequest = map[int16]string{
 	2: "path",
 	3: "parents",
 	4: "ephemeral",
+	5: "rid",
 }
 
 type CreateFileRequest struct {
-	Session     SessionID `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
-	Path        string    `thrift:"path,2,required" frugal:"2,required,string" json:"path"`
-	Content     []byte    `thrift:"content,3,optional" frugal:"3,optional,binary" json:"content,omitempty"`
-	Ephemeral   *bool     `thrift:"ephemeral,4,optional" frugal:"4,optional,bool" json:"ephemeral,omitempty"`
-	Sequential  *bool     `thrift:"sequential,5,optional" frugal:"5,optional,bool" json:"sequential,omitempty"`
-	MakeParents *bool     `thrift:"make_parents,6,optional" frugal:"6,optional,bool" json:"make_parents,omitempty"`
+	Session     SessionID  `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
+	Path        string     `thrift:"path,2,required" frugal:"2,required,string" json:"path"`
+	Content     []byte     `thrift:"content,3,optional" frugal:"3,optional,binary" json:"content,omitempty"`
+	Ephemeral   *bool      `thrift:"ephemeral,4,optional" frugal:"4,optional,bool" json:"ephemeral,omitempty"`
+	Sequential  *bool      `thrift:"sequential,5,optional" frugal:"5,optional,bool" json:"sequential,omitempty"`
+	MakeParents *bool      `thrift:"make_parents,6,optional" frugal:"6,optional,bool" json:"make_parents,omitempty"`
+	Rid         *RequestID `thrift:"rid,7,optional" frugal:"7,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewCreateFileRequest() *CreateFileRequest {
@@ -1647,6 +1812,15 @@ func (p *CreateFileRequest) GetMakeParents() (v bool) {
 	}
 	return *p.MakeParents
 }
+
+var CreateFileRequest_Rid_DEFAULT *RequestID
+
+func (p *CreateFileRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return CreateFileRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *CreateFileRequest) SetSession(val SessionID) {
 	p.Session = val
 }
@@ -1665,6 +1839,9 @@ func (p *CreateFileRequest) SetSequential(val *bool) {
 func (p *CreateFileRequest) SetMakeParents(val *bool) {
 	p.MakeParents = val
 }
+func (p *CreateFileRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
 
 func (p *CreateFileRequest) IsSetContent() bool {
 	return p.Content != nil
@@ -1682,6 +1859,10 @@ func (p *CreateFileRequest) IsSetMakeParents() bool {
 	return p.MakeParents != nil
 }
 
+func (p *CreateFileRequest) IsSetRid() bool {
+	return p.Rid != nil
+}
+
 func (p *CreateFileRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1696,13 +1877,15 @@ var fieldIDToName_CreateFileRequest = map[int16]string{
 	4: "ephemeral",
 	5: "sequential",
 	6: "make_parents",
+	7: "rid",
 }
 
 type AcquireRequest struct {
-	Handle      *Handle  `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
-	Mode        LockMode `thrift:"mode,2,required" frugal:"2,required,LockMode" json:"mode"`
-	WaitMs      int64    `thrift:"wait_ms,3,required" frugal:"3,required,i64" json:"wait_ms"`
-	LockDelayMs *int64   `thrift:"lock_delay_ms,4,optional" frugal:"4,optional,i64" json:"lock_delay_ms,omitempty"`
+	Handle      *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Mode        LockMode   `thrift:"mode,2,required" frugal:"2,required,LockMode" json:"mode"`
+	WaitMs      int64      `thrift:"wait_ms,3,required" frugal:"3,required,i64" json:"wait_ms"`
+	LockDelayMs *int64     `thrift:"lock_delay_ms,4,optional" frugal:"4,optional,i64" json:"lock_delay_ms,omitempty"`
+	Rid         *RequestID `thrift:"rid,5,optional" frugal:"5,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewAcquireRequest() *AcquireRequest {
@@ -1737,6 +1920,15 @@ func (p *AcquireRequest) GetLockDelayMs() (v int64) {
 	}
 	return *p.LockDelayMs
 }
+
+var AcquireRequest_Rid_DEFAULT *RequestID
+
+func (p *AcquireRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return AcquireRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *AcquireRequest) SetHandle(val *Handle) {
 	p.Handle = val
 }
@@ -1749,6 +1941,9 @@ func (p *AcquireRequest) SetWaitMs(val int64) {
 func (p *AcquireRequest) SetLockDelayMs(val *int64) {
 	p.LockDelayMs = val
 }
+func (p *AcquireRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
 
 func (p *AcquireRequest) IsSetHandle() bool {
 	return p.Handle != nil
@@ -1756,6 +1951,10 @@ func (p *AcquireRequest) IsSetHandle() bool {
 
 func (p *AcquireRequest) IsSetLockDelayMs() bool {
 	return p.LockDelayMs != nil
+}
+
+func (p *AcquireRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *AcquireRequest) String() string {
@@ -1770,12 +1969,14 @@ var fieldIDToName_AcquireRequest = map[int16]string{
 	2: "mode",
 	3: "wait_ms",
 	4: "lock_delay_ms",
+	5: "rid",
 }
 
 type TryAcquireRequest struct {
-	Handle      *Handle  `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
-	Mode        LockMode `thrift:"mode,2,required" frugal:"2,required,LockMode" json:"mode"`
-	LockDelayMs *int64   `thrift:"lock_delay_ms,3,optional" frugal:"3,optional,i64" json:"lock_delay_ms,omitempty"`
+	Handle      *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Mode        LockMode   `thrift:"mode,2,required" frugal:"2,required,LockMode" json:"mode"`
+	LockDelayMs *int64     `thrift:"lock_delay_ms,3,optional" frugal:"3,optional,i64" json:"lock_delay_ms,omitempty"`
+	Rid         *RequestID `thrift:"rid,4,optional" frugal:"4,optional,RequestID" json:"rid,omitempty"`
 }
 
 func NewTryAcquireRequest() *TryAcquireRequest {
@@ -1806,6 +2007,15 @@ func (p *TryAcquireRequest) GetLockDelayMs() (v int64) {
 	}
 	return *p.LockDelayMs
 }
+
+var TryAcquireRequest_Rid_DEFAULT *RequestID
+
+func (p *TryAcquireRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return TryAcquireRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
 func (p *TryAcquireRequest) SetHandle(val *Handle) {
 	p.Handle = val
 }
@@ -1815,6 +2025,9 @@ func (p *TryAcquireRequest) SetMode(val LockMode) {
 func (p *TryAcquireRequest) SetLockDelayMs(val *int64) {
 	p.LockDelayMs = val
 }
+func (p *TryAcquireRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
 
 func (p *TryAcquireRequest) IsSetHandle() bool {
 	return p.Handle != nil
@@ -1822,6 +2035,10 @@ func (p *TryAcquireRequest) IsSetHandle() bool {
 
 func (p *TryAcquireRequest) IsSetLockDelayMs() bool {
 	return p.LockDelayMs != nil
+}
+
+func (p *TryAcquireRequest) IsSetRid() bool {
+	return p.Rid != nil
 }
 
 func (p *TryAcquireRequest) String() string {
@@ -1835,6 +2052,7 @@ var fieldIDToName_TryAcquireRequest = map[int16]string{
 	1: "handle",
 	2: "mode",
 	3: "lock_delay_ms",
+	4: "rid",
 }
 
 type CheckSequencerRequest struct {

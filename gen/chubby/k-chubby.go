@@ -541,6 +541,164 @@ func (p *Sequencer) field4Length() int {
 	return l
 }
 
+func (p *RequestID) FastRead(buf []byte) (int, error) {
+
+	var err error
+	var offset int
+	var l int
+	var fieldTypeId thrift.TType
+	var fieldId int16
+	var issetSeq bool = false
+	var issetFloor bool = false
+	for {
+		fieldTypeId, fieldId, l, err = thrift.Binary.ReadFieldBegin(buf[offset:])
+		offset += l
+		if err != nil {
+			goto ReadFieldBeginError
+		}
+		if fieldTypeId == thrift.STOP {
+			break
+		}
+		switch fieldId {
+		case 1:
+			if fieldTypeId == thrift.I64 {
+				l, err = p.FastReadField1(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+				issetSeq = true
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 2:
+			if fieldTypeId == thrift.I64 {
+				l, err = p.FastReadField2(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+				issetFloor = true
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		default:
+			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+			offset += l
+			if err != nil {
+				goto SkipFieldError
+			}
+		}
+	}
+
+	if !issetSeq {
+		fieldId = 1
+		goto RequiredFieldNotSetError
+	}
+
+	if !issetFloor {
+		fieldId = 2
+		goto RequiredFieldNotSetError
+	}
+	return offset, nil
+ReadFieldBeginError:
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
+ReadFieldError:
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_RequestID[fieldId]), err)
+SkipFieldError:
+	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
+RequiredFieldNotSetError:
+	return offset, thrift.NewProtocolException(thrift.INVALID_DATA, fmt.Sprintf("required field %s is not set", fieldIDToName_RequestID[fieldId]))
+}
+
+func (p *RequestID) FastReadField1(buf []byte) (int, error) {
+	offset := 0
+
+	var _field int64
+	if v, l, err := thrift.Binary.ReadI64(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+		_field = v
+	}
+	p.Seq = _field
+	return offset, nil
+}
+
+func (p *RequestID) FastReadField2(buf []byte) (int, error) {
+	offset := 0
+
+	var _field int64
+	if v, l, err := thrift.Binary.ReadI64(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+		_field = v
+	}
+	p.Floor = _field
+	return offset, nil
+}
+
+func (p *RequestID) FastWrite(buf []byte) int {
+	return p.FastWriteNocopy(buf, nil)
+}
+
+func (p *RequestID) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p != nil {
+		offset += p.fastWriteField1(buf[offset:], w)
+		offset += p.fastWriteField2(buf[offset:], w)
+	}
+	offset += thrift.Binary.WriteFieldStop(buf[offset:])
+	return offset
+}
+
+func (p *RequestID) BLength() int {
+	l := 0
+	if p != nil {
+		l += p.field1Length()
+		l += p.field2Length()
+	}
+	l += thrift.Binary.FieldStopLength()
+	return l
+}
+
+func (p *RequestID) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.I64, 1)
+	offset += thrift.Binary.WriteI64(buf[offset:], p.Seq)
+	return offset
+}
+
+func (p *RequestID) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.I64, 2)
+	offset += thrift.Binary.WriteI64(buf[offset:], p.Floor)
+	return offset
+}
+
+func (p *RequestID) field1Length() int {
+	l := 0
+	l += thrift.Binary.FieldBeginLength()
+	l += thrift.Binary.I64Length()
+	return l
+}
+
+func (p *RequestID) field2Length() int {
+	l := 0
+	l += thrift.Binary.FieldBeginLength()
+	l += thrift.Binary.I64Length()
+	return l
+}
+
 func (p *LockInfo) FastRead(buf []byte) (int, error) {
 
 	var err error
@@ -2739,6 +2897,20 @@ func (p *CloseSessionRequest) FastRead(buf []byte) (int, error) {
 					goto SkipFieldError
 				}
 			}
+		case 2:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField2(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
 		default:
 			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 			offset += l
@@ -2777,6 +2949,18 @@ func (p *CloseSessionRequest) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *CloseSessionRequest) FastReadField2(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *CloseSessionRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -2785,6 +2969,7 @@ func (p *CloseSessionRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter)
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
+		offset += p.fastWriteField2(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -2794,6 +2979,7 @@ func (p *CloseSessionRequest) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
+		l += p.field2Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -2806,10 +2992,28 @@ func (p *CloseSessionRequest) fastWriteField1(buf []byte, w thrift.NocopyWriter)
 	return offset
 }
 
+func (p *CloseSessionRequest) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 2)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *CloseSessionRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += thrift.Binary.I64Length()
+	return l
+}
+
+func (p *CloseSessionRequest) field2Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
+	}
 	return l
 }
 
@@ -2939,6 +3143,20 @@ func (p *OpenRequest) FastRead(buf []byte) (int, error) {
 		case 8:
 			if fieldTypeId == thrift.I32 {
 				l, err = p.FastReadField8(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 9:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField9(buf[offset:])
 				offset += l
 				if err != nil {
 					goto ReadFieldError
@@ -3104,6 +3322,18 @@ func (p *OpenRequest) FastReadField8(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *OpenRequest) FastReadField9(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *OpenRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -3119,6 +3349,7 @@ func (p *OpenRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 		offset += p.fastWriteField3(buf[offset:], w)
 		offset += p.fastWriteField4(buf[offset:], w)
 		offset += p.fastWriteField7(buf[offset:], w)
+		offset += p.fastWriteField9(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -3135,6 +3366,7 @@ func (p *OpenRequest) BLength() int {
 		l += p.field6Length()
 		l += p.field7Length()
 		l += p.field8Length()
+		l += p.field9Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -3204,6 +3436,15 @@ func (p *OpenRequest) fastWriteField8(buf []byte, w thrift.NocopyWriter) int {
 	return offset
 }
 
+func (p *OpenRequest) fastWriteField9(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 9)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *OpenRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -3264,6 +3505,15 @@ func (p *OpenRequest) field8Length() int {
 	if p.IsSetEventMask() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.I32Length()
+	}
+	return l
+}
+
+func (p *OpenRequest) field9Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
 	}
 	return l
 }
@@ -3506,6 +3756,20 @@ func (p *CloseRequest) FastRead(buf []byte) (int, error) {
 					goto SkipFieldError
 				}
 			}
+		case 2:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField2(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
 		default:
 			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 			offset += l
@@ -3542,6 +3806,18 @@ func (p *CloseRequest) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *CloseRequest) FastReadField2(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *CloseRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -3550,6 +3826,7 @@ func (p *CloseRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
+		offset += p.fastWriteField2(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -3559,6 +3836,7 @@ func (p *CloseRequest) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
+		l += p.field2Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -3571,10 +3849,28 @@ func (p *CloseRequest) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	return offset
 }
 
+func (p *CloseRequest) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 2)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *CloseRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Handle.BLength()
+	return l
+}
+
+func (p *CloseRequest) field2Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
+	}
 	return l
 }
 
@@ -3604,6 +3900,20 @@ func (p *HandleRequest) FastRead(buf []byte) (int, error) {
 					goto ReadFieldError
 				}
 				issetHandle = true
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 2:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField2(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
 			} else {
 				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 				offset += l
@@ -3647,6 +3957,18 @@ func (p *HandleRequest) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *HandleRequest) FastReadField2(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *HandleRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -3655,6 +3977,7 @@ func (p *HandleRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
+		offset += p.fastWriteField2(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -3664,6 +3987,7 @@ func (p *HandleRequest) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
+		l += p.field2Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -3676,10 +4000,28 @@ func (p *HandleRequest) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	return offset
 }
 
+func (p *HandleRequest) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 2)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *HandleRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Handle.BLength()
+	return l
+}
+
+func (p *HandleRequest) field2Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
+	}
 	return l
 }
 
@@ -4032,6 +4374,20 @@ func (p *SetContentsRequest) FastRead(buf []byte) (int, error) {
 					goto SkipFieldError
 				}
 			}
+		case 4:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField4(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
 		default:
 			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 			offset += l
@@ -4102,6 +4458,18 @@ func (p *SetContentsRequest) FastReadField3(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *SetContentsRequest) FastReadField4(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *SetContentsRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -4112,6 +4480,7 @@ func (p *SetContentsRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) 
 		offset += p.fastWriteField3(buf[offset:], w)
 		offset += p.fastWriteField1(buf[offset:], w)
 		offset += p.fastWriteField2(buf[offset:], w)
+		offset += p.fastWriteField4(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -4123,6 +4492,7 @@ func (p *SetContentsRequest) BLength() int {
 		l += p.field1Length()
 		l += p.field2Length()
 		l += p.field3Length()
+		l += p.field4Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -4151,6 +4521,15 @@ func (p *SetContentsRequest) fastWriteField3(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
+func (p *SetContentsRequest) fastWriteField4(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 4)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *SetContentsRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -4170,6 +4549,15 @@ func (p *SetContentsRequest) field3Length() int {
 	if p.IsSetExpectedGeneration() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.I64Length()
+	}
+	return l
+}
+
+func (p *SetContentsRequest) field4Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
 	}
 	return l
 }
@@ -4210,6 +4598,20 @@ func (p *DeleteRequest) FastRead(buf []byte) (int, error) {
 		case 2:
 			if fieldTypeId == thrift.BOOL {
 				l, err = p.FastReadField2(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 3:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField3(buf[offset:])
 				offset += l
 				if err != nil {
 					goto ReadFieldError
@@ -4271,6 +4673,18 @@ func (p *DeleteRequest) FastReadField2(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *DeleteRequest) FastReadField3(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *DeleteRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -4280,6 +4694,7 @@ func (p *DeleteRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	if p != nil {
 		offset += p.fastWriteField2(buf[offset:], w)
 		offset += p.fastWriteField1(buf[offset:], w)
+		offset += p.fastWriteField3(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -4290,6 +4705,7 @@ func (p *DeleteRequest) BLength() int {
 	if p != nil {
 		l += p.field1Length()
 		l += p.field2Length()
+		l += p.field3Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -4311,6 +4727,15 @@ func (p *DeleteRequest) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
 	return offset
 }
 
+func (p *DeleteRequest) fastWriteField3(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 3)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *DeleteRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -4323,6 +4748,15 @@ func (p *DeleteRequest) field2Length() int {
 	if p.IsSetRecursive() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.BoolLength()
+	}
+	return l
+}
+
+func (p *DeleteRequest) field3Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
 	}
 	return l
 }
@@ -4393,6 +4827,20 @@ func (p *MkdirRequest) FastRead(buf []byte) (int, error) {
 		case 4:
 			if fieldTypeId == thrift.BOOL {
 				l, err = p.FastReadField4(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 5:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField5(buf[offset:])
 				offset += l
 				if err != nil {
 					goto ReadFieldError
@@ -4489,6 +4937,18 @@ func (p *MkdirRequest) FastReadField4(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *MkdirRequest) FastReadField5(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *MkdirRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -4500,6 +4960,7 @@ func (p *MkdirRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 		offset += p.fastWriteField3(buf[offset:], w)
 		offset += p.fastWriteField4(buf[offset:], w)
 		offset += p.fastWriteField2(buf[offset:], w)
+		offset += p.fastWriteField5(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -4512,6 +4973,7 @@ func (p *MkdirRequest) BLength() int {
 		l += p.field2Length()
 		l += p.field3Length()
 		l += p.field4Length()
+		l += p.field5Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -4549,6 +5011,15 @@ func (p *MkdirRequest) fastWriteField4(buf []byte, w thrift.NocopyWriter) int {
 	return offset
 }
 
+func (p *MkdirRequest) fastWriteField5(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 5)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *MkdirRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -4577,6 +5048,15 @@ func (p *MkdirRequest) field4Length() int {
 	if p.IsSetEphemeral() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.BoolLength()
+	}
+	return l
+}
+
+func (p *MkdirRequest) field5Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
 	}
 	return l
 }
@@ -4675,6 +5155,20 @@ func (p *CreateFileRequest) FastRead(buf []byte) (int, error) {
 		case 6:
 			if fieldTypeId == thrift.BOOL {
 				l, err = p.FastReadField6(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 7:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField7(buf[offset:])
 				offset += l
 				if err != nil {
 					goto ReadFieldError
@@ -4800,6 +5294,18 @@ func (p *CreateFileRequest) FastReadField6(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *CreateFileRequest) FastReadField7(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *CreateFileRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -4813,6 +5319,7 @@ func (p *CreateFileRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) i
 		offset += p.fastWriteField6(buf[offset:], w)
 		offset += p.fastWriteField2(buf[offset:], w)
 		offset += p.fastWriteField3(buf[offset:], w)
+		offset += p.fastWriteField7(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -4827,6 +5334,7 @@ func (p *CreateFileRequest) BLength() int {
 		l += p.field4Length()
 		l += p.field5Length()
 		l += p.field6Length()
+		l += p.field7Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -4882,6 +5390,15 @@ func (p *CreateFileRequest) fastWriteField6(buf []byte, w thrift.NocopyWriter) i
 	return offset
 }
 
+func (p *CreateFileRequest) fastWriteField7(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 7)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *CreateFileRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -4928,6 +5445,15 @@ func (p *CreateFileRequest) field6Length() int {
 	if p.IsSetMakeParents() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.BoolLength()
+	}
+	return l
+}
+
+func (p *CreateFileRequest) field7Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
 	}
 	return l
 }
@@ -5000,6 +5526,20 @@ func (p *AcquireRequest) FastRead(buf []byte) (int, error) {
 		case 4:
 			if fieldTypeId == thrift.I64 {
 				l, err = p.FastReadField4(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 5:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField5(buf[offset:])
 				offset += l
 				if err != nil {
 					goto ReadFieldError
@@ -5100,6 +5640,18 @@ func (p *AcquireRequest) FastReadField4(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *AcquireRequest) FastReadField5(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *AcquireRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -5111,6 +5663,7 @@ func (p *AcquireRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int 
 		offset += p.fastWriteField4(buf[offset:], w)
 		offset += p.fastWriteField1(buf[offset:], w)
 		offset += p.fastWriteField2(buf[offset:], w)
+		offset += p.fastWriteField5(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -5123,6 +5676,7 @@ func (p *AcquireRequest) BLength() int {
 		l += p.field2Length()
 		l += p.field3Length()
 		l += p.field4Length()
+		l += p.field5Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -5158,6 +5712,15 @@ func (p *AcquireRequest) fastWriteField4(buf []byte, w thrift.NocopyWriter) int 
 	return offset
 }
 
+func (p *AcquireRequest) fastWriteField5(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 5)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *AcquireRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -5184,6 +5747,15 @@ func (p *AcquireRequest) field4Length() int {
 	if p.IsSetLockDelayMs() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.I64Length()
+	}
+	return l
+}
+
+func (p *AcquireRequest) field5Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
 	}
 	return l
 }
@@ -5240,6 +5812,20 @@ func (p *TryAcquireRequest) FastRead(buf []byte) (int, error) {
 		case 3:
 			if fieldTypeId == thrift.I64 {
 				l, err = p.FastReadField3(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 4:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField4(buf[offset:])
 				offset += l
 				if err != nil {
 					goto ReadFieldError
@@ -5321,6 +5907,18 @@ func (p *TryAcquireRequest) FastReadField3(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *TryAcquireRequest) FastReadField4(buf []byte) (int, error) {
+	offset := 0
+	_field := NewRequestID()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Rid = _field
+	return offset, nil
+}
+
 func (p *TryAcquireRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -5331,6 +5929,7 @@ func (p *TryAcquireRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) i
 		offset += p.fastWriteField3(buf[offset:], w)
 		offset += p.fastWriteField1(buf[offset:], w)
 		offset += p.fastWriteField2(buf[offset:], w)
+		offset += p.fastWriteField4(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -5342,6 +5941,7 @@ func (p *TryAcquireRequest) BLength() int {
 		l += p.field1Length()
 		l += p.field2Length()
 		l += p.field3Length()
+		l += p.field4Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -5370,6 +5970,15 @@ func (p *TryAcquireRequest) fastWriteField3(buf []byte, w thrift.NocopyWriter) i
 	return offset
 }
 
+func (p *TryAcquireRequest) fastWriteField4(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetRid() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 4)
+		offset += p.Rid.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *TryAcquireRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -5389,6 +5998,15 @@ func (p *TryAcquireRequest) field3Length() int {
 	if p.IsSetLockDelayMs() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.I64Length()
+	}
+	return l
+}
+
+func (p *TryAcquireRequest) field4Length() int {
+	l := 0
+	if p.IsSetRid() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Rid.BLength()
 	}
 	return l
 }

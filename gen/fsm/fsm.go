@@ -168,10 +168,11 @@ func (p *Tick) String() string {
 var fieldIDToName_Tick = map[int16]string{}
 
 type Command struct {
-	TimeMs  int64             `thrift:"time_ms,1,required" frugal:"1,required,i64" json:"time_ms"`
-	Session *chubby.SessionID `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
-	Seq     *int64            `thrift:"seq,3,optional" frugal:"3,optional,i64" json:"seq,omitempty"`
-	Op      *Op               `thrift:"op,4,required" frugal:"4,required,Op" json:"op"`
+	TimeMs   int64             `thrift:"time_ms,1,required" frugal:"1,required,i64" json:"time_ms"`
+	Session  *chubby.SessionID `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
+	Seq      *int64            `thrift:"seq,3,optional" frugal:"3,optional,i64" json:"seq,omitempty"`
+	Op       *Op               `thrift:"op,4,required" frugal:"4,required,Op" json:"op"`
+	SeqFloor *int64            `thrift:"seq_floor,5,optional" frugal:"5,optional,i64" json:"seq_floor,omitempty"`
 }
 
 func NewCommand() *Command {
@@ -211,6 +212,15 @@ func (p *Command) GetOp() (v *Op) {
 	}
 	return p.Op
 }
+
+var Command_SeqFloor_DEFAULT int64
+
+func (p *Command) GetSeqFloor() (v int64) {
+	if !p.IsSetSeqFloor() {
+		return Command_SeqFloor_DEFAULT
+	}
+	return *p.SeqFloor
+}
 func (p *Command) SetTimeMs(val int64) {
 	p.TimeMs = val
 }
@@ -222,6 +232,9 @@ func (p *Command) SetSeq(val *int64) {
 }
 func (p *Command) SetOp(val *Op) {
 	p.Op = val
+}
+func (p *Command) SetSeqFloor(val *int64) {
+	p.SeqFloor = val
 }
 
 func (p *Command) IsSetSession() bool {
@@ -236,6 +249,10 @@ func (p *Command) IsSetOp() bool {
 	return p.Op != nil
 }
 
+func (p *Command) IsSetSeqFloor() bool {
+	return p.SeqFloor != nil
+}
+
 func (p *Command) String() string {
 	if p == nil {
 		return "<nil>"
@@ -248,6 +265,7 @@ var fieldIDToName_Command = map[int16]string{
 	2: "session",
 	3: "seq",
 	4: "op",
+	5: "seq_floor",
 }
 
 type Result_ struct {
