@@ -50,6 +50,14 @@ func checkContent(b []byte) error {
 	return nil
 }
 
+// checkRID validates a request's RequestID, if any.
+func checkRID(rid *chubby.RequestID) error {
+	if rid != nil && (rid.Seq <= 0 || rid.Floor < 1 || rid.Floor > rid.Seq) {
+		return invalid("request id seq=%d floor=%d: want seq > 0 and 1 <= floor <= seq", rid.Seq, rid.Floor)
+	}
+	return nil
+}
+
 func checkPath(p string) error {
 	_, err := fs.ParsePath(p)
 	return err
@@ -185,7 +193,10 @@ func (h *handler) Open(ctx context.Context, req *chubby.OpenRequest) (*chubby.Op
 	if err := checkContent(req.InitialContent); err != nil {
 		return nil, err
 	}
-	res, err := h.s.propose(ctx, &fsm.Op{Open: req})
+	if err := checkRID(req.Rid); err != nil {
+		return nil, err
+	}
+	res, err := h.s.proposeOnce(ctx, req.Session, req.Rid, &fsm.Op{Open: req})
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +213,10 @@ func (h *handler) Close(ctx context.Context, req *chubby.CloseRequest) error {
 	if err := h.liveHandle(req.Handle); err != nil {
 		return err
 	}
-	_, err := h.s.propose(ctx, &fsm.Op{Close: req})
+	if err := checkRID(req.Rid); err != nil {
+		return err
+	}
+	_, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{Close: req})
 	return err
 }
 
@@ -277,7 +291,10 @@ func (h *handler) SetContents(ctx context.Context, req *chubby.SetContentsReques
 	if err := checkContent(req.Content); err != nil {
 		return nil, err
 	}
-	res, err := h.s.propose(ctx, &fsm.Op{SetContents: req})
+	if err := checkRID(req.Rid); err != nil {
+		return nil, err
+	}
+	res, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{SetContents: req})
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +308,10 @@ func (h *handler) Delete(ctx context.Context, req *chubby.DeleteRequest) error {
 	if err := h.liveHandle(req.Handle); err != nil {
 		return err
 	}
-	_, err := h.s.propose(ctx, &fsm.Op{DeleteNode: req})
+	if err := checkRID(req.Rid); err != nil {
+		return err
+	}
+	_, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{DeleteNode: req})
 	return err
 }
 
@@ -305,7 +325,10 @@ func (h *handler) Mkdir(ctx context.Context, req *chubby.MkdirRequest) (*chubby.
 	if err := checkPath(req.Path); err != nil {
 		return nil, err
 	}
-	res, err := h.s.propose(ctx, &fsm.Op{Mkdir: req})
+	if err := checkRID(req.Rid); err != nil {
+		return nil, err
+	}
+	res, err := h.s.proposeOnce(ctx, req.Session, req.Rid, &fsm.Op{Mkdir: req})
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +348,10 @@ func (h *handler) CreateFile(ctx context.Context, req *chubby.CreateFileRequest)
 	if err := checkContent(req.Content); err != nil {
 		return nil, err
 	}
-	res, err := h.s.propose(ctx, &fsm.Op{CreateFile: req})
+	if err := checkRID(req.Rid); err != nil {
+		return nil, err
+	}
+	res, err := h.s.proposeOnce(ctx, req.Session, req.Rid, &fsm.Op{CreateFile: req})
 	if err != nil {
 		return nil, err
 	}
@@ -366,11 +392,20 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if err != nil {
 		return nil, err
 	}
+	// A waiting Acquire is not made exactly-once by its RequestID: its
+	// answer ("queued") would outlive the wait a failover withdraws. A
+	// retry is safe anyway: if the handle already holds the lock (the
+	// first attempt was granted), the retry returns its sequencer.
 	res, err := h.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{
 		Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs),
 	}})
 	if err != nil {
 		h.s.m.unpark(req.Handle.Id, d)
+		if fs.Code(err) == chubby.ErrorCode_LOCK_HELD {
+			if held := h.held(req.Handle, req.Mode); held != nil {
+				return held, nil
+			}
+		}
 		return nil, err
 	}
 	if !res.GetWaiting() {
@@ -418,7 +453,10 @@ func (h *handler) TryAcquire(ctx context.Context, req *chubby.TryAcquireRequest)
 	if err := checkLockDelay(req.LockDelayMs); err != nil {
 		return nil, err
 	}
-	res, err := h.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{
+	if err := checkRID(req.Rid); err != nil {
+		return nil, err
+	}
+	res, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{Acquire: &fsm.Acquire{
 		Handle: req.Handle, Mode: req.Mode, Wait: false, LockDelayMs: lockDelay(req.LockDelayMs),
 	}})
 	if err != nil {
@@ -437,7 +475,10 @@ func (h *handler) Release(ctx context.Context, req *chubby.HandleRequest) error 
 	if err := h.liveHandle(req.Handle); err != nil {
 		return err
 	}
-	_, err := h.s.propose(ctx, &fsm.Op{Release: req})
+	if err := checkRID(req.Rid); err != nil {
+		return err
+	}
+	_, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{Release: req})
 	return err
 }
 
@@ -478,6 +519,17 @@ func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 	)
 	h.s.m.read(func(s *fs.State) { ok, reason = s.CheckSequencer(req.Sequencer) })
 	return &chubby.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
+}
+
+// held returns the sequencer of the lock the handle holds in mode, if it
+// does.
+func (h *handler) held(hd *chubby.Handle, mode chubby.LockMode) *chubby.Sequencer {
+	var seq *chubby.Sequencer
+	h.s.m.read(func(s *fs.State) { seq, _ = s.GetSequencer(hd) })
+	if seq != nil && seq.Mode == mode {
+		return seq
+	}
+	return nil
 }
 
 // ---- Cell

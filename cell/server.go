@@ -309,7 +309,18 @@ func (s *Server) closeAll() {
 // until it is durable and applied, and returns its result; a refused
 // command's *chubby.ChubbyError is returned as the error.
 func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) {
+	return s.proposeOnce(ctx, 0, nil, op)
+}
+
+// proposeOnce is propose for a client request that may carry a RequestID:
+// the command then names the session and the request's number, and the
+// state machine applies it at most once however often it is retried
+// (across failovers too: the answers are replicated state).
+func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op) (*fsm.Result_, error) {
 	cmd := &fsm.Command{TimeMs: s.cfg.Now().UnixMilli(), Op: op}
+	if rid != nil {
+		cmd.Session, cmd.Seq, cmd.SeqFloor = &session, &rid.Seq, &rid.Floor
+	}
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	v, err := s.log.Propose(ctx, fs.EncodeCommand(cmd))
