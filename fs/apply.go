@@ -29,17 +29,21 @@ func (s *State) Apply(cmd *fsm.Command) (res *fsm.Result_, fx Effects) {
 
 // apply applies cmd at the current clock, with exactly-once deduplication.
 //
-// When cmd names a session and a seq > 0, the session keeps the last seq it
-// applied with its result: a repeat of that seq returns the saved result
-// without applying again, an older seq is refused as stale, a newer one is
-// applied and, when it succeeds, saved. A refused command is not saved: it
-// changed nothing, so applying its retry again is safe.
+// When cmd names a session and a seq > 0, the session keeps a floor (every
+// request below it is finished) and the saved results of the sequenced
+// commands it applied at or above the floor. A seq below the floor is
+// refused; an answered seq returns its saved result without applying again;
+// any other seq is applied and, when it succeeds, its result is saved and
+// the floor raised to the command's seq_floor (unset: seq), forgetting the
+// answers below it. A refused command is not saved: it changed nothing, so
+// applying its retry again is safe. See the package documentation.
 func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	op := cmd.Op
 	if op == nil || op.CountSetFieldsOp() != 1 {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a command carries exactly one operation"))
 	}
 	var sess *session
+	var seq, floor int64 // seq > 0: an exactly-once command
 	if cmd.Session != nil {
 		if op.CreateSession != nil || op.Tick != nil {
 			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession and Tick belong to no session"))
@@ -51,25 +55,38 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "command is for session %d but its operation names session %d", *cmd.Session, named))
 		}
 		if cmd.Seq != nil {
-			seq := *cmd.Seq
+			seq = *cmd.Seq
+			floor = seq
+			if cmd.SeqFloor != nil {
+				floor = *cmd.SeqFloor
+			}
 			switch {
 			case seq <= 0:
 				return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "request sequence %d is not positive", seq))
-			case seq < sess.lastSeq:
-				return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "stale request sequence %d: session %d is at %d", seq, sess.id, sess.lastSeq))
-			case seq == sess.lastSeq:
-				return cloneResult(sess.lastResult)
+			case floor < 1 || floor > seq:
+				return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "request floor %d is not in 1..%d (the request's sequence)", floor, seq))
+			case seq < sess.floor:
+				return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "request already finished (below the session's floor): request %d, session %d is at floor %d", seq, sess.id, sess.floor))
 			}
+			if i, ok := sess.findAnswer(seq); ok {
+				return cloneResult(sess.answers[i].res)
+			}
+			if n := sess.answersFrom(max(sess.floor, floor)); n >= s.limits.MaxSavedAnswersPerSession {
+				return errResult(Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "too many requests in flight; raise your floor: session %d keeps %d answers at or above floor %d, the limit is %d",
+					sess.id, n, max(sess.floor, floor), s.limits.MaxSavedAnswersPerSession))
+			}
+		} else if cmd.SeqFloor != nil {
+			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a request floor needs a request sequence"))
 		}
-	} else if cmd.Seq != nil {
+	} else if cmd.Seq != nil || cmd.SeqFloor != nil {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a request sequence needs a session"))
 	}
 
 	res := s.dispatch(op, fx)
 
-	if res.Err == nil && sess != nil && cmd.Seq != nil && s.sessions[sess.id] == sess {
-		sess.lastSeq = *cmd.Seq
-		sess.lastResult = cloneResult(res)
+	if seq > 0 && res.Err == nil && s.sessions[sess.id] == sess {
+		sess.saveAnswer(seq, cloneResult(res))
+		sess.raiseFloor(floor)
 	}
 	return res
 }

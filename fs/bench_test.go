@@ -55,23 +55,32 @@ func BenchmarkApply(b *testing.B) {
 		}
 		reportOps(b, 1)
 	})
-	b.Run("SetContents64B-ApplyBytes-ExactlyOnce", func(b *testing.B) {
-		s, sess, hs := benchState(b, 1000)
-		encoded := make([][]byte, b.N)
-		for i := range encoded {
-			seq := int64(i + 1)
-			encoded[i] = EncodeCommand(&fsm.Command{TimeMs: int64(i), Session: &sess, Seq: &seq,
-				Op: &fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: hs[i%len(hs)], Content: content}}})
+	// Exactly-once: one request in flight (floor = seq: one saved answer),
+	// and 64 in flight (the floor 63 behind: 64 saved answers).
+	for _, inFlight := range []int64{1, 64} {
+		name := "SetContents64B-ApplyBytes-ExactlyOnce"
+		if inFlight > 1 {
+			name += fmt.Sprintf("-%dInFlight", inFlight)
 		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if res, _, err := s.ApplyBytes(encoded[i]); err != nil || res.Err != nil {
-				b.Fatal(err, res.Err)
+		b.Run(name, func(b *testing.B) {
+			s, sess, hs := benchState(b, 1000)
+			encoded := make([][]byte, b.N)
+			for i := range encoded {
+				seq := int64(i + 1)
+				floor := max(1, seq-inFlight+1)
+				encoded[i] = EncodeCommand(&fsm.Command{TimeMs: int64(i), Session: &sess, Seq: &seq, SeqFloor: &floor,
+					Op: &fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: hs[i%len(hs)], Content: content}}})
 			}
-		}
-		reportOps(b, 1)
-	})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if res, _, err := s.ApplyBytes(encoded[i]); err != nil || res.Err != nil {
+					b.Fatal(err, res.Err)
+				}
+			}
+			reportOps(b, 1)
+		})
+	}
 	b.Run("AcquireRelease", func(b *testing.B) {
 		s, _, hs := benchState(b, 1000)
 		acq := make([]*fsm.Command, len(hs))

@@ -193,33 +193,62 @@
 //
 // # Exactly-once
 //
-// A command with Command.session and seq > 0 is deduplicated per session: the
-// session keeps the seq and Result of its last successful sequenced command.
-// seq equal to that returns the saved Result again without applying (a
-// retried Acquire returns its original outcome, e.g. waiting=true, even if
-// it has been granted since; the grant was reported in Effects.Woken).
-// seq below it is INVALID_ARGUMENT ("stale request sequence"); above it, the
-// command is applied and, if it succeeds, saved. A refused command is not
-// saved: it changed nothing, so re-applying its retry is safe. Command.seq
-// needs Command.session; Command.session must match the session the
-// operation names (INVALID_ARGUMENT), must be alive (SESSION_EXPIRED), and is
-// not allowed on CreateSession and Tick. The record is part of the snapshot.
-// CreateSession cannot be deduplicated here (there is no session yet): a
-// retried CreateSession makes a second session, which the master lets
-// expire if the client never uses it.
+// A command with Command.session and seq > 0 is deduplicated per session,
+// with any number of the session's requests in flight and applied in any
+// order. seq is the client's request number (chubby.RequestID.seq: unique
+// within the session, reused by retries) and seq_floor its promise
+// (RequestID.floor): every request numbered below it has been answered or
+// abandoned and will not be retried. seq_floor must be in 1..seq
+// (INVALID_ARGUMENT); unset, it is seq itself — the client has nothing else
+// in flight, which is the one-request-at-a-time client of old. Each session
+// keeps a floor (1 at creation) and the saved answers of its requests at or
+// above it. In this order:
+//   - seq below the session's floor is INVALID_ARGUMENT ("request already
+//     finished (below the session's floor)"): the client said it would not
+//     retry it, and its answer may be gone;
+//   - seq already answered returns the saved Result again and applies
+//     nothing (a retried sequential CreateFile creates no second file, a
+//     retried SetContents bumps no generation, a retried Acquire returns its
+//     original outcome, e.g. waiting=true, even if it has been granted since;
+//     the grant was reported in Effects.Woken); nor does it raise the floor;
+//   - otherwise, if the session already keeps Limits.MaxSavedAnswersPerSession
+//     answers at or above max(its floor, seq_floor), the command is
+//     LIMIT_EXCEEDED ("too many requests in flight; raise your floor") and
+//     changes nothing: an answer a client may still retry is never dropped
+//     to make room. This is checked before the operation, so it takes
+//     precedence over the operation's own faults;
+//   - otherwise the command is applied. If it succeeds, its Result is saved
+//     under seq, then the session's floor rises to seq_floor if that is
+//     higher (it never goes down: requests apply out of order) and the
+//     answers below the new floor are forgotten.
+//
+// Only successful Results are saved: a refused command changed nothing, so
+// applying its retry again is safe, and it neither takes room among the
+// saved answers nor raises the floor (a later request carries the floor
+// again). Request numbers need not be dense or in order: 5 may apply before
+// 4, and then 4 is applied when it comes (if the floor has not passed it).
+// Command.seq needs Command.session, and seq_floor needs seq
+// (INVALID_ARGUMENT); Command.session must match the session the operation
+// names (INVALID_ARGUMENT), must be alive (SESSION_EXPIRED), and is not
+// allowed on CreateSession and Tick. The record (floor and answers) is part
+// of the snapshot and ends with the session. Commands without seq are
+// applied every time. CreateSession cannot be deduplicated here (there is
+// no session yet): a retried CreateSession makes a second session, which
+// the master lets expire if the client never uses it.
 //
 // # Limits
 //
 // Every collection is bounded (Limits, DefaultLimits): nodes, sessions,
 // handles (per session and in all), waiters per lock, entries per directory,
-// content per file and in all. Exceeding one is LIMIT_EXCEEDED (TOO_LARGE for
+// content per file and in all, saved answers per session. Exceeding one is LIMIT_EXCEEDED (TOO_LARGE for
 // the per-file content limit) and changes nothing.
 //
 // # Snapshots
 //
 // Snapshot encodes the whole state as fsm.Snapshot (Thrift binary) in a
 // fixed order: nodes depth-first with siblings by name, sessions and
-// handles by id, lock holders by handle id, waiters in queue order. Restore
+// handles by id, a session's saved answers by seq, lock holders by handle
+// id, waiters in queue order. Restore
 // checks the encoding, every field, every cross-reference and every
 // invariant of the state and returns an error for a corrupt snapshot.
 package fs

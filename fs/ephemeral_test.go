@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/chubbygo/chubby/gen/chubby"
-	"github.com/chubbygo/chubby/gen/fsm"
 )
 
 func TestSequentialNames(t *testing.T) {
@@ -150,65 +149,8 @@ func TestEphemeralDirectories(t *testing.T) {
 	}
 }
 
-func TestExactlyOnce(t *testing.T) {
-	h := newHarness(t)
-	sess := h.session()
-	send := func(seq int64, op *fsm.Op) *fsm.Result_ {
-		res, _ := h.cmd(&fsm.Command{Session: &sess, Seq: &seq, Op: op})
-		return res
-	}
-	r1 := send(1, opCreateFile(&chubby.CreateFileRequest{Session: sess, Path: "/q/n", Sequential: ptr(true), MakeParents: ptr(true)}))
-	if r1.Err != nil || r1.Stat.Path != "/q/n0000000000" {
-		t.Fatalf("first: %v", r1)
-	}
-	r1again := send(1, opCreateFile(&chubby.CreateFileRequest{Session: sess, Path: "/q/n", Sequential: ptr(true), MakeParents: ptr(true)}))
-	if r1again.Err != nil || r1again.Stat.Path != "/q/n0000000000" || h.s.Counts().Nodes != 3 {
-		t.Fatalf("retry applied again: %v, nodes %d", r1again, h.s.Counts().Nodes)
-	}
-	r1again.Stat.Path = "changed" // the saved copy is not the caller's
-	if r := send(1, opTick()); r.Err == nil && r.Stat.Path != "/q/n0000000000" {
-		t.Fatalf("saved result was changed through the caller's copy")
-	}
-	hd := h.rw(sess, "/q/n0000000000")
-	r2 := send(2, opSet(hd, "a"))
-	if r2.Err != nil || r2.Stat.ContentGeneration != 2 {
-		t.Fatalf("seq 2: %v", r2)
-	}
-	if r := send(2, opSet(hd, "a")); r.Stat.ContentGeneration != 2 {
-		t.Fatalf("seq 2 retry: %v", r)
-	}
-	if r := send(1, opSet(hd, "b")); r.Err.GetCode() != chubby.ErrorCode_INVALID_ARGUMENT || !strings.Contains(r.Err.Message, "stale") {
-		t.Fatalf("stale: %v", r.Err)
-	}
-	// A refused command is not saved: its retry is applied again.
-	if r := send(3, opSetGen(hd, "c", 99)); r.Err.GetCode() != chubby.ErrorCode_GENERATION_MISMATCH {
-		t.Fatalf("seq 3: %v", r.Err)
-	}
-	if r := send(3, opSetGen(hd, "c", 2)); r.Err != nil || r.Stat.ContentGeneration != 3 {
-		t.Fatalf("seq 3 retry: %v", r)
-	}
-	// Exactly-once record survives snapshots.
-	s2, err := Restore(h.s.Snapshot(), DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq := int64(3)
-	if r, _ := s2.Apply(&fsm.Command{TimeMs: h.now, Session: &sess, Seq: &seq, Op: opSet(hd, "zzz")}); r.Err != nil || r.Stat.ContentGeneration != 3 {
-		t.Fatalf("restored dedupe: %v", r)
-	}
-	// Without seq there is no dedupe, but the session is still checked.
-	if r, _ := h.cmd(&fsm.Command{Session: &sess, Op: opSet(hd, "d")}); r.Err != nil || r.Stat.ContentGeneration != 4 {
-		t.Fatalf("no seq: %v", r)
-	}
-	// The record ends with the session.
-	send(4, opEnd(sess, false))
-	if r := send(4, opEnd(sess, false)); r.Err.GetCode() != chubby.ErrorCode_SESSION_EXPIRED {
-		t.Fatalf("after end: %v", r.Err)
-	}
-}
-
 func TestLimits(t *testing.T) {
-	l := Limits{MaxNodes: 4, MaxSessions: 2, MaxHandles: 3, MaxHandlesPerSession: 2, MaxWaitersPerLock: 1, MaxChildren: 2, MaxContentBytes: 8, MaxTotalContentBytes: 12}
+	l := Limits{MaxNodes: 4, MaxSessions: 2, MaxHandles: 3, MaxHandlesPerSession: 2, MaxWaitersPerLock: 1, MaxChildren: 2, MaxContentBytes: 8, MaxTotalContentBytes: 12, MaxSavedAnswersPerSession: 1}
 	h := newHarnessLimits(t, l)
 	a, b := h.session(), h.session()
 	h.fail(chubby.ErrorCode_LIMIT_EXCEEDED, opCreateSession("c"))

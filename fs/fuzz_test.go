@@ -46,6 +46,19 @@ func fuzzBase() (*State, []*chubby.Handle) {
 	do(opAcquire(hs[7], excl, false, 30000))
 	do(opAcquire(hs[8], excl, true, 0))
 	do(opEnd(s4, true)) // /m in lock-delay with a waiter
+	// Exactly-once records: s1 has requests 2, 4 and 5 answered above its
+	// floor 2 (3 still in flight), s3 has 1.
+	sdo := func(sess chubby.SessionID, seq, floor int64, op *fsm.Op) {
+		now += 10
+		if res, _ := s.Apply(&fsm.Command{TimeMs: now, Session: &sess, Seq: &seq, SeqFloor: &floor, Op: op}); res.Err != nil {
+			panic(res.Err)
+		}
+	}
+	sdo(s1, 1, 1, opMkdir(s1, "/s", false, false))
+	sdo(s1, 2, 1, opCreateFile(&chubby.CreateFileRequest{Session: s1, Path: "/s/n", Sequential: ptr(true)}))
+	sdo(s1, 4, 1, opSet(hs[0], "four"))
+	sdo(s1, 5, 2, opAcquire(hs[6], excl, false, 0))
+	sdo(s3, 1, 1, opOpen(&chubby.OpenRequest{Session: s3, Path: "/s/w", Mode: rd, Create: chubby.CreateMode_OPEN_OR_CREATE}))
 	return s, hs
 }
 
@@ -70,6 +83,10 @@ func fuzzSeeds(hs []*chubby.Handle) [][]byte {
 		cmd(opTick()),
 		EncodeCommand(&fsm.Command{TimeMs: 100_000, Op: opTick()}),
 		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(1)), Op: opSet(hs[0], "once")}),
+		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(2)), SeqFloor: ptr(int64(2)), Op: opCreateFile(&chubby.CreateFileRequest{Session: s1, Path: "/s/n", Sequential: ptr(true)})}),
+		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(3)), SeqFloor: ptr(int64(2)), Op: opSet(hs[0], "three")}),
+		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(6)), SeqFloor: ptr(int64(5)), Op: opSet(hs[0], "six")}),
+		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(3)), SeqFloor: ptr(int64(4)), Op: opSet(hs[0], "bad floor")}),
 		{},
 		{0},
 		{0x88, 0, 1, 0},

@@ -20,7 +20,13 @@ type cmdGen struct {
 	sessions []chubby.SessionID
 	handles  []*chubby.Handle
 	hot      []*chubby.Handle // handles on the hot lock files, for contention
-	lastSeq  map[chubby.SessionID]int64
+	seqs     map[chubby.SessionID]*genSeqs
+}
+
+// genSeqs is what a client numbering the requests of one session knows:
+// the highest number it used and the floor it sends.
+type genSeqs struct {
+	hi, floor int64
 }
 
 // hotPaths are a few files most lock traffic goes to, so that locks are
@@ -28,7 +34,7 @@ type cmdGen struct {
 var hotPaths = []string{"/hot1", "/hot2"}
 
 func newCmdGen(seed int64) *cmdGen {
-	return &cmdGen{r: rand.New(rand.NewSource(seed)), now: 1000, lastSeq: map[chubby.SessionID]int64{}}
+	return &cmdGen{r: rand.New(rand.NewSource(seed)), now: 1000, seqs: map[chubby.SessionID]*genSeqs{}}
 }
 
 var genNames = []string{"a", "b", "c", "lock-"}
@@ -154,19 +160,44 @@ func (g *cmdGen) next() *fsm.Command {
 	default:
 		op.Tick = &fsm.Tick{}
 	}
-	// Exactly-once on a share of session commands: fresh, retried or stale.
-	if id, ok := opSession(op); ok && g.r.Intn(4) == 0 {
+	// Exactly-once on a share of session commands, as a client with many
+	// requests in flight sends them: new numbers (some skipped, to come
+	// later: out of order), retries and late ones at or above the floor,
+	// finished ones below it, and now and then a bad number or floor.
+	if id, ok := opSession(op); ok && g.r.Intn(3) == 0 {
 		c.Session = &id
-		last := g.lastSeq[id]
-		seq := last + 1
-		switch g.r.Intn(6) {
-		case 0:
-			seq = last
-		case 1:
-			seq = last - 1
+		q := g.seqs[id]
+		if q == nil {
+			q = &genSeqs{floor: 1}
+			g.seqs[id] = q
+		}
+		var seq int64
+		switch k := g.r.Intn(20); {
+		case k < 17 && k >= 10 && q.hi >= q.floor:
+			seq = q.floor + g.r.Int63n(q.hi-q.floor+1)
+		case k < 17:
+			seq = q.hi + 1 + int64(g.r.Intn(3))
+			q.hi = seq
+		case k < 19:
+			seq = q.floor - 1 - int64(g.r.Intn(3))
+		default:
+			seq = q.hi + 1 - int64(g.r.Intn(3))*(q.hi+1)
+		}
+		if g.r.Intn(6) == 0 && q.hi > q.floor {
+			q.floor += 1 + g.r.Int63n(q.hi-q.floor)
 		}
 		if seq != 0 || g.r.Intn(10) == 0 {
 			c.Seq = &seq
+			floor := min(q.floor, max(seq, 1))
+			switch g.r.Intn(15) {
+			case 0:
+				// unset: the floor is seq
+			case 1:
+				floor = seq + 1 - int64(g.r.Intn(2))*(seq+1)
+				c.SeqFloor = &floor
+			default:
+				c.SeqFloor = &floor
+			}
 		}
 	}
 	return c
@@ -187,9 +218,6 @@ func (g *cmdGen) observe(c *fsm.Command, res *fsm.Result_, fx Effects) {
 		id := c.Op.Close.Handle.Id
 		g.handles = slices.DeleteFunc(g.handles, func(h *chubby.Handle) bool { return h.Id == id })
 		g.hot = slices.DeleteFunc(g.hot, func(h *chubby.Handle) bool { return h.Id == id })
-	}
-	if c.Session != nil && c.Seq != nil && *c.Seq > g.lastSeq[*c.Session] {
-		g.lastSeq[*c.Session] = *c.Seq
 	}
 	if res.Session != nil {
 		g.sessions = append(g.sessions, *res.Session)

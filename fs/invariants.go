@@ -61,8 +61,13 @@ func (s *State) checkInvariants() error {
 		if sess == nil || sess.id != id || id < 1 || id >= s.nextSession {
 			return fmt.Errorf("session %d: bad id", id)
 		}
-		if sess.lastSeq < 0 || (sess.lastSeq > 0) != (sess.lastResult != nil) {
-			return fmt.Errorf("session %d: bad exactly-once record", id)
+		if sess.floor < 1 {
+			return fmt.Errorf("session %d: request floor %d", id, sess.floor)
+		}
+		for i, a := range sess.answers {
+			if a.seq < sess.floor || i > 0 && a.seq <= sess.answers[i-1].seq || a.res == nil || a.res.Err != nil {
+				return fmt.Errorf("session %d: bad saved answer %d (request %d, floor %d)", id, i, a.seq, sess.floor)
+			}
 		}
 		for n := range sess.ephemerals {
 			if n.deleted || n.owner != id {

@@ -36,6 +36,11 @@ type Limits struct {
 	// MaxTotalContentBytes bounds the content of all files together.
 	// Default 1 GiB.
 	MaxTotalContentBytes int64
+	// MaxSavedAnswersPerSession bounds the answers one session keeps for
+	// exactly-once: its requests in flight at or above its floor. A new
+	// sequenced command that would need one more is refused (LIMIT_EXCEEDED)
+	// rather than forget an answer the client may still retry. Default 1024.
+	MaxSavedAnswersPerSession int
 }
 
 // DefaultLimits returns the documented default limits.
@@ -49,6 +54,8 @@ func DefaultLimits() Limits {
 		MaxChildren:          100_000,
 		MaxContentBytes:      int(chubby.MAX_CONTENT_BYTES),
 		MaxTotalContentBytes: 1 << 30,
+
+		MaxSavedAnswersPerSession: 1024,
 	}
 }
 
@@ -72,6 +79,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("fs: MaxContentBytes %d not in 1..%d", l.MaxContentBytes, chubby.MAX_CONTENT_BYTES)
 	case l.MaxTotalContentBytes < 1:
 		return fmt.Errorf("fs: MaxTotalContentBytes %d < 1", l.MaxTotalContentBytes)
+	case l.MaxSavedAnswersPerSession < 1:
+		return fmt.Errorf("fs: MaxSavedAnswersPerSession %d < 1", l.MaxSavedAnswersPerSession)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package fs
 
 import (
+	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -13,11 +15,19 @@ import (
 // every observed grant is visible through GetSequencer and CheckSequencer,
 // and the counts agree.
 type lockModel struct {
-	pending map[int64]bool             // handle → waiting (Result.waiting seen, no Wake yet)
-	holding map[int64]chubby.LockMode  // handle → mode held
-	handles map[int64]*chubby.Handle   // every handle handed out
-	session map[int64]chubby.SessionID // handle → session
-	lastSeq map[chubby.SessionID]int64 // exactly-once: last successful seq
+	pending map[int64]bool                 // handle → waiting (Result.waiting seen, no Wake yet)
+	holding map[int64]chubby.LockMode      // handle → mode held
+	handles map[int64]*chubby.Handle       // every handle handed out
+	session map[int64]chubby.SessionID     // handle → session
+	seqs    map[chubby.SessionID]*seqModel // exactly-once records of live sessions
+	limit   int                            // Limits.MaxSavedAnswersPerSession
+}
+
+// seqModel is the exactly-once record of a session as the package
+// documentation describes it: the floor and the saved answers (encoded).
+type seqModel struct {
+	floor   int64
+	answers map[int64][]byte
 }
 
 func TestRandomModel(t *testing.T) {
@@ -28,9 +38,10 @@ func TestRandomModel(t *testing.T) {
 		if seed%3 == 0 {
 			// Tight limits, so that streams run into every one of them.
 			h = newHarnessLimits(t, Limits{MaxNodes: 30, MaxSessions: 8, MaxHandles: 40, MaxHandlesPerSession: 6,
-				MaxWaitersPerLock: 3, MaxChildren: 5, MaxContentBytes: 16, MaxTotalContentBytes: 100})
+				MaxWaitersPerLock: 3, MaxChildren: 5, MaxContentBytes: 16, MaxTotalContentBytes: 100, MaxSavedAnswersPerSession: 3})
 		}
-		m := &lockModel{pending: map[int64]bool{}, holding: map[int64]chubby.LockMode{}, handles: map[int64]*chubby.Handle{}, session: map[int64]chubby.SessionID{}, lastSeq: map[chubby.SessionID]int64{}}
+		m := &lockModel{pending: map[int64]bool{}, holding: map[int64]chubby.LockMode{}, handles: map[int64]*chubby.Handle{}, session: map[int64]chubby.SessionID{},
+			seqs: map[chubby.SessionID]*seqModel{}, limit: h.s.Limits().MaxSavedAnswersPerSession}
 		for i := 0; i < steps; i++ {
 			// The "refused changes nothing" check is O(state) thrice: run it
 			// on a prefix of each stream.
@@ -63,6 +74,7 @@ func (m *lockModel) observe(t *testing.T, seed int64, step int, c *fsm.Command, 
 		}
 	}
 	for _, id := range fx.EndedSessions {
+		delete(m.seqs, id)
 		for hid, sid := range m.session {
 			if sid == id {
 				if m.pending[hid] {
@@ -72,15 +84,12 @@ func (m *lockModel) observe(t *testing.T, seed int64, step int, c *fsm.Command, 
 			}
 		}
 	}
-	if res.Err != nil {
+	if c.Session != nil && c.Seq != nil && m.exactlyOnce(t, seed, step, c, res, fx) {
+		// A retry answered from the exactly-once record changed nothing.
 		return
 	}
-	// A retry answered from the exactly-once record changed nothing.
-	if c.Seq != nil {
-		if *c.Seq == m.lastSeq[*c.Session] {
-			return
-		}
-		m.lastSeq[*c.Session] = *c.Seq
+	if res.Err != nil {
+		return
 	}
 	op := c.Op
 	if res.Handle != nil {
@@ -138,4 +147,63 @@ func (m *lockModel) check(t *testing.T, seed int64, step int, s *State) {
 	if len(m.holding) != held || len(m.pending) != s.Counts().Waiters {
 		t.Fatalf("seed %d step %d: model holds %d waits %d; state holds %d waits %d", seed, step, len(m.holding), len(m.pending), held, s.Counts().Waiters)
 	}
+}
+
+// exactlyOnce checks the outcome of a sequenced command against the
+// session's record and updates the record. It reports whether the command
+// was answered from the record.
+func (m *lockModel) exactlyOnce(t *testing.T, seed int64, step int, c *fsm.Command, res *fsm.Result_, fx Effects) bool {
+	t.Helper()
+	seq, floor := *c.Seq, *c.Seq
+	if c.SeqFloor != nil {
+		floor = *c.SeqFloor
+	}
+	q := m.seqs[*c.Session]
+	if q == nil {
+		q = &seqModel{floor: 1, answers: map[int64][]byte{}}
+	}
+	// Refused as it must be: for its arguments, or for its session first.
+	refused := func() bool {
+		code := errCode(res.Err)
+		return code == chubby.ErrorCode_INVALID_ARGUMENT || code == chubby.ErrorCode_SESSION_EXPIRED
+	}
+	switch {
+	case seq <= 0 || floor < 1 || floor > seq:
+		if !refused() {
+			t.Fatalf("seed %d step %d: bad seq %d / floor %d: %v", seed, step, seq, floor, res.Err)
+		}
+	case seq < q.floor:
+		if !refused() {
+			t.Fatalf("seed %d step %d: seq %d below the floor %d: %v", seed, step, seq, q.floor, res.Err)
+		}
+	case q.answers[seq] != nil:
+		// (Woken may list what the clock's advance granted, before.)
+		if !bytes.Equal(EncodeResult(res), q.answers[seq]) || len(fx.EndedSessions) > 0 {
+			t.Fatalf("seed %d step %d: retry of seq %d: %v %+v, not the saved answer", seed, step, seq, res, fx)
+		}
+		return true
+	case res.Err == nil:
+		newFloor := max(q.floor, floor)
+		kept := 0
+		for s := range q.answers {
+			if s >= newFloor {
+				kept++
+			}
+		}
+		if kept >= m.limit {
+			t.Fatalf("seed %d step %d: seq %d applied with %d answers kept, the limit is %d", seed, step, seq, kept, m.limit)
+		}
+		if slices.Contains(fx.EndedSessions, *c.Session) {
+			break
+		}
+		q.answers[seq] = EncodeResult(res)
+		q.floor = newFloor
+		for s := range q.answers {
+			if s < q.floor {
+				delete(q.answers, s)
+			}
+		}
+		m.seqs[*c.Session] = q
+	}
+	return false
 }

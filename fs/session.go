@@ -17,10 +17,58 @@ type session struct {
 	handles    map[int64]*handle
 	ephemerals map[*node]struct{} // ephemeral nodes it owns
 
-	// Exactly-once record: the last sequenced command applied for this
-	// session and its (successful) result.
-	lastSeq    int64
-	lastResult *fsm.Result_
+	// Exactly-once record (see apply). Every request numbered below floor
+	// is finished (the client said so): it is refused, never applied.
+	// answers holds the saved (successful) results of the sequenced
+	// commands applied at or above floor, ascending by seq.
+	floor   int64
+	answers []answer
+}
+
+// answer is the saved result of one sequenced command.
+type answer struct {
+	seq int64
+	res *fsm.Result_
+}
+
+// findAnswer returns the index of seq in sess.answers, or where it would go,
+// and whether it is there.
+func (sess *session) findAnswer(seq int64) (int, bool) {
+	return slices.BinarySearchFunc(sess.answers, seq, func(a answer, seq int64) int {
+		switch {
+		case a.seq < seq:
+			return -1
+		case a.seq > seq:
+			return 1
+		}
+		return 0
+	})
+}
+
+// answersFrom returns how many saved answers are numbered floor or above.
+func (sess *session) answersFrom(floor int64) int {
+	i, _ := sess.findAnswer(floor)
+	return len(sess.answers) - i
+}
+
+// saveAnswer saves res as the answer of seq, which has none yet.
+func (sess *session) saveAnswer(seq int64, res *fsm.Result_) {
+	i, found := sess.findAnswer(seq)
+	if found {
+		panic("fs: saveAnswer: sequence answered twice")
+	}
+	sess.answers = slices.Insert(sess.answers, i, answer{seq: seq, res: res})
+}
+
+// raiseFloor raises the session's floor to floor (never lowers it) and
+// forgets the answers below it.
+func (sess *session) raiseFloor(floor int64) {
+	if floor <= sess.floor {
+		return
+	}
+	sess.floor = floor
+	i, _ := sess.findAnswer(floor)
+	sess.answers = slices.Delete(sess.answers, 0, i)
 }
 
 // createSession applies CreateSession.
@@ -37,6 +85,7 @@ func (s *State) createSession(req *chubby.CreateSessionRequest) *fsm.Result_ {
 		ctime:      s.now,
 		handles:    map[int64]*handle{},
 		ephemerals: map[*node]struct{}{},
+		floor:      1,
 	}
 	s.nextSession++
 	s.sessions[sess.id] = sess

@@ -12,7 +12,7 @@ import (
 )
 
 // snapshotVersion is the version of the snapshot encoding Snapshot writes.
-const snapshotVersion = 1
+const snapshotVersion = 2
 
 // Snapshot returns the whole state as Thrift binary of fsm.Snapshot. Every
 // list is in a fixed order, so equal states give equal bytes: replicas can
@@ -31,13 +31,17 @@ func (s *State) Snapshot() []byte {
 	s.snapNodes(s.root, &snap.Nodes)
 	for _, id := range s.Sessions() {
 		sess := s.sessions[id]
-		snap.Sessions = append(snap.Sessions, &fsm.SnapSession{
+		ss := &fsm.SnapSession{
 			Id:           sess.id,
 			ClientName:   sess.clientName,
 			CreateTimeMs: sess.ctime,
-			LastSeq:      sess.lastSeq,
-			LastResult_:  sess.lastResult,
-		})
+			SeqFloor:     sess.floor,
+			Answers:      make([]*fsm.SnapAnswer, 0, len(sess.answers)),
+		}
+		for _, a := range sess.answers {
+			ss.Answers = append(ss.Answers, &fsm.SnapAnswer{Seq: a.seq, Result_: a.res})
+		}
+		snap.Sessions = append(snap.Sessions, ss)
 	}
 	ids := make([]int64, 0, len(s.handles))
 	for id := range s.handles {
@@ -187,21 +191,32 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		if ss.CreateTimeMs < 0 || ss.CreateTimeMs > s.now {
 			return nil, fmt.Errorf("session %d: create time %d out of range", ss.Id, ss.CreateTimeMs)
 		}
-		if ss.LastSeq < 0 || (ss.LastSeq > 0) != (ss.LastResult_ != nil) {
-			return nil, fmt.Errorf("session %d: bad exactly-once record (seq %d)", ss.Id, ss.LastSeq)
+		if ss.SeqFloor < 1 {
+			return nil, fmt.Errorf("session %d: request floor %d < 1", ss.Id, ss.SeqFloor)
 		}
-		if ss.LastResult_ != nil && ss.LastResult_.Err != nil {
-			return nil, fmt.Errorf("session %d: saved result is an error", ss.Id)
-		}
-		s.sessions[ss.Id] = &session{
+		sess := &session{
 			id:         ss.Id,
 			clientName: ss.ClientName,
 			ctime:      ss.CreateTimeMs,
 			handles:    map[int64]*handle{},
 			ephemerals: map[*node]struct{}{},
-			lastSeq:    ss.LastSeq,
-			lastResult: ss.LastResult_,
+			floor:      ss.SeqFloor,
+			answers:    make([]answer, 0, len(ss.Answers)),
 		}
+		for j, a := range ss.Answers {
+			switch {
+			case a == nil || a.Result_ == nil:
+				return nil, fmt.Errorf("session %d: saved answer %d missing", ss.Id, j)
+			case a.Seq < ss.SeqFloor:
+				return nil, fmt.Errorf("session %d: saved answer of request %d below the floor %d", ss.Id, a.Seq, ss.SeqFloor)
+			case j > 0 && a.Seq <= ss.Answers[j-1].Seq:
+				return nil, fmt.Errorf("session %d: saved answers not in ascending order at %d", ss.Id, a.Seq)
+			case a.Result_.Err != nil:
+				return nil, fmt.Errorf("session %d: saved answer of request %d is an error", ss.Id, a.Seq)
+			}
+			sess.answers = append(sess.answers, answer{seq: a.Seq, res: a.Result_})
+		}
+		s.sessions[ss.Id] = sess
 	}
 
 	// Handles.

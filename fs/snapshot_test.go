@@ -137,7 +137,7 @@ func TestRestoreCorrupt(t *testing.T) {
 			t.Errorf("%s: corrupt snapshot accepted", name)
 		}
 	}
-	mutate("version", func(s *fsm.Snapshot) { s.Version = 2 })
+	mutate("version", func(s *fsm.Snapshot) { s.Version = snapshotVersion + 1 })
 	mutate("no nodes", func(s *fsm.Snapshot) { s.Nodes = nil })
 	mutate("duplicate node", func(s *fsm.Snapshot) { s.Nodes = append(s.Nodes, s.Nodes[len(s.Nodes)-1]) })
 	mutate("node counter", func(s *fsm.Snapshot) { s.NextInstance = 2 })

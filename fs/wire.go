@@ -37,10 +37,11 @@ type wireList struct {
 // Schemas of the structs that have list fields. Commands and results have
 // none; only snapshots do.
 var (
-	snapNodeSchema = wireSchema{14: {elem: thrift.I64}, 15: {elem: thrift.I64}}
-	snapshotSchema = wireSchema{
+	snapNodeSchema    = wireSchema{14: {elem: thrift.I64}, 15: {elem: thrift.I64}}
+	snapSessionSchema = wireSchema{5: {elem: thrift.STRUCT}}
+	snapshotSchema    = wireSchema{
 		6: {elem: thrift.STRUCT, sub: snapNodeSchema},
-		7: {elem: thrift.STRUCT},
+		7: {elem: thrift.STRUCT, sub: snapSessionSchema},
 		8: {elem: thrift.STRUCT},
 	}
 )

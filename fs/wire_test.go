@@ -16,8 +16,9 @@ import (
 // type could make the reader allocate from garbage lengths).
 func TestWireSchemas(t *testing.T) {
 	schemas := map[reflect.Type]wireSchema{
-		reflect.TypeFor[fsm.Snapshot](): snapshotSchema,
-		reflect.TypeFor[fsm.SnapNode](): snapNodeSchema,
+		reflect.TypeFor[fsm.Snapshot]():    snapshotSchema,
+		reflect.TypeFor[fsm.SnapNode]():    snapNodeSchema,
+		reflect.TypeFor[fsm.SnapSession](): snapSessionSchema,
 	}
 	seen := map[reflect.Type]bool{}
 	var walk func(reflect.Type, wireSchema)

@@ -47,12 +47,14 @@ union Op {
     12: Tick tick
 }
 
+// Command is one log entry. With session and seq it is exactly-once per
+// session, with many requests in flight (see package fs, "Exactly-once").
 struct Command {
     1: required i64 time_ms              // the master's clock (Unix ms) when it proposed the command
     2: optional chubby.SessionID session // with seq: exactly-once across retries
     3: optional i64 seq                  // client request sequence, >0, unique per session (RequestID.seq)
     4: required Op op
-    5: optional i64 seq_floor            // RequestID.floor: answers of the session's requests below it may be forgotten
+    5: optional i64 seq_floor            // RequestID.floor, 1..seq: the session's requests below it are finished, their answers may be forgotten; unset: seq
 }
 
 struct Result {
@@ -89,13 +91,19 @@ struct SnapNode {
     16: required i64 lock_delay_until_ms     // 0: no lock-delay pending
 }
 
+// SnapAnswer is the saved answer of one sequenced command of a session.
+struct SnapAnswer {
+    1: required i64 seq
+    2: required Result result  // a success: refused commands are not saved
+}
+
 // SnapSession is one live session and its exactly-once record.
 struct SnapSession {
     1: required chubby.SessionID id
     2: required string client_name
     3: required i64 create_time_ms
-    4: required i64 last_seq           // 0: no sequenced command applied yet
-    5: optional Result last_result     // the saved result of last_seq
+    4: required i64 seq_floor             // >= 1: the session's requests numbered below it are finished
+    5: required list<SnapAnswer> answers  // saved answers, seq >= seq_floor, ascending by seq
 }
 
 // SnapHandle is one open handle. Its node is found by path and instance; a
@@ -114,7 +122,7 @@ struct SnapHandle {
 }
 
 struct Snapshot {
-    1: required i32 version              // 1
+    1: required i32 version              // 2
     2: required i64 now_ms               // the state's clock: the latest command time applied
     3: required i64 next_session         // id counters: the next id handed out
     4: required i64 next_handle

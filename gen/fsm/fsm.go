@@ -587,12 +587,59 @@ var fieldIDToName_SnapNode = map[int16]string{
 	16: "lock_delay_until_ms",
 }
 
+type SnapAnswer struct {
+	Seq     int64    `thrift:"seq,1,required" frugal:"1,required,i64" json:"seq"`
+	Result_ *Result_ `thrift:"result,2,required" frugal:"2,required,Result_" json:"result"`
+}
+
+func NewSnapAnswer() *SnapAnswer {
+	return &SnapAnswer{}
+}
+
+func (p *SnapAnswer) InitDefault() {
+}
+
+func (p *SnapAnswer) GetSeq() (v int64) {
+	return p.Seq
+}
+
+var SnapAnswer_Result__DEFAULT *Result_
+
+func (p *SnapAnswer) GetResult_() (v *Result_) {
+	if !p.IsSetResult_() {
+		return SnapAnswer_Result__DEFAULT
+	}
+	return p.Result_
+}
+func (p *SnapAnswer) SetSeq(val int64) {
+	p.Seq = val
+}
+func (p *SnapAnswer) SetResult_(val *Result_) {
+	p.Result_ = val
+}
+
+func (p *SnapAnswer) IsSetResult_() bool {
+	return p.Result_ != nil
+}
+
+func (p *SnapAnswer) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapAnswer(%+v)", *p)
+}
+
+var fieldIDToName_SnapAnswer = map[int16]string{
+	1: "seq",
+	2: "result",
+}
+
 type SnapSession struct {
 	Id           chubby.SessionID `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
 	ClientName   string           `thrift:"client_name,2,required" frugal:"2,required,string" json:"client_name"`
 	CreateTimeMs int64            `thrift:"create_time_ms,3,required" frugal:"3,required,i64" json:"create_time_ms"`
-	LastSeq      int64            `thrift:"last_seq,4,required" frugal:"4,required,i64" json:"last_seq"`
-	LastResult_  *Result_         `thrift:"last_result,5,optional" frugal:"5,optional,Result_" json:"last_result,omitempty"`
+	SeqFloor     int64            `thrift:"seq_floor,4,required" frugal:"4,required,i64" json:"seq_floor"`
+	Answers      []*SnapAnswer    `thrift:"answers,5,required" frugal:"5,required,list<SnapAnswer>" json:"answers"`
 }
 
 func NewSnapSession() *SnapSession {
@@ -614,17 +661,12 @@ func (p *SnapSession) GetCreateTimeMs() (v int64) {
 	return p.CreateTimeMs
 }
 
-func (p *SnapSession) GetLastSeq() (v int64) {
-	return p.LastSeq
+func (p *SnapSession) GetSeqFloor() (v int64) {
+	return p.SeqFloor
 }
 
-var SnapSession_LastResult__DEFAULT *Result_
-
-func (p *SnapSession) GetLastResult_() (v *Result_) {
-	if !p.IsSetLastResult_() {
-		return SnapSession_LastResult__DEFAULT
-	}
-	return p.LastResult_
+func (p *SnapSession) GetAnswers() (v []*SnapAnswer) {
+	return p.Answers
 }
 func (p *SnapSession) SetId(val chubby.SessionID) {
 	p.Id = val
@@ -635,15 +677,11 @@ func (p *SnapSession) SetClientName(val string) {
 func (p *SnapSession) SetCreateTimeMs(val int64) {
 	p.CreateTimeMs = val
 }
-func (p *SnapSession) SetLastSeq(val int64) {
-	p.LastSeq = val
+func (p *SnapSession) SetSeqFloor(val int64) {
+	p.SeqFloor = val
 }
-func (p *SnapSession) SetLastResult_(val *Result_) {
-	p.LastResult_ = val
-}
-
-func (p *SnapSession) IsSetLastResult_() bool {
-	return p.LastResult_ != nil
+func (p *SnapSession) SetAnswers(val []*SnapAnswer) {
+	p.Answers = val
 }
 
 func (p *SnapSession) String() string {
@@ -657,8 +695,8 @@ var fieldIDToName_SnapSession = map[int16]string{
 	1: "id",
 	2: "client_name",
 	3: "create_time_ms",
-	4: "last_seq",
-	5: "last_result",
+	4: "seq_floor",
+	5: "answers",
 }
 
 type SnapHandle struct {

@@ -2192,6 +2192,162 @@ func (p *SnapNode) field16Length() int {
 	return l
 }
 
+func (p *SnapAnswer) FastRead(buf []byte) (int, error) {
+
+	var err error
+	var offset int
+	var l int
+	var fieldTypeId thrift.TType
+	var fieldId int16
+	var issetSeq bool = false
+	var issetResult_ bool = false
+	for {
+		fieldTypeId, fieldId, l, err = thrift.Binary.ReadFieldBegin(buf[offset:])
+		offset += l
+		if err != nil {
+			goto ReadFieldBeginError
+		}
+		if fieldTypeId == thrift.STOP {
+			break
+		}
+		switch fieldId {
+		case 1:
+			if fieldTypeId == thrift.I64 {
+				l, err = p.FastReadField1(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+				issetSeq = true
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 2:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField2(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+				issetResult_ = true
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		default:
+			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+			offset += l
+			if err != nil {
+				goto SkipFieldError
+			}
+		}
+	}
+
+	if !issetSeq {
+		fieldId = 1
+		goto RequiredFieldNotSetError
+	}
+
+	if !issetResult_ {
+		fieldId = 2
+		goto RequiredFieldNotSetError
+	}
+	return offset, nil
+ReadFieldBeginError:
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
+ReadFieldError:
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_SnapAnswer[fieldId]), err)
+SkipFieldError:
+	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
+RequiredFieldNotSetError:
+	return offset, thrift.NewProtocolException(thrift.INVALID_DATA, fmt.Sprintf("required field %s is not set", fieldIDToName_SnapAnswer[fieldId]))
+}
+
+func (p *SnapAnswer) FastReadField1(buf []byte) (int, error) {
+	offset := 0
+
+	var _field int64
+	if v, l, err := thrift.Binary.ReadI64(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+		_field = v
+	}
+	p.Seq = _field
+	return offset, nil
+}
+
+func (p *SnapAnswer) FastReadField2(buf []byte) (int, error) {
+	offset := 0
+	_field := NewResult_()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Result_ = _field
+	return offset, nil
+}
+
+func (p *SnapAnswer) FastWrite(buf []byte) int {
+	return p.FastWriteNocopy(buf, nil)
+}
+
+func (p *SnapAnswer) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p != nil {
+		offset += p.fastWriteField1(buf[offset:], w)
+		offset += p.fastWriteField2(buf[offset:], w)
+	}
+	offset += thrift.Binary.WriteFieldStop(buf[offset:])
+	return offset
+}
+
+func (p *SnapAnswer) BLength() int {
+	l := 0
+	if p != nil {
+		l += p.field1Length()
+		l += p.field2Length()
+	}
+	l += thrift.Binary.FieldStopLength()
+	return l
+}
+
+func (p *SnapAnswer) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.I64, 1)
+	offset += thrift.Binary.WriteI64(buf[offset:], p.Seq)
+	return offset
+}
+
+func (p *SnapAnswer) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 2)
+	offset += p.Result_.FastWriteNocopy(buf[offset:], w)
+	return offset
+}
+
+func (p *SnapAnswer) field1Length() int {
+	l := 0
+	l += thrift.Binary.FieldBeginLength()
+	l += thrift.Binary.I64Length()
+	return l
+}
+
+func (p *SnapAnswer) field2Length() int {
+	l := 0
+	l += thrift.Binary.FieldBeginLength()
+	l += p.Result_.BLength()
+	return l
+}
+
 func (p *SnapSession) FastRead(buf []byte) (int, error) {
 
 	var err error
@@ -2202,7 +2358,8 @@ func (p *SnapSession) FastRead(buf []byte) (int, error) {
 	var issetId bool = false
 	var issetClientName bool = false
 	var issetCreateTimeMs bool = false
-	var issetLastSeq bool = false
+	var issetSeqFloor bool = false
+	var issetAnswers bool = false
 	for {
 		fieldTypeId, fieldId, l, err = thrift.Binary.ReadFieldBegin(buf[offset:])
 		offset += l
@@ -2265,7 +2422,7 @@ func (p *SnapSession) FastRead(buf []byte) (int, error) {
 				if err != nil {
 					goto ReadFieldError
 				}
-				issetLastSeq = true
+				issetSeqFloor = true
 			} else {
 				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 				offset += l
@@ -2274,12 +2431,13 @@ func (p *SnapSession) FastRead(buf []byte) (int, error) {
 				}
 			}
 		case 5:
-			if fieldTypeId == thrift.STRUCT {
+			if fieldTypeId == thrift.LIST {
 				l, err = p.FastReadField5(buf[offset:])
 				offset += l
 				if err != nil {
 					goto ReadFieldError
 				}
+				issetAnswers = true
 			} else {
 				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 				offset += l
@@ -2311,8 +2469,13 @@ func (p *SnapSession) FastRead(buf []byte) (int, error) {
 		goto RequiredFieldNotSetError
 	}
 
-	if !issetLastSeq {
+	if !issetSeqFloor {
 		fieldId = 4
+		goto RequiredFieldNotSetError
+	}
+
+	if !issetAnswers {
+		fieldId = 5
 		goto RequiredFieldNotSetError
 	}
 	return offset, nil
@@ -2378,19 +2541,32 @@ func (p *SnapSession) FastReadField4(buf []byte) (int, error) {
 		offset += l
 		_field = v
 	}
-	p.LastSeq = _field
+	p.SeqFloor = _field
 	return offset, nil
 }
 
 func (p *SnapSession) FastReadField5(buf []byte) (int, error) {
 	offset := 0
-	_field := NewResult_()
-	if l, err := _field.FastRead(buf[offset:]); err != nil {
+
+	_, size, l, err := thrift.Binary.ReadListBegin(buf[offset:])
+	offset += l
+	if err != nil {
 		return offset, err
-	} else {
-		offset += l
 	}
-	p.LastResult_ = _field
+	_field := make([]*SnapAnswer, 0, size)
+	values := make([]SnapAnswer, size)
+	for i := 0; i < size; i++ {
+		_elem := &values[i]
+		_elem.InitDefault()
+		if l, err := _elem.FastRead(buf[offset:]); err != nil {
+			return offset, err
+		} else {
+			offset += l
+		}
+
+		_field = append(_field, _elem)
+	}
+	p.Answers = _field
 	return offset, nil
 }
 
@@ -2448,16 +2624,21 @@ func (p *SnapSession) fastWriteField3(buf []byte, w thrift.NocopyWriter) int {
 func (p *SnapSession) fastWriteField4(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.I64, 4)
-	offset += thrift.Binary.WriteI64(buf[offset:], p.LastSeq)
+	offset += thrift.Binary.WriteI64(buf[offset:], p.SeqFloor)
 	return offset
 }
 
 func (p *SnapSession) fastWriteField5(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
-	if p.IsSetLastResult_() {
-		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 5)
-		offset += p.LastResult_.FastWriteNocopy(buf[offset:], w)
+	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.LIST, 5)
+	listBeginOffset := offset
+	offset += thrift.Binary.ListBeginLength()
+	var length int
+	for _, v := range p.Answers {
+		length++
+		offset += v.FastWriteNocopy(buf[offset:], w)
 	}
+	thrift.Binary.WriteListBegin(buf[listBeginOffset:], thrift.STRUCT, length)
 	return offset
 }
 
@@ -2491,9 +2672,11 @@ func (p *SnapSession) field4Length() int {
 
 func (p *SnapSession) field5Length() int {
 	l := 0
-	if p.IsSetLastResult_() {
-		l += thrift.Binary.FieldBeginLength()
-		l += p.LastResult_.BLength()
+	l += thrift.Binary.FieldBeginLength()
+	l += thrift.Binary.ListBeginLength()
+	for _, v := range p.Answers {
+		_ = v
+		l += v.BLength()
 	}
 	return l
 }
