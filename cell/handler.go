@@ -96,7 +96,7 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 	if res.Session == nil {
 		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "CreateSession applied without a session id")
 	}
-	h.s.leases.add(*res.Session)
+	h.s.leases.add(*res.Session, true)
 	return &chubby.CreateSessionResponse{Session: *res.Session, LeaseMs: h.s.cfg.Lease.Milliseconds(), Epoch: h.s.epoch.Load()}, nil
 }
 

@@ -46,14 +46,25 @@ func (s *Server) roleChanged(view uint64, primary bool) {
 	s.serving.Store(false)
 	s.roleMu.Unlock()
 	if primary {
-		s.backgroundW.Add(1)
-		go func() {
-			defer s.backgroundW.Done()
-			s.becomeMaster(view, gen)
-		}()
+		s.goBackground(func() { s.becomeMaster(view, gen) })
 		return
 	}
 	s.loseMaster()
+}
+
+// goBackground runs f on its own goroutine unless the server is stopping;
+// shutdown waits for every such goroutine.
+func (s *Server) goBackground(f func()) {
+	s.roleMu.Lock()
+	defer s.roleMu.Unlock()
+	if s.stopping {
+		return
+	}
+	s.backgroundW.Add(1)
+	go func() {
+		defer s.backgroundW.Done()
+		f()
+	}()
 }
 
 // current reports whether gen is still the latest role change.
@@ -91,7 +102,7 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	s.epoch.Store(epoch)
 	s.leases.reset()
 	for _, id := range sessions {
-		s.leases.add(id)
+		s.leases.add(id, false)
 	}
 	s.serving.Store(true)
 	s.roleMu.Unlock()

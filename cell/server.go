@@ -58,10 +58,11 @@ type Server struct {
 	// Mastership: serving is true only once this replica is the normal
 	// primary and has done the failover duties of its epoch (epoch =
 	// view + 1, so it grows with every view and survives restarts).
-	roleMu  sync.Mutex
-	roleGen uint64
-	serving atomic.Bool
-	epoch   atomic.Int64
+	roleMu   sync.Mutex
+	roleGen  uint64
+	stopping bool // set (under roleMu) before shutdown waits for background work
+	serving  atomic.Bool
+	epoch    atomic.Int64
 
 	tickMu      sync.Mutex
 	tickAt      int64 // ms of the scheduled Tick; 0: none
@@ -264,6 +265,7 @@ func (s *Server) shutdown() {
 	gone := fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d is shutting down", s.cfg.ID)
 	s.roleMu.Lock()
 	s.roleGen++ // no role change acts after this
+	s.stopping = true
 	s.serving.Store(false)
 	s.roleMu.Unlock()
 	s.leases.shutdown()
@@ -356,9 +358,7 @@ func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid 
 // runs on a timer goroutine and retries while the cell is overloaded: a
 // session must not outlive its lease by more than the retries take.
 func (s *Server) expireSession(id chubby.SessionID) {
-	s.backgroundW.Add(1)
-	go func() {
-		defer s.backgroundW.Done()
+	s.goBackground(func() {
 		s.cfg.Logger.Info("session lease expired", "session", id)
 		op := &fsm.Op{EndSession: &fsm.EndSession{Session: id, Expired: true}}
 		backoff := 10 * time.Millisecond
@@ -377,7 +377,7 @@ func (s *Server) expireSession(id chubby.SessionID) {
 			backoff = min(backoff*2, time.Second)
 		}
 		s.cfg.Logger.Error("could not end expired session; it stays marked ending", "session", id)
-	}()
+	})
 }
 
 // scheduleTick arranges for a Tick command at atMs (Unix ms), when a

@@ -39,7 +39,12 @@ type leaseState struct {
 	timer  *time.Timer
 	gen    uint64 // bumped on every extension: a stale timer firing is ignored
 	ending bool   // EndSession proposed; KeepAlives get SESSION_EXPIRED
-	calls  map[*parkedKeepAlive]struct{}
+	// greeted: the session's client has had a KeepAlive answer in this
+	// epoch. A session recovered by a new master is not: its first
+	// KeepAlive is answered at once, so the client learns of the failover
+	// (the epoch in the reply) and renews without waiting a lease.
+	greeted bool
+	calls   map[*parkedKeepAlive]struct{}
 }
 
 type parkedKeepAlive struct {
@@ -52,14 +57,15 @@ func newLeases(lease, margin time.Duration, now func() time.Time, maxParked int,
 		m: make(map[chubby.SessionID]*leaseState)}
 }
 
-// add starts a lease for a new (or, after a restart, recovered) session.
-func (l *leases) add(id chubby.SessionID) {
+// add starts a lease for a new session (greeted: its client has the
+// epoch from CreateSession) or one recovered by a new master (not greeted).
+func (l *leases) add(id chubby.SessionID, greeted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.m[id]; ok {
 		return
 	}
-	ls := &leaseState{end: l.now().Add(l.lease), calls: make(map[*parkedKeepAlive]struct{})}
+	ls := &leaseState{end: l.now().Add(l.lease), calls: make(map[*parkedKeepAlive]struct{}), greeted: greeted}
 	l.m[id] = ls
 	l.arm(id, ls)
 }
@@ -163,6 +169,10 @@ func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Durati
 			continue
 		}
 		wait = min(wait, ls.end.Sub(now)-l.margin)
+		if !ls.greeted {
+			ls.greeted = true
+			wait = 0
+		}
 		ls.calls[c] = struct{}{}
 	}
 	l.parked++

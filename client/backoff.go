@@ -10,19 +10,24 @@ import (
 // small amount of time rather than an open-ended wait.
 const (
 	// maxCallAttempts bounds how often one call is sent (first try included)
-	// when its failures are retryable (see retryClass).
-	maxCallAttempts = 5
+	// when its failures are retryable (see retryClass). Six attempts span
+	// about 1.5 s of pauses: longer than a failover of the cell should take
+	// (the replicated cell aims at well under 1.5 s), so a call made while
+	// the cell elects a new master reaches it.
+	maxCallAttempts = 6
 
 	// callBackoffBase and callBackoffMax shape the pause between attempts of
-	// one call: base·2^n with jitter, never above max. With 5 attempts a call
-	// to an unreachable cell gives up after at most 0.05+0.1+0.2+0.4 = 0.75 s
-	// of pauses (plus the connect timeouts).
+	// one call: base·2^n with jitter, never above max. With 6 attempts a call
+	// to an unreachable cell gives up after at most 0.05+0.1+0.2+0.4+0.8 =
+	// 1.55 s of pauses (plus the connect timeouts and, with several
+	// replicas, the locate rounds).
 	callBackoffBase = 50 * time.Millisecond
 	callBackoffMax  = time.Second
 
 	// keepAliveBackoffBase and keepAliveBackoffMax shape the pause between
 	// KeepAlive attempts after a failure. The KeepAlive loop retries until the
-	// local lease ends, so it needs no attempt limit: time bounds it.
+	// local lease and then the grace period end, so it needs no attempt
+	// limit: time bounds it.
 	keepAliveBackoffBase = 50 * time.Millisecond
 	keepAliveBackoffMax  = 500 * time.Millisecond
 )

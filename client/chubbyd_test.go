@@ -28,7 +28,20 @@ func startCellLease(t *testing.T, lease time.Duration) *celltest.Cell {
 // connect returns a client of the cell at addr, closed when the test ends.
 func connect(t *testing.T, addr string) *Client {
 	t.Helper()
-	c, err := Connect(context.Background(), Config{Addrs: []string{addr}, ClientName: t.Name(), CallTimeout: 10 * time.Second})
+	return connectCfg(t, Config{Addrs: []string{addr}})
+}
+
+// connectCfg returns a client made with cfg (ClientName and CallTimeout
+// filled in when zero), closed when the test ends.
+func connectCfg(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	if cfg.ClientName == "" {
+		cfg.ClientName = t.Name()
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = 10 * time.Second
+	}
+	c, err := Connect(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

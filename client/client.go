@@ -54,13 +54,15 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chubby: connect: %w", err)
 	}
-	return &Client{
+	c := &Client{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		kc:       kc,
-		master:   newMaster(cfg.Addrs),
 		sessions: make(map[*Session]struct{}),
-	}, nil
+	}
+	// A locate round waits for a connection and an answer given at once.
+	c.master = newMaster(cfg.Addrs, c.askMaster, min(cfg.CallTimeout, cfg.ConnectTimeout+locateReplyTimeout))
+	return c, nil
 }
 
 // Addrs returns the replica addresses the client was configured with.

@@ -30,6 +30,12 @@ const (
 	// (everything but KeepAlive and Acquire, which are parked on purpose and
 	// get their own bound: the lease or the wait, plus CallTimeout).
 	DefaultCallTimeout = 10 * time.Second
+
+	// DefaultGracePeriod is how long a session in jeopardy (its local lease
+	// ran out with no KeepAlive reply) keeps trying to reach a master before
+	// it expires: Chubby's 45 s, long enough to ride through a master
+	// failover.
+	DefaultGracePeriod = 45 * time.Second
 )
 
 // Config says how to reach a cell. The zero value is usable: it connects to
@@ -52,6 +58,12 @@ type Config struct {
 	// (KeepAlive, Acquire) are bounded by what they wait for plus CallTimeout.
 	// A context deadline, when earlier, wins. Default: DefaultCallTimeout (10 s).
 	CallTimeout time.Duration
+
+	// GracePeriod is how long a session whose local lease ran out (it is
+	// then in jeopardy) keeps looking for a master before it expires. It
+	// counts from the end of the local lease. Default: DefaultGracePeriod
+	// (45 s).
+	GracePeriod time.Duration
 
 	// Logger receives the library's diagnostics (session expiry, retries).
 	// Default: a logger that discards everything.
@@ -85,8 +97,11 @@ func (cfg Config) withDefaults(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("chubby: Config.ClientName is %d bytes, at most %d allowed",
 			len(cfg.ClientName), chubby.MAX_CLIENT_NAME_BYTES)
 	}
-	if cfg.ConnectTimeout < 0 || cfg.CallTimeout < 0 {
+	if cfg.ConnectTimeout < 0 || cfg.CallTimeout < 0 || cfg.GracePeriod < 0 {
 		return Config{}, fmt.Errorf("chubby: Config timeouts must not be negative")
+	}
+	if cfg.GracePeriod == 0 {
+		cfg.GracePeriod = DefaultGracePeriod
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout

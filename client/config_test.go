@@ -153,7 +153,7 @@ func TestSleepCtx(t *testing.T) {
 }
 
 func TestMasterTracker(t *testing.T) {
-	m := newMaster([]string{"a:1", "b:1", "c:1"})
+	m := newMaster([]string{"a:1", "b:1", "c:1"}, nil, 0)
 	if got := m.addr(); got != "a:1" {
 		t.Fatalf("first guess %s", got)
 	}
@@ -182,7 +182,7 @@ func TestMasterTracker(t *testing.T) {
 	if got := m.addr(); got != "b:1" {
 		t.Fatalf("after learned: %s", got)
 	}
-	single := newMaster([]string{"x:1"})
+	single := newMaster([]string{"x:1"}, nil, 0)
 	single.unreachable("x:1")
 	if got := single.addr(); got != "x:1" {
 		t.Fatalf("single replica: %s", got)

@@ -12,10 +12,10 @@
 //     opens handles. A goroutine keeps it alive: it sends one KeepAlive at a
 //     time, which the master parks until shortly before the lease would end;
 //     the local lease is conservative (send time of the request + the lease
-//     granted). The session ends when it is closed, when the cell says
-//     SESSION_EXPIRED, or when the local lease runs out with no reply;
-//     [Session.Done] and [Session.Err] tell. (Jeopardy and the grace period
-//     of Chubby come later; today a lease that runs out expires the session.)
+//     granted). When that lease runs out the session is in jeopardy, and
+//     after a grace period with no master it expires (see below).
+//     [Session.State], [Session.Events], [Session.Done] and [Session.Err]
+//     tell where it is.
 //   - A [Handle] ([Session.Open]) names one instance of one node; it fails
 //     with HANDLE_INVALID once the node is deleted or re-created.
 //
@@ -35,16 +35,84 @@
 // [ErrSessionClosed], [ErrClientClosed] and [ErrUnreachable]; test them with
 // errors.Is.
 //
-// # Retries
+// # Sessions: safe, jeopardy, expired
 //
-// Calls go to the replica believed to be master; NOT_MASTER's hint (or the
-// next configured address) redirects them. A call is sent again, at most 5
-// times with a backoff of 50 ms doubling to 1 s, only when that is safe:
-// reads (GetContentsAndStat, GetStat, ReadDir, GetSequencer, CheckSequencer,
-// GetMaster, GetStatus) and CreateSession on NOT_MASTER, UNAVAILABLE and
-// transport errors other than timeouts; calls that change the cell only when
-// the request certainly did nothing (NOT_MASTER, or no connection could be
-// made). Timeouts and lost replies of writes are reported, never retried.
+// A session is in one of four states ([SessionState]):
+//
+//	       local lease ran out             grace period ran out
+//	SAFE ────────────────────▶ JEOPARDY ─────────────────────▶ EXPIRED
+//	 ▲                            │
+//	 └────── KeepAlive reply ─────┘
+//
+//	SAFE or JEOPARDY ── the cell says SESSION_EXPIRED ──▶ EXPIRED
+//	SAFE or JEOPARDY ── Session.Close, Client.Close ────▶ CLOSED
+//
+// In words:
+//
+//   - Safe: the local lease has not run out, so the master counts the
+//     session alive and its locks are held. Calls go out at once.
+//   - Jeopardy: the local lease ran out with no KeepAlive reply (the master
+//     died, the cell is failing over, or the network is cut). The session
+//     may still be alive at the master, or may not: a lock holder should
+//     stop acting on its locks until the session is safe again. The
+//     KeepAlive loop keeps trying for [Config.GracePeriod] (default 45 s,
+//     counted from the end of the local lease): it follows NOT_MASTER hints,
+//     and, while it waits for a reply, every 0.5 s asks every configured
+//     replica where the master is (GetMaster) and moves its KeepAlive there.
+//     (There is no cache yet; when there is, it is disabled in jeopardy.) A KeepAlive reply makes the
+//     session safe again with every handle, lock and ephemeral node it had
+//     (the new master gave it a full lease to come back). Calls made in
+//     jeopardy wait, bounded by their context, until the session is safe
+//     (then they are sent) or expired (then they fail with SESSION_EXPIRED),
+//     as Chubby's calls block in jeopardy. [Session.Close] does not wait.
+//   - Expired: the grace period ran out, or the cell answered a KeepAlive or
+//     any call with SESSION_EXPIRED (at once, in either live state). Every
+//     handle is invalid and every call fails with SESSION_EXPIRED ([Code]
+//     reports [ErrSessionExpired] so); [Session.Done] is closed.
+//   - Closed: ended by [Session.Close] or [Client.Close]; calls fail with
+//     [ErrSessionClosed] or [ErrClientClosed].
+//
+// [Session.Events] delivers [EventJeopardy], [EventSafe],
+// [EventMasterChanged] (a reply for the session named a higher master
+// epoch: the cell failed over; when a new master ends a jeopardy, it comes
+// before the EventSafe) and finally [EventExpired], in order, and is
+// closed when the session ends. The channel holds [SessionEventBuffer] (16)
+// events; an application that does not read loses the oldest undelivered
+// ones, never the newest, and the KeepAlive loop never waits for it.
+// [Session.State] is exact at every moment, even before the event is read.
+//
+// # Finding the master, and retries
+//
+// Calls go to the replica believed to be master. A NOT_MASTER answer with a
+// hint (the master's address) moves them there. NOT_MASTER without a hint or
+// a replica that cannot be reached moves them to the next configured
+// address and, with several replicas configured, starts a locate round:
+// every configured replica is asked GetMaster at once (each bounded by the
+// connect timeout plus 1 s), and the answer with the highest epoch wins.
+// Concurrent calls and sessions share one round.
+//
+// A call is sent again, at most 6 times with a backoff of 50 ms doubling to
+// 1 s (about 1.5 s of pauses), only when that is safe:
+//
+//   - reads (GetContentsAndStat, GetStat, ReadDir, GetSequencer,
+//     CheckSequencer, GetMaster, GetStatus) and CreateSession, on
+//     NOT_MASTER, UNAVAILABLE and transport errors other than timeouts;
+//   - calls that change the cell and carry a RequestID (Open, Close,
+//     SetContents, Delete, Mkdir, CreateFile, TryAcquire, Release), after
+//     any failure that may pass — NOT_MASTER, UNAVAILABLE, a lost reply, a
+//     timeout. The session numbers each such call once (the same number on
+//     every resend) and tells the cell the lowest number still in flight;
+//     the cell applies a number at most once and answers a resend with the
+//     first answer, on any master, so these calls are exactly-once across
+//     failovers;
+//   - Acquire (a waiting call, without a RequestID) only when the request
+//     certainly did nothing (NOT_MASTER, or no connection could be made); a
+//     resend by a handle that already holds the lock gets its sequencer.
+//
+// A call of a session that gives up because no master could be reached
+// waits until the session reaches one again (a KeepAlive reply, perhaps
+// after jeopardy) and is sent again under the same rules, at most 3 rounds
+// in all.
 //
 // # Sequencers
 //
@@ -99,8 +167,11 @@
 //	_ = r
 //
 //	select {
-//	case <-s.Done(): // session lost: the lock may be someone else's now
-//		return s.Err()
+//	case ev := <-s.Events():
+//		if ev.Kind == client.EventJeopardy || ev.Kind == client.EventExpired {
+//			// The lock may be someone else's now (or soon): stop leading.
+//			return fmt.Errorf("session %v", ev.Kind)
+//		}
 //	default:
 //	}
 //	return h.Release(ctx)

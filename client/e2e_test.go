@@ -460,17 +460,18 @@ func TestE2ESessionOutlivesLease(t *testing.T) {
 }
 
 // TestE2ELocalLeaseRunsOut: when the cell goes away, the session expires
-// locally once its lease runs out, and cancels calls in flight.
+// locally once its lease and then its grace period run out.
 func TestE2ELocalLeaseRunsOut(t *testing.T) {
 	cell := startCellLease(t, time.Second)
-	s := newSession(t, connect(t, cell.Addr))
+	s := newSession(t, connectCfg(t, Config{Addrs: []string{cell.Addr}, GracePeriod: 500 * time.Millisecond}))
 	ctx := testCtx(t)
 	h := must[*Handle](t, "open")(s.Open(ctx, "/", OpenOptions{}))
 	cell.Stop()
 	select {
 	case <-s.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatalf("session alive 3s after the cell died with a 1s lease; LeaseRemaining %v", s.LeaseRemaining())
+	case <-time.After(4 * time.Second):
+		t.Fatalf("session alive 4s after the cell died with a 1s lease and a 0.5s grace period; LeaseRemaining %v, state %v",
+			s.LeaseRemaining(), s.State())
 	}
 	if !errors.Is(s.Err(), ErrSessionExpired) {
 		t.Errorf("Err = %v", s.Err())

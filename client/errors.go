@@ -12,8 +12,9 @@ import (
 // them (in an *OpError), so test with errors.Is.
 var (
 	// ErrSessionExpired: the session ended without Close — the cell said
-	// SESSION_EXPIRED, or the local lease ran out. Its locks are gone and its
-	// handles invalid. Code reports it as chubby.ErrorCode_SESSION_EXPIRED.
+	// SESSION_EXPIRED, or the grace period after its local lease ran out
+	// passed with no master reached. Its locks are gone and its handles
+	// invalid. Code reports it as chubby.ErrorCode_SESSION_EXPIRED.
 	ErrSessionExpired = errors.New("chubby: session expired")
 
 	// ErrSessionClosed: the session was closed with Session.Close.

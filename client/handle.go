@@ -90,7 +90,7 @@ func (s *Session) OpenAsync(ctx context.Context, path string, opts OpenOptions) 
 		if opts.EventMask != 0 {
 			req.EventMask = &opts.EventMask
 		}
-		r, err := sessionCall(ctx, s, s.spec("open", path, retryUnsent),
+		r, err := sessionCall(ctx, s, s.onceSpec("open", path, func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.OpenResponse, error) {
 				return s.c.kc.Open(ctx, req, o...)
 			})
@@ -116,7 +116,7 @@ func (s *Session) MkdirAsync(ctx context.Context, path string, opts MkdirOptions
 		if opts.Ephemeral {
 			req.Ephemeral = boolPtr(true)
 		}
-		return sessionCall(ctx, s, s.spec("mkdir", path, retryUnsent),
+		return sessionCall(ctx, s, s.onceSpec("mkdir", path, func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
 				return s.c.kc.Mkdir(ctx, req, o...)
 			})
@@ -145,7 +145,7 @@ func (s *Session) CreateFileAsync(ctx context.Context, path string, content []by
 		if opts.MakeParents {
 			req.MakeParents = boolPtr(true)
 		}
-		return sessionCall(ctx, s, s.spec("create", path, retryUnsent),
+		return sessionCall(ctx, s, s.onceSpec("create", path, func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
 				return s.c.kc.CreateFile(ctx, req, o...)
 			})
@@ -154,6 +154,14 @@ func (s *Session) CreateFileAsync(ctx context.Context, path string, content []by
 
 func (s *Session) spec(op, path string, class retryClass) callSpec {
 	return callSpec{op: op, path: path, class: class, timeout: s.c.cfg.CallTimeout}
+}
+
+// onceSpec is the spec of a call made exactly-once by its RequestID, which
+// setRID puts into the request.
+func (s *Session) onceSpec(op, path string, setRID func(*chubby.RequestID)) callSpec {
+	sp := s.spec(op, path, retryOnce)
+	sp.setRID = setRID
+	return sp
 }
 
 // Path returns the path of the node the handle names (with the counter, for
@@ -258,9 +266,8 @@ type SetOption struct {
 func IfGeneration(gen int64) SetOption { return SetOption{expectedGeneration: &gen} }
 
 // SetContents replaces the file's content (the handle must be READ_WRITE)
-// and returns the new Stat. Not retried once sent: after an ambiguous
-// failure, read the content generation before writing again, or use
-// IfGeneration.
+// and returns the new Stat. It is exactly-once: resent after a lost reply
+// or a failover, it is applied once (see the package doc).
 func (h *Handle) SetContents(ctx context.Context, content []byte, opts ...SetOption) (*chubby.Stat, error) {
 	return await(ctx, h.SetContentsAsync(ctx, content, opts...))
 }
@@ -277,7 +284,7 @@ func (h *Handle) SetContentsAsync(ctx context.Context, content []byte, opts ...S
 				req.ExpectedGeneration = o.expectedGeneration
 			}
 		}
-		st, err := sessionCall(ctx, h.s, h.s.spec("write", h.Path(), retryUnsent),
+		st, err := sessionCall(ctx, h.s, h.s.onceSpec("write", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
 				return h.s.c.kc.SetContents(ctx, req, o...)
 			})
@@ -302,7 +309,7 @@ func (h *Handle) DeleteAsync(ctx context.Context, recursive bool) *rpc.Future[st
 		if recursive {
 			req.Recursive = boolPtr(true)
 		}
-		return sessionCall(ctx, h.s, h.s.spec("delete", h.Path(), retryUnsent),
+		return sessionCall(ctx, h.s, h.s.onceSpec("delete", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
 				return struct{}{}, h.s.c.kc.Delete(ctx, req, o...)
 			})
@@ -373,7 +380,7 @@ func (h *Handle) TryAcquire(ctx context.Context, mode chubby.LockMode, opts Lock
 func (h *Handle) TryAcquireAsync(ctx context.Context, mode chubby.LockMode, opts LockOptions) *rpc.Future[*chubby.Sequencer] {
 	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
 		req := &chubby.TryAcquireRequest{Handle: h.h, Mode: mode, LockDelayMs: opts.lockDelayMs()}
-		return sessionCall(ctx, h.s, h.s.spec("try-acquire", h.Path(), retryUnsent),
+		return sessionCall(ctx, h.s, h.s.onceSpec("try-acquire", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
 				return h.s.c.kc.TryAcquire(ctx, req, o...)
 			})
@@ -389,9 +396,10 @@ func (h *Handle) Release(ctx context.Context) error {
 // ReleaseAsync is the asynchronous form of Release.
 func (h *Handle) ReleaseAsync(ctx context.Context) *rpc.Future[struct{}] {
 	return rpc.Go(ctx, func(ctx context.Context) (struct{}, error) {
-		return sessionCall(ctx, h.s, h.s.spec("release", h.Path(), retryUnsent),
+		req := h.req()
+		return sessionCall(ctx, h.s, h.s.onceSpec("release", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
-				return struct{}{}, h.s.c.kc.Release(ctx, h.req(), o...)
+				return struct{}{}, h.s.c.kc.Release(ctx, req, o...)
 			})
 	})
 }
@@ -422,9 +430,10 @@ func (h *Handle) Close(ctx context.Context) error {
 // CloseAsync is the asynchronous form of Close.
 func (h *Handle) CloseAsync(ctx context.Context) *rpc.Future[struct{}] {
 	return rpc.Go(ctx, func(ctx context.Context) (struct{}, error) {
-		return sessionCall(ctx, h.s, h.s.spec("close", h.Path(), retryUnsent),
+		req := &chubby.CloseRequest{Handle: h.h}
+		return sessionCall(ctx, h.s, h.s.onceSpec("close", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
-				return struct{}{}, h.s.c.kc.Close(ctx, &chubby.CloseRequest{Handle: h.h}, o...)
+				return struct{}{}, h.s.c.kc.Close(ctx, req, o...)
 			})
 	})
 }

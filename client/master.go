@@ -13,24 +13,46 @@ import (
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
-// master tracks which replica the client believes is the master. Every call
-// is sent to that replica (callopt.WithHostPort). When a replica answers
-// NOT_MASTER with a hint the hint becomes the guess; when it gives no hint or
-// cannot be reached, the next configured address is tried, round-robin.
-//
-// With one replica (this issue) the guess never changes, but the calls are
-// already routed through here so that a multi-replica cell only needs the
-// cell to fill in NOT_MASTER's master_address.
-type master struct {
-	addrs []string // configured replicas, validated; never empty; immutable
+// locateReplyTimeout bounds the wait for one replica's GetMaster answer
+// once connected: replicas answer it at once from memory.
+const locateReplyTimeout = time.Second
 
-	mu   sync.Mutex
-	cur  string // current guess
-	next int    // index in addrs of the address to try when cur fails
+// askMasterFunc asks the replica at addr where the master is (GetMaster).
+type askMasterFunc func(ctx context.Context, addr string) (master string, epoch int64, err error)
+
+// master tracks which replica the client believes is the master. Every call
+// is sent to that replica (callopt.WithHostPort). Where it moves:
+//
+//   - NOT_MASTER with a hint (master_address): to the hint.
+//   - NOT_MASTER without one, or a replica that cannot be reached: to the
+//     next configured address, round-robin; and, with more than one
+//     replica configured, a locate round asks every configured replica
+//     (GetMaster) and moves to the answer with the highest epoch.
+//   - An authoritative answer (GetMaster): there.
+//
+// With one replica the guess never changes, but the calls are routed
+// through here so that a multi-replica cell only needs to fill in
+// NOT_MASTER's master_address and answer GetMaster on every replica.
+type master struct {
+	addrs   []string      // configured replicas, validated; never empty; immutable
+	ask     askMasterFunc // nil: no locate rounds (unit tests)
+	timeout time.Duration // bounds one locate round
+
+	mu    sync.Mutex
+	cur   string        // current guess
+	next  int           // index in addrs of the address to try when cur fails
+	round chan struct{} // closed when the locate round in progress ends; nil if none
+	last  located       // outcome of the last finished round
 }
 
-func newMaster(addrs []string) *master {
-	return &master{addrs: addrs, cur: addrs[0], next: 1 % len(addrs)}
+// located is the outcome of one locate round.
+type located struct {
+	addr  string // the master's address; "" if no replica named one
+	epoch int64  // its epoch, as the replica that named it said
+}
+
+func newMaster(addrs []string, ask askMasterFunc, timeout time.Duration) *master {
+	return &master{addrs: addrs, ask: ask, timeout: timeout, cur: addrs[0], next: 1 % len(addrs)}
 }
 
 // addr returns the address the next call should go to.
@@ -49,11 +71,17 @@ func (m *master) redirect(from, hint string) {
 	if m.cur != from {
 		return // someone else already moved on
 	}
-	if hint != "" && hint != from && ValidateAddr(hint) == nil {
+	if usableHint(from, hint) {
 		m.cur = hint
 		return
 	}
 	m.advanceLocked()
+}
+
+// usableHint reports whether a NOT_MASTER from the replica at from named
+// another, well-formed address to go to.
+func usableHint(from, hint string) bool {
+	return hint != "" && hint != from && ValidateAddr(hint) == nil
 }
 
 // unreachable records that the replica at from could not be reached.
@@ -80,6 +108,89 @@ func (m *master) advanceLocked() {
 	m.next = (m.next + 1) % len(m.addrs)
 }
 
+// locate starts a locate round unless one is running, and returns a
+// channel closed when the round in progress ends; lastLocated then has its
+// outcome. A round asks every configured replica GetMaster at once, each
+// bounded by m.timeout, waits for all answers (so at most m.timeout), and
+// makes the named master with the highest epoch the guess: a deposed master
+// that has not heard of its successor answers with an older epoch. Rounds
+// are shared: however many calls and sessions look for the master at the
+// same time, each replica is asked once.
+func (m *master) locate() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.round != nil {
+		return m.round
+	}
+	done := make(chan struct{})
+	if m.ask == nil {
+		close(done)
+		return done
+	}
+	m.round = done
+	go m.runRound(done)
+	return done
+}
+
+func (m *master) runRound(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	type answer struct {
+		addr  string
+		epoch int64
+		err   error
+	}
+	answers := make(chan answer, len(m.addrs)) // buffered: no sender ever blocks
+	for _, a := range m.addrs {
+		go func() {
+			addr, epoch, err := m.ask(ctx, a)
+			answers <- answer{addr, epoch, err}
+		}()
+	}
+	var best located
+	for range m.addrs {
+		a := <-answers
+		if a.err != nil || a.addr == "" || ValidateAddr(a.addr) != nil {
+			continue
+		}
+		if best.addr == "" || a.epoch > best.epoch {
+			best = located{addr: a.addr, epoch: a.epoch}
+		}
+	}
+	m.mu.Lock()
+	if best.addr != "" {
+		m.cur = best.addr
+	}
+	m.last = best
+	m.round = nil
+	m.mu.Unlock()
+	close(done)
+}
+
+// lastLocated returns the outcome of the last finished locate round.
+func (m *master) lastLocated() located {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
+
+// locateWait runs (or joins) a locate round and waits for it, or for ctx.
+func (m *master) locateWait(ctx context.Context) {
+	select {
+	case <-m.locate():
+	case <-ctx.Done():
+	}
+}
+
+// askMaster is the client's askMasterFunc: GetMaster sent to addr alone.
+func (c *Client) askMaster(ctx context.Context, addr string) (string, int64, error) {
+	r, err := c.kc.GetMaster(ctx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(locateReplyTimeout))
+	if err != nil {
+		return "", 0, err
+	}
+	return r.GetMasterAddress(), r.GetEpoch(), nil
+}
+
 // retryClass says which failures of a call may be answered by sending the
 // call again (to the same or another replica).
 type retryClass int
@@ -98,9 +209,20 @@ const (
 	// It is sent again only when the earlier attempt certainly did nothing:
 	// the connection could not be made (the request never left), or the
 	// replica answered NOT_MASTER (a refused call changes nothing). A reply
-	// lost after the request was sent is reported, never retried: the caller
-	// decides (e.g. re-reading before writing again).
+	// lost after the request was sent, a timeout, or UNAVAILABLE is
+	// reported, never retried: the caller decides (e.g. re-reading before
+	// writing again). This holds across jeopardy too: a write that found no
+	// master is resent once the session is safe again, one whose fate is
+	// unknown is not.
 	retryUnsent
+
+	// retryOnce: the call changes the cell and carries a RequestID
+	// (Open, Close, SetContents, Delete, Mkdir, CreateFile, TryAcquire,
+	// Release). The cell applies a request number at most once and answers
+	// a resend with the first answer, across failovers too, so the call is
+	// resent after any failure that may be passing: NOT_MASTER, UNAVAILABLE,
+	// a lost reply, a timeout.
+	retryOnce
 )
 
 // callSpec describes one call for call().
@@ -109,6 +231,10 @@ type callSpec struct {
 	path    string        // for OpError and logs; may be ""
 	class   retryClass    // which failures are retried
 	timeout time.Duration // per-attempt RPC timeout
+
+	// setRID, for a retryOnce call, puts the call's RequestID into its
+	// request before the first send (sessionCall numbers the call).
+	setRID func(*chubby.RequestID)
 }
 
 // call sends fn to the current master guess, retrying as spec.class allows,
@@ -117,45 +243,65 @@ type callSpec struct {
 // context's error, an ErrUnreachable wrap, or the transport error.
 func call[T any](ctx context.Context, c *Client, spec callSpec,
 	fn func(context.Context, ...callopt.Option) (T, error)) (T, error) {
+	v, err, _ := callRetry(ctx, c, spec, fn)
+	return v, err
+}
+
+// callRetry is call, and also reports whether the call gave up only because
+// its attempts ran out on failures spec.class allows to retry (no master
+// could be reached, or it refused): sending the call again later, once a
+// master is found, is then as safe as the retries were.
+func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
+	fn func(context.Context, ...callopt.Option) (T, error)) (v T, err error, retryable bool) {
 	var zero T
 	for attempt := 0; ; attempt++ {
 		if c.isClosed() {
-			return zero, &OpError{Op: spec.op, Path: spec.path, Err: ErrClientClosed}
+			return zero, &OpError{Op: spec.op, Path: spec.path, Err: ErrClientClosed}, false
 		}
 		if err := ctx.Err(); err != nil {
-			return zero, &OpError{Op: spec.op, Path: spec.path, Err: context.Cause(ctx)}
+			return zero, &OpError{Op: spec.op, Path: spec.path, Err: context.Cause(ctx)}, false
 		}
 		addr := c.master.addr()
 		v, err := fn(ctx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(spec.timeout))
 		if err == nil {
-			return v, nil
+			return v, nil, false
 		}
-		retry, cause := c.classify(ctx, err, addr, spec.class)
-		if !retry || attempt+1 >= maxCallAttempts {
-			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}
+		retry, hinted, cause := c.classify(ctx, err, addr, spec.class)
+		if !retry {
+			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, false
+		}
+		if attempt+1 >= maxCallAttempts {
+			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, true
+		}
+		if !hinted && len(c.master.addrs) > 1 {
+			// Nobody said where the master is: ask every replica.
+			c.master.locateWait(ctx)
 		}
 		d := backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter())
 		c.log.Debug("chubby: retrying call", "op", spec.op, "path", spec.path,
-			"addr", addr, "attempt", attempt+1, "delay", d, "err", Describe(cause))
+			"addr", addr, "next", c.master.addr(), "attempt", attempt+1, "delay", d, "err", Describe(cause))
 		if err := sleepCtx(ctx, d); err != nil {
-			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}
+			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, false
 		}
 	}
 }
 
 // classify decides whether a failed attempt sent to addr may be retried
 // under class, updates the master guess, and returns the error to report.
-func (c *Client) classify(ctx context.Context, err error, addr string, class retryClass) (retry bool, cause error) {
+// hinted says the failure named where the master is (NOT_MASTER with a
+// usable master_address), so no locate round is needed.
+func (c *Client) classify(ctx context.Context, err error, addr string, class retryClass) (retry, hinted bool, cause error) {
 	var ce *chubby.ChubbyError
 	if errors.As(err, &ce) {
 		switch ce.Code {
 		case chubby.ErrorCode_NOT_MASTER:
+			// A refused call did nothing: safe to send again, whatever it is.
 			c.master.redirect(addr, ce.GetMasterAddress())
-			return true, err
+			return true, usableHint(addr, ce.GetMasterAddress()), err
 		case chubby.ErrorCode_UNAVAILABLE:
-			return class == retrySafe, err
+			return class == retrySafe || class == retryOnce, false, err
 		}
-		return false, err
+		return false, false, err
 	}
 	if dl, ok := ctx.Deadline(); ok && kerrors.IsTimeoutError(err) && time.Until(dl) < 50*time.Millisecond {
 		// Kitex turns the context's deadline into its RPC timeout and may
@@ -166,20 +312,25 @@ func (c *Client) classify(ctx context.Context, err error, addr string, class ret
 	if ctx.Err() != nil {
 		// Kitex reports a cancelled or expired context as an RPC timeout;
 		// the context's own error says what happened.
-		return false, context.Cause(ctx)
+		return false, false, context.Cause(ctx)
 	}
 	switch {
 	case errors.Is(err, kerrors.ErrGetConnection):
+		// No connection: the request never left, so any call may be resent.
 		c.master.unreachable(addr)
-		return true, fmt.Errorf("%w at %s: %w", ErrUnreachable, addr, err)
+		return true, false, fmt.Errorf("%w at %s: %w", ErrUnreachable, addr, err)
 	case kerrors.IsTimeoutError(err):
-		return false, err
-	case errors.Is(err, kerrors.ErrRemoteOrNetwork):
-		if class == retrySafe {
+		if class == retryOnce {
 			c.master.unreachable(addr)
-			return true, err
+			return true, false, err
 		}
-		return false, err
+		return false, false, err
+	case errors.Is(err, kerrors.ErrRemoteOrNetwork):
+		if class == retrySafe || class == retryOnce {
+			c.master.unreachable(addr)
+			return true, false, err
+		}
+		return false, false, err
 	}
-	return false, err
+	return false, false, err
 }

@@ -20,14 +20,45 @@ import (
 // from the cell that the session it just closed has ended.
 const closeDrain = time.Second
 
+// Bounds of the jeopardy machinery (see the package documentation).
+const (
+	// jeopardyProbeInterval: while a session in jeopardy has a KeepAlive in
+	// flight, the client asks the replicas where the master is this often,
+	// and moves the KeepAlive there if the master is elsewhere. (A
+	// KeepAlive that the master parks may legitimately take a lease to be
+	// answered, so it is not simply timed out and resent.)
+	jeopardyProbeInterval = 500 * time.Millisecond
+
+	// maxQuickKeepAlives bounds how many KeepAlives in a row are resent
+	// at once, without a backoff, after a failure that said where to go
+	// (NOT_MASTER with a hint, STALE_EPOCH with the new epoch): enough to
+	// follow a hint and then an epoch, not enough to spin between two
+	// replicas that point at each other.
+	maxQuickKeepAlives = 3
+
+	// maxSendRounds bounds how often one call of a session is sent anew
+	// after it gave up because no master could be reached and the session
+	// then reached one again (each round is itself up to maxCallAttempts
+	// attempts).
+	maxSendRounds = 3
+
+	// maxStateWaits bounds how many state changes one call waits through
+	// before it is sent (see Session.awaitSafe). Two suffice in the common
+	// cases (safe → jeopardy → safe); past the bound the call is sent
+	// anyway and the cell decides.
+	maxStateWaits = 8
+)
+
 // Session is one client session with the cell (DESIGN §4): the unit that
 // holds locks, owns ephemeral nodes and opens handles. A goroutine keeps it
-// alive with KeepAlive calls until it is closed, the cell ends it, or the
-// local lease runs out. A Session is safe for concurrent use.
+// alive with KeepAlive calls until it is closed or expires; in between it
+// may go through jeopardy (see the package documentation and State). A
+// Session is safe for concurrent use.
 type Session struct {
-	c   *Client
-	id  chubby.SessionID
-	log *slog.Logger
+	c     *Client
+	id    chubby.SessionID
+	log   *slog.Logger
+	grace time.Duration // Config.GracePeriod
 
 	// ctx is cancelled when the session ends; Done returns its channel.
 	// In-flight calls of the session are cancelled with it.
@@ -35,12 +66,25 @@ type Session struct {
 	cancel context.CancelFunc
 
 	loopDone chan struct{} // closed when the KeepAlive loop has returned
+	events   *eventQueue
 
-	epoch atomic.Int64 // the master epoch last heard of
+	// reqSeq numbers the session's calls that change the cell (their
+	// RequestID); a number is kept across every resend of one call, so the
+	// cell applies it once. inflight holds the numbers of calls not
+	// finished yet: the lowest is the floor sent with every request (the
+	// cell may forget answers below it).
+	reqSeq     atomic.Uint64
+	inflightMu sync.Mutex
+	inflight   map[uint64]struct{}
 
 	mu       sync.Mutex
+	state    SessionState  // StateSafe or StateJeopardy while it lives (see stateLocked)
 	leaseEnd time.Time     // local, conservative: send time of the request + lease_ms
 	lease    time.Duration // last lease length granted
+	graceEnd time.Time     // in jeopardy: when the session expires
+	epoch    int64         // highest master epoch heard of in a reply for the session
+	renewals uint64        // KeepAlive replies that renewed the lease
+	changed  chan struct{} // closed (and replaced) when state, renewals or err change
 	err      error         // why the session ended; nil while it lives
 	closing  bool          // Close is under way: SESSION_EXPIRED is then expected
 }
@@ -68,11 +112,19 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 		if err != nil {
 			return nil, err
 		}
-		s := &Session{c: c, id: r.GetSession(), log: c.log.With("session", r.GetSession())}
+		s := &Session{
+			c:        c,
+			id:       r.GetSession(),
+			log:      c.log.With("session", r.GetSession()),
+			grace:    c.cfg.GracePeriod,
+			loopDone: make(chan struct{}),
+			events:   newEventQueue(),
+			state:    StateSafe,
+			lease:    time.Duration(r.GetLeaseMs()) * time.Millisecond,
+			epoch:    r.GetEpoch(),
+			changed:  make(chan struct{}),
+		}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
-		s.loopDone = make(chan struct{})
-		s.epoch.Store(r.GetEpoch())
-		s.lease = time.Duration(r.GetLeaseMs()) * time.Millisecond
 		s.leaseEnd = sent.Add(s.lease)
 		if !c.addSession(s) {
 			close(s.loopDone)
@@ -100,21 +152,59 @@ func (s *Session) ID() chubby.SessionID { return s.id }
 func (s *Session) Client() *Client { return s.c }
 
 // Done returns a channel closed when the session ends for any reason
-// (Close, expiry, Client.Close). Err then says why.
+// (Close, expiry, Client.Close). Err then says why. Jeopardy does not end a
+// session: watch Events or State for it.
 func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 
-// Err returns nil while the session lives; afterwards ErrSessionClosed,
-// ErrClientClosed, or an error wrapping ErrSessionExpired that says how it
-// expired (the cell said so, or the local lease ran out).
+// Err returns nil while the session lives (safe or in jeopardy); afterwards
+// ErrSessionClosed, ErrClientClosed, or an error wrapping ErrSessionExpired
+// that says how it expired (the cell said so, or the grace period ran out).
 func (s *Session) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
 }
 
+// State returns where the session is now: StateSafe, StateJeopardy,
+// StateExpired or StateClosed. It is exact to the moment: a session whose
+// local lease has just run out reports StateJeopardy even if its
+// EventJeopardy is still on its way.
+func (s *Session) State() SessionState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stateLocked(time.Now())
+}
+
+// stateLocked is State; s.mu is held.
+func (s *Session) stateLocked(now time.Time) SessionState {
+	if s.state == StateSafe && !now.Before(s.leaseEnd) {
+		return StateJeopardy
+	}
+	return s.state
+}
+
+// Events returns the session's event channel: EventJeopardy, EventSafe,
+// EventMasterChanged and, last, EventExpired, in the order they happened.
+// It is the same channel on every call, and it is closed when the session
+// ends (after EventExpired if it expired), so an application may range
+// over it. The channel holds SessionEventBuffer events; when the
+// application does not keep up, the oldest undelivered event is dropped,
+// never the newest, and the KeepAlive loop never waits. State always tells
+// the current state.
+func (s *Session) Events() <-chan SessionEvent { return s.events.ch }
+
+// Epoch returns the highest master epoch the session has heard of (from
+// CreateSession and KeepAlive replies).
+func (s *Session) Epoch() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
+}
+
 // LeaseRemaining returns how long the session is certainly alive at the
 // master unless it is renewed: the local lease end (send time of the last
-// answered KeepAlive + its lease) minus now. It is 0 once the session ended.
+// answered KeepAlive + its lease) minus now. It is 0 in jeopardy and once
+// the session ended.
 func (s *Session) LeaseRemaining() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -124,23 +214,49 @@ func (s *Session) LeaseRemaining() time.Duration {
 	return max(0, time.Until(s.leaseEnd))
 }
 
+// broadcastLocked wakes every call waiting on the session's state; s.mu is held.
+func (s *Session) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// emit queues an event; it never blocks.
+func (s *Session) emit(kind SessionEventKind, epoch int64, err error) {
+	if s.events.push(SessionEvent{Kind: kind, At: time.Now(), Epoch: epoch, Err: err}) {
+		// Debug: an application may well never read its events.
+		s.log.Debug("chubby: session event buffer full; dropped the oldest event",
+			"buffer", SessionEventBuffer, "event", kind)
+	}
+}
+
 // end ends the session locally with err (first reason wins): Done closes,
-// in-flight calls and the KeepAlive loop are cancelled.
+// in-flight calls and the KeepAlive loop are cancelled, EventExpired is
+// sent if err wraps ErrSessionExpired, and the event channel is closed.
 func (s *Session) end(err error) {
+	expired := errors.Is(err, ErrSessionExpired)
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
 		return
 	}
 	s.err = err
+	if expired {
+		s.state = StateExpired
+	} else {
+		s.state = StateClosed
+	}
+	epoch := s.epoch
+	s.broadcastLocked()
 	s.mu.Unlock()
 	s.cancel()
 	s.c.removeSession(s)
-	if errors.Is(err, ErrSessionExpired) {
+	if expired {
 		s.log.Warn("chubby: session expired", "err", err)
+		s.emit(EventExpired, epoch, err)
 	} else {
 		s.log.Debug("chubby: session ended", "err", err)
 	}
+	s.events.close()
 }
 
 // Close ends the session at the cell (CloseSession: its locks are released
@@ -193,84 +309,201 @@ func (s *Session) CloseAsync(ctx context.Context) *rpc.Future[struct{}] {
 	})
 }
 
-// keepAliveLoop keeps the session alive: it sends one KeepAlive at a time,
-// which the master parks until shortly before the lease would end; each
-// reply extends the local lease to (send time + lease_ms) and the next
-// KeepAlive goes out at once. Transport errors are retried with a bounded
-// backoff until the local lease ends. The session expires when the cell says
-// SESSION_EXPIRED or the local lease runs out (leaseRanOut).
+// kaAttempt is one KeepAlive in flight.
+type kaAttempt struct {
+	f      *rpc.Future[*chubby.KeepAliveResponse]
+	cancel context.CancelFunc
+	addr   string    // the replica it was sent to
+	sent   time.Time // before sending: the lease it renews counts from here
+}
+
+// keepAliveLoop keeps the session alive until it ends. It sends one
+// KeepAlive at a time to the replica believed to be master, which parks it
+// until shortly before the lease would end; each reply extends the local
+// lease to (send time + lease_ms) and the next KeepAlive goes out at once.
+// Failures are retried with a bounded backoff, following NOT_MASTER hints
+// and, with several replicas, asking them all where the master is.
+//
+// When the local lease runs out with no reply the session enters jeopardy
+// (EventJeopardy). The loop goes on trying, now also asking the replicas
+// where the master is every jeopardyProbeInterval while a KeepAlive is in
+// flight, for the grace period: a reply makes the session safe again
+// (EventSafe); the grace period running out, or a SESSION_EXPIRED reply at
+// any time, expires it.
+//
+// The loop runs as long as the session: each turn waits for a reply, a
+// failure, a timer or the session's end, and every wait is bounded by the
+// lease end or, in jeopardy, by the end of the grace period.
 func (s *Session) keepAliveLoop() {
 	defer close(s.loopDone)
-	failures := 0
+	var (
+		cur      *kaAttempt      // the KeepAlive in flight, or nil
+		retryAt  time.Time       // when cur is nil: when to send the next one
+		failures int             // failed attempts in a row, for the backoff
+		quick    int             // immediate resends in a row (maxQuickKeepAlives)
+		locating <-chan struct{} // a locate round the loop waits for, or nil
+		probeAt  time.Time       // in jeopardy: when to start the next locate round
+	)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	defer func() {
+		if cur != nil {
+			cur.cancel()
+		}
+	}()
+	multi := len(s.c.master.addrs) > 1
 	for {
-		s.mu.Lock()
-		leaseEnd, lease := s.leaseEnd, s.lease
-		s.mu.Unlock()
 		if s.ctx.Err() != nil {
 			return
 		}
-		sent := time.Now()
-		if !sent.Before(leaseEnd) {
-			s.leaseRanOut(leaseEnd)
+		now := time.Now()
+		s.mu.Lock()
+		state, leaseEnd, graceEnd, lease := s.state, s.leaseEnd, s.graceEnd, s.lease
+		s.mu.Unlock()
+		switch {
+		case state == StateSafe && !now.Before(leaseEnd):
+			s.enterJeopardy()
+			probeAt = now // look for the master at once
+			continue
+		case state == StateJeopardy && !now.Before(graceEnd):
+			s.end(fmt.Errorf("%w: no KeepAlive reply within the grace period (%v) after the local lease ended at %s",
+				ErrSessionExpired, s.grace, leaseEnd.Format(time.RFC3339Nano)))
 			return
+		case state != StateSafe && state != StateJeopardy:
+			return // ended
 		}
-		addr := s.c.master.addr()
-		epoch := s.epoch.Load()
-		req := &chubby.KeepAliveRequest{
-			Sessions: []*chubby.KeepAliveItem{{Session: s.id}},
-			Epoch:    &epoch,
+		if cur == nil && !now.Before(retryAt) {
+			cur = s.sendKeepAlive(lease)
 		}
-		// The master parks the call for up to the lease; give it the lease
-		// plus CallTimeout before Kitex gives up on it.
-		timeout := lease + s.c.cfg.CallTimeout
-		f := rpc.Go(s.ctx, func(ctx context.Context) (*chubby.KeepAliveResponse, error) {
-			return s.c.kc.KeepAlive(ctx, req, callopt.WithHostPort(addr), callopt.WithRPCTimeout(timeout))
-		})
-		timer := time.NewTimer(time.Until(leaseEnd))
+		if state == StateJeopardy && cur != nil && locating == nil && !now.Before(probeAt) {
+			locating = s.c.master.locate()
+			probeAt = now.Add(jeopardyProbeInterval)
+		}
+
+		wake := leaseEnd
+		if state == StateJeopardy {
+			wake = graceEnd
+		}
+		if cur == nil && retryAt.Before(wake) {
+			wake = retryAt
+		}
+		if state == StateJeopardy && cur != nil && locating == nil && probeAt.Before(wake) {
+			wake = probeAt
+		}
+		timer.Reset(max(time.Until(wake), 0))
+		var replied <-chan struct{}
+		if cur != nil {
+			replied = cur.f.Done()
+		}
 		select {
 		case <-s.ctx.Done():
-			timer.Stop()
 			return
 		case <-timer.C:
-			// No answer within the local lease. The session ends, which
-			// also cancels the outstanding call.
-			s.leaseRanOut(leaseEnd)
-			return
-		case <-f.Done():
-			timer.Stop()
-		}
-		r, err, _ := f.Result()
-		if err == nil {
-			err = s.applyKeepAlive(sent, r)
+		case <-locating:
+			locating = nil
+			if loc := s.c.master.lastLocated(); cur != nil && loc.addr != "" && loc.addr != cur.addr {
+				// The replicas say the master is elsewhere: go there
+				// rather than wait for a reply that may never come.
+				s.log.Debug("chubby: master located elsewhere; resending KeepAlive",
+					"from", cur.addr, "to", loc.addr, "epoch", loc.epoch)
+				cur.cancel()
+				cur, retryAt = nil, time.Time{}
+			}
+		case <-replied:
+			a := cur
+			cur = nil
+			a.cancel()
+			r, err, _ := a.f.Result()
 			if err == nil {
-				failures = 0
+				err = s.applyKeepAlive(a.sent, r)
+			}
+			if err == nil {
+				failures, quick, retryAt = 0, 0, time.Time{}
 				continue
 			}
-		}
-		if s.ctx.Err() != nil {
-			return
-		}
-		if s.keepAliveFatal(addr, err) {
-			return
-		}
-		d := backoffDelay(keepAliveBackoffBase, keepAliveBackoffMax, failures, jitter())
-		failures++
-		s.log.Debug("chubby: KeepAlive failed; retrying", "addr", addr, "delay", d,
-			"lease_remaining", time.Until(leaseEnd), "err", Describe(err))
-		if until := time.Until(leaseEnd); d > until {
-			d = max(until, 0)
-		}
-		if sleepCtx(s.ctx, d) != nil {
-			return
+			if s.ctx.Err() != nil {
+				return
+			}
+			v := s.keepAliveFailed(a.addr, err)
+			if v.fatal {
+				return
+			}
+			if v.resendNow && quick < maxQuickKeepAlives {
+				quick++
+				retryAt = time.Time{}
+				continue
+			}
+			quick = 0
+			d := backoffDelay(keepAliveBackoffBase, keepAliveBackoffMax, failures, jitter())
+			failures++
+			retryAt = time.Now().Add(d)
+			if v.locate && multi && locating == nil {
+				locating = s.c.master.locate()
+			}
+			s.log.Debug("chubby: KeepAlive failed; retrying", "addr", a.addr, "next", s.c.master.addr(),
+				"delay", d, "state", state, "lease_remaining", time.Until(leaseEnd), "err", Describe(err))
 		}
 	}
 }
 
+// sendKeepAlive sends one KeepAlive for the session to the current master
+// guess. The master parks it for up to the lease; Kitex gets the lease plus
+// CallTimeout before it gives up on it.
+func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
+	ctx, cancel := context.WithCancel(s.ctx)
+	addr := s.c.master.addr()
+	epoch := s.Epoch()
+	req := &chubby.KeepAliveRequest{
+		Sessions: []*chubby.KeepAliveItem{{Session: s.id}},
+		Epoch:    &epoch,
+	}
+	timeout := lease + s.c.cfg.CallTimeout
+	sent := time.Now()
+	f := rpc.Go(ctx, func(ctx context.Context) (*chubby.KeepAliveResponse, error) {
+		return s.c.kc.KeepAlive(ctx, req, callopt.WithHostPort(addr), callopt.WithRPCTimeout(timeout))
+	})
+	return &kaAttempt{f: f, cancel: cancel, addr: addr, sent: sent}
+}
+
+// enterJeopardy moves a safe session whose local lease ran out into
+// jeopardy: the grace period starts at the end of the local lease.
+func (s *Session) enterJeopardy() {
+	s.mu.Lock()
+	if s.err != nil || s.state != StateSafe {
+		s.mu.Unlock()
+		return
+	}
+	s.state = StateJeopardy
+	s.graceEnd = s.leaseEnd.Add(s.grace)
+	leaseEnd, graceEnd, epoch := s.leaseEnd, s.graceEnd, s.epoch
+	s.broadcastLocked()
+	s.mu.Unlock()
+	s.log.Warn("chubby: session in jeopardy: local lease ran out with no KeepAlive reply; looking for the master",
+		"lease_end", leaseEnd, "grace_period", s.grace, "expires_at", graceEnd)
+	s.emit(EventJeopardy, epoch, nil)
+}
+
+// noteEpoch records a master epoch heard in a reply for the session; a
+// higher one than known is reported as EventMasterChanged.
+func (s *Session) noteEpoch(epoch int64) {
+	s.mu.Lock()
+	if epoch <= s.epoch || s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	old := s.epoch
+	s.epoch = epoch
+	s.mu.Unlock()
+	s.log.Info("chubby: master epoch changed", "from", old, "to", epoch)
+	s.emit(EventMasterChanged, epoch, nil)
+}
+
 // applyKeepAlive records a KeepAlive reply sent at sent. It returns an error
-// when the reply does not renew this session; keepAliveFatal decides what
-// that error means.
+// when the reply does not renew this session; keepAliveFailed decides what
+// that error means. A reply in jeopardy makes the session safe again
+// (EventSafe, after EventMasterChanged if the reply names a new epoch).
 func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) error {
-	s.epoch.Store(r.GetEpoch())
+	s.noteEpoch(r.GetEpoch())
 	for _, res := range r.GetResults() {
 		if res.GetSession() != s.id {
 			continue
@@ -282,20 +515,47 @@ func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) er
 			return fmt.Errorf("KeepAlive reply grants no lease (lease_ms=%d)", res.GetLeaseMs())
 		}
 		lease := time.Duration(res.GetLeaseMs()) * time.Millisecond
+		now := time.Now()
 		s.mu.Lock()
+		if s.err != nil {
+			s.mu.Unlock()
+			return nil
+		}
 		s.lease = lease
-		s.leaseEnd = sent.Add(lease)
+		if end := sent.Add(lease); end.After(s.leaseEnd) {
+			s.leaseEnd = end
+		}
+		wasJeopardy := s.state == StateJeopardy
+		// A reply so late that its lease is already over renews nothing
+		// the client can rely on: the session stays where it is.
+		if s.leaseEnd.After(now) {
+			s.state = StateSafe
+			s.renewals++
+		}
+		safeAgain := wasJeopardy && s.state == StateSafe
+		epoch, leaseEnd := s.epoch, s.leaseEnd
+		s.broadcastLocked()
 		s.mu.Unlock()
+		if safeAgain {
+			s.log.Info("chubby: session safe again", "epoch", epoch, "lease_end", leaseEnd)
+			s.emit(EventSafe, epoch, nil)
+		}
 		return nil
 	}
 	return fmt.Errorf("KeepAlive reply has no result for session %d", s.id)
 }
 
-// keepAliveFatal handles a failed KeepAlive sent to addr: it ends the
-// session and returns true when the failure is final, updates the master
-// guess or the epoch when the error says how, and returns false when the
-// loop should retry.
-func (s *Session) keepAliveFatal(addr string, err error) bool {
+// kaVerdict is what keepAliveFailed decided about a failed KeepAlive.
+type kaVerdict struct {
+	fatal     bool // the session has ended
+	resendNow bool // the failure said where to go: resend without a backoff
+	locate    bool // nobody said where the master is: ask the replicas
+}
+
+// keepAliveFailed handles a failed KeepAlive sent to addr: it ends the
+// session when the cell says it is over, updates the master guess and the
+// epoch when the error says how, and tells the loop how to go on.
+func (s *Session) keepAliveFailed(addr string, err error) kaVerdict {
 	var ce *chubby.ChubbyError
 	if errors.As(err, &ce) {
 		switch ce.Code {
@@ -308,58 +568,125 @@ func (s *Session) keepAliveFatal(addr string, err error) bool {
 			} else {
 				s.end(fmt.Errorf("%w: the cell ended it: %s", ErrSessionExpired, Describe(ce)))
 			}
-			return true
+			return kaVerdict{fatal: true}
 		case chubby.ErrorCode_NOT_MASTER:
-			s.c.master.redirect(addr, ce.GetMasterAddress())
-		case chubby.ErrorCode_STALE_EPOCH:
-			// A new master: adopt its epoch. (Handling the failover event —
-			// flushing caches, re-validating handles — comes with events.)
 			if ce.IsSetEpoch() {
-				s.epoch.Store(ce.GetEpoch())
+				s.noteEpoch(ce.GetEpoch())
 			}
+			hint := ce.GetMasterAddress()
+			s.c.master.redirect(addr, hint)
+			if usableHint(addr, hint) {
+				return kaVerdict{resendNow: true}
+			}
+			return kaVerdict{locate: true}
+		case chubby.ErrorCode_STALE_EPOCH:
+			// A new master refused the old epoch: adopt its epoch and
+			// resend at once. (Flushing caches and re-validating handles
+			// come with the cell's failover event.)
+			if ce.IsSetEpoch() && ce.GetEpoch() > s.Epoch() {
+				s.noteEpoch(ce.GetEpoch())
+				return kaVerdict{resendNow: true}
+			}
+			return kaVerdict{locate: true}
+		case chubby.ErrorCode_UNAVAILABLE:
+			// A replica shutting down or overloaded: perhaps the master
+			// has moved.
+			return kaVerdict{locate: true}
 		}
-		return false
+		return kaVerdict{}
 	}
-	if errors.Is(err, kerrors.ErrGetConnection) || errors.Is(err, kerrors.ErrRemoteOrNetwork) {
+	if errors.Is(err, kerrors.ErrGetConnection) || errors.Is(err, kerrors.ErrRemoteOrNetwork) ||
+		kerrors.IsTimeoutError(err) {
 		s.c.master.unreachable(addr)
+		return kaVerdict{locate: true}
 	}
-	return false
+	return kaVerdict{}
 }
 
-// leaseRanOut is called when the local lease ended with no KeepAlive reply
-// to extend it.
+// sessionCall runs a call of session s:
 //
-// JEOPARDY GOES HERE (DESIGN §4, a later issue): instead of expiring at once,
-// the session enters jeopardy — the cache is disabled, the application is
-// told, the client looks for the master (any replica answers GetMaster) and
-// keeps sending KeepAlives for the grace period (default 45 s); a reply makes
-// it safe again, otherwise it expires. Today the grace period is zero.
-func (s *Session) leaseRanOut(leaseEnd time.Time) {
-	s.end(fmt.Errorf("%w: no KeepAlive reply before the local lease ended at %s",
-		ErrSessionExpired, leaseEnd.Format(time.RFC3339Nano)))
-}
-
-// sessionCall runs a call of session s: it fails at once when the session
-// has ended, cancels the call when the session ends meanwhile (reporting the
-// session's Err), and ends the session when the cell says SESSION_EXPIRED.
+//   - It fails at once when the session has ended, and waits (bounded by
+//     ctx) while the session is in jeopardy, until it is safe again or
+//     expires.
+//   - It cancels the call when the session ends meanwhile (reporting the
+//     session's Err), and ends the session when the cell says SESSION_EXPIRED.
+//   - When the call gives up because no master could be reached (its
+//     attempts ran out on failures its retry class allows to resend), it
+//     waits until the session has renewed its lease after that — the
+//     KeepAlive loop found the master — and sends the call again, at most
+//     maxSendRounds times in all. A call whose fate is unknown (a write
+//     whose reply was lost) is never resent.
 func sessionCall[T any](ctx context.Context, s *Session, spec callSpec,
 	fn func(context.Context, ...callopt.Option) (T, error)) (T, error) {
 	var zero T
-	if err := s.Err(); err != nil {
-		return zero, &OpError{Op: spec.op, Path: spec.path, Err: err}
+	if spec.setRID != nil {
+		// One number per call, the same on every resend; the floor says
+		// which earlier calls are finished.
+		seq := s.reqSeq.Add(1)
+		floor := s.beginRequest(seq)
+		defer s.endRequest(seq)
+		spec.setRID(&chubby.RequestID{Seq: int64(seq), Floor: int64(floor)})
 	}
+	var needRenewal bool
+	var after uint64
+	for round := 0; ; round++ {
+		renewals, err := s.awaitSafe(ctx, needRenewal, after)
+		if err != nil {
+			return zero, &OpError{Op: spec.op, Path: spec.path, Err: err}
+		}
+		v, err, retryable := sessionCallOnce(ctx, s, spec, fn)
+		if err == nil {
+			return v, nil
+		}
+		if IsCode(err, chubby.ErrorCode_SESSION_EXPIRED) {
+			s.end(fmt.Errorf("%w: the cell ended it: %s", ErrSessionExpired, Describe(err)))
+			return zero, err
+		}
+		if !retryable || round+1 >= maxSendRounds || s.Err() != nil {
+			return zero, err
+		}
+		s.log.Debug("chubby: call found no master; waiting for the session to reach one",
+			"op", spec.op, "path", spec.path, "round", round+1, "err", Describe(err))
+		needRenewal, after = true, renewals
+	}
+}
+
+// sessionCallOnce is one round of sessionCall: callRetry, cancelled when
+// the session ends.
+func sessionCallOnce[T any](ctx context.Context, s *Session, spec callSpec,
+	fn func(context.Context, ...callopt.Option) (T, error)) (T, error, bool) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(s.ctx, func() { cancel(s.Err()) })
 	defer stop()
-	v, err := call(ctx, s.c, spec, fn)
-	if err == nil {
-		return v, nil
+	return callRetry(ctx, s.c, spec, fn)
+}
+
+// awaitSafe waits until the session is safe — and, when needRenewal is
+// set, has renewed its lease more than after times — or has ended, or ctx
+// ends. It returns the session's renewal count, or why the call cannot go
+// on (the session's Err, or ctx's cause). It waits through at most
+// maxStateWaits changes of state, then lets the call go.
+func (s *Session) awaitSafe(ctx context.Context, needRenewal bool, after uint64) (uint64, error) {
+	for range maxStateWaits {
+		s.mu.Lock()
+		st, renewals, changed, err := s.stateLocked(time.Now()), s.renewals, s.changed, s.err
+		s.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		if st == StateSafe && (!needRenewal || renewals > after) {
+			return renewals, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
 	}
-	if IsCode(err, chubby.ErrorCode_SESSION_EXPIRED) {
-		s.end(fmt.Errorf("%w: the cell ended it: %s", ErrSessionExpired, Describe(err)))
-	}
-	return zero, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewals, s.err
 }
 
 // await waits for f. The call behind f is bounded by the same ctx, so
@@ -368,4 +695,28 @@ func sessionCall[T any](ctx context.Context, s *Session, spec callSpec,
 // that was in fact granted.
 func await[T any](ctx context.Context, f *rpc.Future[T]) (T, error) {
 	return f.Wait(context.WithoutCancel(ctx))
+}
+
+// beginRequest records a numbered call in flight and returns the floor to
+// send with it: the lowest number still in flight.
+func (s *Session) beginRequest(seq uint64) uint64 {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	if s.inflight == nil {
+		s.inflight = make(map[uint64]struct{})
+	}
+	s.inflight[seq] = struct{}{}
+	floor := seq
+	for q := range s.inflight {
+		floor = min(floor, q)
+	}
+	return floor
+}
+
+// endRequest records that a numbered call is finished (answered or given
+// up): it will not be resent.
+func (s *Session) endRequest(seq uint64) {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	delete(s.inflight, seq)
 }

@@ -74,6 +74,13 @@ func Start(t testing.TB, o Options) *Cell {
 			t.Fatalf("celltest: cell does not accept connections on %s: %v", c.Addr, err)
 		}
 	}
+	// Bounded wait until the replica is the master (it elects itself at
+	// once, but asynchronously).
+	for deadline := time.Now().Add(10 * time.Second); !srv.IsMaster(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("celltest: cell at %s is not master after 10s", c.Addr)
+		}
+	}
 	t.Cleanup(c.Stop)
 	return c
 }

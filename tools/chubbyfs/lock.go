@@ -149,7 +149,10 @@ func (a *app) runLocked(ctx context.Context, p string, f lockFlags, argv []strin
 	status, err := a.runCommand(ctx, s, seq, argv, sigs)
 	rctx, rcancel := releaseContext(ctx)
 	defer rcancel()
-	if s.Err() == nil {
+	// Release only from a safe session: in jeopardy a call would wait for
+	// the master (up to the release timeout), and the lock ends with the
+	// session anyway.
+	if s.Err() == nil && s.State() == client.StateSafe {
 		if rerr := h.Release(rctx); rerr != nil {
 			// Closing the session below releases the lock anyway.
 			fmt.Fprintf(a.stderr, "chubbyfs: lock %s: release: %s\n", p, client.Describe(rerr))
@@ -194,8 +197,9 @@ func acquire(ctx context.Context, h *client.Handle, mode chubby.LockMode, wait t
 }
 
 // runCommand runs argv with CHUBBY_SEQUENCER set and the I/O passed
-// through, forwarding the signals arriving on sigs, and returns its exit status. If the
-// session ends first, COMMAND is terminated and an error is returned.
+// through, forwarding the signals arriving on sigs, and returns its exit
+// status. If the session goes into jeopardy or ends first, COMMAND is
+// terminated and an error is returned.
 func (a *app) runCommand(ctx context.Context, s *client.Session, seq *chubby.Sequencer, argv []string, sigs <-chan os.Signal) (int, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), EnvSequencer+"="+client.FormatSequencer(seq))
@@ -211,8 +215,20 @@ func (a *app) runCommand(ctx context.Context, s *client.Session, seq *chubby.Seq
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
+	events := s.Events()
 	for {
 		select {
+		case ev, ok := <-events:
+			if ok && ev.Kind != client.EventJeopardy && ev.Kind != client.EventExpired {
+				continue
+			}
+			// The local lease ran out: the master may have ended the session
+			// and given the lock to someone else. A lock holder cannot
+			// tell, so COMMAND stops now rather than at the grace period's
+			// end.
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			return 0, a.reap(cmd, waited, fmt.Sprintf("lock %s: session in jeopardy while %s ran (its lease ran out without a renewal); sent it SIGTERM",
+				seq.GetPath(), argv[0]))
 		case err := <-waited:
 			return exitStatus(err)
 		case sig := <-sigs:

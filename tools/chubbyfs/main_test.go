@@ -321,7 +321,7 @@ func TestLockSessionLost(t *testing.T) {
 	cell.Stop()
 	select {
 	case r := <-done:
-		want(t, r, exitRefused, "got-term", "session lost")
+		want(t, r, exitRefused, "got-term", "session in jeopardy")
 		if d := time.Since(start); d > 10*time.Second {
 			t.Errorf("noticed the loss after %v with a 1s lease", d)
 		}

@@ -1,0 +1,270 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chubbygo/chubby/cell/celltest"
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/chubby/combineservice"
+	"github.com/chubbygo/chubby/rpc"
+)
+
+// Master finding. The routing rules are unit-tested on the tracker; the
+// client's use of them is tested against a real cell, with a fake replica
+// (a Kitex server that is not the master) only where a NOT_MASTER is needed,
+// which a one-replica cell never says.
+
+// fakeReplica is a replica that is not the master: every session call is
+// refused with NOT_MASTER carrying hint (empty: no hint), and GetMaster
+// names master (empty: UNAVAILABLE).
+type fakeReplica struct {
+	combineservice.CombineService // nil: methods not overridden are never called
+
+	hint   string
+	master string
+	epoch  int64
+
+	calls     atomic.Int64 // NOT_MASTER answers given
+	getMaster atomic.Int64 // GetMaster calls
+}
+
+func (f *fakeReplica) notMaster() error {
+	f.calls.Add(1)
+	e := &chubby.ChubbyError{Code: chubby.ErrorCode_NOT_MASTER, Message: "fake replica is not the master"}
+	if f.hint != "" {
+		e.MasterAddress = &f.hint
+	}
+	return e
+}
+
+func (f *fakeReplica) CreateSession(context.Context, *chubby.CreateSessionRequest) (*chubby.CreateSessionResponse, error) {
+	return nil, f.notMaster()
+}
+
+func (f *fakeReplica) KeepAlive(context.Context, *chubby.KeepAliveRequest) (*chubby.KeepAliveResponse, error) {
+	return nil, f.notMaster()
+}
+
+func (f *fakeReplica) CloseSession(context.Context, *chubby.CloseSessionRequest) error {
+	return f.notMaster()
+}
+
+func (f *fakeReplica) Open(context.Context, *chubby.OpenRequest) (*chubby.OpenResponse, error) {
+	return nil, f.notMaster()
+}
+
+func (f *fakeReplica) Mkdir(context.Context, *chubby.MkdirRequest) (*chubby.Stat, error) {
+	return nil, f.notMaster()
+}
+
+func (f *fakeReplica) GetStat(context.Context, *chubby.HandleRequest) (*chubby.Stat, error) {
+	return nil, f.notMaster()
+}
+
+func (f *fakeReplica) GetStatus(context.Context) (*chubby.CellStatus, error) {
+	return nil, f.notMaster()
+}
+
+func (f *fakeReplica) GetMaster(context.Context) (*chubby.GetMasterResponse, error) {
+	f.getMaster.Add(1)
+	if f.master == "" {
+		return nil, &chubby.ChubbyError{Code: chubby.ErrorCode_UNAVAILABLE, Message: "fake replica does not know the master"}
+	}
+	return &chubby.GetMasterResponse{MasterAddress: f.master, Epoch: f.epoch, MasterId: "fake"}, nil
+}
+
+// startFake serves f on a loopback port until the test ends.
+func startFake(t *testing.T, f *fakeReplica) (addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := rpc.ServerOptions(rpc.ServerConfig{Listener: ln, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svr := combineservice.NewServer(f, opts...)
+	go svr.Run()
+	t.Cleanup(func() { svr.Stop() })
+	addr = ln.Addr().String()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			conn.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fake replica does not accept connections on %s: %v", addr, err)
+		}
+	}
+}
+
+// useSession checks that s works: a write, a read, and its lease renewed
+// by the master (the KeepAlive loop found it too).
+func useSession(t *testing.T, s *Session, lease time.Duration) {
+	t.Helper()
+	ctx := testCtx(t)
+	must[*chubby.Stat](t, "Mkdir")(s.Mkdir(ctx, "/d", MkdirOptions{}))
+	h := must[*Handle](t, "Open")(s.Open(ctx, "/d", OpenOptions{}))
+	must[*chubby.Stat](t, "GetStat")(h.GetStat(ctx))
+	s.mu.Lock()
+	renewals := s.renewals
+	s.mu.Unlock()
+	time.Sleep(lease * 3 / 2)
+	s.mu.Lock()
+	renewed := s.renewals > renewals
+	s.mu.Unlock()
+	if !renewed || s.Err() != nil {
+		t.Fatalf("a lease and a half later: renewed %v, err %v", renewed, s.Err())
+	}
+}
+
+// TestDeadReplicaFirst: a client configured with [dead, live] works: calls
+// move on from the dead address, and so does the KeepAlive loop.
+func TestDeadReplicaFirst(t *testing.T) {
+	lease := time.Second
+	cell := startCellLease(t, lease)
+	dead := celltest.FreeAddr(t)
+	c := connectCfg(t, Config{Addrs: []string{dead, cell.Addr}})
+	s := newSession(t, c)
+	useSession(t, s, lease)
+	if got := c.master.addr(); got != cell.Addr {
+		t.Errorf("master guess %s, want %s", got, cell.Addr)
+	}
+}
+
+// TestNotMasterHintFollowed: a replica that answers NOT_MASTER with the
+// master's address sends every call, and the KeepAlive loop, there.
+func TestNotMasterHintFollowed(t *testing.T) {
+	t.Parallel()
+	lease := time.Second
+	cell := startCellLease(t, lease)
+	fake := &fakeReplica{hint: cell.Addr}
+	c := connectCfg(t, Config{Addrs: []string{startFake(t, fake)}})
+	s := newSession(t, c)
+	useSession(t, s, lease)
+	// (More than one NOT_MASTER is possible while the new cell is still
+	// becoming master and refuses without a hint.)
+	if n := fake.calls.Load(); n < 1 || n > maxCallAttempts {
+		t.Errorf("the fake was asked %d times", n)
+	}
+	if got := c.master.addr(); got != cell.Addr {
+		t.Errorf("master guess %s, want %s", got, cell.Addr)
+	}
+}
+
+// TestMasterLocatedByGetMaster: replicas that refuse without a hint but
+// answer GetMaster lead the client to a master it was not configured with.
+func TestMasterLocatedByGetMaster(t *testing.T) {
+	t.Parallel()
+	lease := time.Second
+	cell := startCellLease(t, lease)
+	f1 := &fakeReplica{}                                                // knows nothing
+	f2 := &fakeReplica{master: cell.Addr, epoch: cell.Server().Epoch()} // knows the master
+	c := connectCfg(t, Config{Addrs: []string{startFake(t, f1), startFake(t, f2)}})
+	s := newSession(t, c)
+	useSession(t, s, lease)
+	if f1.getMaster.Load() == 0 || f2.getMaster.Load() == 0 {
+		t.Errorf("GetMaster asked %d and %d times; want every replica asked", f1.getMaster.Load(), f2.getMaster.Load())
+	}
+	if got := c.master.addr(); got != cell.Addr {
+		t.Errorf("master guess %s, want %s", got, cell.Addr)
+	}
+}
+
+// TestNoMasterAnywhere: when every replica refuses and none names the
+// master, a call gives up after its bounded attempts with NOT_MASTER.
+func TestNoMasterAnywhere(t *testing.T) {
+	t.Parallel()
+	f1, f2 := &fakeReplica{}, &fakeReplica{}
+	c := connectCfg(t, Config{Addrs: []string{startFake(t, f1), startFake(t, f2)}})
+	start := time.Now()
+	_, err := c.NewSession(testCtx(t))
+	wantCode(t, "NewSession with no master", err, chubby.ErrorCode_NOT_MASTER)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("gave up after %v", d)
+	}
+	if n := f1.calls.Load() + f2.calls.Load(); n != maxCallAttempts {
+		t.Errorf("%d attempts, want %d", n, maxCallAttempts)
+	}
+}
+
+// TestLocateRound: a locate round asks every replica once, prefers the
+// highest epoch, ignores failures and bad answers, and is shared by
+// concurrent callers.
+func TestLocateRound(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]int{}
+	release := make(chan struct{})
+	ask := func(ctx context.Context, addr string) (string, int64, error) {
+		mu.Lock()
+		asked[addr]++
+		mu.Unlock()
+		<-release
+		switch addr {
+		case "a:1":
+			return "old:1", 3, nil // a deposed master's view
+		case "b:1":
+			return "new:1", 4, nil
+		case "c:1":
+			return "", 0, errors.New("unreachable")
+		case "d:1":
+			return "not an address", 9, nil
+		}
+		return "", 0, errors.New("unexpected")
+	}
+	m := newMaster([]string{"a:1", "b:1", "c:1", "d:1"}, ask, time.Second)
+	done1, done2 := m.locate(), m.locate()
+	if done1 != done2 {
+		t.Fatal("concurrent locate calls started two rounds")
+	}
+	close(release)
+	select {
+	case <-done1:
+	case <-time.After(5 * time.Second):
+		t.Fatal("locate round did not finish")
+	}
+	if got := m.lastLocated(); got.addr != "new:1" || got.epoch != 4 {
+		t.Errorf("located %+v, want new:1 at epoch 4", got)
+	}
+	if got := m.addr(); got != "new:1" {
+		t.Errorf("guess %s", got)
+	}
+	mu.Lock()
+	for _, a := range m.addrs {
+		if asked[a] != 1 {
+			t.Errorf("%s asked %d times", a, asked[a])
+		}
+	}
+	mu.Unlock()
+
+	// A round where nobody knows leaves the guess alone.
+	none := newMaster([]string{"a:1", "b:1"}, func(context.Context, string) (string, int64, error) {
+		return "", 0, errors.New("down")
+	}, time.Second)
+	none.learned("b:1")
+	<-none.locate()
+	if got := none.lastLocated(); got.addr != "" || none.addr() != "b:1" {
+		t.Errorf("after a round with no answer: located %+v, guess %s", got, none.addr())
+	}
+
+	// A round is bounded by the timeout even if a replica never answers.
+	hung := newMaster([]string{"a:1"}, func(ctx context.Context, _ string) (string, int64, error) {
+		<-ctx.Done()
+		return "", 0, ctx.Err()
+	}, 50*time.Millisecond)
+	select {
+	case <-hung.locate():
+	case <-time.After(5 * time.Second):
+		t.Fatal("locate round with a hung replica did not end")
+	}
+}
