@@ -4,6 +4,8 @@
 #   ./build.sh gen        regenerate gen/ from idl/ with the pinned Kitex generator
 #   ./build.sh test       the whole check: gofmt, go vet, gen/ up to date, go test -race ./...
 #                         (installs Debian's thrift-compiler and python3-thrift if missing)
+#   ./build.sh bench      chubbybench: our cell against etcd, ZooKeeper and Redis on this machine
+#                         (installs them if missing; --quick: under 3 minutes; flags: ./build.sh bench --help)
 #   ./build.sh help       this text
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -83,11 +85,60 @@ test_all() {
 	go test -race -count=1 -timeout 20m ./...
 }
 
+# bench_deps installs the systems chubbybench compares the cell with, from
+# Debian's packages, when they are missing: etcd-server, zookeeper (with
+# slf4j-simple for its logs; chubbybench starts it with java directly, never
+# as a service) and redis-server.
+bench_deps() {
+	local missing=()
+	command -v etcd >/dev/null || missing+=(etcd-server)
+	{ command -v java >/dev/null && [ -f /usr/share/java/zookeeper.jar ]; } || missing+=(zookeeper)
+	[ -f /usr/share/java/slf4j-simple.jar ] || missing+=(libslf4j-java)
+	command -v redis-server >/dev/null || missing+=(redis-server)
+	if [ ${#missing[@]} -eq 0 ]; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		echo "FAIL: the benchmarks need Debian's ${missing[*]}; install them as root" >&2
+		return 1
+	fi
+	echo "installing ${missing[*]} for the benchmarks..." >&2
+	apt-get update -qq
+	# RUNLEVEL=1: do not start the packages' own services; chubbybench starts its own.
+	RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# bench builds chubbyd, chubbyd-pprof (chubbyd plus net/http/pprof, added
+# with go build -overlay from tools/chubbybench/chubbyd_pprof.go.in, for the
+# profiles) and chubbybench, and runs chubbybench with the flags given. It
+# stops every server it started, also on Ctrl-C and on failure.
+bench() {
+	case " $* " in
+	*" -h "* | *" --help "*) ;;
+	*) bench_deps ;;
+	esac
+	build >&2
+	go build -o bin/ ./tools/chubbybench
+	local overlay
+	overlay=$(mktemp)
+	printf '{"Replace":{"%s/tools/chubbyd/zz_chubbybench_pprof.go":"%s/tools/chubbybench/chubbyd_pprof.go.in"}}\n' "$PWD" "$PWD" >"$overlay"
+	if ! go build -overlay "$overlay" -o bin/chubbyd-pprof ./tools/chubbyd; then
+		rm -f "$overlay"
+		return 1
+	fi
+	rm -f "$overlay"
+	exec bin/chubbybench --chubbyd bin/chubbyd --chubbyd-pprof bin/chubbyd-pprof "$@"
+}
+
 case "${1:-build}" in
 build) build ;;
 gen) gen ;;
 test) test_all ;;
-help | -h | --help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' ;;
+bench)
+	shift
+	bench "$@"
+	;;
+help | -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
 	echo "unknown command: $1 (try ./build.sh help)" >&2
 	exit 2

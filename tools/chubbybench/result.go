@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Result is one workload's figures on one system (one row of the tables,
+// one object of results.json).
+type Result struct {
+	Workload string `json:"workload"` // Workload.Name()
+	Kind     string `json:"kind"`
+	Clients  int    `json:"clients,omitempty"`
+	Variant  string `json:"variant,omitempty"`
+	System   string `json:"system"` // chubby, etcd, zookeeper, redis
+	Nodes    int    `json:"nodes"`
+
+	NA string `json:"na,omitempty"` // why the workload does not apply (or did not run)
+	// Unavailable: the whole system could not run (NA says why); the
+	// markdown lists such systems once instead of a row per workload.
+	Unavailable bool   `json:"system_unavailable,omitempty"`
+	Error       string `json:"error,omitempty"` // what went wrong (figures may still be partial)
+
+	// Closed-loop workloads; failover puts its trials' percentiles in P50/P99.
+	Ops        int64   `json:"ops,omitempty"`
+	Errors     int64   `json:"errors,omitempty"`
+	Seconds    float64 `json:"seconds,omitempty"`
+	Throughput float64 `json:"throughput_per_s,omitempty"`
+	P50Ms      float64 `json:"p50_ms,omitempty"`
+	P99Ms      float64 `json:"p99_ms,omitempty"`
+	MaxMs      float64 `json:"max_ms,omitempty"`
+
+	// sessions-held: sessions established, how fast, and what the master
+	// (leader, primary) process used meanwhile. P50/P99 are of probe reads
+	// made during the hold.
+	Sessions       int     `json:"sessions,omitempty"`
+	SessionsTarget int     `json:"sessions_target,omitempty"`
+	SetupPerS      float64 `json:"setup_per_s,omitempty"`
+	HoldSeconds    float64 `json:"hold_s,omitempty"`
+	CPUCores       float64 `json:"cpu_cores,omitempty"`
+	RSSBytes       int64   `json:"rss_bytes,omitempty"`
+	RSSBaseBytes   int64   `json:"rss_base_bytes,omitempty"` // before the sessions
+	CPUCoresAll    float64 `json:"cpu_cores_all_nodes,omitempty"`
+	RSSAllBytes    int64   `json:"rss_all_nodes_bytes,omitempty"`
+
+	// failover: seconds from kill -9 to the end of the first lock cycle
+	// started after it, one per trial.
+	TrialsS []float64 `json:"trials_s,omitempty"`
+
+	Bound string `json:"bound,omitempty"` // what bounds the figure
+	Note  string `json:"note,omitempty"`
+}
+
+// Label names the system and its size: "etcd×3".
+func (r Result) Label() string { return label(r.System, r.Nodes) }
+
+func label(system string, nodes int) string { return fmt.Sprintf("%s×%d", system, nodes) }
+
+// measured reports whether r carries figures.
+func (r Result) measured() bool {
+	return r.NA == "" && (r.Ops > 0 || r.Sessions > 0 || len(r.TrialsS) > 0)
+}
+
+// rssPerSession is the resident memory the sessions added, per session.
+func (r Result) rssPerSession() float64 {
+	if r.Sessions == 0 {
+		return 0
+	}
+	return float64(max(0, r.RSSBytes-r.RSSBaseBytes)) / float64(r.Sessions)
+}
+
+// cpuPerSession is the cores used per session held.
+func (r Result) cpuPerSession() float64 {
+	if r.Sessions == 0 {
+		return 0
+	}
+	return r.CPUCores / float64(r.Sessions)
+}
+
+// newResult starts the Result of w on sys.
+func newResult(w Workload, sys System) Result {
+	return Result{
+		Workload: w.Name(), Kind: w.Kind, Clients: w.Clients, Variant: w.Variant,
+		System: sys.Kind(), Nodes: sys.Nodes(), Bound: sys.Bound(w),
+	}
+}
+
+// fill copies a closed loop's Summary into r.
+func (r *Result) fill(s Summary) {
+	r.Ops, r.Errors = s.Ops, s.Errors
+	r.Seconds = s.Elapsed.Seconds()
+	r.Throughput = s.Throughput
+	r.P50Ms, r.P99Ms, r.MaxMs = ms(s.P50), ms(s.P99), ms(s.Max)
+}
+
+// progress prints what the run is doing to stderr, each line stamped with
+// the time since the start.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	start time.Time
+}
+
+func newProgress(w io.Writer) *progress { return &progress{w: w, start: time.Now()} }
+
+func (p *progress) printf(format string, args ...any) {
+	if p == nil || p.w == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "[%6.1fs] %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
+}

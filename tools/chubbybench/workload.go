@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Kinds of workload.
+const (
+	kindLockDistinct  = "lock-distinct"  // every client cycles its own lock
+	kindLockContended = "lock-contended" // every client cycles the same lock
+	kindWrite         = "write"          // replace a 64-byte file/key/znode
+	kindRead          = "read"           // read it back, from the server (uncached)
+	kindReadCached    = "read-cached"    // read through a client cache / local read
+	kindSessionCreate = "session-create" // create a session (timed), close it (untimed)
+	kindSessionsHeld  = "sessions-held"  // hold N sessions alive: master CPU and RSS
+	kindFailover      = "failover"       // kill -9 the leader: time to the next lock cycle
+)
+
+// Variants of sessions-held.
+const (
+	// variantBatched: many sessions' KeepAlives share a bounded number of
+	// connections (our cell: up to 10,000 sessions per KeepAlive call;
+	// etcd: every lease's keep-alive on one client connection).
+	variantBatched = "batched"
+	// variantDirect: one connection per session (our Go client today;
+	// ZooKeeper, whose session is its connection).
+	variantDirect = "direct"
+)
+
+// Workload is one measurement, run against every system.
+type Workload struct {
+	Kind    string
+	Clients int    // closed-loop clients (lock, read, write, session-create)
+	Variant string // sessions-held only
+	// FullOnly workloads are skipped by --quick.
+	FullOnly bool
+}
+
+// Name is the workload's name in tables and --workloads: "lock-distinct/64",
+// "sessions-held/batched", "failover".
+func (w Workload) Name() string {
+	switch {
+	case w.Variant != "":
+		return w.Kind + "/" + w.Variant
+	case w.Kind == kindFailover:
+		return w.Kind
+	default:
+		return fmt.Sprintf("%s/%d", w.Kind, w.Clients)
+	}
+}
+
+// Describe says in words what the workload measures, for the report.
+func (w Workload) Describe() string {
+	switch w.Kind {
+	case kindLockDistinct:
+		return "N clients, each acquiring and releasing its own exclusive lock"
+	case kindLockContended:
+		return "N clients acquiring and releasing one exclusive lock"
+	case kindWrite:
+		return "N clients, each replacing its own 64-byte file (key, znode)"
+	case kindRead:
+		return "N clients, each reading its own 64-byte file from the server"
+	case kindReadCached:
+		return "the same read through the client cache (etcd: serializable read)"
+	case kindSessionCreate:
+		return "N clients creating sessions (latency: the creation; each is then closed, untimed)"
+	case kindSessionsHeld:
+		if w.Variant == variantBatched {
+			return "sessions kept alive with many sessions per connection"
+		}
+		return "sessions kept alive with one connection per session"
+	case kindFailover:
+		return "kill -9 of the leader: time to the next successful lock cycle"
+	}
+	return w.Kind
+}
+
+// isLoad reports whether w is a closed-loop throughput workload.
+func (w Workload) isLoad() bool {
+	switch w.Kind {
+	case kindLockDistinct, kindLockContended, kindWrite, kindRead, kindReadCached, kindSessionCreate:
+		return true
+	}
+	return false
+}
+
+// workloads returns every workload of a run, in the order they run on
+// each system.
+func workloads(clients []int) []Workload {
+	var out []Workload
+	for _, c := range clients {
+		out = append(out, Workload{Kind: kindLockDistinct, Clients: c})
+	}
+	for _, c := range clients {
+		// One client on "one contended lock" is the distinct-lock cycle
+		// again: only the full run measures it.
+		out = append(out, Workload{Kind: kindLockContended, Clients: c, FullOnly: c == 1})
+	}
+	rw := []int{1, slices.Max(clients)}
+	if rw[1] == 1 {
+		rw = rw[:1]
+	}
+	for _, c := range rw {
+		out = append(out, Workload{Kind: kindWrite, Clients: c})
+	}
+	for _, c := range rw {
+		out = append(out, Workload{Kind: kindRead, Clients: c})
+	}
+	for _, c := range rw {
+		out = append(out, Workload{Kind: kindReadCached, Clients: c})
+	}
+	out = append(out,
+		Workload{Kind: kindSessionCreate, Clients: min(16, slices.Max(clients))},
+		Workload{Kind: kindFailover, Clients: 1},
+		Workload{Kind: kindSessionsHeld, Variant: variantBatched},
+		Workload{Kind: kindSessionsHeld, Variant: variantDirect},
+	)
+	return out
+}
+
+// selectWorkloads keeps the workloads of the run: by --quick and by the
+// --workloads name prefixes (none: all).
+func selectWorkloads(all []Workload, quick bool, prefixes []string) []Workload {
+	var out []Workload
+	for _, w := range all {
+		if quick && w.FullOnly {
+			continue
+		}
+		if len(prefixes) > 0 && !slices.ContainsFunc(prefixes, func(p string) bool {
+			return strings.HasPrefix(w.Name(), strings.TrimSpace(p))
+		}) {
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
+}
