@@ -341,6 +341,16 @@ func worker(ctx context.Context, t *testing.T, id int, c *conn, h *history, keys
 	if lock == nil {
 		return
 	}
+	// Every state-changing request carries a RequestID, the same on every
+	// resend, so a write resent after a lost reply or a failover applies
+	// once (without it a resent write can apply twice, around another
+	// client's write, and the history is not linearizable). The worker has
+	// one request in flight, so the floor is the request itself.
+	var reqs int64
+	rid := func() *chubby.RequestID {
+		reqs++
+		return &chubby.RequestID{Seq: reqs, Floor: reqs}
+	}
 	for n := 0; ctx.Err() == nil; n++ {
 		k := keys[rng.IntN(len(keys))]
 		switch rng.IntN(3) {
@@ -348,8 +358,9 @@ func worker(ctx context.Context, t *testing.T, id int, c *conn, h *history, keys
 			val := fmt.Sprintf("w%d-%d", id, n)
 			call := h.now()
 			cctx, cancel := opCtx()
+			req := &chubby.SetContentsRequest{Handle: handles[k], Content: []byte(val), Rid: rid()}
 			_, err := do(cctx, c, func(ctx context.Context, o callopt.Option) (*chubby.Stat, error) {
-				return c.cli.SetContents(ctx, &chubby.SetContentsRequest{Handle: handles[k], Content: []byte(val)}, o)
+				return c.cli.SetContents(ctx, req, o)
 			})
 			cancel()
 			op := porcupine.Operation{ClientId: id, Input: kvInput{write: true, key: k, value: val}, Output: kvOutput{}, Call: call, Return: h.now()}
@@ -369,8 +380,9 @@ func worker(ctx context.Context, t *testing.T, id int, c *conn, h *history, keys
 			}
 		case 2: // an exclusive lock cycle
 			cctx, cancel := opCtx()
+			try := &chubby.TryAcquireRequest{Handle: lock, Mode: chubby.LockMode_EXCLUSIVE, Rid: rid()}
 			_, err := do(cctx, c, func(ctx context.Context, o callopt.Option) (*chubby.Sequencer, error) {
-				seq, err := c.cli.TryAcquire(ctx, &chubby.TryAcquireRequest{Handle: lock, Mode: chubby.LockMode_EXCLUSIVE}, o)
+				seq, err := c.cli.TryAcquire(ctx, try, o)
 				var ce *chubby.ChubbyError
 				if errors.As(err, &ce) && ce.Code == chubby.ErrorCode_LOCK_HELD {
 					// A retry after an unknown outcome: do we hold it?
@@ -388,8 +400,9 @@ func worker(ctx context.Context, t *testing.T, id int, c *conn, h *history, keys
 			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
 			released := h.now()
 			cctx, cancel = opCtx()
+			rel := &chubby.HandleRequest{Handle: lock, Rid: rid()}
 			_, err = do(cctx, c, func(ctx context.Context, o callopt.Option) (struct{}, error) {
-				err := c.cli.Release(ctx, &chubby.HandleRequest{Handle: lock}, o)
+				err := c.cli.Release(ctx, rel, o)
 				var ce *chubby.ChubbyError
 				if errors.As(err, &ce) && ce.Code == chubby.ErrorCode_LOCK_NOT_HELD {
 					err = nil // a retry of a release that took effect
