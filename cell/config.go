@@ -71,6 +71,12 @@ type Config struct {
 	MaxParkedKeepAlives int
 	// SnapshotEvery takes a snapshot after this many log entries. Default 50,000.
 	SnapshotEvery uint64
+	// EventTrimInterval: the master forgets the events clients have
+	// acknowledged (one TrimEvents command for every session whose ack
+	// moved) at most this often. Acks are not logged one by one; until a
+	// trim, a new master may send acknowledged events again, which clients
+	// drop by their numbers. Default 1 s.
+	EventTrimInterval time.Duration
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: a private registry, served on HTTPListen
@@ -118,6 +124,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = 50000
+	}
+	if c.EventTrimInterval == 0 {
+		c.EventTrimInterval = time.Second
+	}
+	if c.EventTrimInterval < time.Millisecond || c.EventTrimInterval > time.Minute {
+		return fmt.Errorf("event trim interval %v outside [1ms, 1m]", c.EventTrimInterval)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -23,6 +23,20 @@
 //     session ends.
 //   - Lock-delay timers: after each command the master asks fs for the next
 //     lock-delay end and proposes a Tick at that time, which grants waiters.
+//   - Events (DESIGN §4): fs queues them per session as commands apply
+//     (replicated state; see package fs, "Events"). A KeepAlive names, per
+//     session, the highest event seq the client received (acked_event); it
+//     is answered at once when a session has later events, and a parked
+//     one is woken as soon as a command queues one (Effects.Notified). The
+//     reply carries each session's events after its ack (at most 4096
+//     events and about 1 MiB per reply; the rest go with the next one,
+//     answered at once). The master does not log acks: it keeps them with
+//     the leases and proposes one TrimEvents for every session whose ack
+//     moved at most every Config.EventTrimInterval (1 s). So a new master
+//     may send again events a client already had; clients drop them by
+//     seq. The first reply of a new master's epoch to each session (it is
+//     answered at once) starts with MASTER_FAILED_OVER (seq 0, the epoch),
+//     which is not queued or acknowledged.
 //   - Restart: every session in the recovered state gets a full lease (the
 //     longest it could have been granted), Acquires left waiting by the
 //     previous run are withdrawn, and the master epoch goes up by one.

@@ -120,6 +120,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		return nil, invalid("a KeepAlive carries 1..%d sessions, not %d", chubby.MAX_SESSIONS_PER_KEEPALIVE, n)
 	}
 	ids := make([]chubby.SessionID, 0, n)
+	acks := make([]int64, 0, n)
 	seen := make(map[chubby.SessionID]struct{}, n)
 	for _, it := range req.Sessions {
 		if it == nil {
@@ -128,12 +129,28 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		if _, dup := seen[it.Session]; dup {
 			return nil, invalid("session %d appears twice in one KeepAlive", it.Session)
 		}
+		if it.GetAckedEvent() < 0 {
+			return nil, invalid("session %d: acked_event %d is negative", it.Session, it.GetAckedEvent())
+		}
 		seen[it.Session] = struct{}{}
 		ids = append(ids, it.Session)
+		acks = append(acks, it.GetAckedEvent())
 	}
-	c, wait, ok := h.s.leases.register(ids)
+	c, wait, ok := h.s.leases.register(ids, acks)
 	if !ok {
 		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive refused: the replica is shutting down or too many are parked; retry")
+	}
+	if wait > 0 {
+		// Registered first, then looked: an event applied from now on wakes
+		// the call (leases.wake), and one applied before is seen here.
+		h.s.m.read(func(st *fs.State) {
+			for i, id := range ids {
+				if st.HasEventsAfter(id, acks[i]) {
+					wait = 0
+					return
+				}
+			}
+		})
 	}
 	extend := true
 	if wait > 0 {
@@ -143,7 +160,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		if err != nil && !errors.Is(err, rpc.ErrBoundExceeded) {
 			// The caller is gone, or this replica stopped being the master:
 			// do not extend anything.
-			h.s.leases.answer(c, ids, false)
+			h.s.leases.answer(c, ids, false, 0)
 			var ce *chubby.ChubbyError
 			if errors.As(err, &ce) {
 				return nil, ce
@@ -151,11 +168,44 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive abandoned: %v", err)
 		}
 	}
-	results, ok := h.s.leases.answer(c, ids, extend)
+	epoch := h.s.epoch.Load()
+	results, ok := h.s.leases.answer(c, ids, extend, epoch)
 	if !ok {
 		return nil, h.s.serveCheck() // mastership went while it was parked
 	}
-	return &chubby.KeepAliveResponse{Results: results, Epoch: h.s.epoch.Load()}, nil
+	h.s.attachEvents(results, acks)
+	return &chubby.KeepAliveResponse{Results: results, Epoch: epoch}, nil
+}
+
+// Bounds of the events one KeepAlive reply carries (all sessions together);
+// the rest wait for the next KeepAlive, which is then answered at once.
+const (
+	maxReplyEvents     = 4096
+	maxReplyEventBytes = 1 << 20
+)
+
+// attachEvents adds to each live session's grant its queued events after
+// the client's ack (acks[i] for results[i]), within the reply's bounds.
+func (s *Server) attachEvents(results []*chubby.LeaseGrant, acks []int64) {
+	count, bytes := 0, 0
+	s.m.read(func(st *fs.State) {
+		for i, g := range results {
+			if g.Error != nil || count >= maxReplyEvents {
+				continue
+			}
+			// EventsAfter gives at least one event when there is any, so
+			// that a session with large events still makes progress.
+			evs := st.EventsAfter(g.Session, acks[i], maxReplyEvents-count, max(maxReplyEventBytes-bytes, 1))
+			for _, e := range evs {
+				bytes += fs.EventBytes(e)
+			}
+			count += len(evs)
+			g.Events = append(g.Events, evs...)
+		}
+	})
+	if count > 0 {
+		s.metrics.eventsSent.Add(float64(count))
+	}
 }
 
 func (h *handler) CloseSession(ctx context.Context, req *chubby.CloseSessionRequest) error {
@@ -192,6 +242,9 @@ func (h *handler) Open(ctx context.Context, req *chubby.OpenRequest) (*chubby.Op
 	}
 	if err := checkContent(req.InitialContent); err != nil {
 		return nil, err
+	}
+	if m := req.GetEventMask(); m&^chubby.EVENT_MASK_ALL != 0 {
+		return nil, invalid("event_mask %#x has bits outside EVENT_MASK_ALL (%#x)", m, chubby.EVENT_MASK_ALL)
 	}
 	if err := checkRID(req.Rid); err != nil {
 		return nil, err

@@ -26,8 +26,9 @@ type machine struct {
 	maxWait int
 
 	// Called from the apply goroutine, outside mu.
-	onEnded func([]chubby.SessionID)
-	onTimer func(atMs int64)
+	onEnded  func([]chubby.SessionID)
+	onNotify func([]chubby.SessionID) // sessions that got events
+	onTimer  func(atMs int64)
 }
 
 func newMachine(l fs.Limits, maxWaiters int) *machine {
@@ -96,6 +97,9 @@ func (m *machine) dispatch(fx fs.Effects) {
 	}
 	if len(fx.EndedSessions) > 0 && m.onEnded != nil {
 		m.onEnded(fx.EndedSessions)
+	}
+	if len(fx.Notified) > 0 && m.onNotify != nil {
+		m.onNotify(fx.Notified)
 	}
 }
 

@@ -75,6 +75,11 @@ func (s *Server) current(gen uint64) bool {
 }
 
 func (s *Server) becomeMaster(view uint64, gen uint64) {
+	select {
+	case <-s.logReady:
+	case <-s.closed:
+		return
+	}
 	start := time.Now()
 	for !s.log.CanServeReads() {
 		if !s.current(gen) || time.Since(start) > masterReadyTimeout {
@@ -115,6 +120,11 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 }
 
 func (s *Server) loseMaster() {
+	select {
+	case <-s.logReady:
+	default:
+		return // New has not finished: this replica has not served as master
+	}
 	nm := s.notMasterError(s.log.NotMaster())
 	s.leases.shutdownWith(nm)
 	s.m.failParked(nm)

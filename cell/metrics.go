@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
 )
@@ -16,6 +17,7 @@ type metrics struct {
 	batchEntries prometheus.Histogram
 	fsync        prometheus.Histogram
 	parkedAcq    prometheus.Gauge
+	eventsSent   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
@@ -38,6 +40,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			Name: "chubby_parked_acquires",
 			Help: "Acquire calls parked waiting for a lock.",
 		}),
+		eventsSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chubby_events_sent_total",
+			Help: "Events sent on KeepAlive replies (a resent event counts again).",
+		}),
 	}
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chubby_sessions",
@@ -51,7 +57,15 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Name: "chubby_applied_index",
 		Help: "Index of the last log entry applied.",
 	}, func() float64 { return float64(s.log.Applied()) })
-	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.parkedAcq, sessions, parkedKA, applied} {
+	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chubby_events_queued",
+		Help: "Events queued for sessions and not yet acknowledged (replicated state).",
+	}, func() float64 {
+		var n int
+		s.m.read(func(st *fs.State) { n = st.Counts().Events })
+		return float64(n)
+	})
+	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.parkedAcq, m.eventsSent, sessions, parkedKA, applied, queued} {
 		reg.MustRegister(c)
 	}
 	return m
@@ -98,6 +112,8 @@ func opName(op *fsm.Op) string {
 		return "cancel_wait"
 	case op.Tick != nil:
 		return "tick"
+	case op.TrimEvents != nil:
+		return "trim_events"
 	}
 	return "unknown"
 }

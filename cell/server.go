@@ -64,6 +64,10 @@ type Server struct {
 	serving  atomic.Bool
 	epoch    atomic.Int64
 
+	// logReady is closed once s.log is set: the log may report a role
+	// change from its own goroutine before StartReplicated has returned.
+	logReady chan struct{}
+
 	tickMu      sync.Mutex
 	tickAt      int64 // ms of the scheduled Tick; 0: none
 	tickTimer   *time.Timer
@@ -79,7 +83,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("cell config: %w", err)
 	}
-	s := &Server{cfg: cfg, closed: make(chan struct{}), serveErr: make(chan error, 1), started: cfg.Now()}
+	s := &Server{cfg: cfg, closed: make(chan struct{}), serveErr: make(chan error, 1), started: cfg.Now(),
+		logReady: make(chan struct{})}
 	s.reg = prometheus.NewRegistry()
 	var reg prometheus.Registerer = s.reg
 	if cfg.Registerer != nil {
@@ -127,6 +132,7 @@ func New(cfg Config) (*Server, error) {
 	s.m = newMachine(*cfg.Limits, cfg.MaxParkedAcquires)
 	s.leases = newLeases(cfg.Lease, cfg.KeepAliveMargin, cfg.Now, cfg.MaxParkedKeepAlives, s.expireSession)
 	s.m.onEnded = s.leases.ended
+	s.m.onNotify = s.leases.wake
 	s.m.onTimer = s.scheduleTick
 
 	if len(cfg.Peers) > 1 {
@@ -150,6 +156,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start log: %w", err)
 	}
+	close(s.logReady)
 	if s.tr != nil {
 		pl := cfg.PeerListener
 		if pl == nil {
@@ -238,6 +245,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		}()
 	}
+	s.goBackground(s.trimLoop)
 	s.cfg.Logger.Info("cell replica serving", "id", s.cfg.ID, "cell", s.cfg.Cell, "addr", s.Addr(),
 		"http", s.HTTPAddr(), "replicas", len(s.log.Info().Members), "lease", s.cfg.Lease)
 	var err error
@@ -378,6 +386,37 @@ func (s *Server) expireSession(id chubby.SessionID) {
 		}
 		s.cfg.Logger.Error("could not end expired session; it stays marked ending", "session", id)
 	})
+}
+
+// trimLoop forgets acknowledged events: every EventTrimInterval, while this
+// replica is the master, it proposes one TrimEvents for the sessions whose
+// clients acknowledged more than the queues were trimmed to (in batches of
+// at most fs.MaxTrimAcks). A failed trim is retried at the next turn.
+func (s *Server) trimLoop() {
+	t := time.NewTicker(s.cfg.EventTrimInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closed:
+			return
+		case <-t.C:
+		}
+		for s.serving.Load() {
+			acks := s.leases.takeAcks(fs.MaxTrimAcks)
+			if len(acks) == 0 {
+				break
+			}
+			if _, err := s.propose(context.Background(), &fsm.Op{TrimEvents: &fsm.TrimEvents{Acks: acks}}); err != nil {
+				s.leases.untake(acks)
+				s.cfg.Logger.Warn("trim events; retrying later", "sessions", len(acks), "err", err)
+				break
+			}
+			s.leases.trimmedTo(acks)
+			if len(acks) < fs.MaxTrimAcks {
+				break
+			}
+		}
+	}
 }
 
 // scheduleTick arranges for a Tick command at atMs (Unix ms), when a

@@ -2,10 +2,12 @@ package cell
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
 	"github.com/chubbygo/chubby/rpc"
 )
 
@@ -16,8 +18,13 @@ import (
 // A KeepAlive is parked (AMD) until the earliest lease in it is within
 // margin of running out, then every lease in it is extended to now+lease and
 // the call is answered; it is answered at once when one of its sessions has
-// ended. The client sends the next KeepAlive as soon as it has the reply,
-// so the master holds one KeepAlive per client at a time.
+// ended, and early when one of them gets events (wake). The client sends the
+// next KeepAlive as soon as it has the reply, so the master holds one
+// KeepAlive per client at a time.
+//
+// The table also keeps what each session's client acknowledged of its
+// events (ack): the master trims the replicated queues lazily, in batches
+// (takeAcks), and does not log acks one by one.
 type leases struct {
 	lease  time.Duration
 	margin time.Duration
@@ -29,6 +36,9 @@ type leases struct {
 	m      map[chubby.SessionID]*leaseState
 	parked int
 	closed bool // shutting down: no KeepAlive is parked or extended
+	// acked lists the sessions whose ack is ahead of what the queues were
+	// trimmed to: the next TrimEvents batch.
+	acked map[chubby.SessionID]struct{}
 }
 
 // errShutdown answers KeepAlives parked when the replica stops.
@@ -45,16 +55,23 @@ type leaseState struct {
 	// (the epoch in the reply) and renews without waiting a lease.
 	greeted bool
 	calls   map[*parkedKeepAlive]struct{}
+
+	// Events: the highest seq the client acknowledged to this master, and
+	// the highest ack a committed TrimEvents carried.
+	ack, trimmed int64
 }
 
 type parkedKeepAlive struct {
 	d       *rpc.Deferred[struct{}]
 	arrived time.Time // lease_ms is counted from here: never later than when the client sent it
+	// greet lists the sessions this call is the first of in this epoch:
+	// their grants carry MASTER_FAILED_OVER.
+	greet []chubby.SessionID
 }
 
 func newLeases(lease, margin time.Duration, now func() time.Time, maxParked int, expire func(chubby.SessionID)) *leases {
 	return &leases{lease: lease, margin: margin, now: now, max: maxParked, expire: expire,
-		m: make(map[chubby.SessionID]*leaseState)}
+		m: make(map[chubby.SessionID]*leaseState), acked: make(map[chubby.SessionID]struct{})}
 }
 
 // add starts a lease for a new session (greeted: its client has the
@@ -115,10 +132,68 @@ func (l *leases) ended(ids []chubby.SessionID) {
 			wake = append(wake, c)
 		}
 		delete(l.m, id)
+		delete(l.acked, id)
 	}
 	l.mu.Unlock()
 	for _, c := range wake {
 		c.d.Resolve(struct{}{})
+	}
+}
+
+// wake answers the parked KeepAlives of sessions that got events now.
+func (l *leases) wake(ids []chubby.SessionID) {
+	l.mu.Lock()
+	var wake []*parkedKeepAlive
+	for _, id := range ids {
+		if ls, ok := l.m[id]; ok {
+			for c := range ls.calls {
+				wake = append(wake, c)
+			}
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range wake {
+		c.d.Resolve(struct{}{})
+	}
+}
+
+// takeAcks returns up to max acks ahead of what the queues were trimmed
+// to, for one TrimEvents, and forgets them until trimmedTo or untake.
+func (l *leases) takeAcks(max int) []*fsm.EventAck {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*fsm.EventAck
+	for id := range l.acked {
+		if len(out) == max {
+			break
+		}
+		delete(l.acked, id)
+		if ls, ok := l.m[id]; ok && ls.ack > ls.trimmed {
+			out = append(out, &fsm.EventAck{Session: id, Acked: ls.ack})
+		}
+	}
+	return out
+}
+
+// trimmedTo records that a TrimEvents with acks committed.
+func (l *leases) trimmedTo(acks []*fsm.EventAck) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range acks {
+		if ls, ok := l.m[a.Session]; ok {
+			ls.trimmed = max(ls.trimmed, a.Acked)
+		}
+	}
+}
+
+// untake puts back acks whose TrimEvents did not commit.
+func (l *leases) untake(acks []*fsm.EventAck) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range acks {
+		if ls, ok := l.m[a.Session]; ok && ls.ack > ls.trimmed {
+			l.acked[a.Session] = struct{}{}
+		}
 	}
 }
 
@@ -151,9 +226,10 @@ func (l *leases) count() (sessions, parked int) {
 	return len(l.m), l.parked
 }
 
-// register parks a KeepAlive on the given sessions. It returns how long to
-// park (0: answer now) or an error when too many calls are parked.
-func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Duration, bool) {
+// register parks a KeepAlive on the given sessions, whose clients
+// acknowledged their events up to acks[i]. It returns how long to park (0:
+// answer now) or false when too many calls are parked.
+func (l *leases) register(ids []chubby.SessionID, acks []int64) (*parkedKeepAlive, time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.parked >= l.max || l.closed {
@@ -162,7 +238,7 @@ func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Durati
 	now := l.now()
 	wait := l.lease
 	c := &parkedKeepAlive{d: rpc.NewDeferred[struct{}](), arrived: now}
-	for _, id := range ids {
+	for i, id := range ids {
 		ls, ok := l.m[id]
 		if !ok || ls.ending {
 			wait = 0 // answer at once: that session is over
@@ -170,8 +246,14 @@ func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Durati
 		}
 		wait = min(wait, ls.end.Sub(now)-l.margin)
 		if !ls.greeted {
-			ls.greeted = true
+			c.greet = append(c.greet, id)
 			wait = 0
+		}
+		if a := acks[i]; a > ls.ack {
+			ls.ack = a
+			if a > ls.trimmed {
+				l.acked[id] = struct{}{}
+			}
 		}
 		ls.calls[c] = struct{}{}
 	}
@@ -181,8 +263,9 @@ func (l *leases) register(ids []chubby.SessionID) (*parkedKeepAlive, time.Durati
 
 // answer unparks c and builds the reply: live sessions get a new lease of
 // now+lease (only when extend is set, i.e. the caller is still there),
-// ended ones SESSION_EXPIRED.
-func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool) ([]*chubby.LeaseGrant, bool) {
+// ended ones SESSION_EXPIRED. A session greeted by this reply (the first of
+// this master's epoch) gets MASTER_FAILED_OVER first in its events.
+func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool, epoch int64) ([]*chubby.LeaseGrant, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.parked--
@@ -210,7 +293,13 @@ func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool)
 		// The client counts lease_ms from when it sent the request, so it is
 		// measured from the request's arrival: the client's idea of the lease
 		// end is then never later than the master's.
-		out = append(out, &chubby.LeaseGrant{Session: id, LeaseMs: ls.end.Sub(c.arrived).Milliseconds()})
+		g := &chubby.LeaseGrant{Session: id, LeaseMs: ls.end.Sub(c.arrived).Milliseconds()}
+		if extend && !ls.greeted && slices.Contains(c.greet, id) {
+			ls.greeted = true
+			ep := epoch
+			g.Events = []*chubby.Event{{Kind: chubby.EventKind_MASTER_FAILED_OVER, TimeMs: now.UnixMilli(), Epoch: &ep}}
+		}
+		out = append(out, g)
 	}
 	return out, true
 }
@@ -244,6 +333,7 @@ func (l *leases) shutdownWith(err error) {
 		}
 		delete(l.m, id)
 	}
+	clear(l.acked)
 	l.mu.Unlock()
 	for _, c := range wake {
 		c.d.Reject(err)
@@ -260,5 +350,6 @@ func (l *leases) reset() {
 		}
 		delete(l.m, id)
 	}
+	clear(l.acked)
 	l.closed = false
 }

@@ -17,7 +17,8 @@
 //     [Session.State], [Session.Events], [Session.Done] and [Session.Err]
 //     tell where it is.
 //   - A [Handle] ([Session.Open]) names one instance of one node; it fails
-//     with HANDLE_INVALID once the node is deleted or re-created.
+//     with HANDLE_INVALID once the node is deleted or re-created. Its
+//     [Handle.Events] delivers the events [OpenOptions.EventMask] asked for.
 //
 // # Blocking and asynchronous calls
 //
@@ -73,13 +74,51 @@
 //     [ErrSessionClosed] or [ErrClientClosed].
 //
 // [Session.Events] delivers [EventJeopardy], [EventSafe],
-// [EventMasterChanged] (a reply for the session named a higher master
-// epoch: the cell failed over; when a new master ends a jeopardy, it comes
-// before the EventSafe) and finally [EventExpired], in order, and is
-// closed when the session ends. The channel holds [SessionEventBuffer] (16)
-// events; an application that does not read loses the oldest undelivered
-// ones, never the newest, and the KeepAlive loop never waits for it.
-// [Session.State] is exact at every moment, even before the event is read.
+// [EventMasterChanged] (the cell failed over: a reply for the session named
+// a higher master epoch, or the new master said MASTER_FAILED_OVER; once
+// per epoch; when a new master ends a jeopardy, it comes before the
+// EventSafe), [EventLostEvents] (see below) and finally [EventExpired], in
+// order, and is closed when the session ends. The channel holds
+// [SessionEventBuffer] (16) events; an application that does not read
+// loses the oldest undelivered ones, never the newest, and the KeepAlive
+// loop never waits for it. [Session.State] is exact at every moment, even
+// before the event is read.
+//
+// # Events
+//
+// A handle asks for events when it is opened: [OpenOptions.EventMask] is
+// an OR of chubby.EVENT_MASK_* bits (FILE_CONTENTS_MODIFIED, CHILD_ADDED,
+// CHILD_REMOVED, CHILD_MODIFIED, LOCK_ACQUIRED, CONFLICTING_LOCK_REQUEST,
+// HANDLE_INVALID; chubby.EVENT_MASK_ALL for all). [Handle.Events] then
+// delivers them as [Event] values, in the order the cell applied the
+// changes:
+//
+//	h, err := s.Open(ctx, "/services/db", client.OpenOptions{
+//		EventMask: chubby.EVENT_MASK_CHILD_ADDED | chubby.EVENT_MASK_CHILD_REMOVED})
+//	for ev := range h.Events() { // ends when h is closed or the session ends
+//		log.Printf("%v %s", ev.Kind, ev.Child)
+//	}
+//
+// The cell queues events when it applies a change, as replicated state, and
+// sends them on KeepAlive replies (a parked KeepAlive is answered as soon
+// as there is one); the next KeepAlive acknowledges them. So they survive a
+// failover: a new master delivers what the old one had not, and may send
+// again what it had; the library delivers each event once, in order (by
+// its per-session number, [Event.Seq]), whatever the cell sends twice.
+// An event that arrives before its Open's reply is kept (up to 1024 per
+// session) until Open returns. The channel is closed after HANDLE_INVALID
+// (the node was deleted: nothing follows), by [Handle.Close] and when the
+// session ends; a handle opened without a mask has a closed channel.
+//
+// Two kinds of loss are possible, both reported. The cell keeps at most
+// 1,000 unacknowledged events per session (the library acknowledges on
+// every KeepAlive, so only a client cut off for long, or a burst, reaches
+// it): it then replaces the oldest with one EVENTS_LOST, which the library
+// delivers to every handle with a mask ([Event.LostFrom]..[Event.Seq]) and
+// as [EventLostEvents] on the session. And each handle's channel holds
+// [HandleEventBuffer] (256) events: an application that does not read
+// loses the oldest, as with session events ([Handle.DroppedEvents] counts
+// them). After either, re-read what you watch.
 //
 // # Finding the master, and retries
 //

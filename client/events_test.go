@@ -8,7 +8,7 @@ import (
 // TestEventQueueDropsOldest: a full queue drops its oldest event, never
 // blocks, and delivers what it holds before it reports closed.
 func TestEventQueueDropsOldest(t *testing.T) {
-	q := newEventQueue()
+	q := newEventQueue[SessionEvent](SessionEventBuffer)
 	total := SessionEventBuffer + 5
 	for i := range total {
 		dropped := q.push(SessionEvent{Kind: EventMasterChanged, Epoch: int64(i)})

@@ -27,7 +27,10 @@ type OpenOptions struct {
 	Sequential bool
 	// InitialContent, on create: the file's first content.
 	InitialContent []byte
-	// EventMask is reserved for events (a later issue); 0 asks for none.
+	// EventMask chooses the events the handle receives on Handle.Events:
+	// chubby.EVENT_MASK_* bits OR'd together (chubby.EVENT_MASK_ALL for
+	// every kind); 0 asks for none. Bits outside EVENT_MASK_ALL are
+	// INVALID_ARGUMENT.
 	EventMask int32
 }
 
@@ -53,6 +56,7 @@ type Handle struct {
 	s       *Session
 	h       *chubby.Handle
 	created bool
+	events  *eventQueue[Event] // closed at once when the handle has no event mask
 
 	mu   sync.Mutex
 	stat *chubby.Stat // the latest Stat any call on this handle returned
@@ -89,15 +93,29 @@ func (s *Session) OpenAsync(ctx context.Context, path string, opts OpenOptions) 
 		}
 		if opts.EventMask != 0 {
 			req.EventMask = &opts.EventMask
+			// An event may overtake this call's reply: the session keeps
+			// such events until the handle is known.
+			s.beginOpen()
 		}
 		r, err := sessionCall(ctx, s, s.onceSpec("open", path, func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.OpenResponse, error) {
 				return s.c.kc.Open(ctx, req, o...)
 			})
+		var h *Handle
+		if err == nil {
+			h = &Handle{s: s, h: r.GetHandle(), created: r.GetCreated(), stat: r.GetStat(),
+				events: newEventQueue[Event](HandleEventBuffer)}
+			if opts.EventMask == 0 {
+				h.events.close()
+			}
+		}
+		if opts.EventMask != 0 {
+			s.endOpen(h)
+		}
 		if err != nil {
 			return nil, err
 		}
-		return &Handle{s: s, h: r.GetHandle(), created: r.GetCreated(), stat: r.GetStat()}, nil
+		return h, nil
 	})
 }
 
@@ -173,6 +191,22 @@ func (h *Handle) Session() *Session { return h.s }
 
 // Created reports whether Open created the node.
 func (h *Handle) Created() bool { return h.created }
+
+// Events returns the handle's event channel: the events its
+// OpenOptions.EventMask asked for, in the order the cell applied the
+// changes, each once (also across a failover of the cell), and
+// EVENTS_LOST when the cell dropped some (see EventLostEvents). It is the
+// same channel on every call. It is closed after HANDLE_INVALID (the node
+// was deleted: no event follows), when the handle is closed, and when the
+// session ends; for a handle opened without an event mask it is closed
+// from the start. The channel holds HandleEventBuffer events; when the
+// application does not keep up, the oldest undelivered event is dropped
+// (DroppedEvents counts them) and the KeepAlive loop never waits.
+func (h *Handle) Events() <-chan Event { return h.events.ch }
+
+// DroppedEvents returns how many of the handle's events were dropped
+// because the application did not read Events fast enough.
+func (h *Handle) DroppedEvents() uint64 { return h.events.droppedCount() }
 
 // Stat returns the latest metadata the client has seen for the node: from
 // Open, or from a later GetStat, GetContentsAndStat or SetContents on this
@@ -420,8 +454,8 @@ func (h *Handle) GetSequencerAsync(ctx context.Context) *rpc.Future[*chubby.Sequ
 	})
 }
 
-// Close closes the handle; a lock it holds is released and a pending
-// Acquire on it fails.
+// Close closes the handle; a lock it holds is released, a pending Acquire
+// on it fails, and its event channel is closed.
 func (h *Handle) Close(ctx context.Context) error {
 	_, err := await(ctx, h.CloseAsync(ctx))
 	return err
@@ -431,10 +465,14 @@ func (h *Handle) Close(ctx context.Context) error {
 func (h *Handle) CloseAsync(ctx context.Context) *rpc.Future[struct{}] {
 	return rpc.Go(ctx, func(ctx context.Context) (struct{}, error) {
 		req := &chubby.CloseRequest{Handle: h.h}
-		return sessionCall(ctx, h.s, h.s.onceSpec("close", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
+		v, err := sessionCall(ctx, h.s, h.s.onceSpec("close", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
 				return struct{}{}, h.s.c.kc.Close(ctx, req, o...)
 			})
+		if err == nil || IsCode(err, chubby.ErrorCode_HANDLE_INVALID) {
+			h.s.unwatch(h) // closed now, or the cell had no such handle
+		}
+		return v, err
 	})
 }
 

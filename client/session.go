@@ -66,7 +66,8 @@ type Session struct {
 	cancel context.CancelFunc
 
 	loopDone chan struct{} // closed when the KeepAlive loop has returned
-	events   *eventQueue
+	events   *eventQueue[SessionEvent]
+	ev       sessionEvents // events of the session's handles (events.go)
 
 	// reqSeq numbers the session's calls that change the cell (their
 	// RequestID); a number is kept across every resend of one call, so the
@@ -118,7 +119,7 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 			log:      c.log.With("session", r.GetSession()),
 			grace:    c.cfg.GracePeriod,
 			loopDone: make(chan struct{}),
-			events:   newEventQueue(),
+			events:   newEventQueue[SessionEvent](SessionEventBuffer),
 			state:    StateSafe,
 			lease:    time.Duration(r.GetLeaseMs()) * time.Millisecond,
 			epoch:    r.GetEpoch(),
@@ -184,7 +185,8 @@ func (s *Session) stateLocked(now time.Time) SessionState {
 }
 
 // Events returns the session's event channel: EventJeopardy, EventSafe,
-// EventMasterChanged and, last, EventExpired, in the order they happened.
+// EventMasterChanged, EventLostEvents and, last, EventExpired, in the order
+// they happened. (The events of handles come on Handle.Events.)
 // It is the same channel on every call, and it is closed when the session
 // ends (after EventExpired if it expired), so an application may range
 // over it. The channel holds SessionEventBuffer events; when the
@@ -257,6 +259,7 @@ func (s *Session) end(err error) {
 		s.log.Debug("chubby: session ended", "err", err)
 	}
 	s.events.close()
+	s.closeWatchers()
 }
 
 // Close ends the session at the cell (CloseSession: its locks are released
@@ -453,8 +456,13 @@ func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
 	ctx, cancel := context.WithCancel(s.ctx)
 	addr := s.c.master.addr()
 	epoch := s.Epoch()
+	item := &chubby.KeepAliveItem{Session: s.id}
+	if acked := s.acked(); acked > 0 {
+		// What the previous replies delivered: the cell may forget it.
+		item.AckedEvent = &acked
+	}
 	req := &chubby.KeepAliveRequest{
-		Sessions: []*chubby.KeepAliveItem{{Session: s.id}},
+		Sessions: []*chubby.KeepAliveItem{item},
 		Epoch:    &epoch,
 	}
 	timeout := lease + s.c.cfg.CallTimeout
@@ -540,6 +548,7 @@ func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) er
 			s.log.Info("chubby: session safe again", "epoch", epoch, "lease_end", leaseEnd)
 			s.emit(EventSafe, epoch, nil)
 		}
+		s.deliverEvents(res.GetEvents())
 		return nil
 	}
 	return fmt.Errorf("KeepAlive reply has no result for session %d", s.id)

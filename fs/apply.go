@@ -24,7 +24,9 @@ func (s *State) Apply(cmd *fsm.Command) (res *fsm.Result_, fx Effects) {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "time_ms %d is not in 0..%d", cmd.TimeMs, MaxTimeMs)), fx
 	}
 	s.advance(cmd.TimeMs, &fx)
-	return s.apply(cmd, &fx), fx
+	res = s.apply(cmd, &fx)
+	s.flushNotified(&fx)
+	return res, fx
 }
 
 // apply applies cmd at the current clock, with exactly-once deduplication.
@@ -45,8 +47,8 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	var sess *session
 	var seq, floor int64 // seq > 0: an exactly-once command
 	if cmd.Session != nil {
-		if op.CreateSession != nil || op.Tick != nil {
-			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession and Tick belong to no session"))
+		if op.CreateSession != nil || op.Tick != nil || op.TrimEvents != nil {
+			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession, Tick and TrimEvents belong to no session"))
 		}
 		if sess = s.sessions[*cmd.Session]; sess == nil {
 			return errResult(sessionExpired(*cmd.Session))
@@ -128,6 +130,8 @@ func (s *State) dispatch(op *fsm.Op, fx *Effects) *fsm.Result_ {
 		return s.cancelWait(op.CancelWait, fx)
 	case op.Tick != nil:
 		return &fsm.Result_{}
+	case op.TrimEvents != nil:
+		return s.trimEventsOp(op.TrimEvents)
 	}
 	panic("fs: dispatch: CountSetFieldsOp and dispatch disagree")
 }

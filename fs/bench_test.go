@@ -55,6 +55,42 @@ func BenchmarkApply(b *testing.B) {
 		}
 		reportOps(b, 1)
 	})
+	// Events: a file watched by n sessions (one handle each, queues
+	// trimmed as clients would), so each write queues n events.
+	for _, watchers := range []int{1, 100} {
+		b.Run(fmt.Sprintf("SetContents64B-%dWatchers", watchers), func(b *testing.B) {
+			s, _, hs := benchState(b, 1)
+			mask := int32(chubby.EVENT_MASK_FILE_CONTENTS_MODIFIED)
+			var sessions []chubby.SessionID
+			for range watchers {
+				res, _ := s.Apply(&fsm.Command{TimeMs: 1, Op: opCreateSession("w")})
+				sessions = append(sessions, *res.Session)
+				s.Apply(&fsm.Command{TimeMs: 1, Op: opOpen(&chubby.OpenRequest{Session: *res.Session, Path: hs[0].Path,
+					Mode: rd, Create: chubby.CreateMode_OPEN_EXISTING, EventMask: &mask})})
+			}
+			c := &fsm.Command{Op: &fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: hs[0], Content: content}}}
+			trim := &fsm.TrimEvents{}
+			for _, id := range sessions {
+				trim.Acks = append(trim.Acks, &fsm.EventAck{Session: id})
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c.TimeMs = int64(i)
+				if res, _ := s.Apply(c); res.Err != nil {
+					b.Fatal(res.Err)
+				}
+				if i%500 == 499 { // acks come in batches
+					for _, a := range trim.Acks {
+						a.Acked = int64(i + 1)
+					}
+					s.Apply(&fsm.Command{TimeMs: int64(i), Op: &fsm.Op{TrimEvents: trim}})
+				}
+			}
+			reportOps(b, 1)
+			b.ReportMetric(float64(b.N*watchers)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
 	// Exactly-once: one request in flight (floor = seq: one saved answer),
 	// and 64 in flight (the floor 63 behind: 64 saved answers).
 	for _, inFlight := range []int64{1, 64} {

@@ -18,7 +18,7 @@ func EncodeCommand(c *fsm.Command) []byte {
 // Apply validates the content.
 func DecodeCommand(b []byte) (*fsm.Command, error) {
 	c := fsm.NewCommand()
-	if err := fastRead(b, c, nil); err != nil {
+	if err := fastRead(b, c, commandSchema); err != nil {
 		return nil, fmt.Errorf("fs: decode command: %w", err)
 	}
 	return c, nil

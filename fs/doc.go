@@ -22,7 +22,9 @@
 // Apply never panics on any input (it is fuzzed); it panics only when an
 // internal invariant is broken. A refused command returns Result.err, a
 // *chubby.ChubbyError with a code, and changes nothing — except that the
-// clock advanced to its time_ms, as for a Tick. The first fault found is
+// clock advanced to its time_ms, as for a Tick, and that a TryAcquire
+// refused with LOCK_HELD queues CONFLICTING_LOCK_REQUEST for the holders
+// (see "Events"). The first fault found is
 // reported, in the order: arguments, session, handle, permission, state.
 // Errors from the read methods are *chubby.ChubbyError too; Errorf builds
 // them and Code extracts the code from any error.
@@ -41,14 +43,16 @@
 //	Release        (empty)
 //	CancelWait     sequencer if the handle holds the lock, else empty
 //	Tick           (empty)
+//	TrimEvents     (empty)
 //
 // Results, Effects and everything the read methods return are freshly
 // allocated: the caller owns them and may keep or change them.
 //
 // Effects report what a command did to others: Woken lists pending Acquires
 // it granted (with their sequencer) or failed (with an error), in order;
-// EndedSessions lists the sessions it ended. They are derived data for the
-// master, not replicated state.
+// EndedSessions lists the sessions it ended; Notified lists the sessions it
+// queued events for. They are derived data for the master, not replicated
+// state.
 //
 // # Paths
 //
@@ -122,7 +126,8 @@
 //
 // Open creates a handle (id from a counter) of a session on a node, with an
 // open mode (READ: read and lock; READ_WRITE: also SetContents and Delete,
-// else PERMISSION_DENIED) and an event mask (stored, reserved). Create
+// else PERMISSION_DENIED) and an event mask (chubby.EVENT_MASK_* bits; other
+// bits are INVALID_ARGUMENT; see "Events"). Create
 // modes: OPEN_EXISTING (NOT_FOUND if missing; ephemeral, sequential and
 // initial_content are INVALID_ARGUMENT with it), OPEN_OR_CREATE (creates a
 // file if missing; the creation flags are ignored when the node exists),
@@ -236,19 +241,73 @@
 // no session yet): a retried CreateSession makes a second session, which
 // the master lets expire if the client never uses it.
 //
+// # Events
+//
+// Events are replicated state, generated here when commands apply, so that
+// every replica has the same queues and a new master delivers what the
+// old one had not (DESIGN §4). Each session has a queue of events numbered
+// 1, 2, 3... (per session, no gaps). A command queues an event for every
+// live handle whose event mask has the kind's bit (chubby.EVENT_MASK_*:
+// 1 << (kind-1)), in this order within the command's changes, and across
+// the handles of one change in ascending handle id:
+//   - FILE_CONTENTS_MODIFIED, for the handles on a file SetContents wrote
+//     (content_generation after the write), then CHILD_MODIFIED for the
+//     handles on its directory (child, content_generation). Creating a file
+//     with content is not a modification;
+//   - CHILD_ADDED, for the handles on a directory a node was created in
+//     (child), once per node created (make-parents: each parent's own);
+//   - CHILD_REMOVED, for the handles on a directory a node was deleted from
+//     (child), after the deleted node's HANDLE_INVALID;
+//   - HANDLE_INVALID, for the handles on a node being deleted (by Delete,
+//     recursively children first, or as an ephemeral of an ended session);
+//     nothing more is queued for them;
+//   - LOCK_ACQUIRED, for the handles on a node whose lock goes from free to
+//     held (lock_generation, the mode granted): once per holding period,
+//     shared holders joining it add none;
+//   - CONFLICTING_LOCK_REQUEST, for the holders of a lock (lock_generation
+//     held, the mode asked), when an Acquire cannot be granted because of
+//     them (it is incompatible with their mode): a queued Acquire, a
+//     TryAcquire refused with LOCK_HELD (the one change a refused command
+//     makes), and, for the handles a release grants the lock to, when
+//     others still wait behind them.
+//
+// The writer's own handles are told like any other. Every event carries
+// the handle, the handle's path and the clock. MASTER_FAILED_OVER is not
+// queued here (the master adds it to its first reply to each session).
+//
+// A session keeps its events until its client acknowledges them:
+// TrimEvents{session, acked} (the master batches many sessions in one
+// command, at most MaxTrimAcks) drops the events numbered acked or lower
+// (acked is clamped to the newest; ended sessions are skipped; a negative
+// ack refuses the whole command). EventsAfter reads what follows an ack,
+// bounded in count and bytes; HasEventsAfter says whether there is any.
+//
+// Bounds: a queue holds at most Limits.MaxEventsPerSession events, the cell
+// Limits.MaxTotalEvents (a queue at the cell limit does not grow, except
+// from empty). On overflow the oldest events are replaced by one
+// EVENTS_LOST event at the front of the queue, which takes the number of
+// the newest one it replaces and says from which number it stands for
+// (lost_from); later overflows grow it. Numbers stay gapless, so a client
+// that had already received some of the dropped events knows exactly what
+// it lost, and one that had them all can ignore it. A session's queue ends
+// with the session.
+//
 // # Limits
 //
 // Every collection is bounded (Limits, DefaultLimits): nodes, sessions,
 // handles (per session and in all), waiters per lock, entries per directory,
-// content per file and in all, saved answers per session. Exceeding one is LIMIT_EXCEEDED (TOO_LARGE for
-// the per-file content limit) and changes nothing.
+// content per file and in all, saved answers per session, queued events
+// (which fold into EVENTS_LOST rather than refuse anything). Exceeding one
+// is LIMIT_EXCEEDED (TOO_LARGE for the per-file content limit) and changes
+// nothing.
 //
 // # Snapshots
 //
-// Snapshot encodes the whole state as fsm.Snapshot (Thrift binary) in a
-// fixed order: nodes depth-first with siblings by name, sessions and
-// handles by id, a session's saved answers by seq, lock holders by handle
-// id, waiters in queue order. Restore
-// checks the encoding, every field, every cross-reference and every
-// invariant of the state and returns an error for a corrupt snapshot.
+// Snapshot encodes the whole state as fsm.Snapshot (Thrift binary, version
+// 3) in a fixed order: nodes depth-first with siblings by name, sessions and
+// handles by id, a session's saved answers and queued events by seq, lock
+// holders by handle id, waiters in queue order. Restore checks the
+// encoding, every field, every cross-reference and every invariant of the
+// state and returns an error for a corrupt snapshot. It also reads version
+// 2 (from before events: no queues, event masks as stored).
 package fs

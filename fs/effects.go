@@ -16,6 +16,10 @@ type Effects struct {
 	Woken []Wake
 	// EndedSessions lists the sessions this command ended.
 	EndedSessions []chubby.SessionID
+	// Notified lists the live sessions this command queued events for, in
+	// the order of their first new event: their parked KeepAlives should
+	// be answered.
+	Notified []chubby.SessionID
 }
 
 // Wake is the outcome of one pending Acquire: exactly one of Sequencer and

@@ -150,7 +150,7 @@ func TestEphemeralDirectories(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	l := Limits{MaxNodes: 4, MaxSessions: 2, MaxHandles: 3, MaxHandlesPerSession: 2, MaxWaitersPerLock: 1, MaxChildren: 2, MaxContentBytes: 8, MaxTotalContentBytes: 12, MaxSavedAnswersPerSession: 1}
+	l := Limits{MaxNodes: 4, MaxSessions: 2, MaxHandles: 3, MaxHandlesPerSession: 2, MaxWaitersPerLock: 1, MaxChildren: 2, MaxContentBytes: 8, MaxTotalContentBytes: 12, MaxSavedAnswersPerSession: 1, MaxEventsPerSession: 1, MaxTotalEvents: 1}
 	h := newHarnessLimits(t, l)
 	a, b := h.session(), h.session()
 	h.fail(chubby.ErrorCode_LIMIT_EXCEEDED, opCreateSession("c"))

@@ -101,6 +101,22 @@ func (g *cmdGen) flag() *bool {
 	return ptr(true)
 }
 
+// eventMask is an Open's event mask: mostly none or some of the kinds,
+// now and then a bad one.
+func (g *cmdGen) eventMask() *int32 {
+	switch g.r.Intn(6) {
+	case 0, 1:
+		return nil
+	case 2:
+		return ptr(int32(chubby.EVENT_MASK_ALL))
+	case 3:
+		if g.r.Intn(10) == 0 {
+			return ptr(int32(1 << (7 + g.r.Intn(24))))
+		}
+	}
+	return ptr(int32(g.r.Intn(int(chubby.EVENT_MASK_ALL) + 1)))
+}
+
 func (g *cmdGen) content() []byte {
 	if g.r.Intn(3) == 0 {
 		return nil
@@ -123,7 +139,8 @@ func (g *cmdGen) next() *fsm.Command {
 	case w < 8:
 		op.EndSession = &fsm.EndSession{Session: g.session(), Expired: g.r.Intn(2) == 0}
 	case w < 17:
-		op.Open = &chubby.OpenRequest{Session: g.session(), Path: hotPaths[g.r.Intn(len(hotPaths))], Mode: chubby.OpenMode_READ, Create: chubby.CreateMode_OPEN_OR_CREATE}
+		op.Open = &chubby.OpenRequest{Session: g.session(), Path: hotPaths[g.r.Intn(len(hotPaths))], Mode: chubby.OpenMode_READ, Create: chubby.CreateMode_OPEN_OR_CREATE,
+			EventMask: g.eventMask()}
 	case w < 27:
 		create := chubby.CreateMode(1 + g.r.Intn(3))
 		req := &chubby.OpenRequest{Session: g.session(), Path: g.path(), Mode: chubby.OpenMode(1 + g.r.Intn(2)), Create: create}
@@ -134,6 +151,7 @@ func (g *cmdGen) next() *fsm.Command {
 			}
 			req.InitialContent = g.content()
 		}
+		req.EventMask = g.eventMask()
 		op.Open = req
 	case w < 33:
 		op.Close = &chubby.CloseRequest{Handle: g.handle()}
@@ -157,8 +175,14 @@ func (g *cmdGen) next() *fsm.Command {
 		op.Release = &chubby.HandleRequest{Handle: g.handle()}
 	case w < 95:
 		op.CancelWait = &fsm.CancelWait{Handle: g.handle()}
-	default:
+	case w < 98:
 		op.Tick = &fsm.Tick{}
+	default:
+		t := &fsm.TrimEvents{}
+		for i := g.r.Intn(4); i >= 0; i-- {
+			t.Acks = append(t.Acks, &fsm.EventAck{Session: g.session(), Acked: int64(g.r.Intn(30)) - int64(g.r.Intn(2))})
+		}
+		op.TrimEvents = t
 	}
 	// Exactly-once on a share of session commands, as a client with many
 	// requests in flight sends them: new numbers (some skipped, to come

@@ -1,6 +1,8 @@
 package fs
 
 import (
+	"slices"
+
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -84,6 +86,10 @@ func (s *State) openHandle(sess *session, n *node, mode chubby.OpenMode, eventMa
 	s.nextHandle++
 	s.handles[h.id] = h
 	sess.handles[h.id] = h
+	if eventMask != 0 {
+		// Ids only grow, so appending keeps watchers ascending.
+		n.watchers = append(n.watchers, h)
+	}
 	return h
 }
 
@@ -111,6 +117,12 @@ func (s *State) closeHandle(h *handle, fx *Effects) {
 // forgetHandle removes h, which holds and waits for nothing, from the state.
 func (s *State) forgetHandle(h *handle) {
 	assert(h.held == 0 && h.wait == 0, "forgetting handle %d that holds or waits", h.id)
+	if h.eventMask != 0 && h.live() {
+		n := h.node
+		i, found := slices.BinarySearchFunc(n.watchers, h.id, func(w *handle, id int64) int { return cmpInt64(w.id, id) })
+		assert(found && n.watchers[i] == h, "handle %d missing from the watchers of %s", h.id, n.path)
+		n.watchers = slices.Delete(n.watchers, i, i+1)
+	}
 	delete(s.handles, h.id)
 	delete(h.session.handles, h.id)
 }

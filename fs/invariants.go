@@ -31,7 +31,13 @@ import (
 //     in its set; a handle of a deleted node holds and waits for nothing;
 //     every holding or waiting handle is listed by its node's lock;
 //     the exactly-once record is consistent;
-//   - counters: nodes, locks held, waiters and content bytes match.
+//   - events: each session's queue is gapless and ascending up to its last
+//     event seq, with EVENTS_LOST only first; per-handle events name a
+//     handle and a path; a node's watchers are exactly the live handles on
+//     it with an event mask, ascending by id; nothing is left marked
+//     notified between commands;
+//   - counters: nodes, locks held, waiters, content bytes and queued
+//     events match.
 func (s *State) checkInvariants() error {
 	if s.root == nil || s.root.parent != nil || s.root.path != "/" || !s.root.isDir() || s.root.owner != 0 || s.root.deleted {
 		return fmt.Errorf("bad root")
@@ -56,7 +62,10 @@ func (s *State) checkInvariants() error {
 		}
 	}
 
-	handles, holding, waiting := 0, 0, 0
+	handles, holding, waiting, events := 0, 0, 0, 0
+	if len(s.notified) != 0 {
+		return fmt.Errorf("%d sessions left marked notified", len(s.notified))
+	}
 	for id, sess := range s.sessions {
 		if sess == nil || sess.id != id || id < 1 || id >= s.nextSession {
 			return fmt.Errorf("session %d: bad id", id)
@@ -69,6 +78,10 @@ func (s *State) checkInvariants() error {
 				return fmt.Errorf("session %d: bad saved answer %d (request %d, floor %d)", id, i, a.seq, sess.floor)
 			}
 		}
+		if err := checkEventQueue(sess, s.now, s.nextHandle); err != nil {
+			return fmt.Errorf("session %d: %w", id, err)
+		}
+		events += sess.events.len()
 		for n := range sess.ephemerals {
 			if n.deleted || n.owner != id {
 				return fmt.Errorf("session %d: ephemeral set lists %s (owner %d, deleted %v)", id, n.path, n.owner, n.deleted)
@@ -87,6 +100,10 @@ func (s *State) checkInvariants() error {
 	if handles != len(s.handles) {
 		return fmt.Errorf("sessions list %d handles, the cell %d", handles, len(s.handles))
 	}
+	if events != s.events {
+		return fmt.Errorf("queues hold %d events, the counter says %d", events, s.events)
+	}
+	watching := 0
 	for id, h := range s.handles {
 		if h.id != id || id < 1 || id >= s.nextHandle || h.session == nil || s.sessions[h.session.id] != h.session {
 			return fmt.Errorf("handle %d: bad id or session", id)
@@ -119,6 +136,12 @@ func (s *State) checkInvariants() error {
 		if !validDelay(h.heldDelay) || !validDelay(h.waitDelay) {
 			return fmt.Errorf("handle %d: lock-delay out of range", id)
 		}
+		if h.eventMask != 0 && h.live() {
+			watching++
+		}
+	}
+	if watching != c.watchers {
+		return fmt.Errorf("%d live handles with an event mask, nodes list %d watchers", watching, c.watchers)
 	}
 	if holding != c.holders || waiting != c.waiters {
 		return fmt.Errorf("%d holding and %d waiting handles, locks list %d and %d", holding, waiting, c.holders, c.waiters)
@@ -127,9 +150,9 @@ func (s *State) checkInvariants() error {
 }
 
 type invCounts struct {
-	nodes, locksHeld, waiters, holders, delays, ephemeralLive int
-	content                                                   int64
-	instances                                                 map[int64]bool
+	nodes, locksHeld, waiters, holders, delays, ephemeralLive, watchers int
+	content                                                             int64
+	instances                                                           map[int64]bool
 }
 
 func countEphemerals(s *State) int {
@@ -184,6 +207,12 @@ func (s *State) checkNode(n *node, c *invCounts) error {
 	if err := s.checkLock(n, c); err != nil {
 		return err
 	}
+	for i, h := range n.watchers {
+		if h == nil || h.node != n || h.eventMask == 0 || s.handles[h.id] != h || i > 0 && h.id <= n.watchers[i-1].id {
+			return fmt.Errorf("%s: watcher %d not consistent", n.path, i)
+		}
+	}
+	c.watchers += len(n.watchers)
 	for name, child := range n.children {
 		if child == nil || child.parent != n || child.name != name || child.path != joinPath(n.path, name) {
 			return fmt.Errorf("%s: child %q not linked", n.path, name)
@@ -258,6 +287,36 @@ func (s *State) checkLock(n *node, c *invCounts) error {
 		if h := l.waitHead; h != nil && (l.mode == 0 || l.mode == chubby.LockMode_SHARED && h.wait == chubby.LockMode_SHARED) {
 			return fmt.Errorf("%s: waiter %d could be granted now", n.path, h.id)
 		}
+	}
+	return nil
+}
+
+// checkEventQueue checks the event queue of sess (see checkInvariants).
+func checkEventQueue(sess *session, now, nextHandle int64) error {
+	q := &sess.events
+	if sess.lastEvent < 0 || sess.lastEvent > maxEventSeq || q.n < 0 || q.n > len(q.buf) {
+		return fmt.Errorf("event queue counters broken")
+	}
+	for i := range q.len() {
+		e := q.at(i)
+		switch {
+		case i > 0 && e.seq != q.at(i-1).seq+1, i == 0 && e.first() < 1:
+			return fmt.Errorf("event %d: seqs not gapless and ascending", e.seq)
+		case e.kind == chubby.EventKind_EVENTS_LOST:
+			if i != 0 || e.lostFrom > e.seq || e.handle != 0 || e.path != "" {
+				return fmt.Errorf("event %d: bad EVENTS_LOST", e.seq)
+			}
+		case !handleKind(e.kind):
+			return fmt.Errorf("event %d: kind %d", e.seq, e.kind)
+		case e.handle < 1 || e.handle >= nextHandle || e.path == "" || childKind(e.kind) != (e.child != ""):
+			return fmt.Errorf("event %d: bad handle, path or child", e.seq)
+		}
+		if e.time < 0 || e.time > now {
+			return fmt.Errorf("event %d: time %d (now %d)", e.seq, e.time, now)
+		}
+	}
+	if q.len() > 0 && q.at(q.len()-1).seq != sess.lastEvent {
+		return fmt.Errorf("newest event %d, last event seq %d", q.at(q.len()-1).seq, sess.lastEvent)
 	}
 	return nil
 }

@@ -41,6 +41,16 @@ type Limits struct {
 	// sequenced command that would need one more is refused (LIMIT_EXCEEDED)
 	// rather than forget an answer the client may still retry. Default 1024.
 	MaxSavedAnswersPerSession int
+	// MaxEventsPerSession bounds the events one session keeps queued until
+	// its client acknowledges them. On overflow the oldest are replaced by
+	// one EVENTS_LOST event (see "Events"). Default 1,000.
+	MaxEventsPerSession int
+	// MaxTotalEvents bounds the queued events of all sessions together.
+	// When the cell is full a session's queue stops growing (its oldest
+	// events fold into EVENTS_LOST), except that an empty queue may take
+	// one event: the total may exceed the limit by one per session.
+	// Default 1,000,000.
+	MaxTotalEvents int
 }
 
 // DefaultLimits returns the documented default limits.
@@ -56,6 +66,8 @@ func DefaultLimits() Limits {
 		MaxTotalContentBytes: 1 << 30,
 
 		MaxSavedAnswersPerSession: 1024,
+		MaxEventsPerSession:       1000,
+		MaxTotalEvents:            1_000_000,
 	}
 }
 
@@ -81,6 +93,10 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("fs: MaxTotalContentBytes %d < 1", l.MaxTotalContentBytes)
 	case l.MaxSavedAnswersPerSession < 1:
 		return fmt.Errorf("fs: MaxSavedAnswersPerSession %d < 1", l.MaxSavedAnswersPerSession)
+	case l.MaxEventsPerSession < 1:
+		return fmt.Errorf("fs: MaxEventsPerSession %d < 1", l.MaxEventsPerSession)
+	case l.MaxTotalEvents < 1:
+		return fmt.Errorf("fs: MaxTotalEvents %d < 1", l.MaxTotalEvents)
 	}
 	return nil
 }

@@ -74,7 +74,8 @@ func (s *State) grant(n *node, h *handle, mode chubby.LockMode, delayMs int64) {
 	assert(h.node == n && h.held == 0 && h.wait == 0, "grant to handle %d in a bad state", h.id)
 	l := s.lockOf(n)
 	assert(l.delayUntil == 0, "grant on %s during lock-delay", n.path)
-	if l.mode == 0 {
+	acquired := l.mode == 0
+	if acquired {
 		assert(len(l.holders) == 0, "free lock of %s has holders", n.path)
 		l.mode = mode
 		n.lockGen++
@@ -86,6 +87,9 @@ func (s *State) grant(n *node, h *handle, mode chubby.LockMode, delayMs int64) {
 	h.heldDelay = delayMs
 	h.holdIdx = len(l.holders)
 	l.holders = append(l.holders, h)
+	if acquired {
+		s.notify(n, event{kind: chubby.EventKind_LOCK_ACQUIRED, gen: n.lockGen, mode: mode})
+	}
 }
 
 // enqueue appends h to the wait queue of n.
@@ -160,6 +164,7 @@ func (s *State) promote(n *node, fx *Effects) {
 	if l == nil || n.deleted {
 		return
 	}
+	var granted []*handle
 	for l.delayUntil == 0 && l.waitHead != nil {
 		h := l.waitHead
 		if l.mode != 0 && !(l.mode == chubby.LockMode_SHARED && h.wait == chubby.LockMode_SHARED) {
@@ -169,9 +174,15 @@ func (s *State) promote(n *node, fx *Effects) {
 		s.dequeue(n, h)
 		s.grant(n, h, mode, delay)
 		fx.Woken = append(fx.Woken, Wake{Handle: h.id, Session: h.session.id, Sequencer: s.sequencer(n, mode)})
+		granted = append(granted, h)
 		if mode == chubby.LockMode_EXCLUSIVE {
 			break
 		}
+	}
+	if len(granted) > 0 && l.waitHead != nil {
+		// Others still wait, and only because of the new holders: they
+		// learn at once that their lock is wanted.
+		s.notifyHolders(n, granted, l.waitHead.wait)
 	}
 	s.tidyLock(n)
 }

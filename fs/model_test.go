@@ -38,7 +38,8 @@ func TestRandomModel(t *testing.T) {
 		if seed%3 == 0 {
 			// Tight limits, so that streams run into every one of them.
 			h = newHarnessLimits(t, Limits{MaxNodes: 30, MaxSessions: 8, MaxHandles: 40, MaxHandlesPerSession: 6,
-				MaxWaitersPerLock: 3, MaxChildren: 5, MaxContentBytes: 16, MaxTotalContentBytes: 100, MaxSavedAnswersPerSession: 3})
+				MaxWaitersPerLock: 3, MaxChildren: 5, MaxContentBytes: 16, MaxTotalContentBytes: 100, MaxSavedAnswersPerSession: 3,
+				MaxEventsPerSession: 4, MaxTotalEvents: 10})
 		}
 		m := &lockModel{pending: map[int64]bool{}, holding: map[int64]chubby.LockMode{}, handles: map[int64]*chubby.Handle{}, session: map[int64]chubby.SessionID{},
 			seqs: map[chubby.SessionID]*seqModel{}, limit: h.s.Limits().MaxSavedAnswersPerSession}

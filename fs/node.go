@@ -33,6 +33,10 @@ type node struct {
 
 	lock    *lockState // nil while free, with no waiters and no lock-delay
 	deleted bool       // set when removed from the tree; handles may still point here
+
+	// watchers are the handles on n with a non-zero event mask, ascending
+	// by id (events.go); nil once n is deleted.
+	watchers []*handle
 }
 
 func (n *node) isDir() bool { return n.kind == chubby.NodeKind_DIRECTORY }
@@ -208,6 +212,7 @@ func (s *State) addNode(parent *node, name string, kind chubby.NodeKind, owner *
 	parent.contentGen++
 	parent.mtime = s.now
 	s.nodes++
+	s.notify(parent, event{kind: chubby.EventKind_CHILD_ADDED, child: n.name})
 	return n
 }
 
@@ -223,6 +228,10 @@ func (s *State) setContent(n *node, content []byte) {
 	s.contentBytes += int64(len(n.content))
 	n.contentGen++
 	n.mtime = s.now
+	s.notify(n, event{kind: chubby.EventKind_FILE_CONTENTS_MODIFIED, gen: n.contentGen})
+	if n.parent != nil {
+		s.notify(n.parent, event{kind: chubby.EventKind_CHILD_MODIFIED, child: n.name, gen: n.contentGen})
+	}
 }
 
 // deleteTree deletes n and everything under it, children first in name
@@ -259,6 +268,8 @@ func (s *State) collectEmptyEphemeral(n *node, fx *Effects) {
 func (s *State) removeNode(n *node, fx *Effects) {
 	assert(n != s.root && !n.deleted && len(n.children) == 0, "removeNode %s", n.path)
 	s.dropLock(n, fx)
+	s.notify(n, event{kind: chubby.EventKind_HANDLE_INVALID})
+	n.watchers = nil
 	parent := n.parent
 	delete(parent.children, n.name)
 	parent.contentGen++
@@ -273,6 +284,7 @@ func (s *State) removeNode(n *node, fx *Effects) {
 	n.deleted = true
 	n.content = nil
 	n.children = nil
+	s.notify(parent, event{kind: chubby.EventKind_CHILD_REMOVED, child: n.name})
 }
 
 // sortedNames returns the names of the children of the directory n in

@@ -30,12 +30,16 @@ func (s *State) acquire(req *fsm.Acquire) *fsm.Result_ {
 		return &fsm.Result_{Sequencer: s.sequencer(n, req.Mode)}
 	}
 	if !req.Wait {
+		// The one change a refused command makes: the holders learn that
+		// their lock is wanted (that is what the event is for).
+		s.notifyConflict(n, req.Mode)
 		return errResult(Errorf(chubby.ErrorCode_LOCK_HELD, "%s", s.unavailableReason(n)))
 	}
 	if n.lock.nwait >= s.limits.MaxWaitersPerLock {
 		return errResult(Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "the lock of %s has %d waiters, the limit is %d", n.path, n.lock.nwait, s.limits.MaxWaitersPerLock))
 	}
 	s.enqueue(n, h, req.Mode, req.LockDelayMs)
+	s.notifyConflict(n, req.Mode)
 	waiting := true
 	return &fsm.Result_{Waiting: &waiting}
 }

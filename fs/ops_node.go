@@ -20,6 +20,9 @@ func (s *State) open(req *chubby.OpenRequest) *fsm.Result_ {
 	if create == chubby.CreateMode_OPEN_EXISTING && (req.IsSetEphemeral() || req.IsSetSequential() || req.IsSetInitialContent()) {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "ephemeral, sequential and initial_content apply to creation; OPEN_EXISTING never creates"))
 	}
+	if m := req.GetEventMask(); m&^chubby.EVENT_MASK_ALL != 0 {
+		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "event mask %#x has bits outside EVENT_MASK_ALL (%#x)", m, chubby.EVENT_MASK_ALL))
+	}
 	if len(req.InitialContent) > s.limits.MaxContentBytes {
 		return errResult(tooLarge(len(req.InitialContent), s.limits.MaxContentBytes))
 	}

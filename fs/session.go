@@ -23,6 +23,12 @@ type session struct {
 	// commands applied at or above floor, ascending by seq.
 	floor   int64
 	answers []answer
+
+	// Events (events.go): the queue not yet acknowledged, and the seq of
+	// the newest event ever queued (the queue's last, when not empty).
+	events    eventRing
+	lastEvent int64
+	notified  bool // got an event in the command being applied (State.notified)
 }
 
 // answer is the saved result of one sequenced command.
@@ -134,6 +140,7 @@ func (s *State) endSession(sess *session, expired bool, fx *Effects) {
 	for _, id := range ids {
 		s.forgetHandle(sess.handles[id])
 	}
+	s.dropEvents(sess)
 
 	// Forget the session before deleting its nodes, so that its ephemeral
 	// directories count as orphans (collectEmptyEphemeral).

@@ -12,7 +12,9 @@ import (
 )
 
 // snapshotVersion is the version of the snapshot encoding Snapshot writes.
-const snapshotVersion = 2
+// Restore also reads version 2, from before events: no session has events
+// queued, and event masks are taken as they were stored.
+const snapshotVersion = 3
 
 // Snapshot returns the whole state as Thrift binary of fsm.Snapshot. Every
 // list is in a fixed order, so equal states give equal bytes: replicas can
@@ -40,6 +42,10 @@ func (s *State) Snapshot() []byte {
 		}
 		for _, a := range sess.answers {
 			ss.Answers = append(ss.Answers, &fsm.SnapAnswer{Seq: a.seq, Result_: a.res})
+		}
+		if sess.lastEvent > 0 {
+			ss.LastEventSeq = clonePtr(&sess.lastEvent)
+			ss.Events = sess.snapEvents()
 		}
 		snap.Sessions = append(snap.Sessions, ss)
 	}
@@ -142,8 +148,8 @@ func decodeSnapshot(b []byte) (*fsm.Snapshot, error) {
 }
 
 func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
-	if snap.Version != snapshotVersion {
-		return nil, fmt.Errorf("snapshot version %d, want %d", snap.Version, snapshotVersion)
+	if snap.Version != snapshotVersion && snap.Version != 2 {
+		return nil, fmt.Errorf("snapshot version %d, want %d (or 2)", snap.Version, snapshotVersion)
 	}
 	if snap.NowMs < 0 || snap.NowMs > MaxTimeMs {
 		return nil, fmt.Errorf("now_ms %d out of range", snap.NowMs)
@@ -216,6 +222,12 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 			}
 			sess.answers = append(sess.answers, answer{seq: a.Seq, res: a.Result_})
 		}
+		if snap.Version == 2 && (ss.IsSetLastEventSeq() || len(ss.Events) > 0) {
+			return nil, fmt.Errorf("session %d: events in a version 2 snapshot", ss.Id)
+		}
+		if err := s.restoreEvents(sess, ss); err != nil {
+			return nil, fmt.Errorf("session %d: %w", ss.Id, err)
+		}
 		s.sessions[ss.Id] = sess
 	}
 
@@ -244,6 +256,9 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		if sh.Mode != chubby.OpenMode_READ && sh.Mode != chubby.OpenMode_READ_WRITE {
 			return nil, fmt.Errorf("handle %d: open mode %d", sh.Id, sh.Mode)
 		}
+		if snap.Version != 2 && sh.EventMask&^chubby.EVENT_MASK_ALL != 0 {
+			return nil, fmt.Errorf("handle %d: event mask %#x", sh.Id, sh.EventMask)
+		}
 		h := &handle{
 			id:        sh.Id,
 			session:   sess,
@@ -255,6 +270,9 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		}
 		if n := byPath[sh.Path]; n != nil && n.instance == sh.Instance {
 			h.node = n
+			if h.eventMask != 0 {
+				n.watchers = append(n.watchers, h) // handles come ascending
+			}
 		}
 		if sh.HeldMode != nil {
 			if !validMode(*sh.HeldMode) || h.node == nil || sh.WaitMode != nil {
@@ -443,3 +461,69 @@ func (s *State) restoreNode(sn *fsm.SnapNode, byPath map[string]*node, instances
 }
 
 func validDelay(d int64) bool { return d >= 0 && d <= chubby.MAX_LOCK_DELAY_MS }
+
+// restoreEvents validates the event queue of a snapshot session and gives
+// it to sess: seqs gapless and ascending up to last_event_seq, EVENTS_LOST
+// only first, per-handle kinds with a handle, a path and a time not in the
+// future.
+func (s *State) restoreEvents(sess *session, ss *fsm.SnapSession) error {
+	last := ss.GetLastEventSeq()
+	if last < 0 || last > maxEventSeq {
+		return fmt.Errorf("last event seq %d", last)
+	}
+	sess.lastEvent = last
+	for i, w := range ss.Events {
+		if w == nil {
+			return fmt.Errorf("event %d missing", i)
+		}
+		e := event{seq: w.Seq, kind: w.Kind, time: w.TimeMs}
+		if e.time < 0 || e.time > s.now {
+			return fmt.Errorf("event %d: time %d (now %d)", w.Seq, e.time, s.now)
+		}
+		switch {
+		case w.Kind == chubby.EventKind_EVENTS_LOST:
+			e.lostFrom = w.GetLostFrom()
+			if i != 0 || e.lostFrom < 1 || e.lostFrom > e.seq {
+				return fmt.Errorf("event %d: EVENTS_LOST not first or lost_from %d out of range", w.Seq, e.lostFrom)
+			}
+		case handleKind(w.Kind):
+			e.handle, e.path, e.child = w.GetHandle(), w.GetPath(), w.GetChild()
+			if e.handle < 1 || e.handle >= s.nextHandle {
+				return fmt.Errorf("event %d: handle %d out of range", w.Seq, e.handle)
+			}
+			if _, err := parsePath(e.path); err != nil {
+				return fmt.Errorf("event %d: %s", w.Seq, err.Message)
+			}
+			if childKind(w.Kind) {
+				if err := checkName(e.child); err != nil {
+					return fmt.Errorf("event %d: child: %s", w.Seq, err.Message)
+				}
+			} else if w.IsSetChild() {
+				return fmt.Errorf("event %d: a child in a %v event", w.Seq, w.Kind)
+			}
+			switch w.Kind {
+			case chubby.EventKind_FILE_CONTENTS_MODIFIED, chubby.EventKind_CHILD_MODIFIED:
+				e.gen = w.GetContentGeneration()
+			case chubby.EventKind_LOCK_ACQUIRED, chubby.EventKind_CONFLICTING_LOCK_REQUEST:
+				e.gen, e.mode = w.GetLockGeneration(), w.GetLockMode()
+				if !validMode(e.mode) {
+					return fmt.Errorf("event %d: lock mode %d", w.Seq, e.mode)
+				}
+			}
+			if e.gen < 0 {
+				return fmt.Errorf("event %d: generation %d", w.Seq, e.gen)
+			}
+		default:
+			return fmt.Errorf("event %d: kind %d cannot be queued", w.Seq, w.Kind)
+		}
+		if i > 0 && e.seq != ss.Events[i-1].Seq+1 || i == 0 && e.first() < 1 {
+			return fmt.Errorf("event %d: seqs not gapless and ascending", w.Seq)
+		}
+		sess.events.push(e)
+		s.events++
+	}
+	if n := len(ss.Events); n > 0 && ss.Events[n-1].Seq != last {
+		return fmt.Errorf("newest event %d, last event seq %d", ss.Events[n-1].Seq, last)
+	}
+	return nil
+}

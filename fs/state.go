@@ -34,12 +34,17 @@ type State struct {
 	// end of the delay, so that advancing time finds the ends that passed.
 	delays delayHeap
 
+	// notified lists the sessions that got events in the command being
+	// applied (scratch for Effects.Notified; empty between commands).
+	notified []*session
+
 	// Counters kept in step with the structures above (checkInvariants
 	// recomputes them).
 	nodes        int
 	locksHeld    int
 	waiters      int
 	contentBytes int64
+	events       int // queued events, all sessions together
 }
 
 // New returns the empty state: the root directory and nothing else. It
@@ -89,6 +94,7 @@ type Counts struct {
 	LocksHeld    int // nodes whose lock is held (by one or more handles)
 	Waiters      int // pending Acquires, all nodes together
 	ContentBytes int64
+	Events       int // queued events not yet acknowledged, all sessions together
 }
 
 // Counts returns the size of the state.
@@ -100,5 +106,6 @@ func (s *State) Counts() Counts {
 		LocksHeld:    s.locksHeld,
 		Waiters:      s.waiters,
 		ContentBytes: s.contentBytes,
+		Events:       s.events,
 	}
 }

@@ -32,18 +32,24 @@ type wireSchema map[int16]wireList
 type wireList struct {
 	elem thrift.TType
 	sub  wireSchema // schema of struct elements; nil: they have no list fields
+	// inner: the field is not a list but a struct with list fields
+	// somewhere inside, whose schema is sub.
+	inner bool
 }
 
-// Schemas of the structs that have list fields. Commands and results have
-// none; only snapshots do.
+// Schemas of the structs that have list fields: snapshots, and commands
+// through TrimEvents (Command.op.trim_events.acks). Results have none.
 var (
 	snapNodeSchema    = wireSchema{14: {elem: thrift.I64}, 15: {elem: thrift.I64}}
-	snapSessionSchema = wireSchema{5: {elem: thrift.STRUCT}}
+	snapSessionSchema = wireSchema{5: {elem: thrift.STRUCT}, 7: {elem: thrift.STRUCT}}
 	snapshotSchema    = wireSchema{
 		6: {elem: thrift.STRUCT, sub: snapNodeSchema},
 		7: {elem: thrift.STRUCT, sub: snapSessionSchema},
 		8: {elem: thrift.STRUCT},
 	}
+	commandSchema = wireSchema{4: {inner: true, sub: wireSchema{
+		13: {inner: true, sub: wireSchema{1: {elem: thrift.STRUCT}}},
+	}}}
 )
 
 // checkWire checks that b is exactly one well-formed Thrift binary struct
@@ -119,7 +125,15 @@ func walkWire(b []byte, t thrift.TType, schema wireSchema, depth int) (int, erro
 			}
 			id := int16(binary.BigEndian.Uint16(b[i:]))
 			i += 2
-			if l, ok := schema[id]; ok && ft == thrift.LIST {
+			if l, ok := schema[id]; ok && l.inner && ft == thrift.STRUCT {
+				n, err := walkWire(b[i:], ft, l.sub, depth-1)
+				if err != nil {
+					return 0, err
+				}
+				i += n
+				continue
+			}
+			if l, ok := schema[id]; ok && !l.inner && ft == thrift.LIST {
 				if len(b)-i < 5 {
 					return 0, errWireShort
 				}

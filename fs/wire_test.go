@@ -67,14 +67,18 @@ func TestWireSchemas(t *testing.T) {
 				ft = ft.Elem()
 			}
 			if ft.Kind() == reflect.Struct {
-				walk(ft, nil)
+				var sub wireSchema
+				if l, ok := schema[int16(id)]; ok && l.inner {
+					sub = l.sub
+				}
+				walk(ft, sub)
 			}
 			if ft.Kind() == reflect.Map {
 				t.Errorf("%s.%s: maps are not covered by the wire schema", st.Name(), f.Name)
 			}
 		}
 	}
-	walk(reflect.TypeFor[fsm.Command](), nil)
+	walk(reflect.TypeFor[fsm.Command](), commandSchema)
 	walk(reflect.TypeFor[fsm.Result_](), nil)
 	walk(reflect.TypeFor[fsm.Snapshot](), nil)
 }

@@ -148,6 +148,56 @@ struct DirEntry {
 }
 
 // ---------------------------------------------------------------------------
+// Events
+//
+// A handle asks for events at Open (OpenRequest.event_mask). Events are
+// replicated state: the master queues them per session, numbered 1, 2, 3...
+// (Event.seq), when it applies the change that causes them, so they survive
+// a failover. They ride on KeepAlive replies (LeaseGrant.events), in order;
+// the client acknowledges the highest seq it received in its next KeepAlive
+// (KeepAliveItem.acked_event). Delivery is at least once — a new master may
+// send again what the old one sent but was not acknowledged — so a client
+// delivers each seq once, in order. A session queues at most a bounded
+// number of events; on overflow the oldest are replaced by one EVENTS_LOST.
+
+enum EventKind {
+    FILE_CONTENTS_MODIFIED = 1    // the handle's file was written (content_generation)
+    CHILD_ADDED = 2               // a node was created in the handle's directory (child)
+    CHILD_REMOVED = 3             // a node of the handle's directory was deleted (child)
+    CHILD_MODIFIED = 4            // a file in the handle's directory was written (child, content_generation)
+    LOCK_ACQUIRED = 5             // the node's lock went from free to held (lock_generation, lock_mode)
+    CONFLICTING_LOCK_REQUEST = 6  // the lock this handle holds is wanted by another handle (lock_mode: the mode asked)
+    HANDLE_INVALID = 7            // the node was deleted: the handle is invalid from now on
+    MASTER_FAILED_OVER = 8        // per session, not numbered (seq 0): a new master serves the session (epoch)
+    EVENTS_LOST = 9               // per session: the queue overflowed and events lost_from..seq were dropped; re-read
+}
+
+// Bits of OpenRequest.event_mask: the bit of kind k is 1 << (k - 1).
+// MASTER_FAILED_OVER and EVENTS_LOST come to every session whatever it asked.
+const i32 EVENT_MASK_FILE_CONTENTS_MODIFIED = 1
+const i32 EVENT_MASK_CHILD_ADDED = 2
+const i32 EVENT_MASK_CHILD_REMOVED = 4
+const i32 EVENT_MASK_CHILD_MODIFIED = 8
+const i32 EVENT_MASK_LOCK_ACQUIRED = 16
+const i32 EVENT_MASK_CONFLICTING_LOCK_REQUEST = 32
+const i32 EVENT_MASK_HANDLE_INVALID = 64
+const i32 EVENT_MASK_ALL = 127
+
+struct Event {
+    1: required i64 seq        // per session, from 1, no gaps; 0 for MASTER_FAILED_OVER
+    2: required EventKind kind
+    3: required i64 time_ms    // Unix ms, the master's clock when the change was applied
+    4: optional i64 handle     // the handle the event is for (per-handle kinds)
+    5: optional string path    // that handle's node
+    6: optional string child   // CHILD_*: the child's name
+    7: optional i64 content_generation  // FILE_CONTENTS_MODIFIED, CHILD_MODIFIED: after the write
+    8: optional i64 lock_generation     // LOCK_ACQUIRED: the new holding period; CONFLICTING_LOCK_REQUEST: the one held
+    9: optional LockMode lock_mode      // LOCK_ACQUIRED: the mode granted; CONFLICTING_LOCK_REQUEST: the mode asked
+    10: optional Epoch epoch            // MASTER_FAILED_OVER: the new master's epoch
+    11: optional i64 lost_from          // EVENTS_LOST: the first seq dropped (the last is seq)
+}
+
+// ---------------------------------------------------------------------------
 // Session service
 
 struct CreateSessionRequest {
@@ -160,8 +210,9 @@ struct CreateSessionResponse {
     3: required Epoch epoch
 }
 
-// One session's part of a KeepAlive. acked_event is reserved for event
-// delivery (acknowledges what the previous reply delivered).
+// One session's part of a KeepAlive. acked_event acknowledges the session's
+// events: the highest Event.seq the client has received (unset or 0: none).
+// The master sends only later events, and may forget these.
 struct KeepAliveItem {
     1: required SessionID session
     2: optional i64 acked_event
@@ -176,11 +227,16 @@ struct LeaseGrant {
     1: required SessionID session
     2: optional ChubbyError error  // SESSION_EXPIRED: that session is over; the others are unaffected
     3: required i64 lease_ms       // new lease, counted from when the request was sent
+    // The session's events after its acked_event, in seq order (a bounded
+    // number: when more are queued the next KeepAlive is answered at once),
+    // preceded by MASTER_FAILED_OVER on the first reply of a new master.
+    4: optional list<Event> events
 }
 
 // The master parks a KeepAlive and answers it shortly before the earliest
-// lease in it would run out (or at once when a session has ended). The client
-// sends the next one as soon as a reply arrives.
+// lease in it would run out, or at once when a session has ended or has
+// events the client has not acknowledged. The client sends the next one as
+// soon as a reply arrives, acknowledging the events it received.
 struct KeepAliveResponse {
     1: required list<LeaseGrant> results
     2: required Epoch epoch
@@ -222,7 +278,7 @@ struct OpenRequest {
     5: optional bool ephemeral         // on create: deleted when the session ends
     6: optional bool sequential        // on create: append a 10-digit per-parent counter to the name
     7: optional binary initial_content // on create
-    8: optional i32 event_mask         // reserved for events
+    8: optional i32 event_mask         // EVENT_MASK_* bits: the events this handle wants (unset or 0: none)
     9: optional RequestID rid
 }
 

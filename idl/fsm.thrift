@@ -32,6 +32,19 @@ struct CancelWait {
 struct Tick {
 }
 
+// EventAck says a session's client has received its events up to acked.
+struct EventAck {
+    1: required chubby.SessionID session
+    2: required i64 acked
+}
+
+// TrimEvents forgets the events clients have acknowledged. The master
+// batches the acks of many sessions (KeepAliveItem.acked_event) into one
+// command now and then; ended sessions in it are skipped.
+struct TrimEvents {
+    1: required list<EventAck> acks  // at most 10,000
+}
+
 union Op {
     1: chubby.CreateSessionRequest create_session
     2: EndSession end_session
@@ -45,6 +58,7 @@ union Op {
     10: chubby.HandleRequest release
     11: CancelWait cancel_wait
     12: Tick tick
+    13: TrimEvents trim_events
 }
 
 // Command is one log entry. With session and seq it is exactly-once per
@@ -104,6 +118,8 @@ struct SnapSession {
     3: required i64 create_time_ms
     4: required i64 seq_floor             // >= 1: the session's requests numbered below it are finished
     5: required list<SnapAnswer> answers  // saved answers, seq >= seq_floor, ascending by seq
+    6: optional i64 last_event_seq        // seq of the newest event ever queued (unset: 0, none)
+    7: optional list<chubby.Event> events // queued events, ascending and gapless, the last at last_event_seq
 }
 
 // SnapHandle is one open handle. Its node is found by path and instance; a
@@ -122,7 +138,7 @@ struct SnapHandle {
 }
 
 struct Snapshot {
-    1: required i32 version              // 2
+    1: required i32 version              // 3 (2: before events; still read)
     2: required i64 now_ms               // the state's clock: the latest command time applied
     3: required i64 next_session         // id counters: the next id handed out
     4: required i64 next_handle

@@ -27,6 +27,22 @@ const (
 	DEFAULT_LOCK_DELAY_MS = 15000
 
 	MAX_ACQUIRE_WAIT_MS = 600000
+
+	EVENT_MASK_FILE_CONTENTS_MODIFIED = 1
+
+	EVENT_MASK_CHILD_ADDED = 2
+
+	EVENT_MASK_CHILD_REMOVED = 4
+
+	EVENT_MASK_CHILD_MODIFIED = 8
+
+	EVENT_MASK_LOCK_ACQUIRED = 16
+
+	EVENT_MASK_CONFLICTING_LOCK_REQUEST = 32
+
+	EVENT_MASK_HANDLE_INVALID = 64
+
+	EVENT_MASK_ALL = 127
 )
 
 type ErrorCode int64
@@ -234,6 +250,83 @@ func (p *NodeKind) Scan(value interface{}) (err error) {
 }
 
 func (p *NodeKind) Value() (driver.Value, error) {
+	if p == nil {
+		return nil, nil
+	}
+	return int64(*p), nil
+}
+
+type EventKind int64
+
+const (
+	EventKind_FILE_CONTENTS_MODIFIED   EventKind = 1
+	EventKind_CHILD_ADDED              EventKind = 2
+	EventKind_CHILD_REMOVED            EventKind = 3
+	EventKind_CHILD_MODIFIED           EventKind = 4
+	EventKind_LOCK_ACQUIRED            EventKind = 5
+	EventKind_CONFLICTING_LOCK_REQUEST EventKind = 6
+	EventKind_HANDLE_INVALID           EventKind = 7
+	EventKind_MASTER_FAILED_OVER       EventKind = 8
+	EventKind_EVENTS_LOST              EventKind = 9
+)
+
+func (p EventKind) String() string {
+	switch p {
+	case EventKind_FILE_CONTENTS_MODIFIED:
+		return "FILE_CONTENTS_MODIFIED"
+	case EventKind_CHILD_ADDED:
+		return "CHILD_ADDED"
+	case EventKind_CHILD_REMOVED:
+		return "CHILD_REMOVED"
+	case EventKind_CHILD_MODIFIED:
+		return "CHILD_MODIFIED"
+	case EventKind_LOCK_ACQUIRED:
+		return "LOCK_ACQUIRED"
+	case EventKind_CONFLICTING_LOCK_REQUEST:
+		return "CONFLICTING_LOCK_REQUEST"
+	case EventKind_HANDLE_INVALID:
+		return "HANDLE_INVALID"
+	case EventKind_MASTER_FAILED_OVER:
+		return "MASTER_FAILED_OVER"
+	case EventKind_EVENTS_LOST:
+		return "EVENTS_LOST"
+	}
+	return "<UNSET>"
+}
+
+func EventKindFromString(s string) (EventKind, error) {
+	switch s {
+	case "FILE_CONTENTS_MODIFIED":
+		return EventKind_FILE_CONTENTS_MODIFIED, nil
+	case "CHILD_ADDED":
+		return EventKind_CHILD_ADDED, nil
+	case "CHILD_REMOVED":
+		return EventKind_CHILD_REMOVED, nil
+	case "CHILD_MODIFIED":
+		return EventKind_CHILD_MODIFIED, nil
+	case "LOCK_ACQUIRED":
+		return EventKind_LOCK_ACQUIRED, nil
+	case "CONFLICTING_LOCK_REQUEST":
+		return EventKind_CONFLICTING_LOCK_REQUEST, nil
+	case "HANDLE_INVALID":
+		return EventKind_HANDLE_INVALID, nil
+	case "MASTER_FAILED_OVER":
+		return EventKind_MASTER_FAILED_OVER, nil
+	case "EVENTS_LOST":
+		return EventKind_EVENTS_LOST, nil
+	}
+	return EventKind(0), fmt.Errorf("not a valid EventKind string")
+}
+
+func EventKindPtr(v EventKind) *EventKind { return &v }
+func (p *EventKind) Scan(value interface{}) (err error) {
+	var result sql.NullInt64
+	err = result.Scan(value)
+	*p = EventKind(result.Int64)
+	return
+}
+
+func (p *EventKind) Value() (driver.Value, error) {
 	if p == nil {
 		return nil, nil
 	}
@@ -793,6 +886,197 @@ var fieldIDToName_DirEntry = map[int16]string{
 	2: "stat",
 }
 
+type Event struct {
+	Seq               int64     `thrift:"seq,1,required" frugal:"1,required,i64" json:"seq"`
+	Kind              EventKind `thrift:"kind,2,required" frugal:"2,required,EventKind" json:"kind"`
+	TimeMs            int64     `thrift:"time_ms,3,required" frugal:"3,required,i64" json:"time_ms"`
+	Handle            *int64    `thrift:"handle,4,optional" frugal:"4,optional,i64" json:"handle,omitempty"`
+	Path              *string   `thrift:"path,5,optional" frugal:"5,optional,string" json:"path,omitempty"`
+	Child             *string   `thrift:"child,6,optional" frugal:"6,optional,string" json:"child,omitempty"`
+	ContentGeneration *int64    `thrift:"content_generation,7,optional" frugal:"7,optional,i64" json:"content_generation,omitempty"`
+	LockGeneration    *int64    `thrift:"lock_generation,8,optional" frugal:"8,optional,i64" json:"lock_generation,omitempty"`
+	LockMode          *LockMode `thrift:"lock_mode,9,optional" frugal:"9,optional,LockMode" json:"lock_mode,omitempty"`
+	Epoch             *Epoch    `thrift:"epoch,10,optional" frugal:"10,optional,i64" json:"epoch,omitempty"`
+	LostFrom          *int64    `thrift:"lost_from,11,optional" frugal:"11,optional,i64" json:"lost_from,omitempty"`
+}
+
+func NewEvent() *Event {
+	return &Event{}
+}
+
+func (p *Event) InitDefault() {
+}
+
+func (p *Event) GetSeq() (v int64) {
+	return p.Seq
+}
+
+func (p *Event) GetKind() (v EventKind) {
+	return p.Kind
+}
+
+func (p *Event) GetTimeMs() (v int64) {
+	return p.TimeMs
+}
+
+var Event_Handle_DEFAULT int64
+
+func (p *Event) GetHandle() (v int64) {
+	if !p.IsSetHandle() {
+		return Event_Handle_DEFAULT
+	}
+	return *p.Handle
+}
+
+var Event_Path_DEFAULT string
+
+func (p *Event) GetPath() (v string) {
+	if !p.IsSetPath() {
+		return Event_Path_DEFAULT
+	}
+	return *p.Path
+}
+
+var Event_Child_DEFAULT string
+
+func (p *Event) GetChild() (v string) {
+	if !p.IsSetChild() {
+		return Event_Child_DEFAULT
+	}
+	return *p.Child
+}
+
+var Event_ContentGeneration_DEFAULT int64
+
+func (p *Event) GetContentGeneration() (v int64) {
+	if !p.IsSetContentGeneration() {
+		return Event_ContentGeneration_DEFAULT
+	}
+	return *p.ContentGeneration
+}
+
+var Event_LockGeneration_DEFAULT int64
+
+func (p *Event) GetLockGeneration() (v int64) {
+	if !p.IsSetLockGeneration() {
+		return Event_LockGeneration_DEFAULT
+	}
+	return *p.LockGeneration
+}
+
+var Event_LockMode_DEFAULT LockMode
+
+func (p *Event) GetLockMode() (v LockMode) {
+	if !p.IsSetLockMode() {
+		return Event_LockMode_DEFAULT
+	}
+	return *p.LockMode
+}
+
+var Event_Epoch_DEFAULT Epoch
+
+func (p *Event) GetEpoch() (v Epoch) {
+	if !p.IsSetEpoch() {
+		return Event_Epoch_DEFAULT
+	}
+	return *p.Epoch
+}
+
+var Event_LostFrom_DEFAULT int64
+
+func (p *Event) GetLostFrom() (v int64) {
+	if !p.IsSetLostFrom() {
+		return Event_LostFrom_DEFAULT
+	}
+	return *p.LostFrom
+}
+func (p *Event) SetSeq(val int64) {
+	p.Seq = val
+}
+func (p *Event) SetKind(val EventKind) {
+	p.Kind = val
+}
+func (p *Event) SetTimeMs(val int64) {
+	p.TimeMs = val
+}
+func (p *Event) SetHandle(val *int64) {
+	p.Handle = val
+}
+func (p *Event) SetPath(val *string) {
+	p.Path = val
+}
+func (p *Event) SetChild(val *string) {
+	p.Child = val
+}
+func (p *Event) SetContentGeneration(val *int64) {
+	p.ContentGeneration = val
+}
+func (p *Event) SetLockGeneration(val *int64) {
+	p.LockGeneration = val
+}
+func (p *Event) SetLockMode(val *LockMode) {
+	p.LockMode = val
+}
+func (p *Event) SetEpoch(val *Epoch) {
+	p.Epoch = val
+}
+func (p *Event) SetLostFrom(val *int64) {
+	p.LostFrom = val
+}
+
+func (p *Event) IsSetHandle() bool {
+	return p.Handle != nil
+}
+
+func (p *Event) IsSetPath() bool {
+	return p.Path != nil
+}
+
+func (p *Event) IsSetChild() bool {
+	return p.Child != nil
+}
+
+func (p *Event) IsSetContentGeneration() bool {
+	return p.ContentGeneration != nil
+}
+
+func (p *Event) IsSetLockGeneration() bool {
+	return p.LockGeneration != nil
+}
+
+func (p *Event) IsSetLockMode() bool {
+	return p.LockMode != nil
+}
+
+func (p *Event) IsSetEpoch() bool {
+	return p.Epoch != nil
+}
+
+func (p *Event) IsSetLostFrom() bool {
+	return p.LostFrom != nil
+}
+
+func (p *Event) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("Event(%+v)", *p)
+}
+
+var fieldIDToName_Event = map[int16]string{
+	1:  "seq",
+	2:  "kind",
+	3:  "time_ms",
+	4:  "handle",
+	5:  "path",
+	6:  "child",
+	7:  "content_generation",
+	8:  "lock_generation",
+	9:  "lock_mode",
+	10: "epoch",
+	11: "lost_from",
+}
+
 type CreateSessionRequest struct {
 	ClientName string `thrift:"client_name,1,required" frugal:"1,required,string" json:"client_name"`
 }
@@ -967,6 +1251,7 @@ type LeaseGrant struct {
 	Session SessionID    `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
 	Error   *ChubbyError `thrift:"error,2,optional" frugal:"2,optional,ChubbyError" json:"error,omitempty"`
 	LeaseMs int64        `thrift:"lease_ms,3,required" frugal:"3,required,i64" json:"lease_ms"`
+	Events  []*Event     `thrift:"events,4,optional" frugal:"4,optional,list<Event>" json:"events,omitempty"`
 }
 
 func NewLeaseGrant() *LeaseGrant {
@@ -992,6 +1277,15 @@ func (p *LeaseGrant) GetError() (v *ChubbyError) {
 func (p *LeaseGrant) GetLeaseMs() (v int64) {
 	return p.LeaseMs
 }
+
+var LeaseGrant_Events_DEFAULT []*Event
+
+func (p *LeaseGrant) GetEvents() (v []*Event) {
+	if !p.IsSetEvents() {
+		return LeaseGrant_Events_DEFAULT
+	}
+	return p.Events
+}
 func (p *LeaseGrant) SetSession(val SessionID) {
 	p.Session = val
 }
@@ -1001,9 +1295,16 @@ func (p *LeaseGrant) SetError(val *ChubbyError) {
 func (p *LeaseGrant) SetLeaseMs(val int64) {
 	p.LeaseMs = val
 }
+func (p *LeaseGrant) SetEvents(val []*Event) {
+	p.Events = val
+}
 
 func (p *LeaseGrant) IsSetError() bool {
 	return p.Error != nil
+}
+
+func (p *LeaseGrant) IsSetEvents() bool {
+	return p.Events != nil
 }
 
 func (p *LeaseGrant) String() string {
@@ -1017,6 +1318,7 @@ var fieldIDToName_LeaseGrant = map[int16]string{
 	1: "session",
 	2: "error",
 	3: "lease_ms",
+	4: "events",
 }
 
 type KeepAliveResponse struct {

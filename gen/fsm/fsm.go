@@ -167,6 +167,73 @@ func (p *Tick) String() string {
 
 var fieldIDToName_Tick = map[int16]string{}
 
+type EventAck struct {
+	Session chubby.SessionID `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
+	Acked   int64            `thrift:"acked,2,required" frugal:"2,required,i64" json:"acked"`
+}
+
+func NewEventAck() *EventAck {
+	return &EventAck{}
+}
+
+func (p *EventAck) InitDefault() {
+}
+
+func (p *EventAck) GetSession() (v chubby.SessionID) {
+	return p.Session
+}
+
+func (p *EventAck) GetAcked() (v int64) {
+	return p.Acked
+}
+func (p *EventAck) SetSession(val chubby.SessionID) {
+	p.Session = val
+}
+func (p *EventAck) SetAcked(val int64) {
+	p.Acked = val
+}
+
+func (p *EventAck) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("EventAck(%+v)", *p)
+}
+
+var fieldIDToName_EventAck = map[int16]string{
+	1: "session",
+	2: "acked",
+}
+
+type TrimEvents struct {
+	Acks []*EventAck `thrift:"acks,1,required" frugal:"1,required,list<EventAck>" json:"acks"`
+}
+
+func NewTrimEvents() *TrimEvents {
+	return &TrimEvents{}
+}
+
+func (p *TrimEvents) InitDefault() {
+}
+
+func (p *TrimEvents) GetAcks() (v []*EventAck) {
+	return p.Acks
+}
+func (p *TrimEvents) SetAcks(val []*EventAck) {
+	p.Acks = val
+}
+
+func (p *TrimEvents) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("TrimEvents(%+v)", *p)
+}
+
+var fieldIDToName_TrimEvents = map[int16]string{
+	1: "acks",
+}
+
 type Command struct {
 	TimeMs   int64             `thrift:"time_ms,1,required" frugal:"1,required,i64" json:"time_ms"`
 	Session  *chubby.SessionID `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
@@ -640,6 +707,8 @@ type SnapSession struct {
 	CreateTimeMs int64            `thrift:"create_time_ms,3,required" frugal:"3,required,i64" json:"create_time_ms"`
 	SeqFloor     int64            `thrift:"seq_floor,4,required" frugal:"4,required,i64" json:"seq_floor"`
 	Answers      []*SnapAnswer    `thrift:"answers,5,required" frugal:"5,required,list<SnapAnswer>" json:"answers"`
+	LastEventSeq *int64           `thrift:"last_event_seq,6,optional" frugal:"6,optional,i64" json:"last_event_seq,omitempty"`
+	Events       []*chubby.Event  `thrift:"events,7,optional" frugal:"7,optional,list<chubby.Event>" json:"events,omitempty"`
 }
 
 func NewSnapSession() *SnapSession {
@@ -668,6 +737,24 @@ func (p *SnapSession) GetSeqFloor() (v int64) {
 func (p *SnapSession) GetAnswers() (v []*SnapAnswer) {
 	return p.Answers
 }
+
+var SnapSession_LastEventSeq_DEFAULT int64
+
+func (p *SnapSession) GetLastEventSeq() (v int64) {
+	if !p.IsSetLastEventSeq() {
+		return SnapSession_LastEventSeq_DEFAULT
+	}
+	return *p.LastEventSeq
+}
+
+var SnapSession_Events_DEFAULT []*chubby.Event
+
+func (p *SnapSession) GetEvents() (v []*chubby.Event) {
+	if !p.IsSetEvents() {
+		return SnapSession_Events_DEFAULT
+	}
+	return p.Events
+}
 func (p *SnapSession) SetId(val chubby.SessionID) {
 	p.Id = val
 }
@@ -683,6 +770,20 @@ func (p *SnapSession) SetSeqFloor(val int64) {
 func (p *SnapSession) SetAnswers(val []*SnapAnswer) {
 	p.Answers = val
 }
+func (p *SnapSession) SetLastEventSeq(val *int64) {
+	p.LastEventSeq = val
+}
+func (p *SnapSession) SetEvents(val []*chubby.Event) {
+	p.Events = val
+}
+
+func (p *SnapSession) IsSetLastEventSeq() bool {
+	return p.LastEventSeq != nil
+}
+
+func (p *SnapSession) IsSetEvents() bool {
+	return p.Events != nil
+}
 
 func (p *SnapSession) String() string {
 	if p == nil {
@@ -697,6 +798,8 @@ var fieldIDToName_SnapSession = map[int16]string{
 	3: "create_time_ms",
 	4: "seq_floor",
 	5: "answers",
+	6: "last_event_seq",
+	7: "events",
 }
 
 type SnapHandle struct {
@@ -932,6 +1035,7 @@ type Op struct {
 	Release       *chubby.HandleRequest        `thrift:"release,10,optional" frugal:"10,optional,chubby.HandleRequest" json:"release,omitempty"`
 	CancelWait    *CancelWait                  `thrift:"cancel_wait,11,optional" frugal:"11,optional,CancelWait" json:"cancel_wait,omitempty"`
 	Tick          *Tick                        `thrift:"tick,12,optional" frugal:"12,optional,Tick" json:"tick,omitempty"`
+	TrimEvents    *TrimEvents                  `thrift:"trim_events,13,optional" frugal:"13,optional,TrimEvents" json:"trim_events,omitempty"`
 }
 
 func NewOp() *Op {
@@ -1048,6 +1152,15 @@ func (p *Op) GetTick() (v *Tick) {
 	}
 	return p.Tick
 }
+
+var Op_TrimEvents_DEFAULT *TrimEvents
+
+func (p *Op) GetTrimEvents() (v *TrimEvents) {
+	if !p.IsSetTrimEvents() {
+		return Op_TrimEvents_DEFAULT
+	}
+	return p.TrimEvents
+}
 func (p *Op) SetCreateSession(val *chubby.CreateSessionRequest) {
 	p.CreateSession = val
 }
@@ -1083,6 +1196,9 @@ func (p *Op) SetCancelWait(val *CancelWait) {
 }
 func (p *Op) SetTick(val *Tick) {
 	p.Tick = val
+}
+func (p *Op) SetTrimEvents(val *TrimEvents) {
+	p.TrimEvents = val
 }
 
 func (p *Op) CountSetFieldsOp() int {
@@ -1121,6 +1237,9 @@ func (p *Op) CountSetFieldsOp() int {
 		count++
 	}
 	if p.IsSetTick() {
+		count++
+	}
+	if p.IsSetTrimEvents() {
 		count++
 	}
 	return count
@@ -1174,6 +1293,10 @@ func (p *Op) IsSetTick() bool {
 	return p.Tick != nil
 }
 
+func (p *Op) IsSetTrimEvents() bool {
+	return p.TrimEvents != nil
+}
+
 func (p *Op) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1194,4 +1317,5 @@ var fieldIDToName_Op = map[int16]string{
 	10: "release",
 	11: "cancel_wait",
 	12: "tick",
+	13: "trim_events",
 }

@@ -1,6 +1,7 @@
 // Command chubbyfs is the command-line tool for people to use a Chubby lock
 // cell: list, read and write its files, make directories, hold a lock while
-// a command runs (like flock), check sequencers and show the cell's status.
+// a command runs (like flock), watch a file or directory's events, check
+// sequencers and show the cell's status.
 //
 //	chubbyfs [--cell ADDRS] [--timeout D] COMMAND [flags] ARGS
 //
@@ -127,6 +128,7 @@ status of the command it ran.`,
   chubbyfs cat /config/app/settings
   chubbyfs ls -l /config/app
   chubbyfs lock /config/app/leader -- ./serve.sh   # holds the lock while serve.sh runs
+  chubbyfs watch /config/app                       # prints changes as they happen
   chubbyfs status`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
@@ -146,7 +148,7 @@ status of the command it ran.`,
 	root.AddCommand(
 		a.lsCommand(), a.statCommand(), a.catCommand(), a.writeCommand(),
 		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommand(),
-		a.sequencerCommand(), a.statusCommand(),
+		a.watchCommand(), a.sequencerCommand(), a.statusCommand(),
 	)
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)

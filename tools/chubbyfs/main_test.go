@@ -126,6 +126,7 @@ func TestHelpListsFlagsWithDefaults(t *testing.T) {
 		"touch":  {"--ephemeral", "default: permanent", "deleted as soon as chubbyfs exits"},
 		"lock":   {"--shared", "--timeout duration", "default 0: wait as long as it takes", "--lock-delay duration", "(default 15s)", "CHUBBY_SEQUENCER"},
 		"status": {"--json", "default: text"},
+		"watch":  {"--events string", `(default "all")`, "--json", "--count int", "handle-invalid", "master-changed"},
 	} {
 		r := chubbyfs(t, nil, "", cmd, "--help")
 		for _, f := range flags {
