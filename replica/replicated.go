@@ -94,7 +94,6 @@ type Replicated struct {
 	// Owned by the loop.
 	pending  map[uint64]pendingProposal
 	primary  bool
-	view     uint64 // as of the last publish; nothing changes the node between a publish and the next proposal
 	snapshot uint64
 
 	applied   atomic.Uint64
@@ -366,8 +365,11 @@ func (r *Replicated) propose(batch [][]byte, replies []chan proposalResult) {
 		}
 		return
 	}
+	// The entries carry the view the core assigned them in: ask it, so
+	// that a commit is recognised as this proposal's.
+	view := r.node.Info().View
 	for i, c := range replies {
-		r.pending[first+uint64(i)] = pendingProposal{view: r.view, reply: c}
+		r.pending[first+uint64(i)] = pendingProposal{view: view, reply: c}
 	}
 }
 
@@ -466,7 +468,6 @@ func (r *Replicated) publish() {
 	} else {
 		r.readUntil.Store(0)
 	}
-	r.view = info.View
 	r.mu.Lock()
 	r.info = info
 	r.mu.Unlock()

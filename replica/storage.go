@@ -184,6 +184,35 @@ func (s *Storage) Append(entries [][]byte) error {
 	return nil
 }
 
+// TruncateFrom deletes the log entries with index >= from, durably, so
+// that the next Append writes at from. The replicated log uses it when a
+// replica's unverified suffix differs from the primary's log. Entries the
+// snapshot covers cannot be truncated (from must be after the snapshot);
+// from past the last entry changes nothing.
+func (s *Storage) TruncateFrom(from uint64) error {
+	first, last := s.Bounds()
+	if from < first {
+		return fmt.Errorf("truncate from %d: entries before %d are in the snapshot", from, first)
+	}
+	if from > last {
+		return nil
+	}
+	keys := make([][]byte, 0, last-from+1)
+	for i := from; i <= last; i++ {
+		keys = append(keys, logKey(i))
+	}
+	if err := s.deleteKeys(keys); err != nil {
+		return fmt.Errorf("truncate from %d: %w", from, err)
+	}
+	if err := s.db.Sync(); err != nil {
+		return fmt.Errorf("truncate from %d: sync: %w", from, err)
+	}
+	s.mu.Lock()
+	s.last = from - 1
+	s.mu.Unlock()
+	return nil
+}
+
 // Entries returns the entries in [from, to], which must lie inside Bounds.
 func (s *Storage) Entries(from, to uint64) ([][]byte, error) {
 	first, last := s.Bounds()
@@ -222,19 +251,41 @@ func (s *Storage) Entries(from, to uint64) ([][]byte, error) {
 // index, then drops the log entries it covers and the older snapshot. The
 // new snapshot is durable before anything old is removed.
 func (s *Storage) SaveSnapshot(index uint64, data []byte) error {
-	if int64(len(data)) > MaxSnapshotBytes {
-		return fmt.Errorf("snapshot of %d bytes over the %d limit", len(data), int64(MaxSnapshotBytes))
-	}
 	_, last := s.Bounds()
 	if index > last {
 		return fmt.Errorf("snapshot at %d beyond the log end %d", index, last)
+	}
+	return s.saveSnapshot(index, data, false)
+}
+
+// InstallSnapshot stores data, a snapshot received from another replica,
+// as the state after index, and drops the whole log: the log continues
+// after index. The replicated log uses it to catch up a replica whose
+// missing entries were compacted away elsewhere; index may lie beyond this
+// log's end, and the entries after it are dropped because they are not the
+// snapshot's (the caller installs only over a log that lacks or differs at
+// index). A crash leaves either the old snapshot with a prefix of the old
+// log, or the new snapshot with no log.
+func (s *Storage) InstallSnapshot(index uint64, data []byte) error {
+	if first, _ := s.Bounds(); index+1 < first {
+		return fmt.Errorf("install snapshot at %d: older than the current one at %d", index, first-1)
+	}
+	return s.saveSnapshot(index, data, true)
+}
+
+func (s *Storage) saveSnapshot(index uint64, data []byte, replaceLog bool) error {
+	if int64(len(data)) > MaxSnapshotBytes {
+		return fmt.Errorf("snapshot of %d bytes over the %d limit", len(data), int64(MaxSnapshotBytes))
 	}
 	oldIdx, oldChunks, _, _, err := s.snapshotMeta()
 	if err != nil {
 		return err
 	}
-	if index <= oldIdx && oldChunks > 0 {
+	if index <= oldIdx && oldChunks > 0 && !replaceLog {
 		return nil // we already have this or a newer one
+	}
+	if index == oldIdx && oldChunks > 0 {
+		return s.TruncateFrom(index + 1) // the same snapshot: only the log goes
 	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
@@ -254,6 +305,13 @@ func (s *Storage) SaveSnapshot(index uint64, data []byte) error {
 	}
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("save snapshot: sync: %w", err)
+	}
+	if replaceLog {
+		// First the entries after index, while the old snapshot still
+		// rules: a crash now leaves a prefix of the old log.
+		if err := s.TruncateFrom(index + 1); err != nil {
+			return fmt.Errorf("install snapshot: %w", err)
+		}
 	}
 	meta := make([]byte, 8+4+8+4)
 	binary.BigEndian.PutUint64(meta[0:], index)
@@ -275,7 +333,7 @@ func (s *Storage) SaveSnapshot(index uint64, data []byte) error {
 	}
 	s.mu.Lock()
 	for i := s.first; i <= index && i <= s.last; i++ {
-		garbage = append(garbage, logKey(i))
+		garbage = append(garbage, logKey(i)) // covered: load drops them too if we crash first
 	}
 	if index >= s.first {
 		s.first = index + 1
@@ -352,6 +410,16 @@ func (s *Storage) PutMeta(name string, v []byte) error {
 	}
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("put meta %s: sync: %w", name, err)
+	}
+	return nil
+}
+
+// PutMetaNoSync stores a small named value without waiting for the disk:
+// for values whose loss in a crash is harmless (a hint), or that a later
+// sync makes durable before they matter.
+func (s *Storage) PutMetaNoSync(name string, v []byte) error {
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(name), v) }); err != nil {
+		return fmt.Errorf("put meta %s: %w", name, err)
 	}
 	return nil
 }

@@ -180,24 +180,11 @@ func (s *Storage) persistReady(truncFrom uint64, entries []vr.Entry, hs *vr.Hard
 }
 
 // installSnapshot stores a snapshot received from the primary and drops the
-// whole log: the log continues after the snapshot's index.
+// whole log behind it. Storage.InstallSnapshot orders the writes so that a
+// crash in between never leaves a shortened log under an old snapshot
+// (which a replica that claims its last-normal view must never have).
 func (s *Storage) installSnapshot(meta vr.SnapshotMeta, app []byte) error {
-	s.mu.Lock()
-	first, last := s.first, s.last
-	s.mu.Unlock()
-	// Drop the log first, so that SaveSnapshot's bounds check holds and no
-	// stale entry survives behind the snapshot.
-	var keys [][]byte
-	for i := first; i <= last; i++ {
-		keys = append(keys, logKey(i))
-	}
-	if err := s.deleteKeys(keys); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.first, s.last = meta.Index+1, meta.Index
-	s.mu.Unlock()
-	return s.SaveSnapshot(meta.Index, encodeSnapshot(meta, app))
+	return s.InstallSnapshot(meta.Index, encodeSnapshot(meta, app))
 }
 
 // saveVRSnapshot stores the application's snapshot at meta.Index (which is

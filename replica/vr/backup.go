@@ -8,6 +8,7 @@ package vr
 func (n *Node) enterView(w uint64) {
 	assert(w >= n.view, "enter view %d from %d", w, n.view)
 	if w > n.view {
+		n.forgetOlderViews(w)
 		n.view = w
 		n.mustSync = true
 		n.verified = n.commit

@@ -276,6 +276,21 @@ func (n *Node) send(m Message) {
 	n.msgs = append(n.msgs, m)
 }
 
+// forgetOlderViews drops the queued messages of views before w, once this
+// node has moved to w: they would go out after w is on disk, and a replica
+// never acknowledges (or says anything in) a view older than its own.
+// Probes name the view asked about and stay.
+func (n *Node) forgetOlderViews(w uint64) {
+	kept := n.msgs[:0]
+	for _, m := range n.msgs {
+		if m.View >= w || m.Type == MsgProbe || m.Type == MsgProbeReply {
+			kept = append(kept, m)
+		}
+	}
+	clear(n.msgs[len(kept):])
+	n.msgs = kept
+}
+
 func (n *Node) broadcast(m Message) {
 	for _, id := range n.ids {
 		if id != n.id {

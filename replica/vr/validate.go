@@ -64,7 +64,10 @@ func (n *Node) validate(m *Message) string {
 		if m.To != primary {
 			return "do-view-change sent to a replica that is not the view's new primary"
 		}
-		if m.View == 0 || m.LastNormalView >= m.View || m.OpView >= m.View {
+		// (Its log may end with entries of View itself: a replica that
+		// was recovering in View and restarted sends DoViewChange again;
+		// only a primary already normal in View gets it.)
+		if m.View == 0 || m.LastNormalView >= m.View {
 			return "do-view-change names a view it cannot have been normal in"
 		}
 		if m.Commit > m.Op || m.PrevOp != m.Commit {

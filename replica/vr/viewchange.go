@@ -50,6 +50,7 @@ func (n *Node) maybeStartViewChangeFromProbe() {
 // view is persisted before StartViewChange goes out (Ready order).
 func (n *Node) startViewChange(w uint64) {
 	assert(w > n.view, "start view change to %d from %d", w, n.view)
+	n.forgetOlderViews(w)
 	n.view = w
 	n.status = StatusViewChange
 	n.mustSync = true
@@ -166,6 +167,12 @@ func (n *Node) onDoViewChange(m *Message) {
 		}
 		return
 	case n.status != StatusViewChange:
+		return
+	}
+	if m.OpView >= n.view {
+		// Entries of this view exist only once its primary (us) is normal
+		// and has persisted that; we are not, so this cannot be.
+		n.drop(m, "do-view-change with entries of a view that has not started")
 		return
 	}
 	n.svcs[m.From] = true

@@ -1,0 +1,395 @@
+package sim
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+const farFuture = math.MaxInt64 / 4
+
+// checker holds the checkers that run during a run and at its end:
+//
+//   - agreement: every replica applies the same entry at every index, and
+//     every snapshot taken or installed at an index has the same bytes;
+//   - the oracle: an fs.State applying the committed log (entries any
+//     replica applied, so committed by a quorum), against which the lock
+//     beliefs of clients are checked at every change;
+//   - linearizability of the client history (porcupine) at the end;
+//   - convergence at the end: every replica at the same state.
+type checker struct {
+	w          *world
+	hashes     map[uint64]uint64
+	waiting    map[uint64]vr.Entry
+	globalLast uint64
+	oracle     *fs.State
+	snaps      map[uint64][32]byte
+	stamps     map[[2]uint64]uint64 // (index, view) → hash of the entry persisted with it
+	hist       []porcupine.Operation
+}
+
+func newChecker(w *world) *checker {
+	return &checker{w: w, hashes: map[uint64]uint64{}, waiting: map[uint64]vr.Entry{},
+		oracle: fs.New(fs.DefaultLimits()), snaps: map[uint64][32]byte{}, stamps: map[[2]uint64]uint64{}}
+}
+
+func entryHash(e vr.Entry) uint64 {
+	h := fnv.New64a()
+	var b [17]byte
+	binary.BigEndian.PutUint64(b[:], e.Index)
+	binary.BigEndian.PutUint64(b[8:], e.View)
+	b[16] = byte(e.Type)
+	h.Write(b[:])
+	h.Write(e.Data)
+	return h.Sum64()
+}
+
+// onApply is called for every entry a replica applies (it is committed).
+func (k *checker) onApply(r *replica, e vr.Entry) {
+	w := k.w
+	h := entryHash(e)
+	if old, ok := k.hashes[e.Index]; ok {
+		if old != h {
+			w.fail("agreement: replica %d applied a different entry at index %d (view %d)", r.id, e.Index, e.View)
+		}
+		return
+	}
+	k.hashes[e.Index] = h
+	k.waiting[e.Index] = e
+	advanced := false
+	for {
+		e, ok := k.waiting[k.globalLast+1]
+		if !ok {
+			break
+		}
+		delete(k.waiting, e.Index)
+		k.globalLast = e.Index
+		advanced = true
+		if e.Type == vr.EntryCommand {
+			if _, _, err := k.oracle.ApplyBytes(e.Data); err != nil {
+				w.fail("oracle: entry %d: %v", e.Index, err)
+				return
+			}
+		}
+	}
+	if advanced {
+		k.locks()
+	}
+}
+
+// onPersist checks log matching's premise on every entry any replica
+// writes to disk: one primary assigns an index once in its view, so one
+// (index, view) never names two different entries.
+func (k *checker) onPersist(r *replica, e vr.Entry) {
+	key := [2]uint64{e.Index, e.View}
+	h := entryHash(e)
+	if old, ok := k.stamps[key]; ok && old != h {
+		k.w.fail("log matching: replica %d persisted a different entry at index %d with view %d", r.id, e.Index, e.View)
+		return
+	}
+	k.stamps[key] = h
+}
+
+func (k *checker) onSnapshot(r *replica, index uint64, data []byte) {
+	d := sha256.Sum256(data)
+	if old, ok := k.snaps[index]; ok && old != d {
+		k.w.fail("agreement: replica %d has a different snapshot at index %d", r.id, index)
+		return
+	}
+	k.snaps[index] = d
+}
+
+// locks checks the clients' lock beliefs against the committed state: a
+// client that believes it holds a lock (it was told its Acquire succeeded
+// and has not sent Release) must hold it there, under the sequencer it was
+// given; and no two clients may hold one lock under valid sequencers.
+// Sessions never expire in this workload, so nothing else can take a lock
+// from its holder.
+func (k *checker) locks() {
+	w := k.w
+	for l := range nLocks {
+		holder := -1
+		for _, c := range w.clients {
+			seq := c.holding[l]
+			if seq == nil {
+				continue
+			}
+			if ok, why := k.oracle.CheckSequencer(seq); !ok {
+				w.fail("locks: client %d believes it holds %s but its sequencer (generation %d) is not valid in the committed state: %s",
+					c.id, seq.Path, seq.LockGeneration, why)
+				return
+			}
+			if got, err := k.oracle.GetSequencer(c.locks[l]); err != nil || got.LockGeneration != seq.LockGeneration {
+				w.fail("locks: client %d believes it holds %s (generation %d) but its handle does not hold it in the committed state (%v, %v)",
+					c.id, seq.Path, seq.LockGeneration, got, err)
+				return
+			}
+			if holder >= 0 {
+				w.fail("locks: clients %d and %d both hold %s under valid sequencers", holder, c.id, seq.Path)
+				return
+			}
+			holder = c.id
+		}
+	}
+}
+
+func (k *checker) addOp(client int, in modelInput, call int64, out modelOutput, ret int64) int {
+	k.hist = append(k.hist, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	return len(k.hist) - 1
+}
+
+// final runs the end-of-run checks.
+func (k *checker) final() {
+	w := k.w
+	// Convergence: every replica is up, normal, in one view, at the same
+	// applied index and state as the oracle.
+	var ref []byte
+	for _, r := range w.replicas {
+		if !r.up {
+			w.fail("convergence: replica %d is down at the end", r.id)
+			return
+		}
+		i := r.core.Info()
+		if i.Status != vr.StatusNormal || r.applied != k.globalLast {
+			w.fail("convergence: replica %d did not catch up: %s (committed log ends at %d)", r.id, r.describe(), k.globalLast)
+			return
+		}
+		snap := r.fs.Snapshot()
+		if ref == nil {
+			ref = snap
+		} else if !bytes.Equal(ref, snap) {
+			w.fail("convergence: replica %d's state differs from replica 1's at index %d", r.id, r.applied)
+			return
+		}
+	}
+	if !bytes.Equal(ref, k.oracle.Snapshot()) {
+		w.fail("convergence: the replicas' state differs from the oracle's")
+		return
+	}
+	views := map[uint64]bool{}
+	for _, r := range w.replicas {
+		views[r.core.Info().View] = true
+	}
+	if len(views) != 1 {
+		w.fail("convergence: replicas end in different views: %s", w.describeReplicas())
+		return
+	}
+	// Linearizability.
+	for i := range k.hist {
+		if k.hist[i].Return == farFuture {
+			k.hist[i].Return = w.now + 1
+		}
+	}
+	res, info := porcupine.CheckOperationsVerbose(model(), k.hist, 30*time.Second)
+	switch res {
+	case porcupine.Illegal:
+		var b strings.Builder
+		for _, part := range info.PartialLinearizationsOperations() {
+			_ = part
+		}
+		fmt.Fprintf(&b, "linearizability: the client history is not linearizable (%d operations)", len(k.hist))
+		w.fail("%s\n%s", b.String(), k.describeHistory())
+	case porcupine.Unknown:
+		w.fail("linearizability: porcupine timed out on %d operations", len(k.hist))
+	}
+}
+
+func (k *checker) describeHistory() string {
+	var b strings.Builder
+	for _, o := range k.hist {
+		ret := time.Duration(o.Return).String()
+		if o.Return >= farFuture {
+			ret = "?"
+		}
+		fmt.Fprintf(&b, "  c%d [%v, %v] %s -> %s\n", o.ClientId, time.Duration(o.Call), ret,
+			o.Input.(modelInput).String(), o.Output.(modelOutput).String())
+	}
+	return b.String()
+}
+
+// --- the porcupine model ---
+
+type modelInput struct {
+	kind     opKind
+	key      string
+	client   int
+	value    string
+	expected int64
+}
+
+func (in modelInput) String() string {
+	switch in.kind {
+	case opWrite:
+		return fmt.Sprintf("write(%s, %q)", in.key, in.value)
+	case opCAS:
+		return fmt.Sprintf("cas(%s, gen=%d, %q)", in.key, in.expected, in.value)
+	case opAcquire, opRelease:
+		return fmt.Sprintf("%v(%s) by c%d", in.kind, in.key, in.client)
+	}
+	return fmt.Sprintf("%v(%s)", in.kind, in.key)
+}
+
+type modelOutput struct {
+	ok        bool
+	code      chubby.ErrorCode
+	value     string
+	gen       int64
+	ambiguous bool
+}
+
+func (o modelOutput) String() string {
+	s := "ok"
+	if !o.ok {
+		s = o.code.String()
+	}
+	if o.value != "" || o.gen != 0 {
+		s += fmt.Sprintf(" %q gen=%d", o.value, o.gen)
+	}
+	if o.ambiguous {
+		s += " (ambiguous)"
+	}
+	return s
+}
+
+// modelState is one key's state: a file's content and generation, a
+// lock's holder and generation, or whether a name exists.
+type modelState struct {
+	value  string
+	gen    int64
+	holder int
+	exists bool
+}
+
+func initial(key string) modelState {
+	switch key[1] {
+	case 'f':
+		return modelState{gen: 1, holder: -1}
+	case 'l':
+		return modelState{holder: -1}
+	}
+	return modelState{holder: -1}
+}
+
+func model() porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+			byKey := map[string][]porcupine.Operation{}
+			var keys []string
+			for _, o := range h {
+				k := o.Input.(modelInput).key
+				if _, ok := byKey[k]; !ok {
+					keys = append(keys, k)
+				}
+				byKey[k] = append(byKey[k], o)
+			}
+			out := make([][]porcupine.Operation, 0, len(keys))
+			for _, k := range keys {
+				out = append(out, byKey[k])
+			}
+			return out
+		},
+		Init: func() []any { return []any{nil} }, // nil: the key's initial state, set by the first step
+		Step: func(st any, input any, output any) []any {
+			in, out := input.(modelInput), output.(modelOutput)
+			var s modelState
+			if st == nil {
+				s = initial(in.key)
+			} else {
+				s = st.(modelState)
+			}
+			return step(s, in, out)
+		},
+		Equal: func(a, b any) bool { return a == b },
+	}
+	return nm.ToModel()
+}
+
+// step returns the states the operation can lead to from s given what the
+// client saw (none: impossible). An ambiguous refusal may also have
+// succeeded.
+func step(s modelState, in modelInput, out modelOutput) []any {
+	var next []any
+	switch in.kind {
+	case opRead:
+		if out.ok && out.value == s.value && out.gen == s.gen {
+			next = append(next, s)
+		}
+	case opWrite:
+		if out.ok && out.gen == s.gen+1 {
+			next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
+		}
+		if !out.ok {
+			next = append(next, s)
+			if out.ambiguous {
+				next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
+			}
+		}
+	case opCAS:
+		switch {
+		case out.ok:
+			if s.gen == in.expected && out.gen == s.gen+1 {
+				next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
+			}
+		case out.code == chubby.ErrorCode_GENERATION_MISMATCH:
+			if s.gen != in.expected || out.ambiguous {
+				next = append(next, s)
+			}
+			if out.ambiguous && s.gen == in.expected {
+				next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
+			}
+		}
+	case opCreate:
+		switch {
+		case out.ok:
+			if !s.exists {
+				next = append(next, modelState{exists: true, holder: -1})
+			}
+		case out.code == chubby.ErrorCode_EXISTS:
+			if s.exists || out.ambiguous {
+				next = append(next, modelState{exists: true, holder: -1})
+			}
+		}
+	case opAcquire:
+		switch {
+		case out.ok:
+			if s.holder == -1 && out.gen == s.gen+1 {
+				next = append(next, modelState{holder: in.client, gen: out.gen})
+			}
+		case out.code == chubby.ErrorCode_LOCK_HELD:
+			if s.holder != -1 || out.ambiguous {
+				next = append(next, s)
+			}
+			if out.ambiguous && s.holder == -1 {
+				next = append(next, modelState{holder: in.client, gen: s.gen + 1})
+			}
+		}
+	case opRelease:
+		switch {
+		case out.ok:
+			if s.holder == in.client {
+				next = append(next, modelState{holder: -1, gen: s.gen})
+			}
+		case out.code == chubby.ErrorCode_LOCK_NOT_HELD:
+			if s.holder != in.client || out.ambiguous {
+				next = append(next, s)
+			}
+			if out.ambiguous && s.holder == in.client {
+				next = append(next, modelState{holder: -1, gen: s.gen})
+			}
+		}
+	}
+	return next
+}
+
+var _ = fsm.NewCommand

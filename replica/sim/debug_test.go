@@ -1,0 +1,45 @@
+package sim
+
+import (
+	"os"
+	"strconv"
+	"testing"
+)
+
+// TestDebugMessages prints every replica message of a seed between two
+// times (env SIM_DEBUG_SEED, SIM_DEBUG_FROM_MS, SIM_DEBUG_TO_MS).
+func TestDebugMessages(t *testing.T) {
+	s := os.Getenv("SIM_DEBUG_SEED")
+	if s == "" {
+		t.Skip("set SIM_DEBUG_SEED")
+	}
+	seed, _ := strconv.ParseUint(s, 10, 64)
+	from, _ := strconv.ParseInt(os.Getenv("SIM_DEBUG_FROM_MS"), 10, 64)
+	to, _ := strconv.ParseInt(os.Getenv("SIM_DEBUG_TO_MS"), 10, 64)
+	debugMessages = func(w *world, what string, m string) {
+		if w.now >= from*ms && w.now <= to*ms {
+			w.tracef("%s %s", what, m)
+		}
+	}
+	defer func() { debugMessages = nil }()
+	res := Run(Options{Seed: seed, Trace: os.Stdout})
+	t.Log(res.String())
+}
+
+func TestStrictRefusals(t *testing.T) {
+	if os.Getenv("SIM_STRICT") == "" {
+		t.Skip("set SIM_STRICT=N")
+	}
+	n, _ := strconv.Atoi(os.Getenv("SIM_STRICT"))
+	fails := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		res := Run(Options{Seed: seed, StrictRefusals: true})
+		if res.Err != nil {
+			fails++
+			if fails <= 3 {
+				t.Logf("seed %d: %.300s", seed, res.Err)
+			}
+		}
+	}
+	t.Logf("%d of %d seeds fail with strict refusals", fails, n)
+}
