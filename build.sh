@@ -6,6 +6,8 @@
 #                         (installs Debian's thrift-compiler and python3-thrift if missing)
 #   ./build.sh bench      chubbybench: our cell against etcd, ZooKeeper and Redis on this machine
 #                         (installs them if missing; --quick: under 3 minutes; flags: ./build.sh bench --help)
+#   ./build.sh sim        the deterministic simulator over more seeds: ./build.sh sim --seeds 100000
+#                         [--seedbase N] (one seed: --seed N --simtrace; default suite: 1000 seeds)
 #   ./build.sh help       this text
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -138,7 +140,11 @@ bench)
 	shift
 	bench "$@"
 	;;
-help | -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' ;;
+sim)
+	shift
+	go test ./replica/sim -run 'TestSim$' -count=1 -timeout 0 -v -args "$@" | grep -v -e '^=== RUN' -e '^    --- PASS'
+	;;
+help | -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
 	echo "unknown command: $1 (try ./build.sh help)" >&2
 	exit 2
