@@ -53,7 +53,8 @@ type Config struct {
 	// Lease is the session lease. Default 12 s (Chubby's).
 	Lease time.Duration
 	// KeepAliveMargin: a parked KeepAlive is answered this long before the
-	// earliest lease in it would run out. Default Lease/6 (2 s for 12 s):
+	// earliest lease in it would run out. Default Lease/6 (2 s for 12 s),
+	// at least min(500 ms, Lease/2):
 	// long enough for the reply and the client's next KeepAlive to cross
 	// a loaded machine, short enough that a session costs one KeepAlive
 	// per ~10 s.
@@ -78,6 +79,14 @@ type Config struct {
 	// drop by their numbers. Default 1 s.
 	EventTrimInterval time.Duration
 
+	// MaxCachedPerSession and MaxCachedPerCell bound the master's table of
+	// which sessions cache which nodes (DESIGN §4): past either, a read is
+	// served uncachable rather than failing. Defaults
+	// DefaultMaxCachedPerSession (10,000) and DefaultMaxCachedPerCell
+	// (1,000,000).
+	MaxCachedPerSession int
+	MaxCachedPerCell    int
+
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: a private registry, served on HTTPListen
 	// Now is the clock. Default time.Now. Tests only.
@@ -97,6 +106,12 @@ func (c *Config) setDefaults() error {
 	if c.Listen == "" && c.Listener == nil {
 		c.Listen = "127.0.0.1:7000"
 	}
+	if c.MaxCachedPerSession <= 0 {
+		c.MaxCachedPerSession = DefaultMaxCachedPerSession
+	}
+	if c.MaxCachedPerCell <= 0 {
+		c.MaxCachedPerCell = DefaultMaxCachedPerCell
+	}
 	if c.Lease == 0 {
 		c.Lease = 12 * time.Second
 	}
@@ -104,7 +119,9 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("lease %v outside [200ms, 10m]", c.Lease)
 	}
 	if c.KeepAliveMargin == 0 {
-		c.KeepAliveMargin = c.Lease / 6
+		// At least half a second (or half a short lease): the reply and the
+		// client's next KeepAlive must cross a loaded machine within it.
+		c.KeepAliveMargin = max(c.Lease/6, min(500*time.Millisecond, c.Lease/2))
 	}
 	if c.KeepAliveMargin <= 0 || c.KeepAliveMargin >= c.Lease {
 		return fmt.Errorf("keep-alive margin %v must be in (0, lease %v)", c.KeepAliveMargin, c.Lease)

@@ -37,6 +37,27 @@
 //     seq. The first reply of a new master's epoch to each session (it is
 //     answered at once) starts with MASTER_FAILED_OVER (seq 0, the epoch),
 //     which is not queued or acknowledged.
+//   - Cache invalidation (DESIGN §4; cache.go): a session created with
+//     CreateSessionRequest.cache (replicated) may cache. A GetContentsAndStat
+//     or ReadDir asking to cache registers the session as a cacher of the
+//     node, before the state is read, and says cacheable; a node with a
+//     change in progress, or a table at its limit (Config.MaxCachedPerSession,
+//     10,000; Config.MaxCachedPerCell, 1,000,000), is served uncachable.
+//     The table is in memory only. Before proposing a command, the master
+//     works out which paths it may change (the node and its parent's
+//     listing; ancestors for creates and deletes; a delete's subtree;
+//     every cached node for session ends and lock-delay ticks, whose
+//     reach it does not index), makes them uncachable, queues an
+//     invalidation for each of their cachers (answering a parked KeepAlive
+//     at once), and waits until each cacher has acknowledged
+//     (KeepAliveItem.acked_invalidation) or its lease has ended, bounded by
+//     one lease plus 1 s. Only then is the command proposed; the
+//     paths become cachable when it has applied (after a command of unknown
+//     outcome, only after twice the commit timeout). Invalidation seqs of
+//     an epoch start above epoch<<32, so an ack meant for an older master
+//     counts for nothing. A new master knows no cachers: every recovered
+//     caching session gets invalidate_all on its first KeepAlive, and every
+//     change waits until it has acknowledged or its lease has run out.
 //   - Restart: every session in the recovered state gets a full lease (the
 //     longest it could have been granted), Acquires left waiting by the
 //     previous run are withdrawn, and the master epoch goes up by one.

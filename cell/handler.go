@@ -97,6 +97,9 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "CreateSession applied without a session id")
 	}
 	h.s.leases.add(*res.Session, true)
+	if req.GetCache() {
+		h.s.cache.declare(*res.Session)
+	}
 	return &chubby.CreateSessionResponse{Session: *res.Session, LeaseMs: h.s.cfg.Lease.Milliseconds(), Epoch: h.s.epoch.Load()}, nil
 }
 
@@ -121,6 +124,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 	}
 	ids := make([]chubby.SessionID, 0, n)
 	acks := make([]int64, 0, n)
+	invAcks := make([]int64, 0, n)
 	seen := make(map[chubby.SessionID]struct{}, n)
 	for _, it := range req.Sessions {
 		if it == nil {
@@ -135,7 +139,9 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		seen[it.Session] = struct{}{}
 		ids = append(ids, it.Session)
 		acks = append(acks, it.GetAckedEvent())
+		invAcks = append(invAcks, it.GetAckedInvalidation())
 	}
+	h.s.cache.ack(ids, invAcks)
 	c, wait, ok := h.s.leases.register(ids, acks)
 	if !ok {
 		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive refused: the replica is shutting down or too many are parked; retry")
@@ -151,6 +157,10 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 				}
 			}
 		})
+		// Likewise cache invalidations: queued ones wake the call.
+		if h.s.cache.hasPending(ids) {
+			wait = 0
+		}
 	}
 	extend := true
 	if wait > 0 {
@@ -174,6 +184,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		return nil, h.s.serveCheck() // mastership went while it was parked
 	}
 	h.s.attachEvents(results, acks)
+	h.s.cache.attach(results)
 	return &chubby.KeepAliveResponse{Results: results, Epoch: epoch}, nil
 }
 
@@ -288,11 +299,18 @@ func (h *handler) GetContentsAndStat(ctx context.Context, req *chubby.HandleRequ
 		st  *chubby.Stat
 		err error
 	)
+	// Registered before the state is read: a change either sees the
+	// registration (and invalidates) or made the node uncachable first.
+	cacheable := req.GetCache() && h.s.cache.register(req.Handle.Session, req.Handle.Path)
 	h.s.m.read(func(s *fs.State) { b, st, err = s.GetContentsAndStat(req.Handle) })
 	if err != nil {
 		return nil, err
 	}
-	return &chubby.GetContentsAndStatResponse{Content: b, Stat: st}, nil
+	res := &chubby.GetContentsAndStatResponse{Content: b, Stat: st}
+	if cacheable {
+		res.Cacheable = &cacheable
+	}
+	return res, nil
 }
 
 func (h *handler) GetStat(ctx context.Context, req *chubby.HandleRequest) (*chubby.Stat, error) {
@@ -327,11 +345,16 @@ func (h *handler) ReadDir(ctx context.Context, req *chubby.HandleRequest) (*chub
 		es  []*chubby.DirEntry
 		err error
 	)
+	cacheable := req.GetCache() && h.s.cache.register(req.Handle.Session, req.Handle.Path)
 	h.s.m.read(func(s *fs.State) { es, err = s.ReadDir(req.Handle) })
 	if err != nil {
 		return nil, err
 	}
-	return &chubby.ReadDirResponse{Entries: es}, nil
+	res := &chubby.ReadDirResponse{Entries: es}
+	if cacheable {
+		res.Cacheable = &cacheable
+	}
+	return res, nil
 }
 
 func (h *handler) SetContents(ctx context.Context, req *chubby.SetContentsRequest) (*chubby.Stat, error) {

@@ -92,11 +92,12 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 		}
 	}
 	epoch := int64(view) + 1
-	var sessions []chubby.SessionID
+	var sessions, caching []chubby.SessionID
 	var timer int64
 	var hasTimer bool
 	s.m.read(func(st *fs.State) {
 		sessions = st.Sessions()
+		caching = st.CachingSessions()
 		timer, hasTimer = st.NextTimer()
 	})
 	s.roleMu.Lock()
@@ -109,6 +110,10 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	for _, id := range sessions {
 		s.leases.add(id, false)
 	}
+	// The new master knows no cachers: every recovered caching session
+	// flushes its cache (invalidate_all on its first KeepAlive) before a
+	// change commits.
+	s.cache.reset(epoch, caching)
 	s.serving.Store(true)
 	s.roleMu.Unlock()
 	if hasTimer {

@@ -18,6 +18,9 @@ type metrics struct {
 	fsync        prometheus.Histogram
 	parkedAcq    prometheus.Gauge
 	eventsSent   prometheus.Counter
+	// invalidationWait is how long changes waited for caching sessions to
+	// acknowledge invalidations (DESIGN §4).
+	invalidationWait prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
@@ -44,7 +47,16 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			Name: "chubby_events_sent_total",
 			Help: "Events sent on KeepAlive replies (a resent event counts again).",
 		}),
+		invalidationWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "chubby_cache_invalidation_wait_seconds",
+			Help:    "Time a change waited for caching sessions to acknowledge its cache invalidations.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+		}),
 	}
+	cached := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chubby_cache_entries",
+		Help: "(session, node) pairs the master tracks as cached by clients.",
+	}, func() float64 { _, n := s.cache.stats(); return float64(n) })
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chubby_sessions",
 		Help: "Live sessions with a lease on this master.",
@@ -65,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		s.m.read(func(st *fs.State) { n = st.Counts().Events })
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.parkedAcq, m.eventsSent, sessions, parkedKA, applied, queued} {
+	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.parkedAcq, m.eventsSent, m.invalidationWait, cached, sessions, parkedKA, applied, queued} {
 		reg.MustRegister(c)
 	}
 	return m

@@ -46,6 +46,7 @@ type Server struct {
 	peerSrv server.Server
 	m       *machine
 	leases  *leases
+	cache   *cacheTracker
 	metrics *metrics
 	reg     *prometheus.Registry
 
@@ -131,7 +132,13 @@ func New(cfg Config) (*Server, error) {
 	s.st = st
 	s.m = newMachine(*cfg.Limits, cfg.MaxParkedAcquires)
 	s.leases = newLeases(cfg.Lease, cfg.KeepAliveMargin, cfg.Now, cfg.MaxParkedKeepAlives, s.expireSession)
-	s.m.onEnded = s.leases.ended
+	s.cache = newCacheTracker(cfg.MaxCachedPerSession, cfg.MaxCachedPerCell, s.leases.leaseEnd, s.leases.wake, cfg.Now)
+	s.m.onEnded = func(ids []chubby.SessionID) {
+		for _, id := range ids {
+			s.cache.forget(id)
+		}
+		s.leases.ended(ids)
+	}
 	s.m.onNotify = s.leases.wake
 	s.m.onTimer = s.scheduleTick
 
@@ -327,6 +334,25 @@ func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) 
 // state machine applies it at most once however often it is retried
 // (across failovers too: the answers are replicated state).
 func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op) (*fsm.Result_, error) {
+	// Cache invalidation (DESIGN §4): before the change can commit, every
+	// session caching a node it touches has dropped its copy (or its lease
+	// has ended); the nodes are uncachable until it has applied. The wait
+	// is bounded by a lease (a cacher's lease ends within one).
+	var cacheDone func(uncertain bool)
+	if paths, subtree, all := affected(op); len(paths) > 0 || all {
+		if op.EndSession != nil {
+			s.cache.forget(op.EndSession.Session) // its client no longer serves its cache
+		}
+		start := time.Now()
+		ictx, icancel := context.WithTimeout(ctx, s.cfg.Lease+time.Second)
+		d, err := s.cache.invalidate(ictx, paths, subtree, all)
+		icancel()
+		if err != nil {
+			return nil, err
+		}
+		s.metrics.invalidationWait.Observe(time.Since(start).Seconds())
+		cacheDone = d
+	}
 	cmd := &fsm.Command{TimeMs: s.cfg.Now().UnixMilli(), Op: op}
 	if rid != nil {
 		cmd.Session, cmd.Seq, cmd.SeqFloor = &session, &rid.Seq, &rid.Floor
@@ -334,6 +360,9 @@ func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid 
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	v, err := s.log.Propose(ctx, fs.EncodeCommand(cmd))
+	if cacheDone != nil {
+		cacheDone(err != nil)
+	}
 	if err != nil {
 		var nm *replica.NotMasterError
 		switch {

@@ -304,6 +304,18 @@ func (l *leases) answer(c *parkedKeepAlive, ids []chubby.SessionID, extend bool,
 	return out, true
 }
 
+// leaseEnd reports a session's lease end at the master, false when the
+// session is unknown or being ended.
+func (l *leases) leaseEnd(id chubby.SessionID) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ls, ok := l.m[id]
+	if !ok || ls.ending {
+		return time.Time{}, false
+	}
+	return ls.end, true
+}
+
 // alive reports whether a session exists and is not being ended.
 func (l *leases) alive(id chubby.SessionID) bool {
 	l.mu.Lock()

@@ -118,6 +118,25 @@ func (c *Client) removeSession(s *Session) {
 	delete(c.sessions, s)
 }
 
+// CacheStats sums the cache counters of the client's live sessions.
+func (c *Client) CacheStats() CacheStats {
+	c.mu.Lock()
+	ss := make([]*Session, 0, len(c.sessions))
+	for s := range c.sessions {
+		ss = append(ss, s)
+	}
+	c.mu.Unlock()
+	var out CacheStats
+	for _, s := range ss {
+		st := s.CacheStats()
+		out.Hits += st.Hits
+		out.Misses += st.Misses
+		out.Entries += st.Entries
+		out.Invalidations += st.Invalidations
+	}
+	return out
+}
+
 // Status returns the cell's status: its replicas, which is master, the epoch
 // and counts of sessions, nodes, handles and held locks. Retried (a read).
 func (c *Client) Status(ctx context.Context) (*chubby.CellStatus, error) {

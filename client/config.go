@@ -65,6 +65,14 @@ type Config struct {
 	// (45 s).
 	GracePeriod time.Duration
 
+	// DisableCache turns off the session cache of file contents, Stats and
+	// directory listings (on by default; see the package doc, "Cache").
+	DisableCache bool
+
+	// CacheMaxEntries bounds the nodes each session caches. Default:
+	// DefaultCacheMaxEntries (10,000).
+	CacheMaxEntries int
+
 	// Logger receives the library's diagnostics (session expiry, retries).
 	// Default: a logger that discards everything.
 	Logger *slog.Logger
@@ -99,6 +107,9 @@ func (cfg Config) withDefaults(getenv func(string) string) (Config, error) {
 	}
 	if cfg.ConnectTimeout < 0 || cfg.CallTimeout < 0 || cfg.GracePeriod < 0 {
 		return Config{}, fmt.Errorf("chubby: Config timeouts must not be negative")
+	}
+	if cfg.CacheMaxEntries <= 0 {
+		cfg.CacheMaxEntries = DefaultCacheMaxEntries
 	}
 	if cfg.GracePeriod == 0 {
 		cfg.GracePeriod = DefaultGracePeriod

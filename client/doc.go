@@ -60,7 +60,7 @@
 //     counted from the end of the local lease): it follows NOT_MASTER hints,
 //     and, while it waits for a reply, every 0.5 s asks every configured
 //     replica where the master is (GetMaster) and moves its KeepAlive there.
-//     (There is no cache yet; when there is, it is disabled in jeopardy.) A KeepAlive reply makes the
+//     The cache is flushed and not used (see Cache). A KeepAlive reply makes the
 //     session safe again with every handle, lock and ephemeral node it had
 //     (the new master gave it a full lease to come back). Calls made in
 //     jeopardy wait, bounded by their context, until the session is safe
@@ -119,6 +119,49 @@
 // [HandleEventBuffer] (256) events: an application that does not read
 // loses the oldest, as with session events ([Handle.DroppedEvents] counts
 // them). After either, re-read what you watch.
+//
+// # Cache
+//
+// Each session caches file contents, Stats and directory listings (on by
+// default; [Config.DisableCache] turns it off, [Config.CacheMaxEntries]
+// bounds it). [Handle.GetContentsAndStat], [Handle.GetStat] (of a file: a
+// miss reads content and Stat in one call) and [Handle.ReadDir] answer from
+// it without a call when it holds the node; [Session.CacheStats] and
+// [Client.CacheStats] count hits and misses ([CacheStats.HitRate]).
+//
+// A cached read is never stale. The cell (DESIGN §4) registers the session
+// as a cacher of each node it lets it cache (the reply says cacheable),
+// and before a change to the node commits it sends the session an
+// invalidation on its KeepAlive (a parked one is answered at once) and
+// waits until the next KeepAlive acknowledges it — or until the session's
+// lease has run out, by which time the client has stopped using its cache
+// (jeopardy). While a change is in progress the node is uncachable. The
+// library drops what an invalidation names before it acknowledges it and
+// before it extends its lease, and does not cache a reply if an
+// invalidation arrived while the read was in flight.
+//
+// The cache is used only while the session is safe. It is flushed in
+// jeopardy, when the session ends, and when the master changes (a new
+// epoch, MASTER_FAILED_OVER): the new master knows no cachers, so it asks
+// every caching session to flush and holds every change until each has
+// acknowledged or its lease has run out. Handles survive a failover (they
+// are replicated state); each carries its node's instance number, which
+// the cell checks on the next read, so a handle to a node deleted or
+// re-created meanwhile fails with HANDLE_INVALID rather than reading the
+// new node. A session's own writes (SetContents, Delete) drop its copy at
+// once; the next read fetches and caches the new value.
+//
+// The cached Stat is the one read; only its lock-delay remaining is aged
+// locally. A node is cached per path and instance: a cached entry of a
+// re-created node is never served to a handle of the old one.
+//
+// # Poison
+//
+// [Handle.Poison] fails every call in flight on the handle, and every
+// later call but Close, with [ErrPoisoned], without closing it (Chubby's
+// Poison): a program can unblock threads waiting on a handle (an Acquire,
+// say) before it closes the handle. It is local to the client; a call the
+// cell had already received may still take effect.
 //
 // # Finding the master, and retries
 //

@@ -26,6 +26,9 @@ var (
 	// ErrUnreachable: no replica of the cell could be reached (connection
 	// refused, reset, timed out) within the call's retry budget.
 	ErrUnreachable = errors.New("chubby: cannot reach the cell")
+
+	// ErrPoisoned: the call's handle was poisoned (Handle.Poison).
+	ErrPoisoned = errors.New("chubby: handle poisoned")
 )
 
 // OpError records a failed call: the operation, the path it was about (empty

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -60,6 +61,9 @@ type Handle struct {
 
 	mu   sync.Mutex
 	stat *chubby.Stat // the latest Stat any call on this handle returned
+	// poison is cancelled (with ErrPoisoned) by Poison; made on first use.
+	poison       context.Context
+	poisonCancel context.CancelCauseFunc
 }
 
 // Open opens the node at path (see OpenOptions). It changes the cell (a new
@@ -230,6 +234,9 @@ func (h *Handle) req() *chubby.HandleRequest { return &chubby.HandleRequest{Hand
 
 // GetContentsAndStat reads the file's content and metadata in one call.
 func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, *chubby.Stat, error) {
+	if b, st, ok := h.cachedFile(); ok { // a hit needs no goroutine
+		return b, st, nil
+	}
 	r, err := await(ctx, h.GetContentsAndStatAsync(ctx))
 	if err != nil {
 		return nil, nil, err
@@ -238,27 +245,85 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, *chubby.Stat, 
 }
 
 // GetContentsAndStatAsync is the asynchronous form of GetContentsAndStat.
+// With the cache on, a safe session answers from its cache when it holds
+// the node (a hit makes no call), and caches what the cell lets it.
 func (h *Handle) GetContentsAndStatAsync(ctx context.Context) *rpc.Future[*chubby.GetContentsAndStatResponse] {
-	return rpc.Go(ctx, func(ctx context.Context) (*chubby.GetContentsAndStatResponse, error) {
-		r, err := sessionCall(ctx, h.s, h.s.spec("read", h.Path(), retrySafe),
-			func(ctx context.Context, o ...callopt.Option) (*chubby.GetContentsAndStatResponse, error) {
-				return h.s.c.kc.GetContentsAndStat(ctx, h.req(), o...)
-			})
-		if err == nil {
-			h.remember(r.GetStat())
-		}
-		return r, err
+	return handleGo(h, "read", ctx, func(ctx context.Context) (*chubby.GetContentsAndStatResponse, error) {
+		return h.readFile(ctx)
 	})
+}
+
+// cachedFile serves a read from the cache when it may: the handle is not
+// poisoned, caching is on and the session is safe.
+func (h *Handle) cachedFile() ([]byte, *chubby.Stat, bool) {
+	if h.isPoisoned() || !h.s.cacheUsable() {
+		return nil, nil, false
+	}
+	// A miss is counted by the call that follows.
+	b, st, ok := h.s.cache.file(h.Path(), h.h.GetInstance(), false)
+	if ok {
+		h.remember(st)
+	}
+	return b, st, ok
+}
+
+func (h *Handle) isPoisoned() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.poison != nil && h.poison.Err() != nil
+}
+
+// readFile is GetContentsAndStat through the cache.
+func (h *Handle) readFile(ctx context.Context) (*chubby.GetContentsAndStatResponse, error) {
+	s := h.s
+	usable := s.cacheUsable()
+	if usable {
+		if b, st, ok := s.cache.file(h.Path(), h.h.GetInstance(), true); ok {
+			h.remember(st)
+			return &chubby.GetContentsAndStatResponse{Content: b, Stat: st}, nil
+		}
+	} else if s.caching {
+		s.cache.misses.Add(1)
+	}
+	req := h.req()
+	gen := s.cache.generation()
+	if usable {
+		req.Cache = boolPtr(true)
+	}
+	r, err := sessionCall(ctx, s, s.spec("read", h.Path(), retrySafe),
+		func(ctx context.Context, o ...callopt.Option) (*chubby.GetContentsAndStatResponse, error) {
+			return s.c.kc.GetContentsAndStat(ctx, req, o...)
+		})
+	if err != nil {
+		return r, err
+	}
+	h.remember(r.GetStat())
+	if r.GetCacheable() && s.cacheUsable() {
+		s.cache.fillFile(h.Path(), h.h.GetInstance(), gen, append([]byte(nil), r.GetContent()...), ageStat(r.GetStat(), 0))
+	}
+	return r, nil
 }
 
 // GetStat reads the node's metadata.
 func (h *Handle) GetStat(ctx context.Context) (*chubby.Stat, error) {
+	if _, st, ok := h.cachedFile(); ok {
+		return st, nil
+	}
 	return await(ctx, h.GetStatAsync(ctx))
 }
 
-// GetStatAsync is the asynchronous form of GetStat.
+// GetStatAsync is the asynchronous form of GetStat. With the cache on, a
+// file's Stat comes from the cache, and a miss reads (and caches) content
+// and Stat in one call.
 func (h *Handle) GetStatAsync(ctx context.Context) *rpc.Future[*chubby.Stat] {
-	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Stat, error) {
+	return handleGo(h, "stat", ctx, func(ctx context.Context) (*chubby.Stat, error) {
+		if last := h.Stat(); h.s.caching && last != nil && last.GetKind() == chubby.NodeKind_FILE {
+			r, err := h.readFile(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return r.GetStat(), nil
+		}
 		st, err := sessionCall(ctx, h.s, h.s.spec("stat", h.Path(), retrySafe),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
 				return h.s.c.kc.GetStat(ctx, h.req(), o...)
@@ -275,15 +340,37 @@ func (h *Handle) ReadDir(ctx context.Context) ([]*chubby.DirEntry, error) {
 	return await(ctx, h.ReadDirAsync(ctx))
 }
 
-// ReadDirAsync is the asynchronous form of ReadDir.
+// ReadDirAsync is the asynchronous form of ReadDir. With the cache on, a
+// safe session answers from its cache when it holds the listing.
 func (h *Handle) ReadDirAsync(ctx context.Context) *rpc.Future[[]*chubby.DirEntry] {
-	return rpc.Go(ctx, func(ctx context.Context) ([]*chubby.DirEntry, error) {
-		r, err := sessionCall(ctx, h.s, h.s.spec("readdir", h.Path(), retrySafe),
+	return handleGo(h, "readdir", ctx, func(ctx context.Context) ([]*chubby.DirEntry, error) {
+		s := h.s
+		usable := s.cacheUsable()
+		if usable {
+			if es, ok := s.cache.dir(h.Path(), h.h.GetInstance()); ok {
+				return es, nil
+			}
+		} else if s.caching {
+			s.cache.misses.Add(1)
+		}
+		req := h.req()
+		gen := s.cache.generation()
+		if usable {
+			req.Cache = boolPtr(true)
+		}
+		r, err := sessionCall(ctx, s, s.spec("readdir", h.Path(), retrySafe),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.ReadDirResponse, error) {
-				return h.s.c.kc.ReadDir(ctx, h.req(), o...)
+				return s.c.kc.ReadDir(ctx, req, o...)
 			})
 		if err != nil {
 			return nil, err
+		}
+		if r.GetCacheable() && s.cacheUsable() {
+			cp := make([]*chubby.DirEntry, len(r.GetEntries()))
+			for i, d := range r.GetEntries() {
+				cp[i] = &chubby.DirEntry{Name: d.Name, Stat: ageStat(d.Stat, 0)}
+			}
+			s.cache.fillDir(h.Path(), h.h.GetInstance(), gen, cp)
 		}
 		return r.GetEntries(), nil
 	})
@@ -308,7 +395,7 @@ func (h *Handle) SetContents(ctx context.Context, content []byte, opts ...SetOpt
 
 // SetContentsAsync is the asynchronous form of SetContents.
 func (h *Handle) SetContentsAsync(ctx context.Context, content []byte, opts ...SetOption) *rpc.Future[*chubby.Stat] {
-	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Stat, error) {
+	return handleGo(h, "write", ctx, func(ctx context.Context) (*chubby.Stat, error) {
 		req := &chubby.SetContentsRequest{Handle: h.h, Content: content}
 		if req.Content == nil {
 			req.Content = []byte{}
@@ -318,6 +405,10 @@ func (h *Handle) SetContentsAsync(ctx context.Context, content []byte, opts ...S
 				req.ExpectedGeneration = o.expectedGeneration
 			}
 		}
+		// Write-through: our copy goes now and again when the write is done
+		// (the cell has invalidated it too before the write committed).
+		h.s.cache.drop(h.Path())
+		defer h.s.cache.drop(h.Path())
 		st, err := sessionCall(ctx, h.s, h.s.onceSpec("write", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
 				return h.s.c.kc.SetContents(ctx, req, o...)
@@ -338,11 +429,13 @@ func (h *Handle) Delete(ctx context.Context, recursive bool) error {
 
 // DeleteAsync is the asynchronous form of Delete.
 func (h *Handle) DeleteAsync(ctx context.Context, recursive bool) *rpc.Future[struct{}] {
-	return rpc.Go(ctx, func(ctx context.Context) (struct{}, error) {
+	return handleGo(h, "delete", ctx, func(ctx context.Context) (struct{}, error) {
 		req := &chubby.DeleteRequest{Handle: h.h}
 		if recursive {
 			req.Recursive = boolPtr(true)
 		}
+		h.s.cache.dropTree(h.Path())
+		defer h.s.cache.dropTree(h.Path())
 		return sessionCall(ctx, h.s, h.s.onceSpec("delete", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
 				return struct{}{}, h.s.c.kc.Delete(ctx, req, o...)
@@ -388,7 +481,7 @@ func (h *Handle) Acquire(ctx context.Context, mode chubby.LockMode, wait time.Du
 
 // AcquireAsync is the asynchronous form of Acquire.
 func (h *Handle) AcquireAsync(ctx context.Context, mode chubby.LockMode, wait time.Duration, opts LockOptions) *rpc.Future[*chubby.Sequencer] {
-	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+	return handleGo(h, "acquire", ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
 		if wait <= 0 {
 			return nil, &OpError{Op: "acquire", Path: h.Path(),
 				Err: newError(chubby.ErrorCode_INVALID_ARGUMENT, "wait must be positive, got %v", wait)}
@@ -412,7 +505,7 @@ func (h *Handle) TryAcquire(ctx context.Context, mode chubby.LockMode, opts Lock
 
 // TryAcquireAsync is the asynchronous form of TryAcquire.
 func (h *Handle) TryAcquireAsync(ctx context.Context, mode chubby.LockMode, opts LockOptions) *rpc.Future[*chubby.Sequencer] {
-	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+	return handleGo(h, "try-acquire", ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
 		req := &chubby.TryAcquireRequest{Handle: h.h, Mode: mode, LockDelayMs: opts.lockDelayMs()}
 		return sessionCall(ctx, h.s, h.s.onceSpec("try-acquire", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
@@ -429,7 +522,7 @@ func (h *Handle) Release(ctx context.Context) error {
 
 // ReleaseAsync is the asynchronous form of Release.
 func (h *Handle) ReleaseAsync(ctx context.Context) *rpc.Future[struct{}] {
-	return rpc.Go(ctx, func(ctx context.Context) (struct{}, error) {
+	return handleGo(h, "release", ctx, func(ctx context.Context) (struct{}, error) {
 		req := h.req()
 		return sessionCall(ctx, h.s, h.s.onceSpec("release", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
@@ -446,7 +539,7 @@ func (h *Handle) GetSequencer(ctx context.Context) (*chubby.Sequencer, error) {
 
 // GetSequencerAsync is the asynchronous form of GetSequencer.
 func (h *Handle) GetSequencerAsync(ctx context.Context) *rpc.Future[*chubby.Sequencer] {
-	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+	return handleGo(h, "get-sequencer", ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
 		return sessionCall(ctx, h.s, h.s.spec("get-sequencer", h.Path(), retrySafe),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
 				return h.s.c.kc.GetSequencer(ctx, h.req(), o...)
@@ -471,6 +564,47 @@ func (h *Handle) CloseAsync(ctx context.Context) *rpc.Future[struct{}] {
 			})
 		if err == nil || IsCode(err, chubby.ErrorCode_HANDLE_INVALID) {
 			h.s.unwatch(h) // closed now, or the cell had no such handle
+		}
+		return v, err
+	})
+}
+
+// Poison fails every outstanding call on the handle, and every later one
+// except Close, with ErrPoisoned, without closing the handle (Chubby's
+// Poison): a program can stop threads blocked on a handle, such as one in
+// Acquire, without freeing the handle under them. It is local: the cell is
+// not told, so a call it had already received may still take effect (an
+// Acquire may yet be granted; Release or Close the handle to be sure).
+func (h *Handle) Poison() {
+	_, cancel := h.poisonCtx()
+	cancel(ErrPoisoned)
+}
+
+func (h *Handle) poisonCtx() (context.Context, context.CancelCauseFunc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.poison == nil {
+		h.poison, h.poisonCancel = context.WithCancelCause(context.Background())
+	}
+	return h.poison, h.poisonCancel
+}
+
+// handleGo runs a call on h asynchronously (rpc.Go) and makes Poison fail
+// it: the call's context is cancelled with ErrPoisoned.
+func handleGo[T any](h *Handle, op string, ctx context.Context, f func(context.Context) (T, error)) *rpc.Future[T] {
+	return rpc.Go(ctx, func(ctx context.Context) (T, error) {
+		var zero T
+		pctx, _ := h.poisonCtx()
+		if pctx.Err() != nil {
+			return zero, &OpError{Op: op, Path: h.Path(), Err: ErrPoisoned}
+		}
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(pctx, func() { cancel(ErrPoisoned) })
+		defer stop()
+		v, err := f(ctx)
+		if err != nil && errors.Is(context.Cause(ctx), ErrPoisoned) {
+			return zero, &OpError{Op: op, Path: h.Path(), Err: ErrPoisoned}
 		}
 		return v, err
 	})

@@ -119,7 +119,7 @@ func TestHandleEvents(t *testing.T) {
 // testSession is a session with no cell behind it, for the event delivery
 // logic alone.
 func testSession() *Session {
-	return &Session{log: slog.New(slog.NewTextHandler(io.Discard, nil)), events: newEventQueue[SessionEvent](SessionEventBuffer),
+	return &Session{cache: newCache(DefaultCacheMaxEntries), log: slog.New(slog.NewTextHandler(io.Discard, nil)), events: newEventQueue[SessionEvent](SessionEventBuffer),
 		changed: make(chan struct{}), state: StateSafe, epoch: 1}
 }
 

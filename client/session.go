@@ -66,8 +66,12 @@ type Session struct {
 	cancel context.CancelFunc
 
 	loopDone chan struct{} // closed when the KeepAlive loop has returned
-	events   *eventQueue[SessionEvent]
-	ev       sessionEvents // events of the session's handles (events.go)
+	// cache holds file contents, Stats and listings (cache.go); it also
+	// tracks invalidation acks, which are sent even when caching is off.
+	cache   *cache
+	caching bool // !Config.DisableCache
+	events  *eventQueue[SessionEvent]
+	ev      sessionEvents // events of the session's handles (events.go)
 
 	// reqSeq numbers the session's calls that change the cell (their
 	// RequestID); a number is kept across every resend of one call, so the
@@ -108,7 +112,11 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 		sent := time.Now()
 		r, err := call(ctx, c, callSpec{op: "create-session", class: retrySafe, timeout: c.cfg.CallTimeout},
 			func(ctx context.Context, o ...callopt.Option) (*chubby.CreateSessionResponse, error) {
-				return c.kc.CreateSession(ctx, &chubby.CreateSessionRequest{ClientName: c.cfg.ClientName}, o...)
+				req := &chubby.CreateSessionRequest{ClientName: c.cfg.ClientName}
+				if !c.cfg.DisableCache {
+					req.Cache = boolPtr(true)
+				}
+				return c.kc.CreateSession(ctx, req, o...)
 			})
 		if err != nil {
 			return nil, err
@@ -124,6 +132,8 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 			lease:    time.Duration(r.GetLeaseMs()) * time.Millisecond,
 			epoch:    r.GetEpoch(),
 			changed:  make(chan struct{}),
+			cache:    newCache(c.cfg.CacheMaxEntries),
+			caching:  !c.cfg.DisableCache,
 		}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		s.leaseEnd = sent.Add(s.lease)
@@ -182,6 +192,21 @@ func (s *Session) stateLocked(now time.Time) SessionState {
 		return StateJeopardy
 	}
 	return s.state
+}
+
+// CacheStats returns the session cache's hit and miss counts.
+func (s *Session) CacheStats() CacheStats { return s.cache.stats() }
+
+// cacheUsable reports whether the cache may serve a read now: caching is
+// on and the session is safe (its local lease has not run out), so the
+// master still waits for this client's acks before changing what it holds.
+func (s *Session) cacheUsable() bool {
+	if !s.caching {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err == nil && s.stateLocked(time.Now()) == StateSafe
 }
 
 // Events returns the session's event channel: EventJeopardy, EventSafe,
@@ -250,6 +275,7 @@ func (s *Session) end(err error) {
 	epoch := s.epoch
 	s.broadcastLocked()
 	s.mu.Unlock()
+	s.cache.flush()
 	s.cancel()
 	s.c.removeSession(s)
 	if expired {
@@ -461,6 +487,11 @@ func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
 		// What the previous replies delivered: the cell may forget it.
 		item.AckedEvent = &acked
 	}
+	if inv := s.cache.ackSeq(); inv > 0 {
+		// The invalidations applied so far: the master may let the changes
+		// that sent them commit.
+		item.AckedInvalidation = &inv
+	}
 	req := &chubby.KeepAliveRequest{
 		Sessions: []*chubby.KeepAliveItem{item},
 		Epoch:    &epoch,
@@ -482,6 +513,7 @@ func (s *Session) enterJeopardy() {
 		return
 	}
 	s.state = StateJeopardy
+	s.cache.flush() // the master may stop waiting for our acks at any moment now
 	s.graceEnd = s.leaseEnd.Add(s.grace)
 	leaseEnd, graceEnd, epoch := s.leaseEnd, s.graceEnd, s.epoch
 	s.broadcastLocked()
@@ -502,6 +534,7 @@ func (s *Session) noteEpoch(epoch int64) {
 	old := s.epoch
 	s.epoch = epoch
 	s.mu.Unlock()
+	s.cache.flush() // the new master knows no cachers
 	s.log.Info("chubby: master epoch changed", "from", old, "to", epoch)
 	s.emit(EventMasterChanged, epoch, nil)
 }
@@ -523,6 +556,9 @@ func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) er
 			return fmt.Errorf("KeepAlive reply grants no lease (lease_ms=%d)", res.GetLeaseMs())
 		}
 		lease := time.Duration(res.GetLeaseMs()) * time.Millisecond
+		// Invalidations first: the lease this reply extends covers only a
+		// cache without what they name.
+		s.cache.apply(res)
 		now := time.Now()
 		s.mu.Lock()
 		if s.err != nil {

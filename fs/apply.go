@@ -11,8 +11,10 @@ import (
 // ends the lock-delays that are over and grants their queues; then the
 // operation is applied. A refused operation returns res.Err (a
 // *chubby.ChubbyError) and changes nothing else: it is as if the command had
-// been a Tick. A command whose time_ms is outside 0..MaxTimeMs is refused
-// before the clock moves and changes nothing at all.
+// been a Tick, except that a sequenced command refused by its operation
+// saves its answer and raises its session's floor (see apply). A command
+// whose time_ms is outside 0..MaxTimeMs is refused before the clock moves
+// and changes nothing at all.
 //
 // Apply never panics on any input; it panics only when an internal invariant
 // is broken, which is a bug.
@@ -35,10 +37,14 @@ func (s *State) Apply(cmd *fsm.Command) (res *fsm.Result_, fx Effects) {
 // request below it is finished) and the saved results of the sequenced
 // commands it applied at or above the floor. A seq below the floor is
 // refused; an answered seq returns its saved result without applying again;
-// any other seq is applied and, when it succeeds, its result is saved and
-// the floor raised to the command's seq_floor (unset: seq), forgetting the
-// answers below it. A refused command is not saved: it changed nothing, so
-// applying its retry again is safe. See the package documentation.
+// any other seq is applied and its result is saved, whether it succeeded or
+// was refused, and the floor raised to the command's seq_floor (unset: seq),
+// forgetting the answers below it. The first application decides the
+// request's outcome: a refusal is an answer the client acts on, so a copy
+// of the request applied later (a first attempt still queued behind its
+// retry) must not succeed where it was refused. Only the refusals checked
+// here, before the operation, are not saved: they say nothing about the
+// request's effect (see the package documentation, # Exactly-once).
 func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	op := cmd.Op
 	if op == nil || op.CountSetFieldsOp() != 1 {
@@ -86,7 +92,10 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 
 	res := s.dispatch(op, fx)
 
-	if seq > 0 && res.Err == nil && s.sessions[sess.id] == sess {
+	// Save every answer of a sequenced command that reached here, refusals
+	// included. (An EndSession of its own session leaves nothing to save
+	// in: the record ended with it.)
+	if seq > 0 && s.sessions[sess.id] == sess {
 		sess.saveAnswer(seq, cloneResult(res))
 		sess.raiseFloor(floor)
 	}

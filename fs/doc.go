@@ -24,7 +24,9 @@
 // *chubby.ChubbyError with a code, and changes nothing — except that the
 // clock advanced to its time_ms, as for a Tick, and that a TryAcquire
 // refused with LOCK_HELD queues CONFLICTING_LOCK_REQUEST for the holders
-// (see "Events"). The first fault found is
+// (see "Events"), and that a sequenced command refused by its operation
+// saves that refusal as its answer and raises its session's floor (see
+// "Exactly-once"). The first fault found is
 // reported, in the order: arguments, session, handle, permission, state.
 // Errors from the read methods are *chubby.ChubbyError too; Errorf builds
 // them and Code extracts the code from any error.
@@ -222,15 +224,43 @@
 //     changes nothing: an answer a client may still retry is never dropped
 //     to make room. This is checked before the operation, so it takes
 //     precedence over the operation's own faults;
-//   - otherwise the command is applied. If it succeeds, its Result is saved
-//     under seq, then the session's floor rises to seq_floor if that is
-//     higher (it never goes down: requests apply out of order) and the
+//   - otherwise the command is applied, and its Result is saved under seq
+//     whether it succeeded or was refused (GENERATION_MISMATCH, LOCK_HELD,
+//     NOT_FOUND, ...); then the session's floor rises to seq_floor if that
+//     is higher (it never goes down: requests apply out of order) and the
 //     answers below the new floor are forgotten.
 //
-// Only successful Results are saved: a refused command changed nothing, so
-// applying its retry again is safe, and it neither takes room among the
-// saved answers nor raises the floor (a later request carries the floor
-// again). Request numbers need not be dense or in order: 5 may apply before
+// Refusals are saved because the first application decides the request's
+// outcome, and every later copy must get that same answer. A client whose
+// first attempt timed out sends the same seq again; if the retry is applied
+// first and refused, the client takes the refusal as the answer, and the
+// first attempt, still queued, must not then succeed (it would find the
+// state changed in between, e.g. the generation it expects now current):
+// the operation would take effect after the client was told it was refused,
+// which is not linearizable. So the saved refusal is returned to it
+// instead, and it changes nothing. A saved refusal takes room among the
+// saved answers and raises the floor like a success.
+//
+// Not saved are the refusals checked before the operation, in the order
+// above: a malformed seq or seq_floor, a seq below the floor, the session
+// checks below, and LIMIT_EXCEEDED for too many answers in flight. They say
+// nothing about the request's effect, and a later copy gets its own
+// outcome. For most this is safe because the refusal is permanent: a seq
+// below the floor stays below it (the floor never goes down), an ended
+// session never returns (ids are not reused), and malformed numbers or a
+// session mismatch are refused for every copy that carries them (a client
+// bug in any case). LIMIT_EXCEEDED is not permanent: the floor rising
+// (another request's seq_floor) makes room, and a copy of the same seq
+// applied then succeeds. It therefore is not a final answer: a client must
+// treat it like a timeout, as "not applied yet, outcome unknown" while any
+// earlier copy of the request may still be in flight, and either retry the
+// same seq (after raising its floor) or keep treating the request as
+// possibly applied; it must never report it to its caller as a refusal of
+// the operation. Saving it instead would not help: the limit exists to
+// bound the record, and a saved LIMIT_EXCEEDED would refuse the request
+// forever even though nothing was wrong with it.
+//
+// Request numbers need not be dense or in order: 5 may apply before
 // 4, and then 4 is applied when it comes (if the floor has not passed it).
 // Command.seq needs Command.session, and seq_floor needs seq
 // (INVALID_ARGUMENT); Command.session must match the session the operation
@@ -268,7 +298,7 @@
 //     held, the mode asked), when an Acquire cannot be granted because of
 //     them (it is incompatible with their mode): a queued Acquire, a
 //     TryAcquire refused with LOCK_HELD (the one change a refused command
-//     makes), and, for the handles a release grants the lock to, when
+//     makes, besides saving a sequenced command's answer), and, for the handles a release grants the lock to, when
 //     others still wait behind them.
 //
 // The writer's own handles are told like any other. Every event carries

@@ -17,7 +17,7 @@ type eoEnv struct {
 	h     *harness
 	sess  chubby.SessionID
 	f     *chubby.Handle
-	first map[int64][]byte // the first successful answer of each seq, encoded
+	first map[int64][]byte // the first answer of each seq (success or refusal), encoded
 }
 
 func newEOEnv(t *testing.T, l Limits) *eoEnv {
@@ -59,10 +59,17 @@ func errCode(e *chubby.ChubbyError) chubby.ErrorCode {
 type eoStep struct {
 	seq   int64
 	floor *int64 // nil: unset
-	op    string // set: SetContents of /f; cas1, cas99: the same expecting generation 1, 99; seqfile: sequential CreateFile in /q
+	op    string // set: SetContents of /f; cas1, cas2, cas99: the same expecting generation 1, 2, 99; seqfile: sequential CreateFile in /q
 	code  chubby.ErrorCode
 	msg   string // when refused: part of the message
 	saved bool   // answered from the record: the first answer of seq again
+}
+
+// preDispatch reports whether st expects a refusal checked before the
+// operation (bad numbers, below the floor, too many in flight), which is
+// not saved; any other answer is the first answer of its seq, and saved.
+func (st eoStep) preDispatch() bool {
+	return st.code == invalid || st.msg == limitMsg
 }
 
 func (e *eoEnv) op(name string) *fsm.Op {
@@ -71,6 +78,8 @@ func (e *eoEnv) op(name string) *fsm.Op {
 		return opSet(e.f, "x")
 	case "cas1":
 		return opSetGen(e.f, "x", 1)
+	case "cas2":
+		return opSetGen(e.f, "x", 2)
 	case "cas99":
 		return opSetGen(e.f, "x", 99)
 	case "seqfile":
@@ -161,8 +170,9 @@ func TestExactlyOnce(t *testing.T) {
 				{seq: 1, floor: fl(1), op: "cas1"},
 				{seq: 1, floor: fl(1), op: "cas1", saved: true},
 				{seq: 2, floor: fl(1), op: "cas1", code: chubby.ErrorCode_GENERATION_MISMATCH},
+				{seq: 2, floor: fl(1), op: "cas1", code: chubby.ErrorCode_GENERATION_MISMATCH, saved: true},
 			},
-			gen: 2, floor: 1, answers: []int64{1},
+			gen: 2, floor: 1, answers: []int64{1, 2},
 		},
 		{
 			name: "retry after later requests",
@@ -220,14 +230,32 @@ func TestExactlyOnce(t *testing.T) {
 			gen: 3, floor: 1, answers: []int64{1, 2},
 		},
 		{
-			name: "a refused command is not saved and raises no floor",
+			// The first application decides: a retry gets the saved refusal
+			// and applies nothing, even where it would succeed now.
+			name: "a refused command is saved and raises the floor",
 			steps: []eoStep{
 				{seq: 1, floor: fl(1), op: "cas99", code: chubby.ErrorCode_GENERATION_MISMATCH},
-				{seq: 1, floor: fl(1), op: "set"},
-				{seq: 3, floor: fl(3), op: "cas99", code: chubby.ErrorCode_GENERATION_MISMATCH},
-				{seq: 2, floor: fl(1), op: "set"},
+				{seq: 1, floor: fl(1), op: "set", code: chubby.ErrorCode_GENERATION_MISMATCH, saved: true},
+				{seq: 2, floor: fl(1), op: "cas2", code: chubby.ErrorCode_GENERATION_MISMATCH},
+				{seq: 3, floor: fl(1), op: "set"},                                                           // now at generation 2
+				{seq: 2, floor: fl(1), op: "cas2", code: chubby.ErrorCode_GENERATION_MISMATCH, saved: true}, // would succeed now
+				{seq: 4, floor: fl(4), op: "cas99", code: chubby.ErrorCode_GENERATION_MISMATCH},             // raises the floor
+				{seq: 3, floor: fl(3), op: "set", code: invalid, msg: belowMsg},
+				{seq: 4, floor: fl(4), op: "cas2", code: chubby.ErrorCode_GENERATION_MISMATCH, saved: true},
 			},
-			gen: 3, floor: 1, answers: []int64{1, 2},
+			gen: 2, floor: 4, answers: []int64{4},
+		},
+		{
+			name:  "saved refusals take room",
+			limit: 2,
+			steps: []eoStep{
+				{seq: 1, floor: fl(1), op: "cas99", code: chubby.ErrorCode_GENERATION_MISMATCH},
+				{seq: 2, floor: fl(1), op: "cas99", code: chubby.ErrorCode_GENERATION_MISMATCH},
+				{seq: 3, floor: fl(1), op: "set", code: chubby.ErrorCode_LIMIT_EXCEEDED, msg: limitMsg},
+				{seq: 3, floor: fl(2), op: "set"},
+				{seq: 2, floor: fl(2), op: "cas99", code: chubby.ErrorCode_GENERATION_MISMATCH, saved: true},
+			},
+			gen: 2, floor: 2, answers: []int64{2, 3},
 		},
 		{
 			name: "bad numbers",
@@ -268,12 +296,12 @@ func TestExactlyOnce(t *testing.T) {
 			for i, st := range tt.steps {
 				res, _ := e.send(st.seq, st.floor, e.op(st.op))
 				switch {
-				case st.code != 0:
-					if errCode(res.Err) != st.code || !strings.Contains(res.Err.Message, st.msg) {
-						t.Fatalf("step %d (seq %d): got %v, want %v %q", i, st.seq, res.Err, st.code, st.msg)
-					}
-				case res.Err != nil:
+				case st.code != 0 && (errCode(res.Err) != st.code || !strings.Contains(res.Err.Message, st.msg)):
+					t.Fatalf("step %d (seq %d): got %v, want %v %q", i, st.seq, res.Err, st.code, st.msg)
+				case st.code == 0 && res.Err != nil:
 					t.Fatalf("step %d (seq %d): %v", i, st.seq, res.Err)
+				case st.preDispatch():
+					// Refused before the operation: nothing saved.
 				case st.saved:
 					if first := e.first[st.seq]; first == nil || !bytes.Equal(EncodeResult(res), first) {
 						t.Fatalf("step %d (seq %d): %v is not the first answer", i, st.seq, res)
@@ -296,6 +324,70 @@ func TestExactlyOnce(t *testing.T) {
 				t.Errorf("floor %d answers %v, want %d %v", floor, answers, tt.floor, tt.answers)
 			}
 		})
+	}
+}
+
+// TestExactlyOnceRefusalSaved reproduces the bug of saving only successes:
+// a client's first attempt of request 7 (a compare-and-swap) times out and
+// is still queued; its retry is applied first and refused, and the client
+// takes the refusal as the answer. The state then changes so that the CAS
+// would succeed, and the first attempt is applied. It must get the saved
+// refusal and change nothing; before the fix it found no saved answer and
+// succeeded: the write took effect after the client was told it was
+// refused. The same for a TryAcquire refused with LOCK_HELD.
+func TestExactlyOnceRefusalSaved(t *testing.T) {
+	e := newEOEnv(t, DefaultLimits())
+	h := e.h
+	cas := opSetGen(e.f, "cas", 2) // /f is at generation 1: refused
+	r1, fx := e.send(7, fl(7), cas)
+	if errCode(r1.Err) != chubby.ErrorCode_GENERATION_MISMATCH || len(fx.Woken) != 0 {
+		t.Fatalf("first application: %v %+v", r1.Err, fx)
+	}
+	// Another request moves /f to generation 2: the CAS would succeed now.
+	if r, _ := e.send(8, fl(7), opSet(e.f, "other")); r.Err != nil || r.Stat.ContentGeneration != 2 {
+		t.Fatalf("request 8: %v", r)
+	}
+	// The queued first attempt of 7 (the harness checks it changes nothing).
+	r2, fx := e.send(7, fl(7), opSetGen(e.f, "cas", 2))
+	if !bytes.Equal(EncodeResult(r2), EncodeResult(r1)) || len(fx.Woken) != 0 {
+		t.Fatalf("second copy of request 7: %v %+v, want the saved %v", r2, fx, r1)
+	}
+	if st := h.stat(e.f); st.ContentGeneration != 2 {
+		t.Fatalf("request 7 took effect: generation %d", st.ContentGeneration)
+	}
+	if c, _, _ := h.s.GetContentsAndStat(e.f); string(c) != "other" {
+		t.Fatalf("request 7 took effect: contents %q", c)
+	}
+	if floor, answers := e.record(); floor != 7 || !slices.Equal(answers, []int64{7, 8}) {
+		t.Fatalf("record: floor %d answers %v, want 7 [7 8]", floor, answers)
+	}
+
+	// TryAcquire refused with LOCK_HELD; the holder releases; the second
+	// copy must not take the lock.
+	other := h.session()
+	ho := h.rw(other, "/l")
+	h.ok(opAcquire(ho, excl, false, 0))
+	hl := h.rw(e.sess, "/l")
+	r3, _ := e.send(9, fl(9), opAcquire(hl, excl, false, 0))
+	if errCode(r3.Err) != chubby.ErrorCode_LOCK_HELD {
+		t.Fatalf("try-acquire: %v", r3.Err)
+	}
+	h.ok(opRelease(ho))
+	if r4, fx := e.send(9, fl(9), opAcquire(hl, excl, false, 0)); !bytes.Equal(EncodeResult(r4), EncodeResult(r3)) || len(fx.Woken) != 0 {
+		t.Fatalf("second copy of the try-acquire: %v %+v, want %v", r4, fx, r3)
+	}
+	if _, err := h.s.GetSequencer(hl); err == nil {
+		t.Fatal("the second copy of a refused try-acquire took the lock")
+	}
+
+	// The saved refusal survives a snapshot.
+	r, err := Restore(h.s.Snapshot(), h.s.limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := r.Apply(&fsm.Command{TimeMs: h.now, Session: &e.sess, Seq: ptr(int64(9)), SeqFloor: ptr(int64(9)), Op: opAcquire(hl, excl, false, 0)})
+	if !bytes.Equal(EncodeResult(got), EncodeResult(r3)) {
+		t.Fatalf("restored copy of the try-acquire: %v, want %v", got, r3)
 	}
 }
 
@@ -440,5 +532,18 @@ func TestExactlyOnceSnapshot(t *testing.T) {
 	mutate("answers out of order", func(ss *fsm.SnapSession) { ss.Answers[0], ss.Answers[1] = ss.Answers[1], ss.Answers[0] })
 	mutate("answer repeated", func(ss *fsm.SnapSession) { ss.Answers[1].Seq = ss.Answers[0].Seq })
 	mutate("answer missing", func(ss *fsm.SnapSession) { ss.Answers[1] = nil })
-	mutate("error saved", func(ss *fsm.SnapSession) { ss.Answers[1].Result_.Err = Errorf(chubby.ErrorCode_NOT_FOUND, "x") })
+	mutate("refusal with results", func(ss *fsm.SnapSession) { ss.Answers[1].Result_.Err = Errorf(chubby.ErrorCode_NOT_FOUND, "x") })
+	mutate("refusal without a code", func(ss *fsm.SnapSession) {
+		ss.Answers[1].Result_ = &fsm.Result_{Err: &chubby.ChubbyError{Message: "x"}}
+	})
+
+	// A saved refusal (a bare error) restores.
+	sn, err := decodeSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn.Sessions[0].Answers[1].Result_ = &fsm.Result_{Err: Errorf(chubby.ErrorCode_GENERATION_MISMATCH, "x")}
+	if _, err := Restore(EncodeSnapshotForTest(sn), DefaultLimits()); err != nil {
+		t.Errorf("saved refusal refused: %v", err)
+	}
 }

@@ -11,7 +11,12 @@ import (
 
 // harness drives a State in tests. After every command it checks the
 // invariants, and for a refused command that it changed nothing but the
-// clock (the state equals the state before plus a Tick at the same time).
+// clock (the state equals the state before plus a Tick at the same time) —
+// and, for a sequenced command refused by its operation, its session's
+// exactly-once record: the refusal saved as the answer of its seq and the
+// floor raised to its seq_floor, exactly as apply does for a success.
+// Whether the refusal had to be saved is checked by the exactly-once tests
+// and the model (TestExactlyOnce, TestRandomModel), not here.
 type harness struct {
 	t   testing.TB
 	s   *State
@@ -32,6 +37,7 @@ func (h *harness) cmd(c *fsm.Command) (*fsm.Result_, Effects) {
 	h.t.Helper()
 	c.TimeMs = h.now
 	var want []byte
+	var ticked *State
 	if h.strict {
 		// The expected state if c is refused: the same state ticked to c's time.
 		t, err := Restore(h.s.Snapshot(), h.s.limits)
@@ -41,7 +47,7 @@ func (h *harness) cmd(c *fsm.Command) (*fsm.Result_, Effects) {
 		if c.TimeMs >= 0 && c.TimeMs <= MaxTimeMs {
 			t.Apply(&fsm.Command{TimeMs: c.TimeMs, Op: &fsm.Op{Tick: &fsm.Tick{}}})
 		}
-		want = t.Snapshot()
+		ticked = t
 	}
 	res, fx := h.s.Apply(c)
 	if res == nil {
@@ -49,6 +55,26 @@ func (h *harness) cmd(c *fsm.Command) (*fsm.Result_, Effects) {
 	}
 	if err := h.s.checkInvariants(); err != nil {
 		h.t.Fatalf("invariant broken after %v: %v", c, err)
+	}
+	if h.strict && res.Err != nil {
+		// A refusal newly saved under c's seq (it was not there before):
+		// expect exactly that answer and c's floor in the record, nothing else.
+		if c.Session != nil && c.Seq != nil {
+			before, after := ticked.sessions[*c.Session], h.s.sessions[*c.Session]
+			if before != nil && after != nil {
+				_, had := before.findAnswer(*c.Seq)
+				_, has := after.findAnswer(*c.Seq)
+				if !had && has {
+					floor := *c.Seq
+					if c.SeqFloor != nil {
+						floor = *c.SeqFloor
+					}
+					before.saveAnswer(*c.Seq, cloneResult(res))
+					before.raiseFloor(floor)
+				}
+			}
+		}
+		want = ticked.Snapshot()
 	}
 	if h.strict && res.Err != nil && !bytes.Equal(want, h.s.Snapshot()) {
 		// The one exception: a TryAcquire refused with LOCK_HELD tells

@@ -30,7 +30,8 @@ import (
 //   - handles and sessions: every handle belongs to a live session and is
 //     in its set; a handle of a deleted node holds and waits for nothing;
 //     every holding or waiting handle is listed by its node's lock;
-//     the exactly-once record is consistent;
+//     the exactly-once record is consistent (ascending, at or above the
+//     floor; each answer a success or a bare refusal);
 //   - events: each session's queue is gapless and ascending up to its last
 //     event seq, with EVENTS_LOST only first; per-handle events name a
 //     handle and a path; a node's watchers are exactly the live handles on
@@ -74,8 +75,11 @@ func (s *State) checkInvariants() error {
 			return fmt.Errorf("session %d: request floor %d", id, sess.floor)
 		}
 		for i, a := range sess.answers {
-			if a.seq < sess.floor || i > 0 && a.seq <= sess.answers[i-1].seq || a.res == nil || a.res.Err != nil {
+			if a.seq < sess.floor || i > 0 && a.seq <= sess.answers[i-1].seq {
 				return fmt.Errorf("session %d: bad saved answer %d (request %d, floor %d)", id, i, a.seq, sess.floor)
+			}
+			if err := checkAnswer(a.res); err != nil {
+				return fmt.Errorf("session %d: saved answer of request %d: %w", id, a.seq, err)
 			}
 		}
 		if err := checkEventQueue(sess, s.now, s.nextHandle); err != nil {

@@ -20,6 +20,7 @@ type lockModel struct {
 	handles map[int64]*chubby.Handle       // every handle handed out
 	session map[int64]chubby.SessionID     // handle → session
 	seqs    map[chubby.SessionID]*seqModel // exactly-once records of live sessions
+	live    map[chubby.SessionID]bool      // sessions created and not ended
 	limit   int                            // Limits.MaxSavedAnswersPerSession
 }
 
@@ -42,7 +43,7 @@ func TestRandomModel(t *testing.T) {
 				MaxEventsPerSession: 4, MaxTotalEvents: 10})
 		}
 		m := &lockModel{pending: map[int64]bool{}, holding: map[int64]chubby.LockMode{}, handles: map[int64]*chubby.Handle{}, session: map[int64]chubby.SessionID{},
-			seqs: map[chubby.SessionID]*seqModel{}, limit: h.s.Limits().MaxSavedAnswersPerSession}
+			seqs: map[chubby.SessionID]*seqModel{}, live: map[chubby.SessionID]bool{}, limit: h.s.Limits().MaxSavedAnswersPerSession}
 		for i := 0; i < steps; i++ {
 			// The "refused changes nothing" check is O(state) thrice: run it
 			// on a prefix of each stream.
@@ -59,6 +60,7 @@ func TestRandomModel(t *testing.T) {
 
 func (m *lockModel) observe(t *testing.T, seed int64, step int, c *fsm.Command, res *fsm.Result_, fx Effects) {
 	t.Helper()
+	live := c.Session != nil && m.live[*c.Session] // before the command (it may end it)
 	for _, w := range fx.Woken {
 		if !m.pending[w.Handle] {
 			t.Fatalf("seed %d step %d: wake for handle %d that was not waiting", seed, step, w.Handle)
@@ -74,8 +76,12 @@ func (m *lockModel) observe(t *testing.T, seed int64, step int, c *fsm.Command, 
 			m.holding[w.Handle] = w.Sequencer.Mode
 		}
 	}
+	if c.Op != nil && c.Op.CreateSession != nil && res.Session != nil {
+		m.live[*res.Session] = true
+	}
 	for _, id := range fx.EndedSessions {
 		delete(m.seqs, id)
+		delete(m.live, id)
 		for hid, sid := range m.session {
 			if sid == id {
 				if m.pending[hid] {
@@ -85,7 +91,7 @@ func (m *lockModel) observe(t *testing.T, seed int64, step int, c *fsm.Command, 
 			}
 		}
 	}
-	if c.Session != nil && c.Seq != nil && m.exactlyOnce(t, seed, step, c, res, fx) {
+	if c.Session != nil && c.Seq != nil && m.exactlyOnce(t, seed, step, c, live, res, fx) {
 		// A retry answered from the exactly-once record changed nothing.
 		return
 	}
@@ -118,6 +124,22 @@ func (m *lockModel) observe(t *testing.T, seed int64, step int, c *fsm.Command, 
 
 func (m *lockModel) check(t *testing.T, seed int64, step int, s *State) {
 	t.Helper()
+	// The exactly-once records are the model's: every answer saved (refusals
+	// too) and nothing else.
+	for id, sess := range s.sessions {
+		q := m.seqs[id]
+		if q == nil {
+			q = &seqModel{floor: 1}
+		}
+		if sess.floor != q.floor || len(sess.answers) != len(q.answers) {
+			t.Fatalf("seed %d step %d: session %d record: floor %d, %d answers; model floor %d, %d answers", seed, step, id, sess.floor, len(sess.answers), q.floor, len(q.answers))
+		}
+		for _, a := range sess.answers {
+			if !bytes.Equal(EncodeResult(a.res), q.answers[a.seq]) {
+				t.Fatalf("seed %d step %d: session %d: saved answer of %d: %v, not the model's", seed, step, id, a.seq, a.res)
+			}
+		}
+	}
 	// Holders silently lose their lock when their node is deleted: the
 	// handle is invalid from then on.
 	for id := range m.holding {
@@ -152,8 +174,8 @@ func (m *lockModel) check(t *testing.T, seed int64, step int, s *State) {
 
 // exactlyOnce checks the outcome of a sequenced command against the
 // session's record and updates the record. It reports whether the command
-// was answered from the record.
-func (m *lockModel) exactlyOnce(t *testing.T, seed int64, step int, c *fsm.Command, res *fsm.Result_, fx Effects) bool {
+// was answered from the record. live: c's session was live before it.
+func (m *lockModel) exactlyOnce(t *testing.T, seed int64, step int, c *fsm.Command, live bool, res *fsm.Result_, fx Effects) bool {
 	t.Helper()
 	seq, floor := *c.Seq, *c.Seq
 	if c.SeqFloor != nil {
@@ -163,18 +185,36 @@ func (m *lockModel) exactlyOnce(t *testing.T, seed int64, step int, c *fsm.Comma
 	if q == nil {
 		q = &seqModel{floor: 1, answers: map[int64][]byte{}}
 	}
-	// Refused as it must be: for its arguments, or for its session first.
-	refused := func() bool {
-		code := errCode(res.Err)
-		return code == chubby.ErrorCode_INVALID_ARGUMENT || code == chubby.ErrorCode_SESSION_EXPIRED
+	// Refused before the operation, as it must be, and nothing saved: for
+	// its operation, its session, its numbers (the session is checked
+	// first), the floor or the limit. The model knows the live sessions.
+	refused := func(codes ...chubby.ErrorCode) bool {
+		return res.Err != nil && slices.Contains(codes, res.Err.Code)
+	}
+	op := c.Op
+	named, hasNamed := chubby.SessionID(0), false
+	if op != nil {
+		named, hasNamed = opSession(op)
 	}
 	switch {
+	case op == nil || op.CountSetFieldsOp() != 1 || op.CreateSession != nil || op.Tick != nil || op.TrimEvents != nil:
+		if !refused(chubby.ErrorCode_INVALID_ARGUMENT) {
+			t.Fatalf("seed %d step %d: bad operation for a session: %v", seed, step, res.Err)
+		}
+	case !live:
+		if !refused(chubby.ErrorCode_SESSION_EXPIRED) {
+			t.Fatalf("seed %d step %d: session %d is not live: %v", seed, step, *c.Session, res.Err)
+		}
+	case hasNamed && named != *c.Session:
+		if !refused(chubby.ErrorCode_INVALID_ARGUMENT) {
+			t.Fatalf("seed %d step %d: operation of session %d sent as %d: %v", seed, step, named, *c.Session, res.Err)
+		}
 	case seq <= 0 || floor < 1 || floor > seq:
-		if !refused() {
+		if !refused(chubby.ErrorCode_INVALID_ARGUMENT) {
 			t.Fatalf("seed %d step %d: bad seq %d / floor %d: %v", seed, step, seq, floor, res.Err)
 		}
 	case seq < q.floor:
-		if !refused() {
+		if !refused(chubby.ErrorCode_INVALID_ARGUMENT) {
 			t.Fatalf("seed %d step %d: seq %d below the floor %d: %v", seed, step, seq, q.floor, res.Err)
 		}
 	case q.answers[seq] != nil:
@@ -183,7 +223,7 @@ func (m *lockModel) exactlyOnce(t *testing.T, seed int64, step int, c *fsm.Comma
 			t.Fatalf("seed %d step %d: retry of seq %d: %v %+v, not the saved answer", seed, step, seq, res, fx)
 		}
 		return true
-	case res.Err == nil:
+	default:
 		newFloor := max(q.floor, floor)
 		kept := 0
 		for s := range q.answers {
@@ -192,11 +232,16 @@ func (m *lockModel) exactlyOnce(t *testing.T, seed int64, step int, c *fsm.Comma
 			}
 		}
 		if kept >= m.limit {
-			t.Fatalf("seed %d step %d: seq %d applied with %d answers kept, the limit is %d", seed, step, seq, kept, m.limit)
+			if !refused(chubby.ErrorCode_LIMIT_EXCEEDED) {
+				t.Fatalf("seed %d step %d: seq %d applied with %d answers kept, the limit is %d: %v", seed, step, seq, kept, m.limit, res.Err)
+			}
+			break
 		}
 		if slices.Contains(fx.EndedSessions, *c.Session) {
 			break
 		}
+		// It reached the operation: its answer is saved, success or
+		// refusal, and the floor raised.
 		q.answers[seq] = EncodeResult(res)
 		q.floor = newFloor
 		for s := range q.answers {

@@ -119,6 +119,20 @@ func (s *State) Sessions() []chubby.SessionID {
 	return ids
 }
 
+// CachingSessions returns, sorted, the sessions whose clients declared at
+// CreateSession that they cache (DESIGN §4): a new master makes each flush
+// its cache before any change commits.
+func (s *State) CachingSessions() []chubby.SessionID {
+	var ids []chubby.SessionID
+	for id, sess := range s.sessions {
+		if sess.caches {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // NextTimer returns the earliest pending lock-delay end. The master proposes
 // a Tick (or any command) stamped at or after it, which ends the delay and
 // grants the waiters. Ask again after every Apply: commands add and remove

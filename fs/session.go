@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -13,14 +14,15 @@ import (
 type session struct {
 	id         chubby.SessionID
 	clientName string
+	caches     bool // CreateSessionRequest.cache: the client caches (DESIGN §4)
 	ctime      int64
 	handles    map[int64]*handle
 	ephemerals map[*node]struct{} // ephemeral nodes it owns
 
 	// Exactly-once record (see apply). Every request numbered below floor
 	// is finished (the client said so): it is refused, never applied.
-	// answers holds the saved (successful) results of the sequenced
-	// commands applied at or above floor, ascending by seq.
+	// answers holds the saved results (successes and refusals alike) of
+	// the sequenced commands applied at or above floor, ascending by seq.
 	floor   int64
 	answers []answer
 
@@ -35,6 +37,22 @@ type session struct {
 type answer struct {
 	seq int64
 	res *fsm.Result_
+}
+
+// checkAnswer checks a saved result: a success, or a refusal that carries
+// its error and nothing else (as errResult makes it).
+func checkAnswer(res *fsm.Result_) error {
+	switch {
+	case res == nil:
+		return fmt.Errorf("missing")
+	case res.Err == nil:
+		return nil
+	case res.Err.Code <= 0 || res.Err.Code > chubby.ErrorCode_INTERNAL:
+		return fmt.Errorf("error code %d", res.Err.Code)
+	case res.Session != nil || res.Handle != nil || res.Stat != nil || res.Sequencer != nil || res.Created != nil || res.Waiting != nil:
+		return fmt.Errorf("a refusal with results")
+	}
+	return nil
 }
 
 // findAnswer returns the index of seq in sess.answers, or where it would go,
@@ -88,6 +106,7 @@ func (s *State) createSession(req *chubby.CreateSessionRequest) *fsm.Result_ {
 	sess := &session{
 		id:         s.nextSession,
 		clientName: strings.Clone(req.ClientName),
+		caches:     req.GetCache(),
 		ctime:      s.now,
 		handles:    map[int64]*handle{},
 		ephemerals: map[*node]struct{}{},

@@ -40,6 +40,9 @@ func (s *State) Snapshot() []byte {
 			SeqFloor:     sess.floor,
 			Answers:      make([]*fsm.SnapAnswer, 0, len(sess.answers)),
 		}
+		if sess.caches {
+			ss.Cache = &sess.caches
+		}
 		for _, a := range sess.answers {
 			ss.Answers = append(ss.Answers, &fsm.SnapAnswer{Seq: a.seq, Result_: a.res})
 		}
@@ -203,6 +206,7 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		sess := &session{
 			id:         ss.Id,
 			clientName: ss.ClientName,
+			caches:     ss.GetCache(),
 			ctime:      ss.CreateTimeMs,
 			handles:    map[int64]*handle{},
 			ephemerals: map[*node]struct{}{},
@@ -217,8 +221,11 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 				return nil, fmt.Errorf("session %d: saved answer of request %d below the floor %d", ss.Id, a.Seq, ss.SeqFloor)
 			case j > 0 && a.Seq <= ss.Answers[j-1].Seq:
 				return nil, fmt.Errorf("session %d: saved answers not in ascending order at %d", ss.Id, a.Seq)
-			case a.Result_.Err != nil:
-				return nil, fmt.Errorf("session %d: saved answer of request %d is an error", ss.Id, a.Seq)
+			}
+			// A saved answer may be a refusal (apply saves those too), but
+			// then it carries nothing else.
+			if err := checkAnswer(a.Result_); err != nil {
+				return nil, fmt.Errorf("session %d: saved answer of request %d: %w", ss.Id, a.Seq, err)
 			}
 			sess.answers = append(sess.answers, answer{seq: a.Seq, res: a.Result_})
 		}

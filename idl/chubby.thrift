@@ -202,6 +202,10 @@ struct Event {
 
 struct CreateSessionRequest {
     1: required string client_name  // for operators: shown in status; at most MAX_CLIENT_NAME_BYTES
+    // The client caches (DESIGN §4) and acknowledges cache invalidations on
+    // its KeepAlives. Only such sessions may cache; a new master makes each
+    // of them flush before any change commits. Replicated with the session.
+    2: optional bool cache
 }
 
 struct CreateSessionResponse {
@@ -216,6 +220,9 @@ struct CreateSessionResponse {
 struct KeepAliveItem {
     1: required SessionID session
     2: optional i64 acked_event
+    // Cache: the highest LeaseGrant.invalidation_seq the client has applied
+    // (its cache no longer holds what those invalidations named).
+    3: optional i64 acked_invalidation
 }
 
 struct KeepAliveRequest {
@@ -231,6 +238,14 @@ struct LeaseGrant {
     // number: when more are queued the next KeepAlive is answered at once),
     // preceded by MASTER_FAILED_OVER on the first reply of a new master.
     4: optional list<Event> events
+    // Cache invalidations (DESIGN §4): paths whose cached contents, Stat and
+    // listing the client must drop, or invalidate_all (drop everything: a new
+    // master, which knows no cachers, or too many to list). invalidation_seq
+    // numbers them; the client acknowledges it in acked_invalidation of its
+    // next KeepAlive, and the master holds the changes until it has.
+    5: optional list<string> invalidations
+    6: optional bool invalidate_all
+    7: optional i64 invalidation_seq
 }
 
 // The master parks a KeepAlive and answers it shortly before the earliest
@@ -296,15 +311,24 @@ struct CloseRequest {
 struct HandleRequest {
     1: required Handle handle
     2: optional RequestID rid  // Release only; reads ignore it
+    // GetContentsAndStat, ReadDir: the client wants to cache the answer. The
+    // master then registers the session as a cacher of the node and says in
+    // the reply whether it may (cacheable).
+    3: optional bool cache
 }
 
 struct GetContentsAndStatResponse {
     1: required binary content
     2: required Stat stat
+    // Set when the request asked to cache and the master will invalidate the
+    // session's copy before the node changes. Unset: do not cache (a change
+    // is in progress, or a cache limit was reached).
+    3: optional bool cacheable
 }
 
 struct ReadDirResponse {
     1: required list<DirEntry> entries  // sorted by name
+    2: optional bool cacheable  // as GetContentsAndStatResponse.cacheable
 }
 
 struct SetContentsRequest {

@@ -120,6 +120,7 @@ struct SnapSession {
     5: required list<SnapAnswer> answers  // saved answers, seq >= seq_floor, ascending by seq
     6: optional i64 last_event_seq        // seq of the newest event ever queued (unset: 0, none)
     7: optional list<chubby.Event> events // queued events, ascending and gapless, the last at last_event_seq
+    8: optional bool cache                // CreateSessionRequest.cache: the client caches
 }
 
 // SnapHandle is one open handle. Its node is found by path and instance; a

@@ -1079,6 +1079,7 @@ var fieldIDToName_Event = map[int16]string{
 
 type CreateSessionRequest struct {
 	ClientName string `thrift:"client_name,1,required" frugal:"1,required,string" json:"client_name"`
+	Cache      *bool  `thrift:"cache,2,optional" frugal:"2,optional,bool" json:"cache,omitempty"`
 }
 
 func NewCreateSessionRequest() *CreateSessionRequest {
@@ -1091,8 +1092,24 @@ func (p *CreateSessionRequest) InitDefault() {
 func (p *CreateSessionRequest) GetClientName() (v string) {
 	return p.ClientName
 }
+
+var CreateSessionRequest_Cache_DEFAULT bool
+
+func (p *CreateSessionRequest) GetCache() (v bool) {
+	if !p.IsSetCache() {
+		return CreateSessionRequest_Cache_DEFAULT
+	}
+	return *p.Cache
+}
 func (p *CreateSessionRequest) SetClientName(val string) {
 	p.ClientName = val
+}
+func (p *CreateSessionRequest) SetCache(val *bool) {
+	p.Cache = val
+}
+
+func (p *CreateSessionRequest) IsSetCache() bool {
+	return p.Cache != nil
 }
 
 func (p *CreateSessionRequest) String() string {
@@ -1104,6 +1121,7 @@ func (p *CreateSessionRequest) String() string {
 
 var fieldIDToName_CreateSessionRequest = map[int16]string{
 	1: "client_name",
+	2: "cache",
 }
 
 type CreateSessionResponse struct {
@@ -1154,8 +1172,9 @@ var fieldIDToName_CreateSessionResponse = map[int16]string{
 }
 
 type KeepAliveItem struct {
-	Session    SessionID `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
-	AckedEvent *int64    `thrift:"acked_event,2,optional" frugal:"2,optional,i64" json:"acked_event,omitempty"`
+	Session           SessionID `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
+	AckedEvent        *int64    `thrift:"acked_event,2,optional" frugal:"2,optional,i64" json:"acked_event,omitempty"`
+	AckedInvalidation *int64    `thrift:"acked_invalidation,3,optional" frugal:"3,optional,i64" json:"acked_invalidation,omitempty"`
 }
 
 func NewKeepAliveItem() *KeepAliveItem {
@@ -1177,15 +1196,31 @@ func (p *KeepAliveItem) GetAckedEvent() (v int64) {
 	}
 	return *p.AckedEvent
 }
+
+var KeepAliveItem_AckedInvalidation_DEFAULT int64
+
+func (p *KeepAliveItem) GetAckedInvalidation() (v int64) {
+	if !p.IsSetAckedInvalidation() {
+		return KeepAliveItem_AckedInvalidation_DEFAULT
+	}
+	return *p.AckedInvalidation
+}
 func (p *KeepAliveItem) SetSession(val SessionID) {
 	p.Session = val
 }
 func (p *KeepAliveItem) SetAckedEvent(val *int64) {
 	p.AckedEvent = val
 }
+func (p *KeepAliveItem) SetAckedInvalidation(val *int64) {
+	p.AckedInvalidation = val
+}
 
 func (p *KeepAliveItem) IsSetAckedEvent() bool {
 	return p.AckedEvent != nil
+}
+
+func (p *KeepAliveItem) IsSetAckedInvalidation() bool {
+	return p.AckedInvalidation != nil
 }
 
 func (p *KeepAliveItem) String() string {
@@ -1198,6 +1233,7 @@ func (p *KeepAliveItem) String() string {
 var fieldIDToName_KeepAliveItem = map[int16]string{
 	1: "session",
 	2: "acked_event",
+	3: "acked_invalidation",
 }
 
 type KeepAliveRequest struct {
@@ -1248,10 +1284,13 @@ var fieldIDToName_KeepAliveRequest = map[int16]string{
 }
 
 type LeaseGrant struct {
-	Session SessionID    `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
-	Error   *ChubbyError `thrift:"error,2,optional" frugal:"2,optional,ChubbyError" json:"error,omitempty"`
-	LeaseMs int64        `thrift:"lease_ms,3,required" frugal:"3,required,i64" json:"lease_ms"`
-	Events  []*Event     `thrift:"events,4,optional" frugal:"4,optional,list<Event>" json:"events,omitempty"`
+	Session         SessionID    `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
+	Error           *ChubbyError `thrift:"error,2,optional" frugal:"2,optional,ChubbyError" json:"error,omitempty"`
+	LeaseMs         int64        `thrift:"lease_ms,3,required" frugal:"3,required,i64" json:"lease_ms"`
+	Events          []*Event     `thrift:"events,4,optional" frugal:"4,optional,list<Event>" json:"events,omitempty"`
+	Invalidations   []string     `thrift:"invalidations,5,optional" frugal:"5,optional,list<string>" json:"invalidations,omitempty"`
+	InvalidateAll   *bool        `thrift:"invalidate_all,6,optional" frugal:"6,optional,bool" json:"invalidate_all,omitempty"`
+	InvalidationSeq *int64       `thrift:"invalidation_seq,7,optional" frugal:"7,optional,i64" json:"invalidation_seq,omitempty"`
 }
 
 func NewLeaseGrant() *LeaseGrant {
@@ -1286,6 +1325,33 @@ func (p *LeaseGrant) GetEvents() (v []*Event) {
 	}
 	return p.Events
 }
+
+var LeaseGrant_Invalidations_DEFAULT []string
+
+func (p *LeaseGrant) GetInvalidations() (v []string) {
+	if !p.IsSetInvalidations() {
+		return LeaseGrant_Invalidations_DEFAULT
+	}
+	return p.Invalidations
+}
+
+var LeaseGrant_InvalidateAll_DEFAULT bool
+
+func (p *LeaseGrant) GetInvalidateAll() (v bool) {
+	if !p.IsSetInvalidateAll() {
+		return LeaseGrant_InvalidateAll_DEFAULT
+	}
+	return *p.InvalidateAll
+}
+
+var LeaseGrant_InvalidationSeq_DEFAULT int64
+
+func (p *LeaseGrant) GetInvalidationSeq() (v int64) {
+	if !p.IsSetInvalidationSeq() {
+		return LeaseGrant_InvalidationSeq_DEFAULT
+	}
+	return *p.InvalidationSeq
+}
 func (p *LeaseGrant) SetSession(val SessionID) {
 	p.Session = val
 }
@@ -1298,6 +1364,15 @@ func (p *LeaseGrant) SetLeaseMs(val int64) {
 func (p *LeaseGrant) SetEvents(val []*Event) {
 	p.Events = val
 }
+func (p *LeaseGrant) SetInvalidations(val []string) {
+	p.Invalidations = val
+}
+func (p *LeaseGrant) SetInvalidateAll(val *bool) {
+	p.InvalidateAll = val
+}
+func (p *LeaseGrant) SetInvalidationSeq(val *int64) {
+	p.InvalidationSeq = val
+}
 
 func (p *LeaseGrant) IsSetError() bool {
 	return p.Error != nil
@@ -1305,6 +1380,18 @@ func (p *LeaseGrant) IsSetError() bool {
 
 func (p *LeaseGrant) IsSetEvents() bool {
 	return p.Events != nil
+}
+
+func (p *LeaseGrant) IsSetInvalidations() bool {
+	return p.Invalidations != nil
+}
+
+func (p *LeaseGrant) IsSetInvalidateAll() bool {
+	return p.InvalidateAll != nil
+}
+
+func (p *LeaseGrant) IsSetInvalidationSeq() bool {
+	return p.InvalidationSeq != nil
 }
 
 func (p *LeaseGrant) String() string {
@@ -1319,6 +1406,9 @@ var fieldIDToName_LeaseGrant = map[int16]string{
 	2: "error",
 	3: "lease_ms",
 	4: "events",
+	5: "invalidations",
+	6: "invalidate_all",
+	7: "invalidation_seq",
 }
 
 type KeepAliveResponse struct {
@@ -1676,6 +1766,7 @@ var fieldIDToName_CloseRequest = map[int16]string{
 type HandleRequest struct {
 	Handle *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
 	Rid    *RequestID `thrift:"rid,2,optional" frugal:"2,optional,RequestID" json:"rid,omitempty"`
+	Cache  *bool      `thrift:"cache,3,optional" frugal:"3,optional,bool" json:"cache,omitempty"`
 }
 
 func NewHandleRequest() *HandleRequest {
@@ -1702,11 +1793,23 @@ func (p *HandleRequest) GetRid() (v *RequestID) {
 	}
 	return p.Rid
 }
+
+var HandleRequest_Cache_DEFAULT bool
+
+func (p *HandleRequest) GetCache() (v bool) {
+	if !p.IsSetCache() {
+		return HandleRequest_Cache_DEFAULT
+	}
+	return *p.Cache
+}
 func (p *HandleRequest) SetHandle(val *Handle) {
 	p.Handle = val
 }
 func (p *HandleRequest) SetRid(val *RequestID) {
 	p.Rid = val
+}
+func (p *HandleRequest) SetCache(val *bool) {
+	p.Cache = val
 }
 
 func (p *HandleRequest) IsSetHandle() bool {
@@ -1715,6 +1818,10 @@ func (p *HandleRequest) IsSetHandle() bool {
 
 func (p *HandleRequest) IsSetRid() bool {
 	return p.Rid != nil
+}
+
+func (p *HandleRequest) IsSetCache() bool {
+	return p.Cache != nil
 }
 
 func (p *HandleRequest) String() string {
@@ -1727,11 +1834,13 @@ func (p *HandleRequest) String() string {
 var fieldIDToName_HandleRequest = map[int16]string{
 	1: "handle",
 	2: "rid",
+	3: "cache",
 }
 
 type GetContentsAndStatResponse struct {
-	Content []byte `thrift:"content,1,required" frugal:"1,required,binary" json:"content"`
-	Stat    *Stat  `thrift:"stat,2,required" frugal:"2,required,Stat" json:"stat"`
+	Content   []byte `thrift:"content,1,required" frugal:"1,required,binary" json:"content"`
+	Stat      *Stat  `thrift:"stat,2,required" frugal:"2,required,Stat" json:"stat"`
+	Cacheable *bool  `thrift:"cacheable,3,optional" frugal:"3,optional,bool" json:"cacheable,omitempty"`
 }
 
 func NewGetContentsAndStatResponse() *GetContentsAndStatResponse {
@@ -1753,15 +1862,31 @@ func (p *GetContentsAndStatResponse) GetStat() (v *Stat) {
 	}
 	return p.Stat
 }
+
+var GetContentsAndStatResponse_Cacheable_DEFAULT bool
+
+func (p *GetContentsAndStatResponse) GetCacheable() (v bool) {
+	if !p.IsSetCacheable() {
+		return GetContentsAndStatResponse_Cacheable_DEFAULT
+	}
+	return *p.Cacheable
+}
 func (p *GetContentsAndStatResponse) SetContent(val []byte) {
 	p.Content = val
 }
 func (p *GetContentsAndStatResponse) SetStat(val *Stat) {
 	p.Stat = val
 }
+func (p *GetContentsAndStatResponse) SetCacheable(val *bool) {
+	p.Cacheable = val
+}
 
 func (p *GetContentsAndStatResponse) IsSetStat() bool {
 	return p.Stat != nil
+}
+
+func (p *GetContentsAndStatResponse) IsSetCacheable() bool {
+	return p.Cacheable != nil
 }
 
 func (p *GetContentsAndStatResponse) String() string {
@@ -1774,10 +1899,12 @@ func (p *GetContentsAndStatResponse) String() string {
 var fieldIDToName_GetContentsAndStatResponse = map[int16]string{
 	1: "content",
 	2: "stat",
+	3: "cacheable",
 }
 
 type ReadDirResponse struct {
-	Entries []*DirEntry `thrift:"entries,1,required" frugal:"1,required,list<DirEntry>" json:"entries"`
+	Entries   []*DirEntry `thrift:"entries,1,required" frugal:"1,required,list<DirEntry>" json:"entries"`
+	Cacheable *bool       `thrift:"cacheable,2,optional" frugal:"2,optional,bool" json:"cacheable,omitempty"`
 }
 
 func NewReadDirResponse() *ReadDirResponse {
@@ -1790,8 +1917,24 @@ func (p *ReadDirResponse) InitDefault() {
 func (p *ReadDirResponse) GetEntries() (v []*DirEntry) {
 	return p.Entries
 }
+
+var ReadDirResponse_Cacheable_DEFAULT bool
+
+func (p *ReadDirResponse) GetCacheable() (v bool) {
+	if !p.IsSetCacheable() {
+		return ReadDirResponse_Cacheable_DEFAULT
+	}
+	return *p.Cacheable
+}
 func (p *ReadDirResponse) SetEntries(val []*DirEntry) {
 	p.Entries = val
+}
+func (p *ReadDirResponse) SetCacheable(val *bool) {
+	p.Cacheable = val
+}
+
+func (p *ReadDirResponse) IsSetCacheable() bool {
+	return p.Cacheable != nil
 }
 
 func (p *ReadDirResponse) String() string {
@@ -1803,6 +1946,7 @@ func (p *ReadDirResponse) String() string {
 
 var fieldIDToName_ReadDirResponse = map[int16]string{
 	1: "entries",
+	2: "cacheable",
 }
 
 type SetContentsRequest struct {

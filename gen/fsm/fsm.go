@@ -709,6 +709,7 @@ type SnapSession struct {
 	Answers      []*SnapAnswer    `thrift:"answers,5,required" frugal:"5,required,list<SnapAnswer>" json:"answers"`
 	LastEventSeq *int64           `thrift:"last_event_seq,6,optional" frugal:"6,optional,i64" json:"last_event_seq,omitempty"`
 	Events       []*chubby.Event  `thrift:"events,7,optional" frugal:"7,optional,list<chubby.Event>" json:"events,omitempty"`
+	Cache        *bool            `thrift:"cache,8,optional" frugal:"8,optional,bool" json:"cache,omitempty"`
 }
 
 func NewSnapSession() *SnapSession {
@@ -755,6 +756,15 @@ func (p *SnapSession) GetEvents() (v []*chubby.Event) {
 	}
 	return p.Events
 }
+
+var SnapSession_Cache_DEFAULT bool
+
+func (p *SnapSession) GetCache() (v bool) {
+	if !p.IsSetCache() {
+		return SnapSession_Cache_DEFAULT
+	}
+	return *p.Cache
+}
 func (p *SnapSession) SetId(val chubby.SessionID) {
 	p.Id = val
 }
@@ -776,6 +786,9 @@ func (p *SnapSession) SetLastEventSeq(val *int64) {
 func (p *SnapSession) SetEvents(val []*chubby.Event) {
 	p.Events = val
 }
+func (p *SnapSession) SetCache(val *bool) {
+	p.Cache = val
+}
 
 func (p *SnapSession) IsSetLastEventSeq() bool {
 	return p.LastEventSeq != nil
@@ -783,6 +796,10 @@ func (p *SnapSession) IsSetLastEventSeq() bool {
 
 func (p *SnapSession) IsSetEvents() bool {
 	return p.Events != nil
+}
+
+func (p *SnapSession) IsSetCache() bool {
+	return p.Cache != nil
 }
 
 func (p *SnapSession) String() string {
@@ -800,6 +817,7 @@ var fieldIDToName_SnapSession = map[int16]string{
 	5: "answers",
 	6: "last_event_seq",
 	7: "events",
+	8: "cache",
 }
 
 type SnapHandle struct {
