@@ -147,7 +147,7 @@ status of the command it ran.`,
 		"give up on the whole command after this long (0: never)")
 	root.AddCommand(
 		a.lsCommand(), a.statCommand(), a.catCommand(), a.writeCommand(),
-		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommand(),
+		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommandWithShow(), a.electionCommand(),
 		a.watchCommand(), a.sequencerCommand(), a.statusCommand(),
 	)
 	// The Use lines already show each command's flags.

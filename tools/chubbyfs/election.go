@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/gen/chubby"
+)
+
+// An election file is a file whose exclusive lock its leader holds and
+// whose content is the leader's address (DESIGN §7; tools/examples/election).
+// The address is current only while the lock is held: after the leader
+// died, the file names it until the next leader writes.
+
+func (a *app) electionCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "election",
+		Short: "elect a leader with a lock file, and show or follow who leads",
+		Long: `An election file is a file whose exclusive lock the leader holds and whose
+content is the leader's address. Candidates wait for the lock; the winner
+writes its address; followers read it and learn of every new leader from a
+contents-modified event. When a leader dies without releasing, the next
+candidate leads after the leader's session lease and lock-delay run out.
+
+  campaign  wait for leadership of PATH, write ADDR into it, run COMMAND
+            while leading (like lock)
+  show      print who leads PATH now (exit 1 if nobody does)
+  follow    print each new leader of PATH as it is elected`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("election needs a sub-command: campaign, show or follow")
+		},
+	}
+	cmd.AddCommand(a.electionCampaignCommand(), a.electionShowCommand(), a.electionFollowCommand())
+	return cmd
+}
+
+// leaderState is election show's output (and its --json form).
+type leaderState struct {
+	Path           string `json:"path"`
+	Leader         string `json:"leader,omitempty"` // the address, when the lock is held
+	Last           string `json:"last,omitempty"`   // the address in the file when the lock is free
+	LockGeneration int64  `json:"lock_generation"`
+	Waiters        int32  `json:"candidates_waiting"`
+	DelayRemaining int64  `json:"delay_remaining_ms,omitempty"`
+}
+
+func toLeaderState(p string, data []byte, st *chubby.Stat) leaderState {
+	l := leaderState{Path: p, LockGeneration: st.GetLockGeneration(), Waiters: st.GetLock().GetWaiters(),
+		DelayRemaining: st.GetLock().GetDelayRemainingMs()}
+	if st.GetLock().IsSetMode() && st.GetLock().GetMode() == chubby.LockMode_EXCLUSIVE {
+		l.Leader = string(data)
+	} else {
+		l.Last = string(data)
+	}
+	return l
+}
+
+func (l leaderState) text() string {
+	var s string
+	switch {
+	case l.Leader != "":
+		s = fmt.Sprintf("leader: %s (lock generation %d", l.Leader, l.LockGeneration)
+	case l.Last != "":
+		s = fmt.Sprintf("leader: none (the lock is free; the last leader was %s", l.Last)
+	default:
+		s = "leader: none (the lock is free"
+	}
+	if l.DelayRemaining > 0 {
+		s += fmt.Sprintf(", in lock-delay for %v", time.Duration(l.DelayRemaining)*time.Millisecond)
+	}
+	return s + fmt.Sprintf(", %d waiting)", l.Waiters)
+}
+
+func (a *app) electionShowCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show [--json] PATH",
+		Short: "print who leads the election file PATH",
+		Long: `show prints the leader of the election file PATH: the address in the file,
+if its exclusive lock is held, with the lock generation (the leader's term)
+and how many candidates wait; exit 0. If the lock is free nobody leads: it
+prints the last leader's address, if any, and exits 1.
+
+With --json: {"path", "leader", "last", "lock_generation",
+"candidates_waiting", "delay_remaining_ms"}.`,
+		Example: `  chubbyfs election show /election/db
+  addr=$(chubbyfs election show --json /election/db | jq -r .leader)`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pathArg(cmd, args)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			return a.withSession(ctx, "election show", p, func(s *client.Session) error {
+				h, err := s.Open(ctx, p, client.OpenOptions{})
+				if err != nil {
+					return refused("election show", p, err)
+				}
+				data, st, err := h.GetContentsAndStat(ctx)
+				if err != nil {
+					return refused("election show", p, err)
+				}
+				l := toLeaderState(p, data, st)
+				if asJSON {
+					_ = json.NewEncoder(a.stdout).Encode(l)
+				} else {
+					fmt.Fprintln(a.stdout, l.text())
+				}
+				if l.Leader == "" {
+					return &exitError{code: exitRefused}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object instead of text")
+	return cmd
+}
+
+func (a *app) electionFollowCommand() *cobra.Command {
+	var count int
+	cmd := &cobra.Command{
+		Use:   "follow [--count N] PATH",
+		Short: "print each new leader of the election file PATH",
+		Long: `follow prints the current leader of the election file PATH (if any), then
+one line for each new leader as its address is written, learnt from a
+contents-modified event, not by polling:
+
+  leader ADDR generation=N
+
+It runs until Ctrl-C (exit 0), until --count lines were printed (exit 0),
+until PATH is deleted (exit 0) or until the session is lost (exit 1). The
+global --timeout bounds only connecting and opening PATH.`,
+		Example: `  chubbyfs election follow /election/db
+  chubbyfs election follow --count 2 /election/db   # the leader now, and the next`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pathArg(cmd, args)
+			if err != nil {
+				return err
+			}
+			if count < 0 {
+				return usagef("election follow: --count must not be negative")
+			}
+			return a.follow(cmd.Context(), p, count)
+		},
+	}
+	cmd.Flags().IntVar(&count, "count", 0, "exit after this many lines (0: run until Ctrl-C)")
+	return cmd
+}
+
+// follow prints the leader of p and every new one until ctx ends, a
+// signal, count lines, or p is deleted.
+func (a *app) follow(ctx context.Context, p string, count int) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	setup := a.timeout
+	if setup <= 0 {
+		setup = watchSetupTimeout
+	}
+	setupCtx, cancel := context.WithTimeout(ctx, setup)
+	defer cancel()
+	c, err := a.connect(setupCtx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s, err := c.NewSession(setupCtx)
+	if err != nil {
+		return refused("election follow", p, err)
+	}
+	defer func() {
+		cctx, cancel := releaseContext(ctx)
+		defer cancel()
+		_ = s.Close(cctx)
+	}()
+	h, err := s.Open(setupCtx, p, client.OpenOptions{
+		EventMask: chubby.EVENT_MASK_FILE_CONTENTS_MODIFIED | chubby.EVENT_MASK_HANDLE_INVALID})
+	if err != nil {
+		return refused("election follow", p, err)
+	}
+	fmt.Fprintf(a.stderr, "chubbyfs: following %s; Ctrl-C to stop\n", p)
+
+	printed, last := 0, ""
+	// show prints the leader if there is one and it is news; it reports
+	// whether --count is reached.
+	show := func() (bool, error) {
+		data, st, err := h.GetContentsAndStat(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, nil
+			}
+			return true, refused("election follow", p, err)
+		}
+		l := toLeaderState(p, data, st)
+		if l.Leader == "" || l.Leader+"@"+fmt.Sprint(l.LockGeneration) == last {
+			return false, nil
+		}
+		last = l.Leader + "@" + fmt.Sprint(l.LockGeneration)
+		fmt.Fprintf(a.stdout, "leader %s generation=%d\n", l.Leader, l.LockGeneration)
+		printed++
+		return count > 0 && printed >= count, nil
+	}
+	if done, err := show(); done || err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-h.Events():
+			if !ok {
+				if s.Err() != nil {
+					return &exitError{code: exitRefused, msg: fmt.Sprintf("election follow %s: session lost: %s", p, client.Describe(s.Err()))}
+				}
+				return nil
+			}
+			if e.Kind == chubby.EventKind_HANDLE_INVALID {
+				return nil
+			}
+			if done, err := show(); done || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+type campaignFlags struct {
+	address   string
+	wait      time.Duration
+	lockDelay time.Duration
+}
+
+func (a *app) electionCampaignCommand() *cobra.Command {
+	var f campaignFlags
+	cmd := &cobra.Command{
+		Use:   "campaign [--address ADDR] [--timeout D] [--lock-delay D] PATH -- COMMAND [ARG...]",
+		Short: "wait for leadership, announce an address, run a command while leading",
+		Long: `campaign opens the election file PATH (creating it if missing; its parent
+directory must exist), waits for its exclusive lock, writes ADDR into it
+and runs COMMAND while it leads, with the lock's sequencer in
+CHUBBY_SEQUENCER (as lock does). Followers (election show, election
+follow, tools/examples/election) learn ADDR from the file.
+
+When COMMAND ends, campaign empties the file, releases the lock (the next
+candidate leads at once) and exits with COMMAND's status. If campaign dies
+instead, the next candidate leads after its session lease and --lock-delay.
+If the session goes into jeopardy while COMMAND runs, COMMAND gets SIGTERM
+(it must stop leading: another may lead soon) and campaign exits 1.
+--timeout bounds the wait for leadership (exit 1 when it passes).`,
+		Example: `  chubbyfs election campaign --address 10.0.0.7:5432 /election/db -- ./serve-db.sh`,
+		Args:    anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) >= 2 && args[1] == "--" {
+				args = append(args[:1:1], args[2:]...)
+			}
+			if len(args) < 2 {
+				return usagef("election campaign wants PATH -- COMMAND [ARG...]")
+			}
+			p, err := pathArg(cmd, args[:1])
+			if err != nil {
+				return err
+			}
+			if f.wait < 0 {
+				return usagef("election campaign: --timeout must not be negative")
+			}
+			if f.lockDelay < 0 || f.lockDelay > time.Duration(chubby.MAX_LOCK_DELAY_MS)*time.Millisecond {
+				return usagef("election campaign: --lock-delay must be in 0..%v", time.Duration(chubby.MAX_LOCK_DELAY_MS)*time.Millisecond)
+			}
+			if f.address == "" {
+				host, err := os.Hostname()
+				if err != nil {
+					return usagef("election campaign: no --address and no host name: %v", err)
+				}
+				f.address = host
+			}
+			return a.campaign(cmd.Context(), p, f, args[1:])
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().StringVar(&f.address, "address", "", "the address to announce while leading (default: the host name)")
+	cmd.Flags().DurationVar(&f.wait, "timeout", 0, "give up waiting for leadership after this long (default 0: wait as long as it takes)")
+	cmd.Flags().DurationVar(&f.lockDelay, "lock-delay", time.Duration(chubby.DEFAULT_LOCK_DELAY_MS)*time.Millisecond,
+		"if this session dies leading, keep the next leader out this long (0: none; at most 60s)")
+	return cmd
+}
+
+// campaign waits for the lock on p, announces f.address, runs argv while
+// leading, then steps down.
+func (a *app) campaign(ctx context.Context, p string, f campaignFlags, argv []string) error {
+	waitCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	c, err := a.connect(waitCtx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	setupCtx, cancel := context.WithTimeout(waitCtx, lockSetupTimeout)
+	defer cancel()
+	s, err := c.NewSession(setupCtx)
+	if err != nil {
+		return refused("election campaign", p, err)
+	}
+	defer func() {
+		cctx, cancel := releaseContext(ctx)
+		defer cancel()
+		_ = s.Close(cctx)
+	}()
+	h, err := s.Open(setupCtx, p, client.OpenOptions{Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE})
+	if err != nil {
+		return refused("election campaign", p, err)
+	}
+	opts := client.LockOptions{LockDelay: f.lockDelay}
+	if f.lockDelay == 0 {
+		opts.LockDelay = client.NoLockDelay
+	}
+	seq, err := acquire(waitCtx, h, chubby.LockMode_EXCLUSIVE, f.wait, opts)
+	if err != nil {
+		if waitCtx.Err() != nil && ctx.Err() == nil {
+			return &exitError{code: exitRefused, msg: "election campaign " + p + ": interrupted while waiting for leadership"}
+		}
+		if client.IsCode(err, chubby.ErrorCode_TIMED_OUT) {
+			return &exitError{code: exitRefused, msg: fmt.Sprintf("election campaign %s: not elected within %v (--timeout)", p, f.wait)}
+		}
+		return refused("election campaign", p, err)
+	}
+	if _, err := h.SetContents(waitCtx, []byte(f.address)); err != nil {
+		return refused("election campaign", p, err)
+	}
+	fmt.Fprintf(a.stderr, "chubbyfs: leading %s as %s (lock generation %d)\n", p, f.address, seq.GetLockGeneration())
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	stopSignals()
+
+	status, err := a.runCommand(ctx, s, seq, argv, sigs)
+	rctx, rcancel := releaseContext(ctx)
+	defer rcancel()
+	if s.Err() == nil && s.State() == client.StateSafe {
+		// Step down: empty the file first, so that nobody reads our address
+		// as current once the lock is free.
+		if _, werr := h.SetContents(rctx, nil); werr != nil {
+			fmt.Fprintf(a.stderr, "chubbyfs: election campaign %s: clear: %s\n", p, client.Describe(werr))
+		}
+		if rerr := h.Release(rctx); rerr != nil {
+			fmt.Fprintf(a.stderr, "chubbyfs: election campaign %s: release: %s\n", p, client.Describe(rerr))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if status == exitOK {
+		return nil
+	}
+	return &exitError{code: status}
+}
