@@ -43,6 +43,27 @@ func (h *handler) liveHandle(hd *chubby.Handle) error {
 	return h.live(hd.Session)
 }
 
+// handleWrite validates a request made through a handle that changes the
+// cell and proposes its operation, exactly once under rid.
+func (h *handler) handleWrite(ctx context.Context, hd *chubby.Handle, rid *chubby.RequestID, op *fsm.Op) (*fsm.Result_, error) {
+	if err := h.liveHandle(hd); err != nil {
+		return nil, err
+	}
+	if err := checkRID(rid); err != nil {
+		return nil, err
+	}
+	return h.s.proposeOnce(ctx, hd.Session, rid, op)
+}
+
+// handleRead validates a read through a handle: a live session and the
+// master lease.
+func (h *handler) handleRead(hd *chubby.Handle) error {
+	if err := h.liveHandle(hd); err != nil {
+		return err
+	}
+	return h.s.readCheck()
+}
+
 func checkContent(b []byte) error {
 	if len(b) > int(chubby.MAX_CONTENT_BYTES) {
 		return fs.Errorf(chubby.ErrorCode_TOO_LARGE, "content of %d bytes is over the %d-byte limit", len(b), chubby.MAX_CONTENT_BYTES)
@@ -274,13 +295,7 @@ func (h *handler) Close(ctx context.Context, req *chubby.CloseRequest) error {
 	if req == nil {
 		return missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
-		return err
-	}
-	if err := checkRID(req.Rid); err != nil {
-		return err
-	}
-	_, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{Close: req})
+	_, err := h.handleWrite(ctx, req.Handle, req.Rid, &fsm.Op{Close: req})
 	return err
 }
 
@@ -288,10 +303,7 @@ func (h *handler) GetContentsAndStat(ctx context.Context, req *chubby.HandleRequ
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
-		return nil, err
-	}
-	if err := h.s.readCheck(); err != nil {
+	if err := h.handleRead(req.Handle); err != nil {
 		return nil, err
 	}
 	var (
@@ -317,10 +329,7 @@ func (h *handler) GetStat(ctx context.Context, req *chubby.HandleRequest) (*chub
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
-		return nil, err
-	}
-	if err := h.s.readCheck(); err != nil {
+	if err := h.handleRead(req.Handle); err != nil {
 		return nil, err
 	}
 	var (
@@ -335,10 +344,7 @@ func (h *handler) ReadDir(ctx context.Context, req *chubby.HandleRequest) (*chub
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
-		return nil, err
-	}
-	if err := h.s.readCheck(); err != nil {
+	if err := h.handleRead(req.Handle); err != nil {
 		return nil, err
 	}
 	var (
@@ -361,16 +367,10 @@ func (h *handler) SetContents(ctx context.Context, req *chubby.SetContentsReques
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
-		return nil, err
-	}
 	if err := checkContent(req.Content); err != nil {
 		return nil, err
 	}
-	if err := checkRID(req.Rid); err != nil {
-		return nil, err
-	}
-	res, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{SetContents: req})
+	res, err := h.handleWrite(ctx, req.Handle, req.Rid, &fsm.Op{SetContents: req})
 	if err != nil {
 		return nil, err
 	}
@@ -381,13 +381,7 @@ func (h *handler) Delete(ctx context.Context, req *chubby.DeleteRequest) error {
 	if req == nil {
 		return missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
-		return err
-	}
-	if err := checkRID(req.Rid); err != nil {
-		return err
-	}
-	_, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{DeleteNode: req})
+	_, err := h.handleWrite(ctx, req.Handle, req.Rid, &fsm.Op{DeleteNode: req})
 	return err
 }
 
@@ -548,13 +542,7 @@ func (h *handler) Release(ctx context.Context, req *chubby.HandleRequest) error 
 	if req == nil {
 		return missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
-		return err
-	}
-	if err := checkRID(req.Rid); err != nil {
-		return err
-	}
-	_, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{Release: req})
+	_, err := h.handleWrite(ctx, req.Handle, req.Rid, &fsm.Op{Release: req})
 	return err
 }
 
@@ -562,10 +550,7 @@ func (h *handler) GetSequencer(ctx context.Context, req *chubby.HandleRequest) (
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
-		return nil, err
-	}
-	if err := h.s.readCheck(); err != nil {
+	if err := h.handleRead(req.Handle); err != nil {
 		return nil, err
 	}
 	var (
