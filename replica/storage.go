@@ -24,7 +24,7 @@ import (
 //	l/<index u64 BE>          a log entry
 //	s/<index u64 BE>/<n u32>  chunk n of the snapshot taken at index
 //	m/snapshot                index, chunk count, length, CRC of the current snapshot
-//	m/<name>                  metadata (see PutMeta)
+//	m/<name>                  metadata (the hard state, written with the log in persistReady)
 type Storage struct {
 	db  *badger.DB
 	log *slog.Logger
@@ -401,27 +401,6 @@ func (s *Storage) snapshotMeta() (index uint64, chunks uint32, length int64, sum
 		})
 	})
 	return
-}
-
-// PutMeta durably stores a small named value (view number, epoch, vote).
-func (s *Storage) PutMeta(name string, v []byte) error {
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(name), v) }); err != nil {
-		return fmt.Errorf("put meta %s: %w", name, err)
-	}
-	if err := s.db.Sync(); err != nil {
-		return fmt.Errorf("put meta %s: sync: %w", name, err)
-	}
-	return nil
-}
-
-// PutMetaNoSync stores a small named value without waiting for the disk:
-// for values whose loss in a crash is harmless (a hint), or that a later
-// sync makes durable before they matter.
-func (s *Storage) PutMetaNoSync(name string, v []byte) error {
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(name), v) }); err != nil {
-		return fmt.Errorf("put meta %s: %w", name, err)
-	}
-	return nil
 }
 
 // GetMeta returns a named value, or nil when it was never stored.
