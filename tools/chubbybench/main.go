@@ -198,6 +198,7 @@ func bench(ctx context.Context, cfg *Config, flags *pflag.FlagSet, command []str
 		rep.Workloads = append(rep.Workloads, w.Name())
 	}
 	rep.Ratios = computeRatios(rep.Results)
+	rep.Targets = computeTargets(rep.Results)
 	rep.Notes = append(notes, runNotes(cfg, rep.Results)...)
 	rep.Notes = append(rep.Notes, r.notes...)
 	md, werr := writeOutputs(cfg.Out, rep, cfg.ChartWidthCm, cfg.ChartHeightCm)
@@ -248,6 +249,7 @@ func renderCommand(stdout io.Writer) *cobra.Command {
 			if out == "" {
 				out = filepath.Dir(in)
 			}
+			rep.Targets = computeTargets(rep.Results)
 			md, err := writeOutputs(out, &rep, w, h)
 			fmt.Fprint(stdout, md)
 			return err

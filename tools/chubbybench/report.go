@@ -26,6 +26,7 @@ type Report struct {
 	Workloads []string          `json:"workloads"` // names, in the run's order
 	Results   []Result          `json:"results"`
 	Ratios    []Ratio           `json:"ratios"`
+	Targets   []Target          `json:"targets,omitempty"`
 	Profiles  []ProfileSummary  `json:"profiles,omitempty"`
 	Notes     []string          `json:"notes,omitempty"`
 }
@@ -275,6 +276,11 @@ func writeMarkdown(w io.Writer, rep *Report) error {
 	}
 	if len(unavailable) > 0 {
 		p("Not run: %s.\n\n", strings.Join(unavailable, "; "))
+	}
+
+	if len(rep.Targets) > 0 {
+		writeTargets(&b, rep.Targets)
+		p("\n")
 	}
 
 	p("## Locks, writes, reads, session creation\n\n")
