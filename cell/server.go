@@ -165,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	close(s.logReady)
 	if s.tr != nil {
+		s.tr.SetReceiver(s.log.Receive)
 		pl := cfg.PeerListener
 		if pl == nil {
 			addr := cfg.PeerListen
@@ -176,7 +177,7 @@ func New(cfg Config) (*Server, error) {
 			}
 		}
 		s.peerSrv, err = replica.NewPeerServer(replica.PeerServerConfig{
-			Cell: cfg.Cell, Listener: pl, Logger: cfg.Logger, Deliver: s.log.Step,
+			Cell: cfg.Cell, Listener: pl, Logger: cfg.Logger, Deliver: s.log.Receive, Transport: s.tr,
 			Known: func(id uint64) bool { _, ok := peerAddrs[id]; return ok },
 		})
 		if err != nil {

@@ -57,9 +57,13 @@ exception ReplicaError {
 }
 
 service Replica {
-    // Deliver hands a batch of messages from one replica to another. It is
-    // answered as soon as the messages are queued (not processed): replies
-    // travel as Deliver calls the other way. cell names the cell, so that a
-    // replica of another cell is refused.
-    void Deliver(1: string cell, 2: i64 from, 3: list<Message> msgs) throws (1: ReplicaError err)
+    // Deliver hands a batch of messages from one replica to another. The
+    // receiver processes them (steps them and carries out what follows,
+    // its fsync included) and answers with the messages it has for the
+    // sender by then, typically the PrepareOKs of the Prepares delivered:
+    // one round trip per Prepare and acknowledgement instead of two. It
+    // waits for that at most a few milliseconds; later replies travel as
+    // Deliver calls the other way. cell names the cell, so that a replica
+    // of another cell is refused.
+    list<Message> Deliver(1: string cell, 2: i64 from, 3: list<Message> msgs) throws (1: ReplicaError err)
 }

@@ -27,6 +27,32 @@
 // of it; a crash between the two leaves an older LastNormalView, which only
 // makes the log look less complete (safe).
 //
+// One exception takes the primary's own fsync off the commit path: when its
+// view is already on disk, the normal primary's Prepares and Commits come
+// in Ready.EarlyMessages and leave before (in parallel with) its own write,
+// as etcd's raft lets a leader do. Nothing they imply needs the primary's
+// disk: the primary counts itself towards a commit quorum only for entries
+// it has persisted, Commit numbers only name such entries, and a primary
+// that restarts never resumes its view (it starts a view change), so a
+// backup holding entries its primary lost is a longer log of the same
+// view, which the view change handles like any other. The simulator sends
+// early messages before its simulated write and crashes replicas in the
+// middle of it.
+//
+// The primary goes one step further (Ready.PersistAsync): when a Ready only
+// appends entries and all its messages are early, the driver queues the
+// write to a disk-writer goroutine and goes on at once; the writer joins
+// consecutive queued writes into one batch with one fsync and reports
+// back, and the core counts the primary in the commit quorum only then
+// (Node.Persisted). So a commit needs the fastest quorum of disks, which
+// may or may not include the primary's, and the primary's loop keeps
+// taking proposals and acknowledgements while its disk works. Entries
+// handed to the writer count as possibly on disk when a view change cuts
+// the log, and any Ready without PersistAsync first waits for the queued
+// writes, so the disk is always a prefix of what was handed out, in order.
+// The simulator models the writer (a queue on one disk, torn at a crash
+// after a random prefix of whole writes).
+//
 // # Views, configuration, quorum
 //
 // The configuration is a sorted set of replica ids (with addresses, opaque

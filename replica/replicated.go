@@ -85,7 +85,7 @@ type Replicated struct {
 	node  *vr.Node
 	start time.Time
 
-	inbox   chan []vr.Message
+	inbox   chan inbound
 	props   chan *proposal
 	queries chan func(*vr.Node)
 	stop    chan struct{}
@@ -96,12 +96,47 @@ type Replicated struct {
 	primary  bool
 	snapshot uint64
 
+	// The disk writer: jobs in order; async ones report the last entry
+	// they made durable through diskLast/diskView and a nudge on
+	// diskNote; a failure lands in diskErr.
+	diskq    chan *diskJob
+	diskDone chan struct{}
+	diskNote chan struct{}
+	diskErr  chan error
+	diskMu   sync.Mutex
+	diskLast uint64
+	diskView uint64
+
 	applied   atomic.Uint64
 	readUntil atomic.Int64 // driver-clock ns; reads are allowed before it
 	mu        sync.Mutex
 	info      vr.Info
 	err       error
 }
+
+// inbound is a batch of messages from a peer and what to call once it is
+// processed.
+type inbound struct {
+	msgs []vr.Message
+	done func()
+}
+
+// diskJob is one write for the disk writer. An async job (a PersistAsync
+// Ready on the primary) reports through Replicated.diskLast; the others
+// answer on done.
+type diskJob struct {
+	trunc   uint64
+	entries []vr.Entry
+	hs      *vr.HardState
+	sync    bool
+	async   bool
+	view    uint64
+	done    chan error
+}
+
+// diskQueue bounds the writes queued for the disk writer; past it the
+// loop waits (back pressure on proposals).
+const diskQueue = 64
 
 type pendingProposal struct {
 	view  uint64
@@ -149,12 +184,17 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 	}
 	r := &Replicated{
 		cfg: cfg, st: st, sm: sm, tr: tr, start: time.Now(),
-		inbox:   make(chan []vr.Message, 1024),
+		inbox:   make(chan inbound, 1024),
 		props:   make(chan *proposal, cfg.MaxQueue),
 		queries: make(chan func(*vr.Node), 64),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		pending: make(map[uint64]pendingProposal),
+
+		diskq:    make(chan *diskJob, diskQueue),
+		diskDone: make(chan struct{}),
+		diskNote: make(chan struct{}, 1),
+		diskErr:  make(chan error, 1),
 	}
 	node, err := vr.NewNode(core, p, r.now())
 	if err != nil {
@@ -168,6 +208,7 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 	r.info = node.Info()
 	log.Info("replica restored", "id", cfg.ID, "view", r.info.View, "last_op", r.info.LastOp,
 		"commit", r.info.Commit, "snapshot", r.snapshot, "members", len(r.info.Members))
+	go r.diskLoop()
 	go r.run()
 	return r, nil
 }
@@ -177,10 +218,19 @@ func (r *Replicated) now() int64 { return int64(time.Since(r.start)) }
 
 // Step hands messages that arrived from other replicas to the loop. It
 // never blocks: when the loop is that far behind, they are dropped.
-func (r *Replicated) Step(msgs []vr.Message) {
+func (r *Replicated) Step(msgs []vr.Message) { r.Receive(msgs, nil) }
+
+// Receive is Step that calls done (if not nil) once the messages have been
+// processed: stepped, and the Ready that followed carried out, so whatever
+// they caused (a PrepareOK after the fsync) has been sent. It never blocks;
+// done is called at once when the messages are dropped.
+func (r *Replicated) Receive(msgs []vr.Message, done func()) {
 	select {
-	case r.inbox <- msgs:
+	case r.inbox <- inbound{msgs, done}:
 	default:
+		if done != nil {
+			done()
+		}
 	}
 }
 
@@ -291,23 +341,35 @@ func (r *Replicated) stoppedErr() error {
 
 func (r *Replicated) run() {
 	defer close(r.done)
+	defer func() {
+		// Let the disk writer finish what it was handed, so that the
+		// storage is quiet when Close returns.
+		close(r.diskq)
+		<-r.diskDone
+	}()
 	defer func() { r.failAll(ErrStopped, ErrStopped) }()
 	tick := time.NewTicker(r.cfg.TickInterval)
 	defer tick.Stop()
 	batch := make([][]byte, 0, r.cfg.MaxProposalBatch)
 	replies := make([]chan proposalResult, 0, r.cfg.MaxProposalBatch)
+	var dones []func()
+	defer func() {
+		for _, d := range dones {
+			d()
+		}
+	}()
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-tick.C:
-		case msgs := <-r.inbox:
-			r.step(msgs)
+		case in := <-r.inbox:
+			dones = r.step(in, dones)
 		drain:
 			for range 64 {
 				select {
 				case more := <-r.inbox:
-					r.step(more)
+					dones = r.step(more, dones)
 				default:
 					break drain
 				}
@@ -326,25 +388,149 @@ func (r *Replicated) run() {
 			r.propose(batch, replies)
 		case q := <-r.queries:
 			q(r.node)
+		case <-r.diskNote:
+			r.notePersisted()
+		case err := <-r.diskErr:
+			r.diskFailed(err)
+			return
 		}
 		r.node.Tick(r.now())
 		if err := r.drainReady(); err != nil {
-			r.cfg.Logger.Error("replica stops: its disk failed", "err", err)
-			r.mu.Lock()
-			r.err = err
-			r.mu.Unlock()
+			r.diskFailed(err)
 			return
 		}
 		r.publish()
+		for i, d := range dones {
+			d()
+			dones[i] = nil
+		}
+		dones = dones[:0]
 	}
 }
 
-func (r *Replicated) step(msgs []vr.Message) {
-	for _, m := range msgs {
+func (r *Replicated) diskFailed(err error) {
+	r.cfg.Logger.Error("replica stops: its disk failed", "err", err)
+	r.mu.Lock()
+	r.err = err
+	r.mu.Unlock()
+}
+
+// diskLoop is the disk writer: it carries out the jobs in order, writing
+// consecutive async jobs as one batch with one fsync (group commit across
+// the loop's Readies).
+func (r *Replicated) diskLoop() {
+	defer close(r.diskDone)
+	var next *diskJob
+	failed := false
+	for {
+		j := next
+		next = nil
+		if j == nil {
+			var ok bool
+			if j, ok = <-r.diskq; !ok {
+				return
+			}
+		}
+		if failed {
+			if j.done != nil {
+				j.done <- ErrStopped
+			}
+			continue
+		}
+		if !j.async {
+			j.done <- r.write(j.trunc, j.entries, j.hs, j.sync)
+			continue
+		}
+		entries, hs, view := j.entries, j.hs, j.view
+	gather:
+		for len(entries) < r.cfg.MaxProposalBatch*4 {
+			select {
+			case more, ok := <-r.diskq:
+				if !ok {
+					break gather
+				}
+				if !more.async || more.view != view {
+					next = more
+					break gather
+				}
+				entries = append(entries, more.entries...)
+				if more.hs != nil {
+					hs = more.hs
+				}
+			default:
+				break gather
+			}
+		}
+		if err := r.write(0, entries, hs, true); err != nil {
+			failed = true
+			select {
+			case r.diskErr <- err:
+			default:
+			}
+			continue
+		}
+		if len(entries) > 0 {
+			r.diskMu.Lock()
+			r.diskLast, r.diskView = entries[len(entries)-1].Index, view
+			r.diskMu.Unlock()
+			select {
+			case r.diskNote <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// write persists one batch and reports it to OnBatch.
+func (r *Replicated) write(trunc uint64, entries []vr.Entry, hs *vr.HardState, sync bool) error {
+	if trunc == 0 && len(entries) == 0 && hs == nil {
+		return nil // a barrier
+	}
+	start := time.Now()
+	if err := r.st.persistReady(trunc, entries, hs, sync); err != nil {
+		return err
+	}
+	if r.cfg.OnBatch != nil && len(entries) > 0 {
+		bytes := 0
+		for _, e := range entries {
+			bytes += len(e.Data)
+		}
+		r.cfg.OnBatch(len(entries), bytes, time.Since(start))
+	}
+	return nil
+}
+
+// persist hands a write to the disk writer and waits for it, and so for
+// every write queued before it.
+func (r *Replicated) persist(trunc uint64, entries []vr.Entry, hs *vr.HardState, sync bool) error {
+	j := &diskJob{trunc: trunc, entries: entries, hs: hs, sync: sync, done: make(chan error, 1)}
+	r.diskq <- j
+	return <-j.done
+}
+
+// notePersisted tells the core what the disk writer made durable.
+func (r *Replicated) notePersisted() {
+	r.diskMu.Lock()
+	last, view := r.diskLast, r.diskView
+	r.diskMu.Unlock()
+	if last > 0 {
+		r.node.Persisted(last, view)
+	}
+}
+
+// waitDisk waits until every queued write is durable.
+func (r *Replicated) waitDisk() error { return r.persist(0, nil, nil, false) }
+
+func (r *Replicated) step(in inbound, dones []func()) []func() {
+	for _, m := range in.msgs {
 		// Step validates; an invalid message is dropped (and reported
 		// through the Dropped hook), never fatal.
 		_ = r.node.Step(m)
 	}
+	if in.done != nil {
+		dones = append(dones, in.done)
+	}
+	return dones
 }
 
 func (r *Replicated) propose(batch [][]byte, replies []chan proposalResult) {
@@ -378,7 +564,14 @@ func (r *Replicated) propose(batch [][]byte, replies []chan proposalResult) {
 func (r *Replicated) drainReady() error {
 	for r.node.HasReady() {
 		rd := r.node.Ready()
+		if rd.PersistAsync {
+			r.carryOutAsync(&rd)
+			continue
+		}
 		if rd.Snapshot != nil {
+			if err := r.waitDisk(); err != nil {
+				return err
+			}
 			if err := r.st.installSnapshot(rd.Snapshot.Meta, rd.Snapshot.Data); err != nil {
 				return fmt.Errorf("install snapshot: %w", err)
 			}
@@ -389,17 +582,13 @@ func (r *Replicated) drainReady() error {
 			r.applied.Store(rd.Snapshot.Meta.Index)
 			r.failPendingUpTo(rd.Snapshot.Meta.Index)
 		}
+		if len(rd.EarlyMessages) > 0 {
+			// Backups start storing the entries while we do.
+			r.tr.Send(rd.EarlyMessages)
+		}
 		if rd.TruncateFrom > 0 || len(rd.Entries) > 0 || rd.HardState != nil {
-			start := time.Now()
-			if err := r.st.persistReady(rd.TruncateFrom, rd.Entries, rd.HardState, rd.MustSync); err != nil {
+			if err := r.persist(rd.TruncateFrom, rd.Entries, rd.HardState, rd.MustSync); err != nil {
 				return err
-			}
-			if r.cfg.OnBatch != nil && len(rd.Entries) > 0 {
-				bytes := 0
-				for _, e := range rd.Entries {
-					bytes += len(e.Data)
-				}
-				r.cfg.OnBatch(len(rd.Entries), bytes, time.Since(start))
 			}
 		}
 		if len(rd.Messages) > 0 {
@@ -416,27 +605,50 @@ func (r *Replicated) drainReady() error {
 			}
 			r.tr.Send(rd.Messages)
 		}
-		for _, e := range rd.Committed {
-			var v any
-			if e.Type == vr.EntryCommand {
-				v = r.sm.Apply(e.Index, e.Data)
-			}
-			r.applied.Store(e.Index)
-			if p, ok := r.pending[e.Index]; ok {
-				delete(r.pending, e.Index)
-				if p.view == e.View {
-					p.reply <- proposalResult{index: e.Index, value: v}
-				} else {
-					p.reply <- proposalResult{err: ErrUnknownOutcome}
-				}
-			}
-		}
+		r.apply(rd.Committed)
 		r.node.Advance()
 	}
 	if applied := r.applied.Load(); applied-r.snapshot >= r.cfg.SnapshotEvery {
+		if err := r.waitDisk(); err != nil {
+			return err
+		}
+		r.notePersisted() // Compact needs the entries known durable
 		r.takeSnapshot(applied)
 	}
 	return nil
+}
+
+// carryOutAsync carries out a PersistAsync Ready: its Prepares leave, its
+// write is queued, committed entries are applied, and the loop goes on;
+// the write reports back through diskNote.
+func (r *Replicated) carryOutAsync(rd *vr.Ready) {
+	if len(rd.EarlyMessages) > 0 {
+		r.tr.Send(rd.EarlyMessages)
+	}
+	if len(rd.Entries) > 0 || rd.HardState != nil {
+		r.diskq <- &diskJob{entries: rd.Entries, hs: rd.HardState, async: true, view: r.node.View()}
+	}
+	r.apply(rd.Committed)
+	r.node.Advance()
+}
+
+// apply applies committed entries and answers their proposals.
+func (r *Replicated) apply(committed []vr.Entry) {
+	for _, e := range committed {
+		var v any
+		if e.Type == vr.EntryCommand {
+			v = r.sm.Apply(e.Index, e.Data)
+		}
+		r.applied.Store(e.Index)
+		if p, ok := r.pending[e.Index]; ok {
+			delete(r.pending, e.Index)
+			if p.view == e.View {
+				p.reply <- proposalResult{index: e.Index, value: v}
+			} else {
+				p.reply <- proposalResult{err: ErrUnknownOutcome}
+			}
+		}
+	}
 }
 
 func (r *Replicated) takeSnapshot(index uint64) {

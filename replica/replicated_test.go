@@ -91,7 +91,8 @@ func (c *testCluster) start(id uint64, dir string, ln net.Listener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewPeerServer(PeerServerConfig{Cell: "test", Listener: ln, Logger: quiet(), Deliver: r.Step,
+	tr.SetReceiver(r.Receive)
+	srv, err := NewPeerServer(PeerServerConfig{Cell: "test", Listener: ln, Logger: quiet(), Deliver: r.Receive, Transport: tr,
 		Known: func(x uint64) bool { _, ok := c.peers[x]; return ok }})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/kitex/client/callopt"
@@ -30,12 +31,28 @@ const (
 	// content limit is 1 GiB; a snapshot of 100,000 small files is ~22 MB).
 	MaxPeerPayloadBytes = 512 << 20
 	deliverTimeout      = 2 * time.Second
+	// replyWait bounds how long a Deliver waits for the receiver to
+	// process what it brought, so that the answers ride back on it.
+	replyWait = 20 * time.Millisecond
+	// maxReplyBytes bounds the entry and snapshot bytes that ride back on
+	// one Deliver answer; more goes as a call of its own.
+	maxReplyBytes = 1 << 20
 )
+
+// Receiver takes messages that arrived for this replica. done, if not nil,
+// is called once they have been processed: stepped, and the Ready that
+// followed carried out (its fsync and its sends), or dropped.
+type Receiver func(msgs []vr.Message, done func())
 
 // PeerTransport carries protocol messages over Kitex (idl/replica.thrift):
 // one sender goroutine per peer with a bounded queue, at most one Deliver
 // call in flight per peer (batches form while it is out), and a server
 // that hands what arrives to a replica.
+//
+// A Deliver's answer carries back what the receiver had for the sender
+// once it processed the batch (PrepareOK for Prepare): the server side
+// registers a reply slot for the sender while the batch is processed, and
+// Send puts messages for that sender in the slot instead of its queue.
 type PeerTransport struct {
 	cell  string
 	self  uint64
@@ -43,7 +60,22 @@ type PeerTransport struct {
 	peers map[uint64]*peerSender
 	stop  chan struct{}
 	wg    sync.WaitGroup
+	recv  atomic.Pointer[Receiver]
+
+	mu      sync.Mutex
+	waiting map[uint64]*replySlot // by sender: a Deliver being processed
 }
+
+// replySlot collects the messages for a peer whose Deliver is being
+// processed.
+type replySlot struct {
+	msgs  []vr.Message
+	bytes int
+}
+
+// SetReceiver names where the answers that come back on Deliver calls go
+// (the local replica). Until it is set they are dropped.
+func (t *PeerTransport) SetReceiver(fn Receiver) { t.recv.Store(&fn) }
 
 type peerSender struct {
 	id    uint64
@@ -58,7 +90,8 @@ func NewPeerTransport(cell string, self uint64, peers map[uint64]string, log *sl
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &PeerTransport{cell: cell, self: self, log: log, peers: make(map[uint64]*peerSender), stop: make(chan struct{})}
+	t := &PeerTransport{cell: cell, self: self, log: log, peers: make(map[uint64]*peerSender), stop: make(chan struct{}),
+		waiting: make(map[uint64]*replySlot)}
 	for id, addr := range peers {
 		if id == self {
 			continue
@@ -93,11 +126,67 @@ func (t *PeerTransport) Send(msgs []vr.Message) {
 		if !ok {
 			continue
 		}
+		if t.reply(to, ms) {
+			continue
+		}
 		select {
 		case p.queue <- ms:
 		default: // the peer is slow or gone: drop, the protocol retransmits
 		}
 	}
+}
+
+// reply puts ms in the reply slot of peer to, if a Deliver from it is being
+// processed and the answer has room; it reports whether it did.
+func (t *PeerTransport) reply(to uint64, ms []vr.Message) bool {
+	n := 0
+	for i := range ms {
+		if ms[i].Type == vr.MsgSnapshot {
+			return false
+		}
+		n += msgBytes(&ms[i])
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	slot := t.waiting[to]
+	if slot == nil || len(slot.msgs)+len(ms) > maxDeliver || slot.bytes+n > maxReplyBytes {
+		return false
+	}
+	slot.msgs = append(slot.msgs, ms...)
+	slot.bytes += n
+	return true
+}
+
+// msgBytes approximates a message's size by its payload.
+func msgBytes(m *vr.Message) int {
+	n := 64 + len(m.SnapshotData) + 16*len(m.Runs)
+	for _, e := range m.Entries {
+		n += 32 + len(e.Data)
+	}
+	return n
+}
+
+// openSlot opens the reply slot of peer from; it fails when one is open
+// already (a second Deliver from it in flight: its answers go as calls).
+func (t *PeerTransport) openSlot(from uint64) *replySlot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.waiting[from] != nil {
+		return nil
+	}
+	slot := &replySlot{}
+	t.waiting[from] = slot
+	return slot
+}
+
+// closeSlot closes the slot and returns what it collected.
+func (t *PeerTransport) closeSlot(from uint64, slot *replySlot) []vr.Message {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.waiting[from] == slot {
+		delete(t.waiting, from)
+	}
+	return slot.msgs
 }
 
 // Close stops the senders.
@@ -133,13 +222,36 @@ func (t *PeerTransport) sendLoop(p *peerSender) {
 		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		// Naming the host per call skips Kitex's dial-retry loop (and its
 		// warnings): a peer that is down just misses this batch.
-		err := p.cli.Deliver(ctx, t.cell, int64(t.self), wire, callopt.WithRPCTimeout(deliverTimeout), callopt.WithHostPort(p.addr))
+		answers, err := p.cli.Deliver(ctx, t.cell, int64(t.self), wire, callopt.WithRPCTimeout(deliverTimeout), callopt.WithHostPort(p.addr))
 		cancel()
+		if err == nil && len(answers) > 0 {
+			t.receive(p.id, answers)
+		}
 		if err != nil && time.Since(lastErr) > 5*time.Second {
 			lastErr = time.Now()
 			t.log.Debug("replica transport: deliver failed (messages dropped; the protocol retransmits)",
 				"peer", p.id, "addr", p.addr, "err", err)
 		}
+	}
+}
+
+// receive hands the answers that came back from peer on a Deliver to the
+// local replica, checked like messages that arrive on the server.
+func (t *PeerTransport) receive(peer uint64, answers []*gr.Message) {
+	fn := t.recv.Load()
+	if fn == nil || len(answers) > maxDeliver*4 {
+		return
+	}
+	out := make([]vr.Message, 0, len(answers))
+	for _, w := range answers {
+		m, err := messageFromWire(w)
+		if err != nil || m.From != peer || m.To != t.self {
+			continue // malformed or forged: drop it, keep the rest
+		}
+		out = append(out, m)
+	}
+	if len(out) > 0 {
+		(*fn)(out, nil)
 	}
 }
 
@@ -150,7 +262,10 @@ type PeerServerConfig struct {
 	Listener net.Listener
 	Logger   *slog.Logger
 	// Deliver receives validated messages from a peer.
-	Deliver func(msgs []vr.Message)
+	Deliver Receiver
+	// Transport, if set, is this replica's transport: the answers to a
+	// Deliver ride back on it (see PeerTransport).
+	Transport *PeerTransport
 	// Known reports whether an id is a member (messages from others are
 	// refused).
 	Known func(id uint64) bool
@@ -176,15 +291,15 @@ type peerHandler struct{ cfg PeerServerConfig }
 
 var errPeer = errors.New("replica: refused")
 
-func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs []*gr.Message) error {
+func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs []*gr.Message) ([]*gr.Message, error) {
 	if cell != h.cfg.Cell {
-		return &gr.ReplicaError{Message: fmt.Sprintf("this replica belongs to cell %q, not %q", h.cfg.Cell, cell)}
+		return nil, &gr.ReplicaError{Message: fmt.Sprintf("this replica belongs to cell %q, not %q", h.cfg.Cell, cell)}
 	}
 	if from <= 0 || (h.cfg.Known != nil && !h.cfg.Known(uint64(from))) {
-		return &gr.ReplicaError{Message: fmt.Sprintf("replica %d is not a member", from)}
+		return nil, &gr.ReplicaError{Message: fmt.Sprintf("replica %d is not a member", from)}
 	}
 	if len(msgs) > maxDeliver*4 {
-		return &gr.ReplicaError{Message: fmt.Sprintf("%d messages in one call, more than %d", len(msgs), maxDeliver*4)}
+		return nil, &gr.ReplicaError{Message: fmt.Sprintf("%d messages in one call, more than %d", len(msgs), maxDeliver*4)}
 	}
 	out := make([]vr.Message, 0, len(msgs))
 	for _, w := range msgs {
@@ -194,10 +309,33 @@ func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs
 		}
 		out = append(out, m)
 	}
-	if len(out) > 0 {
-		h.cfg.Deliver(out)
+	if len(out) == 0 {
+		return nil, nil
 	}
-	return nil
+	t := h.cfg.Transport
+	var slot *replySlot
+	if t != nil {
+		slot = t.openSlot(uint64(from))
+	}
+	if slot == nil {
+		h.cfg.Deliver(out, nil)
+		return nil, nil
+	}
+	done := make(chan struct{})
+	h.cfg.Deliver(out, func() { close(done) })
+	timer := time.NewTimer(replyWait)
+	select {
+	case <-done:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	answers := t.closeSlot(uint64(from), slot)
+	wire := make([]*gr.Message, len(answers))
+	for i := range answers {
+		wire[i] = messageToWire(&answers[i])
+	}
+	return wire, nil
 }
 
 func messageToWire(m *vr.Message) *gr.Message {

@@ -2274,6 +2274,20 @@ func (p *ReplicaDeliverResult) FastRead(buf []byte) (int, error) {
 			break
 		}
 		switch fieldId {
+		case 0:
+			if fieldTypeId == thrift.LIST {
+				l, err = p.FastReadField0(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
 		case 1:
 			if fieldTypeId == thrift.STRUCT {
 				l, err = p.FastReadField1(buf[offset:])
@@ -2306,6 +2320,31 @@ SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
+func (p *ReplicaDeliverResult) FastReadField0(buf []byte) (int, error) {
+	offset := 0
+
+	_, size, l, err := thrift.Binary.ReadListBegin(buf[offset:])
+	offset += l
+	if err != nil {
+		return offset, err
+	}
+	_field := make([]*Message, 0, size)
+	values := make([]Message, size)
+	for i := 0; i < size; i++ {
+		_elem := &values[i]
+		_elem.InitDefault()
+		if l, err := _elem.FastRead(buf[offset:]); err != nil {
+			return offset, err
+		} else {
+			offset += l
+		}
+
+		_field = append(_field, _elem)
+	}
+	p.Success = _field
+	return offset, nil
+}
+
 func (p *ReplicaDeliverResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewReplicaError()
@@ -2325,6 +2364,7 @@ func (p *ReplicaDeliverResult) FastWrite(buf []byte) int {
 func (p *ReplicaDeliverResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
+		offset += p.fastWriteField0(buf[offset:], w)
 		offset += p.fastWriteField1(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
@@ -2334,10 +2374,27 @@ func (p *ReplicaDeliverResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter
 func (p *ReplicaDeliverResult) BLength() int {
 	l := 0
 	if p != nil {
+		l += p.field0Length()
 		l += p.field1Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
+}
+
+func (p *ReplicaDeliverResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetSuccess() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.LIST, 0)
+		listBeginOffset := offset
+		offset += thrift.Binary.ListBeginLength()
+		var length int
+		for _, v := range p.Success {
+			length++
+			offset += v.FastWriteNocopy(buf[offset:], w)
+		}
+		thrift.Binary.WriteListBegin(buf[listBeginOffset:], thrift.STRUCT, length)
+	}
+	return offset
 }
 
 func (p *ReplicaDeliverResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
@@ -2347,6 +2404,19 @@ func (p *ReplicaDeliverResult) fastWriteField1(buf []byte, w thrift.NocopyWriter
 		offset += p.Err.FastWriteNocopy(buf[offset:], w)
 	}
 	return offset
+}
+
+func (p *ReplicaDeliverResult) field0Length() int {
+	l := 0
+	if p.IsSetSuccess() {
+		l += thrift.Binary.FieldBeginLength()
+		l += thrift.Binary.ListBeginLength()
+		for _, v := range p.Success {
+			_ = v
+			l += v.BLength()
+		}
+	}
+	return l
 }
 
 func (p *ReplicaDeliverResult) field1Length() int {
@@ -2363,5 +2433,5 @@ func (p *ReplicaDeliverArgs) GetFirstArgument() interface{} {
 }
 
 func (p *ReplicaDeliverResult) GetResult() interface{} {
-	return nil
+	return p.Success
 }

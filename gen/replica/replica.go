@@ -437,7 +437,7 @@ var fieldIDToName_ReplicaError = map[int16]string{
 }
 
 type Replica interface {
-	Deliver(ctx context.Context, cell string, from int64, msgs []*Message) (err error)
+	Deliver(ctx context.Context, cell string, from int64, msgs []*Message) (r []*Message, err error)
 }
 
 type ReplicaDeliverArgs struct {
@@ -488,7 +488,8 @@ var fieldIDToName_ReplicaDeliverArgs = map[int16]string{
 }
 
 type ReplicaDeliverResult struct {
-	Err *ReplicaError `thrift:"err,1,optional" frugal:"1,optional,ReplicaError" json:"err,omitempty"`
+	Success []*Message    `thrift:"success,0,optional" frugal:"0,optional,list<Message>" json:"success,omitempty"`
+	Err     *ReplicaError `thrift:"err,1,optional" frugal:"1,optional,ReplicaError" json:"err,omitempty"`
 }
 
 func NewReplicaDeliverResult() *ReplicaDeliverResult {
@@ -496,6 +497,15 @@ func NewReplicaDeliverResult() *ReplicaDeliverResult {
 }
 
 func (p *ReplicaDeliverResult) InitDefault() {
+}
+
+var ReplicaDeliverResult_Success_DEFAULT []*Message
+
+func (p *ReplicaDeliverResult) GetSuccess() (v []*Message) {
+	if !p.IsSetSuccess() {
+		return ReplicaDeliverResult_Success_DEFAULT
+	}
+	return p.Success
 }
 
 var ReplicaDeliverResult_Err_DEFAULT *ReplicaError
@@ -506,8 +516,15 @@ func (p *ReplicaDeliverResult) GetErr() (v *ReplicaError) {
 	}
 	return p.Err
 }
+func (p *ReplicaDeliverResult) SetSuccess(x interface{}) {
+	p.Success = x.([]*Message)
+}
 func (p *ReplicaDeliverResult) SetErr(val *ReplicaError) {
 	p.Err = val
+}
+
+func (p *ReplicaDeliverResult) IsSetSuccess() bool {
+	return p.Success != nil
 }
 
 func (p *ReplicaDeliverResult) IsSetErr() bool {
@@ -522,6 +539,7 @@ func (p *ReplicaDeliverResult) String() string {
 }
 
 var fieldIDToName_ReplicaDeliverResult = map[int16]string{
+	0: "success",
 	1: "err",
 }
 

@@ -49,14 +49,25 @@ type replica struct {
 	rate   float64 // clock rate against real time, within 1±MaxClockDrift
 	offset int64
 
-	busy          bool
-	cur           *vr.Ready
+	busy bool
+	cur  *vr.Ready
+	// The disk writer: async writes (PersistAsync Readies) in flight, in
+	// order, and when the disk is free of everything queued.
+	diskQ         []asyncWrite
+	diskFree      int64
 	inbox         []func()
 	pending       map[uint64]pendingReq // log index → the request proposed there
 	snapEvery     uint64
 	slowDiskUntil int64
 
 	stats vr.Stats // summed over incarnations
+}
+
+// asyncWrite is a PersistAsync Ready's write in flight.
+type asyncWrite struct {
+	rd      vr.Ready
+	view    uint64
+	startAt int64 // the disk starts it then; until then later writes join it
 }
 
 type pendingReq struct {
@@ -117,6 +128,7 @@ func (r *replica) start() {
 		r.fs, r.applied = st, r.disk.snap.Index
 	}
 	r.up, r.busy, r.cur, r.inbox = true, false, nil, nil
+	r.diskQ, r.diskFree = nil, 0
 	r.pending = map[uint64]pendingReq{}
 	w.tracef("r%d start: %s", r.id, r.describe())
 	r.scheduleTick()
@@ -130,13 +142,30 @@ func (r *replica) crash() {
 	if !r.up {
 		return
 	}
+	// The writes in flight reach the disk in order: some prefix of them
+	// whole, the next one torn.
+	var inflight []*vr.Ready
+	for i := range r.diskQ {
+		inflight = append(inflight, &r.diskQ[i].rd)
+	}
 	if r.busy && r.cur != nil {
-		stage := w.intn(4)
-		r.persist(r.cur, stage)
-		w.tracef("r%d crash while persisting (torn at stage %d)", r.id, stage)
+		inflight = append(inflight, r.cur)
+	}
+	if len(inflight) > 0 {
+		k := w.intn(len(inflight) + 1)
+		for _, rd := range inflight[:k] {
+			r.persist(rd, 4)
+		}
+		stage := 0
+		if k < len(inflight) {
+			stage = w.intn(4)
+			r.persist(inflight[k], stage)
+		}
+		w.tracef("r%d crash while persisting (%d of %d writes whole, the next torn at stage %d)", r.id, k, len(inflight), stage)
 	} else {
 		w.tracef("r%d crash", r.id)
 	}
+	r.diskQ = nil
 	st := r.core.Stats()
 	r.stats.ViewChanges += st.ViewChanges
 	r.stats.SnapshotsInstalled += st.SnapshotsInstalled
@@ -186,7 +215,22 @@ func (r *replica) pump() {
 		return
 	}
 	rd := r.core.Ready()
-	r.busy, r.cur = true, &rd
+	if !rd.PersistAsync {
+		r.busy, r.cur = true, &rd
+	}
+	// Early messages leave before the disk write: a crash during it leaves
+	// backups holding entries this replica lost.
+	for _, m := range rd.EarlyMessages {
+		if m.Type != vr.MsgPrepare && m.Type != vr.MsgCommit {
+			w.fail("replica %d sends %v early", r.id, m.String())
+			return
+		}
+		if m.View != r.disk.hs.View || r.disk.hs.LastNormalView != m.View {
+			w.fail("replica %d sends %v early with view %d, last normal %d on disk", r.id, m.String(), r.disk.hs.View, r.disk.hs.LastNormalView)
+			return
+		}
+		w.net.send(m)
+	}
 	lat := w.between(5_000, 30_000)
 	if rd.MustSync {
 		lat = w.between(100_000, 1_500_000)
@@ -197,12 +241,62 @@ func (r *replica) pump() {
 			lat += w.between(10*ms, 100*ms)
 		}
 	}
+	// One disk: a write starts when the writes queued before it are done;
+	// like the driver's disk writer, an async write joins the async write
+	// queued before it if the disk has not started that one yet.
 	ep := r.epoch
-	w.after(lat, func() {
+	if rd.PersistAsync {
+		view := r.core.View()
+		if n := len(r.diskQ); n > 0 && r.diskQ[n-1].startAt > w.now && r.diskQ[n-1].view == view && !r.busy {
+			j := &r.diskQ[n-1]
+			j.rd.Entries = append(j.rd.Entries, rd.Entries...)
+			if rd.HardState != nil {
+				j.rd.HardState = rd.HardState
+			}
+		} else {
+			start := max(w.now, r.diskFree)
+			r.diskFree = start + lat
+			r.diskQ = append(r.diskQ, asyncWrite{rd: vr.Ready{Entries: rd.Entries, HardState: rd.HardState}, view: view, startAt: start})
+			w.after(r.diskFree-w.now, func() {
+				if r.epoch == ep {
+					r.asyncDone()
+				}
+			})
+		}
+		// The driver goes on at once: apply, advance, next Ready.
+		for _, e := range rd.Committed {
+			r.apply(e)
+			if w.done {
+				return
+			}
+		}
+		r.core.Advance()
+		r.maybeSnapshot()
+		r.pump()
+		return
+	}
+	r.diskFree = max(w.now, r.diskFree) + lat
+	w.after(r.diskFree-w.now, func() {
 		if r.epoch == ep {
 			r.complete(rd)
 		}
 	})
+}
+
+// asyncDone finishes the oldest async write: it is on disk, and the core
+// hears so.
+func (r *replica) asyncDone() {
+	w := r.w
+	if len(r.diskQ) == 0 {
+		w.fail("replica %d: an async write finished with none in flight", r.id)
+		return
+	}
+	a := r.diskQ[0]
+	r.diskQ = r.diskQ[1:]
+	r.persist(&a.rd, 4)
+	if last := a.rd.Last(); last > 0 {
+		r.input(func() { r.core.Persisted(last, a.view) })
+	}
 }
 
 // persist writes stages of a Ready to disk: 1 the snapshot, 2 the
@@ -334,6 +428,9 @@ func (r *replica) apply(e vr.Entry) {
 
 func (r *replica) maybeSnapshot() {
 	w := r.w
+	if len(r.diskQ) > 0 || r.core.Info().Persisted < r.applied {
+		return // the driver waits for its disk writer first; so do we
+	}
 	base := uint64(0)
 	if r.disk.snap != nil {
 		base = r.disk.snap.Index

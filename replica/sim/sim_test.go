@@ -109,6 +109,8 @@ var regressions = []struct {
 	{569214, "a replica recovering in view v (holding entries of view v) crashed, restarted in view change for v and sent DoViewChange(v) ending with an entry of view v; validation refused it as impossible (found after 69,214 clean seeds of the long run)"},
 	{540, "a PrepareOK of view v queued before the replica moved to view v+1 went out after v+1 was on disk: an acknowledgement of an older view (found by the driver-level check that every message's view is on disk)"},
 	{454, "same as 540, replica 1 acknowledging view 2 after moving to 3"},
+	{3000881, "the primary's disk went slow while its writes were async: each queued write paid the slow fsync on its own, a StartView waited behind seconds of them and the old primary never caught up (the simulator's disk writer now joins queued writes as the driver's does)"},
+	{3000729, "same as 3000881, replica 2 recovering behind the queued writes"},
 	{218, "after StartView the primary's optimistic next index stayed past a recovering backup's log and nothing was ever resent to it; commits stalled behind MaxUncommittedEntries (liveness)"},
 }
 

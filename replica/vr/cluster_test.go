@@ -86,6 +86,7 @@ func (c *cluster) pump(tn *tnode) {
 			d.snap, d.snapDat, d.entries = &m, rd.Snapshot.Data, nil
 			tn.state = slices.Clone(rd.Snapshot.Data)
 		}
+		c.queue = append(c.queue, rd.EarlyMessages...)
 		if rd.TruncateFrom > 0 {
 			for len(d.entries) > 0 && d.entries[len(d.entries)-1].Index >= rd.TruncateFrom {
 				d.entries = d.entries[:len(d.entries)-1]
@@ -108,7 +109,12 @@ func (c *cluster) pump(tn *tnode) {
 				tn.state = append(tn.state, ';')
 			}
 		}
+		view := tn.n.Info().View
 		tn.n.Advance()
+		if rd.PersistAsync && rd.Last() > 0 {
+			// This driver writes synchronously: the entries are durable.
+			tn.n.Persisted(rd.Last(), view)
+		}
 	}
 }
 

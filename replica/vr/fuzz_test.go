@@ -99,7 +99,11 @@ func FuzzStep(f *testing.F) {
 			}
 			for n.HasReady() {
 				rd := n.Ready()
+				view := n.Info().View
 				n.Advance()
+				if rd.PersistAsync && rd.Last() > 0 && r.u8()%2 == 0 {
+					n.Persisted(rd.Last(), view)
+				}
 				if len(rd.Committed) > 0 && r.u8()%4 == 0 {
 					a := n.Info().Applied
 					if _, err := n.SnapshotMeta(a); err == nil {

@@ -84,6 +84,7 @@ type Node struct {
 	rdLast        uint64
 	rdApplied     uint64
 	rdHS          HardState
+	rdAsync       bool
 
 	stats Stats
 }
@@ -109,6 +110,7 @@ type Info struct {
 	LastOp         uint64
 	Commit         uint64
 	Applied        uint64
+	Persisted      uint64 // last entry known durable on this replica's disk
 	SnapshotIndex  uint64
 	Members        Members
 }
@@ -438,10 +440,13 @@ func (n *Node) Info() Info {
 	return Info{
 		ID: n.id, View: n.view, LastNormalView: n.lnv, Status: n.status,
 		Primary: n.primaryOf(n.view), IsPrimary: n.isPrimary(),
-		LastOp: n.log.lastIndex(), Commit: n.commit, Applied: n.applied,
+		LastOp: n.log.lastIndex(), Commit: n.commit, Applied: n.applied, Persisted: n.persistedLast,
 		SnapshotIndex: n.snap.Index, Members: n.members.Clone(),
 	}
 }
+
+// View returns the node's view number (cheaper than Info).
+func (n *Node) View() uint64 { return n.view }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats { return n.stats }
@@ -514,6 +519,10 @@ func (n *Node) Ready() Ready {
 	}
 	rd.MustSync = n.mustSync || len(rd.Entries) > 0 || rd.TruncateFrom > 0 || rd.Snapshot != nil
 	rd.Messages, n.msgs = n.msgs, nil
+	if n.isPrimary() && n.hsDisk.View == n.view && n.hsDisk.LastNormalView == n.view {
+		rd.EarlyMessages, rd.Messages = splitEarly(rd.Messages)
+		rd.PersistAsync = rd.Snapshot == nil && rd.TruncateFrom == 0 && len(rd.Messages) == 0
+	}
 	if n.applied < n.commit {
 		size := 0
 		for i := n.applied + 1; i <= n.commit; i++ {
@@ -528,15 +537,51 @@ func (n *Node) Ready() Ready {
 	n.rdLast = last
 	n.rdApplied = n.applied + uint64(len(rd.Committed))
 	n.rdHS = n.hardState()
+	n.rdAsync = rd.PersistAsync
 	n.readyOut = true
 	return rd
+}
+
+// Persisted tells the primary that its entries up to last, handed out in
+// view by a Ready with PersistAsync, are durable: it counts itself for
+// them in the commit quorum. A report from another view, or about entries
+// this node no longer holds as handed out, is ignored (a Ready without
+// PersistAsync, carried out after every queued write, settles the disk
+// state anyway).
+func (n *Node) Persisted(last, view uint64) {
+	n.mustNotBeReady()
+	if view != n.view || !n.isPrimary() || last <= n.persistedLast || last >= n.unstableFrom {
+		return
+	}
+	n.persistedLast = last
+	n.maybeCommit()
+	n.checkInvariants()
+}
+
+// splitEarly moves the Prepares and Commits of ms to early, keeping the
+// order of each part: the primary may send them before it persists (see
+// Ready.EarlyMessages). Everything else (StartView, snapshots, answers to
+// view-change messages) waits for the disk.
+func splitEarly(ms []Message) (early, late []Message) {
+	for _, m := range ms {
+		if m.Type == MsgPrepare || m.Type == MsgCommit {
+			early = append(early, m)
+		} else {
+			late = append(late, m)
+		}
+	}
+	return early, late
 }
 
 // Advance tells the node the last Ready was carried out.
 func (n *Node) Advance() {
 	assert(n.readyOut, "Advance without Ready")
 	n.readyOut = false
-	n.persistedLast = n.rdLast
+	if !n.rdAsync {
+		// Everything handed out so far is durable: the driver waited for
+		// the queued writes before this one.
+		n.persistedLast = n.rdLast
+	}
 	n.unstableFrom = n.rdLast + 1
 	n.truncFrom = 0
 	n.pendingSnap = nil
@@ -561,10 +606,13 @@ func (n *Node) cut(i uint64) {
 	}
 	assert(i > n.commit && i > n.verified, "cut at %d: commit %d, verified %d", i, n.commit, n.verified)
 	n.log.truncateFrom(i)
-	if i <= n.persistedLast && (n.truncFrom == 0 || i < n.truncFrom) {
+	// Entries handed out to the disk writer may be on disk even if not yet
+	// reported durable: they are deleted too.
+	if i < n.unstableFrom && (n.truncFrom == 0 || i < n.truncFrom) {
 		n.truncFrom = i
 	}
 	n.unstableFrom = min(n.unstableFrom, i)
+	n.persistedLast = min(n.persistedLast, i-1)
 }
 
 // checkInvariants asserts what must always hold (TigerBeetle style: a
@@ -577,6 +625,7 @@ func (n *Node) checkInvariants() {
 	assert(n.log.snapIndex <= n.snap.Index && n.snap.Index <= n.applied, "log start %d, snapshot %d, applied %d", n.log.snapIndex, n.snap.Index, n.applied)
 	assert(n.commit <= n.verified && n.verified <= last, "verified %d not in [commit %d, last %d]", n.verified, n.commit, last)
 	assert(n.unstableFrom > n.log.snapIndex && n.unstableFrom <= last+1, "unstable %d not in (%d, %d]", n.unstableFrom, n.log.snapIndex, last+1)
+	assert(n.persistedLast < n.unstableFrom, "persisted %d not handed out (unstable from %d)", n.persistedLast, n.unstableFrom)
 	if n.status == StatusNormal {
 		assert(n.lnv == n.view, "normal in view %d with lnv %d", n.view, n.lnv)
 		assert(n.verified == last, "normal with verified %d < last %d", n.verified, last)

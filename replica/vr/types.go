@@ -238,6 +238,8 @@ func (p Persisted) Empty() bool {
 // Ready is the work the node hands to its driver. The driver must, in this
 // order:
 //
+//  0. send EarlyMessages (it may do so before, or while, it persists: they
+//     depend on nothing this Ready writes);
 //  1. install Snapshot if set: store it durably, replace the application
 //     state with it, and drop the whole log (the log continues after
 //     Snapshot.Meta.Index);
@@ -252,19 +254,47 @@ func (p Persisted) Empty() bool {
 //  8. call Advance.
 //
 // Steps 1–4 may be one atomic batch. Between Ready and Advance the driver
-// must not call Step, Tick, Propose or Compact.
+// must not call Step, Tick, Propose, Compact or Persisted.
+//
+// When PersistAsync is set, steps 3–5 may instead be queued to a disk
+// writer and the driver goes on at once (applies Committed, calls
+// Advance) without waiting for them; once they are durable it reports
+// Node.Persisted(Ready.Last(), view). The disk writer must carry out
+// queued writes in order, and before the driver carries out a Ready
+// without PersistAsync it must wait until every queued write is durable.
 type Ready struct {
 	HardState    *HardState
 	Snapshot     *Snapshot
 	TruncateFrom uint64
 	Entries      []Entry
 	MustSync     bool
-	Messages     []Message
+	// EarlyMessages are the normal primary's Prepares and Commits when its
+	// view is already on disk: a backup may store the entries before the
+	// primary does, which takes the primary's fsync off the commit path
+	// (the primary counts itself in a quorum only for entries it has
+	// persisted, and a primary that restarts never resumes its view, so a
+	// backup holding entries its primary lost is harmless).
+	EarlyMessages []Message
+	Messages      []Message
+	// PersistAsync: this Ready only appends entries (and moves the commit
+	// number) on the normal primary, and every message in it is early, so
+	// nothing waits for its disk write but the primary's own vote in the
+	// commit quorum, which Persisted gives. A slow fsync on the primary
+	// then no longer holds up commits that a quorum of backups can make.
+	PersistAsync bool
 	Committed    []Entry
 }
 
 // Empty reports whether rd holds no work.
 func (rd *Ready) Empty() bool {
 	return rd.HardState == nil && rd.Snapshot == nil && rd.TruncateFrom == 0 &&
-		len(rd.Entries) == 0 && len(rd.Messages) == 0 && len(rd.Committed) == 0
+		len(rd.Entries) == 0 && len(rd.EarlyMessages) == 0 && len(rd.Messages) == 0 && len(rd.Committed) == 0
+}
+
+// Last is the index of the last entry the Ready appends (0 if none).
+func (rd *Ready) Last() uint64 {
+	if len(rd.Entries) == 0 {
+		return 0
+	}
+	return rd.Entries[len(rd.Entries)-1].Index
 }

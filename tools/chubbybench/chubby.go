@@ -223,7 +223,7 @@ func (s *chubbySystem) Bound(w Workload) string {
 	case kindLockDistinct:
 		return "2 commands per cycle (Acquire, Release), each " + disk + " before its reply; one fsync serves every command waiting"
 	case kindLockContended:
-		return "FIFO waiters parked in the master; a Release grants the next waiter in the same command, so each hand-off waits for 2 commands " + disk + " in turn"
+		return "FIFO waiters parked in the master; a Release grants the next waiter in the same command, so each hand-off is that command " + disk + " plus the new holder's round trip, in turn"
 	case kindWrite:
 		return "1 command, " + disk + " (batched)"
 	case kindRead:

@@ -89,7 +89,7 @@ func newServiceInfo(hasStreaming bool, keepStreamingMethods bool, keepNonStreami
 func deliverHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
 	realArg := arg.(*replica.ReplicaDeliverArgs)
 	realResult := result.(*replica.ReplicaDeliverResult)
-	err := handler.(replica.Replica).Deliver(ctx, realArg.Cell, realArg.From, realArg.Msgs)
+	success, err := handler.(replica.Replica).Deliver(ctx, realArg.Cell, realArg.From, realArg.Msgs)
 	if err != nil {
 		switch v := err.(type) {
 		case *replica.ReplicaError:
@@ -98,6 +98,7 @@ func deliverHandler(ctx context.Context, handler interface{}, arg, result interf
 			return err
 		}
 	} else {
+		realResult.Success = success
 	}
 	return nil
 }
@@ -119,7 +120,7 @@ func newServiceClient(c client.Client) *kClient {
 	}
 }
 
-func (p *kClient) Deliver(ctx context.Context, cell string, from int64, msgs []*replica.Message) (err error) {
+func (p *kClient) Deliver(ctx context.Context, cell string, from int64, msgs []*replica.Message) (r []*replica.Message, err error) {
 	var _args replica.ReplicaDeliverArgs
 	_args.Cell = cell
 	_args.From = from
@@ -130,7 +131,7 @@ func (p *kClient) Deliver(ctx context.Context, cell string, from int64, msgs []*
 	}
 	switch {
 	case _result.Err != nil:
-		return _result.Err
+		return r, _result.Err
 	}
-	return nil
+	return _result.GetSuccess(), nil
 }
