@@ -78,7 +78,7 @@ func newRawClient(t testing.TB, addr string) combineservice.Client {
 	}
 	// Wait (bounded) until the server answers.
 	for i := 0; ; i++ {
-		_, err := c.GetMaster(context.Background())
+		_, err := c.GetMaster(context.Background(), nil)
 		if err == nil {
 			return c
 		}

@@ -128,7 +128,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.s.serveCheck(); err != nil {
+	if err := h.s.serveCheckWait(ctx); err != nil {
 		return nil, err
 	}
 	if req.Epoch != nil && *req.Epoch > 0 && *req.Epoch < h.s.epoch.Load() {
@@ -595,7 +595,12 @@ func (h *handler) held(hd *chubby.Handle, mode chubby.LockMode) *chubby.Sequence
 
 // ---- Cell
 
-func (h *handler) GetMaster(ctx context.Context) (*chubby.GetMasterResponse, error) {
+func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (*chubby.GetMasterResponse, error) {
+	suspect := req.GetUnreachable()
+	if len(suspect) > maxAddrBytes {
+		return nil, invalid("unreachable of %d bytes over the %d-byte limit", len(suspect), maxAddrBytes)
+	}
+	h.s.awaitMaster(ctx, suspect)
 	if h.s.serving.Load() {
 		return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch.Load(), MasterId: strconv.FormatUint(h.s.cfg.ID, 10)}, nil
 	}
@@ -606,6 +611,9 @@ func (h *handler) GetMaster(ctx context.Context) (*chubby.GetMasterResponse, err
 	client, _ := splitMemberAddr(nm.Addr)
 	return &chubby.GetMasterResponse{MasterAddress: client, Epoch: int64(nm.View) + 1, MasterId: strconv.FormatUint(nm.Primary, 10)}, nil
 }
+
+// maxAddrBytes bounds an address a client sends (GetMaster's unreachable).
+const maxAddrBytes = 512
 
 func (h *handler) GetStatus(ctx context.Context) (*chubby.CellStatus, error) {
 	return h.s.status(), nil

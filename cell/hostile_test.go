@@ -60,7 +60,7 @@ func TestHostileBytes(t *testing.T) {
 	}
 	// Still serving, still correct.
 	id := tc.session("after")
-	if _, err := tc.cli.GetMaster(ctx); err != nil {
+	if _, err := tc.cli.GetMaster(ctx, nil); err != nil {
 		t.Fatalf("server no longer answers after hostile input: %v", err)
 	}
 	tc.open(id, "/still-fine", 2, false)

@@ -160,6 +160,58 @@ func (s *Server) notMasterError(nm *replica.NotMasterError) *chubby.ChubbyError 
 	return e
 }
 
+// noMasterHold bounds how long a replica holds a call it must refuse
+// while no master is known (a view change is under way, or this replica is
+// finishing its failover duties): long enough for most view changes to
+// end, so that the refusal names the new master (or the call is served)
+// instead of the client polling with back-off; short enough that a client
+// of a cell that stays without a master still hears often.
+const noMasterHold = 200 * time.Millisecond
+
+// awaitMaster waits, at most noMasterHold, until this replica serves as
+// master or knows which replica does — one other than suspect (a client
+// address a caller could not reach: while this replica still believes in
+// it, the failure has not been detected yet, and naming it again would
+// only send the caller back to it).
+func (s *Server) awaitMaster(ctx context.Context, suspect string) {
+	if s.serving.Load() {
+		return
+	}
+	hold := time.NewTimer(noMasterHold)
+	defer hold.Stop()
+	for !s.serving.Load() {
+		changed := s.log.Changed()
+		nm := s.log.NotMaster()
+		if nm != nil && nm.Known {
+			if client, _ := splitMemberAddr(nm.Addr); suspect == "" || client != suspect {
+				return
+			}
+		}
+		var soon <-chan time.Time
+		if nm == nil {
+			// The log made this replica primary; its failover duties take
+			// milliseconds and end with serving set: look again shortly.
+			soon = time.After(2 * time.Millisecond)
+		}
+		select {
+		case <-changed:
+		case <-soon:
+		case <-hold.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// serveCheckWait is serveCheck after awaitMaster: a call that arrives
+// during a view change gets its answer (or its redirect) when the view
+// change ends.
+func (s *Server) serveCheckWait(ctx context.Context) error {
+	s.awaitMaster(ctx, "")
+	return s.serveCheck()
+}
+
 // serveCheck refuses a client call unless this replica is serving as master.
 func (s *Server) serveCheck() error {
 	if s.serving.Load() {

@@ -82,7 +82,7 @@ func TestReplicatedCellRedirects(t *testing.T) {
 	m := mc.master()
 	for _, s := range mc.servers {
 		cli := newRawClient(t, s.Addr())
-		r, err := cli.GetMaster(ctx)
+		r, err := cli.GetMaster(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,5 +156,49 @@ func BenchmarkCommittedWrites(b *testing.B) {
 				b.ReportMetric(float64(m.log.Info().View-view), "view-changes")
 			})
 		}
+	}
+}
+
+// TestNoMasterAnswersAreHeld: a client that cannot reach the master asks
+// the others GetMaster naming it unreachable; a replica that still believes
+// in it, or knows no master (a view change is under way), holds the answer
+// until it knows a new master, at most noMasterHold, instead of answering
+// at once: clients hear of the new master when it exists rather than by
+// polling with back-off. So every answer that does not name a new master
+// must have been held the whole bound (a lower bound on time, which a slow
+// machine only lengthens), and the answers end with the new master.
+func TestNoMasterAnswersAreHeld(t *testing.T) {
+	mc := startMultiCell(t, 3, Config{})
+	old := mc.master()
+	var backup *Server
+	for _, s := range mc.servers {
+		if s != old {
+			backup = s
+			break
+		}
+	}
+	cli := newRawClient(t, backup.Addr())
+	old.Stop()
+	gone := old.Addr()
+	req := &chubby.GetMasterRequest{Unreachable: &gone}
+	held := 0
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no new master named within 20 s (%d held answers)", held)
+		}
+		t0 := time.Now()
+		r, err := cli.GetMaster(ctx, req, callopt.WithRPCTimeout(5*time.Second))
+		took := time.Since(t0)
+		if err == nil && r.MasterAddress != gone {
+			t.Logf("new master %s named after %d held answers (the last call took %v)", r.MasterAddress, held, took.Round(time.Millisecond))
+			return
+		}
+		if err != nil {
+			wantCode(t, err, chubby.ErrorCode_UNAVAILABLE)
+		}
+		if took < noMasterHold-10*time.Millisecond {
+			t.Fatalf("answer %v / %v came after %v, not held for %v", r, err, took, noMasterHold)
+		}
+		held++
 	}
 }

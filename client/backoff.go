@@ -24,6 +24,11 @@ const (
 	callBackoffBase = 50 * time.Millisecond
 	callBackoffMax  = time.Second
 
+	// maxQuickRedirects bounds the retries of one call sent at once,
+	// without a pause, because a replica named (or a locate round found)
+	// the master elsewhere.
+	maxQuickRedirects = 2
+
 	// keepAliveBackoffBase and keepAliveBackoffMax shape the pause between
 	// KeepAlive attempts after a failure. The KeepAlive loop retries until the
 	// local lease and then the grace period end, so it needs no attempt

@@ -164,7 +164,7 @@ func (c *Client) GetMasterAsync(ctx context.Context) *rpc.Future[*chubby.GetMast
 	return rpc.Go(ctx, func(ctx context.Context) (*chubby.GetMasterResponse, error) {
 		r, err := call(ctx, c, callSpec{op: "get-master", class: retrySafe, timeout: c.cfg.CallTimeout},
 			func(ctx context.Context, o ...callopt.Option) (*chubby.GetMasterResponse, error) {
-				return c.kc.GetMaster(ctx, o...)
+				return c.kc.GetMaster(ctx, &chubby.GetMasterRequest{}, o...)
 			})
 		if err == nil {
 			c.master.learned(r.GetMasterAddress())

@@ -174,7 +174,12 @@
 // Concurrent calls and sessions share one round.
 //
 // A call is sent again, at most 6 times with a backoff of 50 ms doubling to
-// 1 s (about 1.5 s of pauses), only when that is safe:
+// 1 s (about 1.5 s of pauses), only when that is safe; when the failure
+// named the master elsewhere (a NOT_MASTER hint, or a locate round that
+// found it) the next attempt goes there at once, twice per call at most.
+// Replicas in a view change hold GetMaster, KeepAlive and refusals until
+// they know the new master (at most 200 ms), so a client learns of a new
+// master as soon as it exists rather than at its next back-off step:
 //
 //   - reads (GetContentsAndStat, GetStat, ReadDir, GetSequencer,
 //     CheckSequencer, GetMaster, GetStatus) and CreateSession, on

@@ -18,7 +18,10 @@ import (
 const locateReplyTimeout = time.Second
 
 // askMasterFunc asks the replica at addr where the master is (GetMaster).
-type askMasterFunc func(ctx context.Context, addr string) (master string, epoch int64, err error)
+// suspect, if not empty, is the master this client just failed to reach:
+// a replica that still believes in it holds its answer until its view
+// changes (bounded).
+type askMasterFunc func(ctx context.Context, addr, suspect string) (master string, epoch int64, err error)
 
 // master tracks which replica the client believes is the master. Every call
 // is sent to that replica (callopt.WithHostPort). Where it moves:
@@ -43,6 +46,10 @@ type master struct {
 	next  int           // index in addrs of the address to try when cur fails
 	round chan struct{} // closed when the locate round in progress ends; nil if none
 	last  located       // outcome of the last finished round
+	// suspect is the master guess that last could not be reached; the next
+	// locate round names it, so that replicas wait to detect its failure
+	// rather than name it again. Cleared once a round names another.
+	suspect string
 }
 
 // located is the outcome of one locate round.
@@ -89,6 +96,7 @@ func (m *master) unreachable(from string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cur == from {
+		m.suspect = from
 		m.advanceLocked()
 	}
 }
@@ -135,6 +143,9 @@ func (m *master) locate() <-chan struct{} {
 func (m *master) runRound(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
+	m.mu.Lock()
+	suspect := m.suspect
+	m.mu.Unlock()
 	type answer struct {
 		addr  string
 		epoch int64
@@ -143,7 +154,7 @@ func (m *master) runRound(done chan struct{}) {
 	answers := make(chan answer, len(m.addrs)) // buffered: no sender ever blocks
 	for _, a := range m.addrs {
 		go func() {
-			addr, epoch, err := m.ask(ctx, a)
+			addr, epoch, err := m.ask(ctx, a, suspect)
 			answers <- answer{addr, epoch, err}
 		}()
 	}
@@ -160,6 +171,9 @@ func (m *master) runRound(done chan struct{}) {
 	m.mu.Lock()
 	if best.addr != "" {
 		m.cur = best.addr
+		if best.addr != m.suspect {
+			m.suspect = ""
+		}
 	}
 	m.last = best
 	m.round = nil
@@ -183,8 +197,12 @@ func (m *master) locateWait(ctx context.Context) {
 }
 
 // askMaster is the client's askMasterFunc: GetMaster sent to addr alone.
-func (c *Client) askMaster(ctx context.Context, addr string) (string, int64, error) {
-	r, err := c.kc.GetMaster(ctx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(locateReplyTimeout))
+func (c *Client) askMaster(ctx context.Context, addr, suspect string) (string, int64, error) {
+	req := &chubby.GetMasterRequest{}
+	if suspect != "" {
+		req.Unreachable = &suspect
+	}
+	r, err := c.kc.GetMaster(ctx, req, callopt.WithHostPort(addr), callopt.WithRPCTimeout(locateReplyTimeout))
 	if err != nil {
 		return "", 0, err
 	}
@@ -254,6 +272,7 @@ func call[T any](ctx context.Context, c *Client, spec callSpec,
 func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 	fn func(context.Context, ...callopt.Option) (T, error)) (v T, err error, retryable bool) {
 	var zero T
+	redirects := 0
 	for attempt := 0; ; attempt++ {
 		if c.isClosed() {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: ErrClientClosed}, false
@@ -274,8 +293,18 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, true
 		}
 		if !hinted && len(c.master.addrs) > 1 {
-			// Nobody said where the master is: ask every replica.
+			// Nobody said where the master is: ask every replica (a
+			// replica in a view change answers once it knows).
 			c.master.locateWait(ctx)
+		}
+		if next := c.master.addr(); next != addr && redirects < maxQuickRedirects {
+			// Told (or found) where the master is now: go there at once
+			// (the replicas hold their answers during a view change, and
+			// redirects without a pause are bounded, so this cannot spin).
+			redirects++
+			c.log.Debug("chubby: retrying call at the master", "op", spec.op, "path", spec.path,
+				"addr", addr, "next", next, "attempt", attempt+1, "err", Describe(cause))
+			continue
 		}
 		d := backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter())
 		c.log.Debug("chubby: retrying call", "op", spec.op, "path", spec.path,

@@ -73,7 +73,7 @@ func (f *fakeReplica) GetStatus(context.Context) (*chubby.CellStatus, error) {
 	return nil, f.notMaster()
 }
 
-func (f *fakeReplica) GetMaster(context.Context) (*chubby.GetMasterResponse, error) {
+func (f *fakeReplica) GetMaster(context.Context, *chubby.GetMasterRequest) (*chubby.GetMasterResponse, error) {
 	f.getMaster.Add(1)
 	if f.master == "" {
 		return nil, &chubby.ChubbyError{Code: chubby.ErrorCode_UNAVAILABLE, Message: "fake replica does not know the master"}
@@ -205,7 +205,7 @@ func TestLocateRound(t *testing.T) {
 	var mu sync.Mutex
 	asked := map[string]int{}
 	release := make(chan struct{})
-	ask := func(ctx context.Context, addr string) (string, int64, error) {
+	ask := func(ctx context.Context, addr, _ string) (string, int64, error) {
 		mu.Lock()
 		asked[addr]++
 		mu.Unlock()
@@ -248,7 +248,7 @@ func TestLocateRound(t *testing.T) {
 	mu.Unlock()
 
 	// A round where nobody knows leaves the guess alone.
-	none := newMaster([]string{"a:1", "b:1"}, func(context.Context, string) (string, int64, error) {
+	none := newMaster([]string{"a:1", "b:1"}, func(context.Context, string, string) (string, int64, error) {
 		return "", 0, errors.New("down")
 	}, time.Second)
 	none.learned("b:1")
@@ -258,7 +258,7 @@ func TestLocateRound(t *testing.T) {
 	}
 
 	// A round is bounded by the timeout even if a replica never answers.
-	hung := newMaster([]string{"a:1"}, func(ctx context.Context, _ string) (string, int64, error) {
+	hung := newMaster([]string{"a:1"}, func(ctx context.Context, _, _ string) (string, int64, error) {
 		<-ctx.Done()
 		return "", 0, ctx.Err()
 	}, 50*time.Millisecond)

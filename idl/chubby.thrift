@@ -419,6 +419,15 @@ service Lock {
 // ---------------------------------------------------------------------------
 // Cell service
 
+struct GetMasterRequest {
+    // unreachable: a replica address the caller failed to reach just now
+    // (the master it was using). A replica that still believes that address
+    // is the master holds the answer until its view changes (it detects the
+    // failure and a new master is chosen) or 200 ms pass, so the caller
+    // learns of the new master when there is one instead of polling.
+    1: optional string unreachable
+}
+
 struct GetMasterResponse {
     1: required string master_address
     2: required Epoch epoch
@@ -455,6 +464,9 @@ struct CellStatus {
 }
 
 service Cell {
-    GetMasterResponse GetMaster() throws (1: ChubbyError err)
+    // GetMaster names the master. During a view change a replica holds the
+    // answer until it knows the new master, at most 200 ms (then
+    // UNAVAILABLE); req may be absent.
+    GetMasterResponse GetMaster(1: GetMasterRequest req) throws (1: ChubbyError err)
     CellStatus GetStatus() throws (1: ChubbyError err)
 }

@@ -116,6 +116,7 @@ type Replicated struct {
 	mu        sync.Mutex
 	info      vr.Info
 	err       error
+	changed   chan struct{} // closed when View, Status or IsPrimary next change
 }
 
 // inbound is a batch of messages from a peer and what to call once it is
@@ -313,6 +314,18 @@ func (r *Replicated) CanServeReads() bool {
 	return r.now() < r.readUntil.Load()
 }
 
+// Changed returns a channel closed the next time this replica's view,
+// status or primary role changes (a view change starts or ends), so that
+// a caller can wait for one without polling.
+func (r *Replicated) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
 // Applied returns the index of the last entry applied.
 func (r *Replicated) Applied() uint64 { return r.applied.Load() }
 
@@ -345,6 +358,14 @@ func (r *Replicated) stoppedErr() error {
 
 func (r *Replicated) run() {
 	defer close(r.done)
+	defer func() {
+		r.mu.Lock()
+		if r.changed != nil {
+			close(r.changed)
+			r.changed = nil
+		}
+		r.mu.Unlock()
+	}()
 	defer func() {
 		// Let the disk writer finish what it was handed, so that the
 		// storage is quiet when Close returns.
@@ -700,7 +721,12 @@ func (r *Replicated) publish() {
 		r.readUntil.Store(0)
 	}
 	r.mu.Lock()
+	old := r.info
 	r.info = info
+	if r.changed != nil && (old.View != info.View || old.Status != info.Status || old.IsPrimary != info.IsPrimary) {
+		close(r.changed)
+		r.changed = nil
+	}
 	r.mu.Unlock()
 	if info.IsPrimary != r.primary {
 		r.primary = info.IsPrimary

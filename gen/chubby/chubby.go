@@ -2577,6 +2577,44 @@ var fieldIDToName_CheckSequencerResponse = map[int16]string{
 	2: "reason",
 }
 
+type GetMasterRequest struct {
+	Unreachable *string `thrift:"unreachable,1,optional" frugal:"1,optional,string" json:"unreachable,omitempty"`
+}
+
+func NewGetMasterRequest() *GetMasterRequest {
+	return &GetMasterRequest{}
+}
+
+func (p *GetMasterRequest) InitDefault() {
+}
+
+var GetMasterRequest_Unreachable_DEFAULT string
+
+func (p *GetMasterRequest) GetUnreachable() (v string) {
+	if !p.IsSetUnreachable() {
+		return GetMasterRequest_Unreachable_DEFAULT
+	}
+	return *p.Unreachable
+}
+func (p *GetMasterRequest) SetUnreachable(val *string) {
+	p.Unreachable = val
+}
+
+func (p *GetMasterRequest) IsSetUnreachable() bool {
+	return p.Unreachable != nil
+}
+
+func (p *GetMasterRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("GetMasterRequest(%+v)", *p)
+}
+
+var fieldIDToName_GetMasterRequest = map[int16]string{
+	1: "unreachable",
+}
+
 type GetMasterResponse struct {
 	MasterAddress string `thrift:"master_address,1,required" frugal:"1,required,string" json:"master_address"`
 	Epoch         Epoch  `thrift:"epoch,2,required" frugal:"2,required,i64" json:"epoch"`
@@ -4452,12 +4490,13 @@ var fieldIDToName_LockCheckSequencerResult = map[int16]string{
 }
 
 type Cell interface {
-	GetMaster(ctx context.Context) (r *GetMasterResponse, err error)
+	GetMaster(ctx context.Context, req *GetMasterRequest) (r *GetMasterResponse, err error)
 
 	GetStatus(ctx context.Context) (r *CellStatus, err error)
 }
 
 type CellGetMasterArgs struct {
+	Req *GetMasterRequest `thrift:"req,1" frugal:"1,default,GetMasterRequest" json:"req"`
 }
 
 func NewCellGetMasterArgs() *CellGetMasterArgs {
@@ -4467,6 +4506,22 @@ func NewCellGetMasterArgs() *CellGetMasterArgs {
 func (p *CellGetMasterArgs) InitDefault() {
 }
 
+var CellGetMasterArgs_Req_DEFAULT *GetMasterRequest
+
+func (p *CellGetMasterArgs) GetReq() (v *GetMasterRequest) {
+	if !p.IsSetReq() {
+		return CellGetMasterArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *CellGetMasterArgs) SetReq(val *GetMasterRequest) {
+	p.Req = val
+}
+
+func (p *CellGetMasterArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
 func (p *CellGetMasterArgs) String() string {
 	if p == nil {
 		return "<nil>"
@@ -4474,7 +4529,9 @@ func (p *CellGetMasterArgs) String() string {
 	return fmt.Sprintf("CellGetMasterArgs(%+v)", *p)
 }
 
-var fieldIDToName_CellGetMasterArgs = map[int16]string{}
+var fieldIDToName_CellGetMasterArgs = map[int16]string{
+	1: "req",
+}
 
 type CellGetMasterResult struct {
 	Success *GetMasterResponse `thrift:"success,0,optional" frugal:"0,optional,GetMasterResponse" json:"success,omitempty"`

@@ -68,7 +68,7 @@ func startDaemon(t *testing.T, bin, addr, data string) (*exec.Cmd, combineservic
 		t.Fatal(err)
 	}
 	for i := 0; ; i++ {
-		if _, err := cli.GetMaster(context.Background()); err == nil {
+		if _, err := cli.GetMaster(context.Background(), nil); err == nil {
 			return cmd, cli
 		}
 		if i == 300 {

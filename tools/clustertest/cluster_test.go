@@ -448,7 +448,7 @@ func TestFiveReplicasKill9(t *testing.T) {
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			r, err := do(cctx, probe, func(ctx context.Context, o callopt.Option) (*chubby.GetMasterResponse, error) {
-				return probe.cli.GetMaster(ctx, o)
+				return probe.cli.GetMaster(ctx, nil, o)
 			})
 			cancel()
 			if err == nil {

@@ -94,9 +94,9 @@ func newServiceInfo(hasStreaming bool, keepStreamingMethods bool, keepNonStreami
 }
 
 func getMasterHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
-	_ = arg.(*chubby.CellGetMasterArgs)
+	realArg := arg.(*chubby.CellGetMasterArgs)
 	realResult := result.(*chubby.CellGetMasterResult)
-	success, err := handler.(chubby.Cell).GetMaster(ctx)
+	success, err := handler.(chubby.Cell).GetMaster(ctx, realArg.Req)
 	if err != nil {
 		switch v := err.(type) {
 		case *chubby.ChubbyError:
@@ -151,8 +151,9 @@ func newServiceClient(c client.Client) *kClient {
 	}
 }
 
-func (p *kClient) GetMaster(ctx context.Context) (r *chubby.GetMasterResponse, err error) {
+func (p *kClient) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (r *chubby.GetMasterResponse, err error) {
 	var _args chubby.CellGetMasterArgs
+	_args.Req = req
 	var _result chubby.CellGetMasterResult
 	if err = p.c.Call(ctx, "GetMaster", &_args, &_result); err != nil {
 		return

@@ -11,7 +11,7 @@ import (
 
 // Client is designed to provide IDL-compatible methods with call-option parameter for kitex framework.
 type Client interface {
-	GetMaster(ctx context.Context, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error)
+	GetMaster(ctx context.Context, req *chubby.GetMasterRequest, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error)
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
 }
 
@@ -44,9 +44,9 @@ type kCellClient struct {
 	*kClient
 }
 
-func (p *kCellClient) GetMaster(ctx context.Context, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error) {
+func (p *kCellClient) GetMaster(ctx context.Context, req *chubby.GetMasterRequest, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
-	return p.kClient.GetMaster(ctx)
+	return p.kClient.GetMaster(ctx, req)
 }
 
 func (p *kCellClient) GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error) {

@@ -28,7 +28,7 @@ type Client interface {
 	Release(ctx context.Context, req *chubby.HandleRequest, callOptions ...callopt.Option) (err error)
 	GetSequencer(ctx context.Context, req *chubby.HandleRequest, callOptions ...callopt.Option) (r *chubby.Sequencer, err error)
 	CheckSequencer(ctx context.Context, req *chubby.CheckSequencerRequest, callOptions ...callopt.Option) (r *chubby.CheckSequencerResponse, err error)
-	GetMaster(ctx context.Context, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error)
+	GetMaster(ctx context.Context, req *chubby.GetMasterRequest, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error)
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
 }
 
@@ -146,9 +146,9 @@ func (p *kCombineServiceClient) CheckSequencer(ctx context.Context, req *chubby.
 	return p.kClient.CheckSequencer(ctx, req)
 }
 
-func (p *kCombineServiceClient) GetMaster(ctx context.Context, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error) {
+func (p *kCombineServiceClient) GetMaster(ctx context.Context, req *chubby.GetMasterRequest, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
-	return p.kClient.GetMaster(ctx)
+	return p.kClient.GetMaster(ctx, req)
 }
 
 func (p *kCombineServiceClient) GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error) {

@@ -626,9 +626,9 @@ func newLockCheckSequencerResult() interface{} {
 }
 
 func getMasterHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
-	_ = arg.(*chubby.CellGetMasterArgs)
+	realArg := arg.(*chubby.CellGetMasterArgs)
 	realResult := result.(*chubby.CellGetMasterResult)
-	success, err := handler.(chubby.Cell).GetMaster(ctx)
+	success, err := handler.(chubby.Cell).GetMaster(ctx, realArg.Req)
 	if err != nil {
 		switch v := err.(type) {
 		case *chubby.ChubbyError:
@@ -921,8 +921,9 @@ func (p *kClient) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 	return _result.GetSuccess(), nil
 }
 
-func (p *kClient) GetMaster(ctx context.Context) (r *chubby.GetMasterResponse, err error) {
+func (p *kClient) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (r *chubby.GetMasterResponse, err error) {
 	var _args chubby.CellGetMasterArgs
+	_args.Req = req
 	var _result chubby.CellGetMasterResult
 	if err = p.c.Call(ctx, "GetMaster", &_args, &_result); err != nil {
 		return
