@@ -113,6 +113,8 @@ func fmtMs(v float64) string {
 	switch {
 	case v <= 0:
 		return "—"
+	case v < 0.01:
+		return fmt.Sprintf("%.2f µs", v*1000) // cache hits
 	case v < 1:
 		return fmt.Sprintf("%.3f ms", v)
 	case v < 10:

@@ -142,6 +142,7 @@ func TestFormatting(t *testing.T) {
 		fmtRate(5.25):         "5.2/s",
 		fmtRate(0):            "—",
 		fmtMs(0.0456):         "0.046 ms",
+		fmtMs(0.00018):        "0.18 µs",
 		fmtMs(12.34):          "12.3 ms",
 		fmtMs(2500):           "2.50 s",
 		fmtRatio(3.14159):     "3.14×",
