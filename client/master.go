@@ -48,7 +48,9 @@ type master struct {
 	last  located       // outcome of the last finished round
 	// suspect is the master guess that last could not be reached; the next
 	// locate round names it, so that replicas wait to detect its failure
-	// rather than name it again. Cleared once a round names another.
+	// rather than name it again. One round carries it: if the replicas
+	// still name it after their hold, it is alive (the failure was
+	// passing), and a later failure names it again.
 	suspect string
 }
 
@@ -171,9 +173,9 @@ func (m *master) runRound(done chan struct{}) {
 	m.mu.Lock()
 	if best.addr != "" {
 		m.cur = best.addr
-		if best.addr != m.suspect {
-			m.suspect = ""
-		}
+	}
+	if m.suspect == suspect {
+		m.suspect = ""
 	}
 	m.last = best
 	m.round = nil

@@ -268,3 +268,33 @@ func TestLocateRound(t *testing.T) {
 		t.Fatal("locate round with a hung replica did not end")
 	}
 }
+
+// TestLocateNamesTheUnreachableMasterOnce: after the master could not be
+// reached, the next locate round names it to the replicas (which hold
+// their answer until they detect its failure); once a round is over the
+// suspicion is dropped, so that a master that was only briefly unreachable
+// does not make every later round wait out the replicas' hold.
+func TestLocateNamesTheUnreachableMasterOnce(t *testing.T) {
+	var mu sync.Mutex
+	var suspects []string
+	ask := func(ctx context.Context, addr, suspect string) (string, int64, error) {
+		mu.Lock()
+		suspects = append(suspects, suspect)
+		mu.Unlock()
+		return "a:1", 5, nil // the replicas still name a:1: it is alive
+	}
+	m := newMaster([]string{"a:1"}, ask, time.Second)
+	m.unreachable("a:1")
+	for round := range 2 {
+		select {
+		case <-m.locate():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d did not finish", round)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(suspects) != 2 || suspects[0] != "a:1" || suspects[1] != "" {
+		t.Fatalf("rounds named %q as unreachable, want [a:1 \"\"]", suspects)
+	}
+}
