@@ -150,11 +150,8 @@ func writeTargets(b *strings.Builder, ts []Target) {
 			met = "**yes**"
 		}
 		ratio := "—"
-		if t.NA == "" && t.Ratio > 0 {
+		if t.NA == "" && t.Ratio > 0 && t.Peer != "" {
 			ratio = fmtRatio(t.Ratio)
-			if t.Peer == "" {
-				ratio = "—"
-			}
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", t.Name, t.Goal, orDash(t.Ours), orDash(t.Peer), ratio, met)
 	}
