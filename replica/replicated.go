@@ -31,8 +31,10 @@ type ReplicatedConfig struct {
 	Core vr.Config
 	// TickInterval is how often the node is told the time. Default 5 ms.
 	TickInterval time.Duration
-	// SnapshotEvery takes a snapshot after this many applied entries.
-	// Default 50,000.
+	// SnapshotEvery takes a snapshot after this many applied entries, plus
+	// a stagger of (ID mod 4)/8 of it, so that the replicas of a cell,
+	// which apply the same entries at nearly the same time, do not all
+	// store snapshots at once on shared disks and CPUs. Default 50,000.
 	SnapshotEvery uint64
 	// MaxQueue bounds proposals waiting for the loop; past it Propose fails
 	// at once with ErrOverloaded. Default 16,384.
@@ -94,7 +96,15 @@ type Replicated struct {
 	// Owned by the loop.
 	pending  map[uint64]pendingProposal
 	primary  bool
-	snapshot uint64
+	snapshot uint64 // index of the latest snapshot stored
+	// The snapshot writer: at most one snapshot is being stored (by a
+	// goroutine of its own, so that the loop goes on committing); it
+	// reports on snapDone. snapFinished holds a report taken while a Ready
+	// was out, for after Advance.
+	snapSaving   bool
+	snapDone     chan snapResult
+	snapFinished *snapResult
+	snapRetry    time.Time // after a failed save, the next try waits until then
 
 	// The disk writer: jobs in order; async ones report the last entry
 	// they made durable through diskLast/diskView and a nudge on
@@ -137,6 +147,14 @@ type diskJob struct {
 	async   bool
 	view    uint64
 	done    chan error
+}
+
+// snapResult is what the snapshot writer reports.
+type snapResult struct {
+	meta  vr.SnapshotMeta
+	bytes int
+	took  time.Duration
+	err   error
 }
 
 // diskQueue bounds the writes queued for the disk writer; past it the
@@ -200,6 +218,7 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 		diskDone: make(chan struct{}),
 		diskNote: make(chan struct{}, 1),
 		diskErr:  make(chan error, 1),
+		snapDone: make(chan snapResult, 1),
 	}
 	node, err := vr.NewNode(core, p, r.now())
 	if err != nil {
@@ -367,10 +386,13 @@ func (r *Replicated) run() {
 		r.mu.Unlock()
 	}()
 	defer func() {
-		// Let the disk writer finish what it was handed, so that the
-		// storage is quiet when Close returns.
+		// Let the disk writer and the snapshot writer finish what they
+		// were handed, so that the storage is quiet when Close returns.
 		close(r.diskq)
 		<-r.diskDone
+		if r.snapSaving {
+			<-r.snapDone
+		}
 	}()
 	defer func() { r.failAll(ErrStopped, ErrStopped) }()
 	tick := time.NewTicker(r.cfg.TickInterval)
@@ -415,6 +437,9 @@ func (r *Replicated) run() {
 			q(r.node)
 		case <-r.diskNote:
 			r.notePersisted()
+		case res := <-r.snapDone:
+			r.snapSaving = false
+			r.finishSnapshot(res)
 		case err := <-r.diskErr:
 			r.diskFailed(err)
 			return
@@ -611,6 +636,13 @@ func (r *Replicated) drainReady() error {
 			if err := r.waitDisk(); err != nil {
 				return err
 			}
+			if r.snapSaving {
+				// One snapshot write at a time. Ours is older than the
+				// one installed (the core installs only past its commit):
+				// its Compact, after Advance, changes nothing.
+				res := <-r.snapDone
+				r.snapSaving, r.snapFinished = false, &res
+			}
 			if err := r.st.installSnapshot(rd.Snapshot.Meta, rd.Snapshot.Data); err != nil {
 				return fmt.Errorf("install snapshot: %w", err)
 			}
@@ -647,7 +679,12 @@ func (r *Replicated) drainReady() error {
 		r.apply(rd.Committed)
 		r.node.Advance()
 	}
-	if applied := r.applied.Load(); applied-r.snapshot >= r.cfg.SnapshotEvery {
+	if res := r.snapFinished; res != nil {
+		r.snapFinished = nil
+		r.finishSnapshot(*res)
+	}
+	due := r.cfg.SnapshotEvery + r.cfg.ID%4*r.cfg.SnapshotEvery/8
+	if applied := r.applied.Load(); !r.snapSaving && applied-r.snapshot >= due && !time.Now().Before(r.snapRetry) {
 		if err := r.waitDisk(); err != nil {
 			return err
 		}
@@ -691,6 +728,11 @@ func (r *Replicated) apply(committed []vr.Entry) {
 	}
 }
 
+// takeSnapshot serializes the state machine at index (applied, on disk)
+// and hands it to a goroutine that stores it and drops the log it covers:
+// storing takes two fsyncs and deleting tens of thousands of log keys,
+// which on the loop stalled every command for 100-300 ms. The loop goes on
+// meanwhile; finishSnapshot compacts the core when the store reports.
 func (r *Replicated) takeSnapshot(index uint64) {
 	meta, err := r.node.SnapshotMeta(index)
 	if err != nil {
@@ -699,17 +741,32 @@ func (r *Replicated) takeSnapshot(index uint64) {
 	}
 	start := time.Now()
 	data := r.sm.Snapshot()
-	if err := r.st.saveVRSnapshot(meta, data); err != nil {
-		r.cfg.Logger.Error("snapshot failed", "index", index, "err", err)
-		return
-	}
-	if err := r.node.Compact(index); err != nil {
-		r.cfg.Logger.Error("compact failed", "index", index, "err", err)
-		return
-	}
-	r.snapshot = index
-	r.cfg.Logger.Info("snapshot saved", "index", index, "bytes", len(data), "took", time.Since(start))
+	r.snapSaving = true
+	go func() {
+		err := r.st.saveVRSnapshot(meta, data)
+		r.snapDone <- snapResult{meta: meta, bytes: len(data), took: time.Since(start), err: err}
+	}()
 }
+
+// finishSnapshot takes the snapshot writer's report: once the snapshot is
+// stored, the core may forget the entries it covers.
+func (r *Replicated) finishSnapshot(res snapResult) {
+	if res.err != nil {
+		r.snapRetry = time.Now().Add(snapshotRetry)
+		r.cfg.Logger.Error("snapshot failed", "index", res.meta.Index, "err", res.err, "retry_in", snapshotRetry)
+		return
+	}
+	if err := r.node.Compact(res.meta); err != nil {
+		r.cfg.Logger.Error("compact failed", "index", res.meta.Index, "err", err)
+		return
+	}
+	r.snapshot = max(r.snapshot, res.meta.Index)
+	r.cfg.Logger.Info("snapshot saved", "index", res.meta.Index, "bytes", res.bytes, "took", res.took)
+}
+
+// snapshotRetry is how long a replica waits after a failed snapshot save
+// before it tries again.
+const snapshotRetry = time.Second
 
 // publish makes the loop's view of the protocol visible to other
 // goroutines and reports role changes.

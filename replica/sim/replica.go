@@ -59,6 +59,10 @@ type replica struct {
 	pending       map[uint64]pendingReq // log index → the request proposed there
 	snapEvery     uint64
 	slowDiskUntil int64
+	// A snapshot being stored in the background, and one stored while a
+	// Ready was out, to compact after it.
+	saving    *snapSave
+	savedLate *vr.SnapshotMeta
 
 	stats vr.Stats // summed over incarnations
 }
@@ -68,6 +72,12 @@ type asyncWrite struct {
 	rd      vr.Ready
 	view    uint64
 	startAt int64 // the disk starts it then; until then later writes join it
+}
+
+// snapSave is a snapshot taken and not yet stored.
+type snapSave struct {
+	meta vr.SnapshotMeta
+	data []byte
 }
 
 type pendingReq struct {
@@ -129,6 +139,7 @@ func (r *replica) start() {
 	}
 	r.up, r.busy, r.cur, r.inbox = true, false, nil, nil
 	r.diskQ, r.diskFree = nil, 0
+	r.saving, r.savedLate = nil, nil
 	r.pending = map[uint64]pendingReq{}
 	w.tracef("r%d start: %s", r.id, r.describe())
 	r.scheduleTick()
@@ -166,6 +177,10 @@ func (r *replica) crash() {
 		w.tracef("r%d crash", r.id)
 	}
 	r.diskQ = nil
+	if r.saving != nil && w.chance(0.5) {
+		r.storeSnapshot() // it landed just before the crash
+	}
+	r.saving, r.savedLate = nil, nil
 	st := r.core.Stats()
 	r.stats.ViewChanges += st.ViewChanges
 	r.stats.SnapshotsInstalled += st.SnapshotsInstalled
@@ -217,6 +232,14 @@ func (r *replica) pump() {
 	rd := r.core.Ready()
 	if !rd.PersistAsync {
 		r.busy, r.cur = true, &rd
+	}
+	if rd.Snapshot != nil && r.saving != nil {
+		// The driver finishes the store in progress before it installs
+		// one, and compacts for it after Advance (changing nothing: the
+		// installed snapshot is newer).
+		m := r.saving.meta
+		r.storeSnapshot()
+		r.savedLate = &m
 	}
 	// Early messages leave before the disk write: a crash during it leaves
 	// backups holding entries this replica lost.
@@ -374,6 +397,14 @@ func (r *replica) complete(rd vr.Ready) {
 			return
 		}
 		if m.Type == vr.MsgSnapshot {
+			if r.disk.snap != nil && r.disk.snap.Index > m.Snapshot.Index {
+				// A newer snapshot was stored after the core chose this
+				// one (a background store finished between two inputs
+				// before this Ready): the driver finds it gone and skips
+				// the message; the core sends again later.
+				w.tracef("r%d skips sending snapshot %d: %d is stored", r.id, m.Snapshot.Index, r.disk.snap.Index)
+				continue
+			}
 			if r.disk.snap == nil || r.disk.snap.Index != m.Snapshot.Index {
 				w.fail("replica %d: asked to send snapshot %d, has %v", r.id, m.Snapshot.Index, r.disk.snap)
 				return
@@ -390,6 +421,14 @@ func (r *replica) complete(rd vr.Ready) {
 	}
 	r.core.Advance()
 	r.busy, r.cur = false, nil
+	if m := r.savedLate; m != nil {
+		r.savedLate = nil
+		r.compact(*m)
+		if i := r.core.Info().SnapshotIndex; i < m.Index {
+			w.fail("replica %d: installed snapshot %d is older than the one it stored, %d", r.id, i, m.Index)
+			return
+		}
+	}
 	r.maybeSnapshot()
 	items := r.inbox
 	r.inbox = nil
@@ -426,10 +465,14 @@ func (r *replica) apply(e vr.Entry) {
 	}
 }
 
+// maybeSnapshot takes a snapshot when one is due. Like the driver, it
+// serializes the state at once and stores it in the background: the
+// store lands (and the core compacts) some time later, while the replica
+// goes on; a crash before then may or may not have stored it.
 func (r *replica) maybeSnapshot() {
 	w := r.w
-	if len(r.diskQ) > 0 || r.core.Info().Persisted < r.applied {
-		return // the driver waits for its disk writer first; so do we
+	if r.saving != nil || len(r.diskQ) > 0 || r.core.Info().Persisted < r.applied {
+		return // one store at a time; the driver waits for its disk writer first
 	}
 	base := uint64(0)
 	if r.disk.snap != nil {
@@ -445,13 +488,39 @@ func (r *replica) maybeSnapshot() {
 	}
 	data := r.fs.Snapshot()
 	w.check.onSnapshot(r, meta.Index, data)
-	r.disk.snap, r.disk.snapData = &meta, data
+	r.saving = &snapSave{meta: meta, data: data}
+	ep := r.epoch
+	w.after(w.between(ms, 200*ms), func() {
+		if r.epoch != ep || r.saving == nil || r.saving.meta.Index != meta.Index {
+			return
+		}
+		r.input(func() {
+			if r.saving == nil || r.saving.meta.Index != meta.Index {
+				return // an installed snapshot took it over
+			}
+			r.storeSnapshot()
+			r.compact(meta)
+		})
+	})
+}
+
+// storeSnapshot puts the snapshot being stored on disk: it replaces the
+// old one and the log entries it covers go.
+func (r *replica) storeSnapshot() {
+	s := r.saving
+	r.saving = nil
+	meta := s.meta
+	r.disk.snap, r.disk.snapData = &meta, s.data
 	for len(r.disk.entries) > 0 && r.disk.entries[0].Index <= meta.Index {
 		r.disk.entries = r.disk.entries[1:]
 	}
 	r.disk.entries = slices.Clip(r.disk.entries)
-	if err := r.core.Compact(meta.Index); err != nil {
-		w.fail("replica %d: compact: %v", r.id, err)
+	r.w.tracef("r%d stored snapshot %d", r.id, meta.Index)
+}
+
+func (r *replica) compact(meta vr.SnapshotMeta) {
+	if err := r.core.Compact(meta); err != nil {
+		r.w.fail("replica %d: compact %d: %v", r.id, meta.Index, err)
 	}
 }
 

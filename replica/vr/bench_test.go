@@ -30,7 +30,9 @@ func BenchmarkCommit(b *testing.B) {
 				tn.applied, tn.state = tn.applied[:0], tn.state[:0]
 				if a := tn.n.Info().Applied; a > 0 {
 					tn.disk.entries = tn.disk.entries[:0]
-					_ = tn.n.Compact(a)
+					if meta, err := tn.n.SnapshotMeta(a); err == nil {
+						_ = tn.n.Compact(meta)
+					}
 				}
 			}
 		}

@@ -129,7 +129,7 @@ func (c *cluster) snapshot(tn *tnode) {
 	for len(tn.disk.entries) > 0 && tn.disk.entries[0].Index <= a {
 		tn.disk.entries = tn.disk.entries[1:]
 	}
-	if err := tn.n.Compact(a); err != nil {
+	if err := tn.n.Compact(meta); err != nil {
 		c.t.Fatal(err)
 	}
 }

@@ -106,8 +106,8 @@ func FuzzStep(f *testing.F) {
 				}
 				if len(rd.Committed) > 0 && r.u8()%4 == 0 {
 					a := n.Info().Applied
-					if _, err := n.SnapshotMeta(a); err == nil {
-						_ = n.Compact(a)
+					if meta, err := n.SnapshotMeta(a); err == nil {
+						_ = n.Compact(meta)
 					}
 				}
 			}

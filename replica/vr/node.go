@@ -463,24 +463,26 @@ func (n *Node) SnapshotMeta(index uint64) (SnapshotMeta, error) {
 }
 
 // Compact tells the node that the application has durably stored a
-// snapshot at index (with the metadata SnapshotMeta returned): from now on
-// the node sends that snapshot to replicas that need entries it no longer
-// holds, and it drops from memory the entries up to index, keeping the
-// last Config.CompactMargin of them for backups that lag a little. index
-// must be applied and persisted.
-func (n *Node) Compact(index uint64) error {
+// snapshot with meta (as SnapshotMeta returned it, possibly some steps
+// ago: the driver may store it while the node goes on): from now on the
+// node sends that snapshot to replicas that need entries it no longer
+// holds, and it drops from memory the entries up to meta.Index, keeping the
+// last Config.CompactMargin of them for backups that lag a little.
+// meta.Index must be applied and persisted. A snapshot at or below the
+// current one (one was installed meanwhile) changes nothing.
+func (n *Node) Compact(meta SnapshotMeta) error {
 	n.mustNotBeReady()
+	index := meta.Index
 	if index > n.applied || index > n.persistedLast {
 		return fmt.Errorf("vr: compact %d beyond applied %d or persisted %d", index, n.applied, n.persistedLast)
 	}
 	if index <= n.snap.Index {
 		return nil
 	}
-	meta, err := n.SnapshotMeta(index)
-	if err != nil {
-		return err
+	if v, ok := n.log.viewAt(index); !ok || v != meta.View {
+		return fmt.Errorf("vr: compact %d: snapshot of view %d, the log has %d (%v)", index, meta.View, v, ok)
 	}
-	n.snap = meta
+	n.snap = SnapshotMeta{Index: index, View: meta.View, Members: meta.Members.Clone()}
 	if keep := uint64(n.cfg.CompactMargin); index > keep {
 		n.log.compact(index - keep)
 	}
