@@ -198,8 +198,10 @@ func (t *PeerTransport) Close() {
 func (t *PeerTransport) sendLoop(p *peerSender) {
 	defer t.wg.Done()
 	var lastErr time.Time
+	var batch []vr.Message // reused: Deliver has encoded it when it returns
 	for {
-		var batch []vr.Message
+		clear(batch) // drop references to the last batch's entries
+		batch = batch[:0]
 		select {
 		case <-t.stop:
 			return
@@ -215,10 +217,7 @@ func (t *PeerTransport) sendLoop(p *peerSender) {
 				break more
 			}
 		}
-		wire := make([]*gr.Message, len(batch))
-		for i := range batch {
-			wire[i] = messageToWire(&batch[i])
-		}
+		wire := messagesToWire(batch)
 		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		// Naming the host per call skips Kitex's dial-retry loop (and its
 		// warnings): a peer that is down just misses this batch.
@@ -330,28 +329,51 @@ func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs
 	case <-ctx.Done():
 	}
 	timer.Stop()
-	answers := t.closeSlot(uint64(from), slot)
-	wire := make([]*gr.Message, len(answers))
-	for i := range answers {
-		wire[i] = messageToWire(&answers[i])
-	}
-	return wire, nil
+	return messagesToWire(t.closeSlot(uint64(from), slot)), nil
 }
 
-func messageToWire(m *vr.Message) *gr.Message {
-	w := &gr.Message{
+// messagesToWire converts ms with three allocations (the pointers, the
+// messages, the entries) whatever their number.
+func messagesToWire(ms []vr.Message) []*gr.Message {
+	if len(ms) == 0 {
+		return nil
+	}
+	n := 0
+	for i := range ms {
+		n += len(ms[i].Entries)
+	}
+	wire := make([]*gr.Message, len(ms))
+	msgs := make([]gr.Message, len(ms))
+	entries := make([]gr.Entry, n)
+	for i := range ms {
+		messageToWire(&msgs[i], &ms[i], entries[:len(ms[i].Entries)])
+		entries = entries[len(ms[i].Entries):]
+		wire[i] = &msgs[i]
+	}
+	return wire
+}
+
+// messageToWire fills w from m; es holds room for m's entries.
+func messageToWire(w *gr.Message, m *vr.Message, es []gr.Entry) {
+	*w = gr.Message{
 		Type: int8(m.Type), From: int64(m.From), To: int64(m.To), View: int64(m.View),
 		Op: int64(m.Op), OpView: int64(m.OpView), Commit: int64(m.Commit), PrevOp: int64(m.PrevOp),
 		PrevView: int64(m.PrevView), LastNormalView: int64(m.LastNormalView), StartOp: int64(m.StartOp),
 		Stamp: int64(m.Stamp), Normal: m.Normal, Reject: m.Reject, Granted: m.Granted, Final: m.Final,
-		Entries: make([]*gr.Entry, len(m.Entries)), Runs: make([]*gr.Run, len(m.Runs)),
 		SnapshotData: m.SnapshotData,
 	}
-	for i, e := range m.Entries {
-		w.Entries[i] = &gr.Entry{Index: int64(e.Index), View: int64(e.View), Type: int8(e.Type), Data: e.Data}
+	if len(m.Entries) > 0 {
+		w.Entries = make([]*gr.Entry, len(m.Entries))
+		for i, e := range m.Entries {
+			es[i] = gr.Entry{Index: int64(e.Index), View: int64(e.View), Type: int8(e.Type), Data: e.Data}
+			w.Entries[i] = &es[i]
+		}
 	}
-	for i, r := range m.Runs {
-		w.Runs[i] = &gr.Run{View: int64(r.View), Last: int64(r.Last)}
+	if len(m.Runs) > 0 {
+		w.Runs = make([]*gr.Run, len(m.Runs))
+		for i, r := range m.Runs {
+			w.Runs[i] = &gr.Run{View: int64(r.View), Last: int64(r.Last)}
+		}
 	}
 	if m.Snapshot != nil {
 		s := &gr.SnapshotMeta{Index: int64(m.Snapshot.Index), View: int64(m.Snapshot.View),
@@ -361,7 +383,6 @@ func messageToWire(m *vr.Message) *gr.Message {
 		}
 		w.Snapshot = s
 	}
-	return w
 }
 
 // messageFromWire converts and checks what the wire format alone can

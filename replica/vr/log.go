@@ -33,14 +33,18 @@ func (l *memLog) lastView() uint64 {
 
 // at returns the entry at i, which must be in memory.
 func (l *memLog) at(i uint64) *Entry {
-	assert(i > l.snapIndex && i <= l.lastIndex(), "log: entry %d outside (%d,%d]", i, l.snapIndex, l.lastIndex())
+	if !(i > l.snapIndex && i <= l.lastIndex()) {
+		broken("log: entry %d outside (%d,%d]", i, l.snapIndex, l.lastIndex())
+	}
 	return &l.entries[i-l.snapIndex-1]
 }
 
 // slice returns the entries in [lo, hi], at least one and then as many as
 // fit maxN and maxBytes. lo must be in memory.
 func (l *memLog) slice(lo, hi uint64, maxN, maxBytes int) []Entry {
-	assert(lo > l.snapIndex && lo <= hi && hi <= l.lastIndex(), "log: slice [%d,%d] outside (%d,%d]", lo, hi, l.snapIndex, l.lastIndex())
+	if !(lo > l.snapIndex && lo <= hi && hi <= l.lastIndex()) {
+		broken("log: slice [%d,%d] outside (%d,%d]", lo, hi, l.snapIndex, l.lastIndex())
+	}
 	from := int(lo - l.snapIndex - 1)
 	to := from
 	size := 0
@@ -57,15 +61,21 @@ func (l *memLog) slice(lo, hi uint64, maxN, maxBytes int) []Entry {
 // append adds entries after the last one. Views must not decrease.
 func (l *memLog) append(es ...Entry) {
 	for _, e := range es {
-		assert(e.Index == l.lastIndex()+1, "log: append %d after %d", e.Index, l.lastIndex())
-		assert(e.View >= l.lastView(), "log: entry %d of view %d after view %d", e.Index, e.View, l.lastView())
+		if !(e.Index == l.lastIndex()+1) {
+			broken("log: append %d after %d", e.Index, l.lastIndex())
+		}
+		if !(e.View >= l.lastView()) {
+			broken("log: entry %d of view %d after view %d", e.Index, e.View, l.lastView())
+		}
 		l.entries = append(l.entries, e)
 	}
 }
 
 // truncateFrom drops the entries with index >= i.
 func (l *memLog) truncateFrom(i uint64) {
-	assert(i > l.snapIndex, "log: truncate at %d inside the snapshot %d", i, l.snapIndex)
+	if !(i > l.snapIndex) {
+		broken("log: truncate at %d inside the snapshot %d", i, l.snapIndex)
+	}
 	if i > l.lastIndex() {
 		return
 	}
@@ -78,7 +88,9 @@ func (l *memLog) compact(i uint64) {
 	if i <= l.snapIndex {
 		return
 	}
-	assert(i <= l.lastIndex(), "log: compact %d beyond %d", i, l.lastIndex())
+	if !(i <= l.lastIndex()) {
+		broken("log: compact %d beyond %d", i, l.lastIndex())
+	}
 	v, _ := l.viewAt(i)
 	n := int(i - l.snapIndex)
 	rest := make([]Entry, len(l.entries)-n, max(len(l.entries)-n, 16))
@@ -96,7 +108,9 @@ func (l *memLog) reset(i, v uint64) {
 // shape returns the runs of the log over (from, to], at most max of them;
 // covered is the last index they describe (to, unless max cut them short).
 func (l *memLog) shape(from, to uint64, max int) (runs []Run, covered uint64) {
-	assert(from >= l.snapIndex && to <= l.lastIndex(), "log: shape (%d,%d] outside [%d,%d]", from, to, l.snapIndex, l.lastIndex())
+	if !(from >= l.snapIndex && to <= l.lastIndex()) {
+		broken("log: shape (%d,%d] outside [%d,%d]", from, to, l.snapIndex, l.lastIndex())
+	}
 	covered = from
 	for i := from + 1; i <= to; i++ {
 		v := l.at(i).View

@@ -82,7 +82,9 @@ func (n *Node) sendAppends(to uint64, pr *progress) {
 		es := slices.Clone(n.log.slice(pr.next, n.log.lastIndex(), n.cfg.MaxPrepareEntries, n.cfg.MaxPrepareBytes))
 		prev := pr.next - 1
 		pv, ok := n.log.viewAt(prev)
-		assert(ok, "prepare: no view at %d", prev)
+		if !ok {
+			broken("prepare: no view at %d", prev)
+		}
 		n.send(Message{Type: MsgPrepare, To: to, View: n.view, PrevOp: prev, PrevView: pv,
 			Entries: es, Commit: n.commit, Stamp: n.stamp})
 		last := es[len(es)-1].Index
@@ -109,7 +111,9 @@ func (n *Node) sendStartView(to uint64) {
 	pr := n.prs[to]
 	a := min(max(n.log.snapIndex, pr.knownCommit, pr.reported), n.log.lastIndex())
 	av, ok := n.log.viewAt(a)
-	assert(ok, "start view: no view at %d", a)
+	if !ok {
+		broken("start view: no view at %d", a)
+	}
 	runs, covered := n.log.shape(a, n.log.lastIndex(), MaxRuns)
 	n.send(Message{Type: MsgStartView, To: to, View: n.view, StartOp: n.startOp, Commit: n.commit,
 		PrevOp: a, PrevView: av, Runs: runs, Final: covered == n.log.lastIndex(), Stamp: n.stamp})
@@ -182,7 +186,9 @@ func (n *Node) maybeCommit() {
 	if c <= n.commit {
 		return
 	}
-	assert(c <= n.log.lastIndex(), "commit %d beyond log %d", c, n.log.lastIndex())
+	if !(c <= n.log.lastIndex()) {
+		broken("commit %d beyond log %d", c, n.log.lastIndex())
+	}
 	for i := n.commit + 1; i <= c; i++ {
 		n.uncommittedBytes -= len(n.log.at(i).Data)
 	}

@@ -49,7 +49,9 @@ func (n *Node) maybeStartViewChangeFromProbe() {
 // startViewChange moves this node to view w in view-change status. The new
 // view is persisted before StartViewChange goes out (Ready order).
 func (n *Node) startViewChange(w uint64) {
-	assert(w > n.view, "start view change to %d from %d", w, n.view)
+	if !(w > n.view) {
+		broken("start view change to %d from %d", w, n.view)
+	}
 	n.forgetOlderViews(w)
 	n.view = w
 	n.status = StatusViewChange
@@ -147,7 +149,9 @@ func (n *Node) maybeSendDVC() {
 // after the commit number (before it, every log agrees).
 func (n *Node) ownDVC() *dvcInfo {
 	av, ok := n.log.viewAt(n.commit)
-	assert(ok, "dvc: no view at commit %d", n.commit)
+	if !ok {
+		broken("dvc: no view at commit %d", n.commit)
+	}
 	runs, covered := n.log.shape(n.commit, n.log.lastIndex(), MaxRuns)
 	return &dvcInfo{from: n.id, lnv: n.lnv, op: n.log.lastIndex(), opView: n.log.lastView(), commit: n.commit,
 		anchor: n.commit, anchorView: av, runs: runs, final: covered == n.log.lastIndex()}
@@ -289,7 +293,9 @@ func (n *Node) onLog(m *Message) {
 // becomePrimary completes the view change: our log is the best log; it is
 // persisted (with LastNormalView after it) before StartView goes out.
 func (n *Node) becomePrimary() {
-	assert(n.status == StatusViewChange && n.primaryOf(n.view) == n.id, "become primary in status %v", n.status)
+	if !(n.status == StatusViewChange && n.primaryOf(n.view) == n.id) {
+		broken("become primary in status %v", n.status)
+	}
 	dvcs := n.dvcs
 	n.commit = max(n.commit, min(n.newCommit, n.log.lastIndex()))
 	n.clearViewChange()

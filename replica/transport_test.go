@@ -1,0 +1,79 @@
+package replica
+
+import (
+	"reflect"
+	"testing"
+
+	gr "github.com/chubbygo/chubby/gen/replica"
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+// TestMessagesWireRoundTrip converts batches of messages to the wire form
+// and back: every field survives, each message keeps its own entries.
+func TestMessagesWireRoundTrip(t *testing.T) {
+	prep := func(to, first uint64, n int) vr.Message {
+		m := vr.Message{Type: vr.MsgPrepare, From: 1, To: to, View: 7, PrevOp: first - 1, PrevView: 6, Commit: first - 2, Stamp: 99}
+		for i := range n {
+			m.Entries = append(m.Entries, vr.Entry{Index: first + uint64(i), View: 7, Type: vr.EntryCommand, Data: []byte{byte(i), 'x'}})
+		}
+		return m
+	}
+	cases := []struct {
+		name string
+		msgs []vr.Message
+	}{
+		{"empty", nil},
+		{"one ack", []vr.Message{{Type: vr.MsgPrepareOK, From: 2, To: 1, View: 3, Op: 40, OpView: 3, Stamp: 5, Normal: true}}},
+		{"prepares with entries", []vr.Message{prep(2, 10, 3), prep(3, 10, 0), prep(2, 13, 5), {Type: vr.MsgCommit, From: 1, To: 2, View: 7, Commit: 17}}},
+		{"start view with runs", []vr.Message{{Type: vr.MsgStartView, From: 1, To: 4, View: 9, StartOp: 30, Commit: 28, PrevOp: 20, PrevView: 8,
+			Runs: []vr.Run{{View: 8, Last: 25}, {View: 9, Last: 30}}, Final: true}}},
+		{"snapshot", []vr.Message{{Type: vr.MsgSnapshot, From: 1, To: 5, View: 9, Commit: 50,
+			Snapshot: &vr.SnapshotMeta{Index: 50, View: 8, Members: vr.Members{{ID: 1, Addr: "a:1"}, {ID: 2, Addr: "b:2"}}}, SnapshotData: []byte("state")}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			wire := messagesToWire(c.msgs)
+			if len(wire) != len(c.msgs) {
+				t.Fatalf("%d wire messages for %d", len(wire), len(c.msgs))
+			}
+			for i, w := range wire {
+				got, err := messageFromWire(w)
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				if !reflect.DeepEqual(got, c.msgs[i]) {
+					t.Fatalf("message %d:\n got  %+v\n want %+v", i, got, c.msgs[i])
+				}
+			}
+		})
+	}
+}
+
+// TestMessageFromWireRefusesMalformed: negative numbers, nil elements and
+// a missing type are refused, never converted.
+func TestMessageFromWireRefusesMalformed(t *testing.T) {
+	good := func() *gr.Message {
+		return messagesToWire([]vr.Message{{Type: vr.MsgPrepare, From: 1, To: 2, View: 1,
+			Entries: []vr.Entry{{Index: 1, View: 1, Type: vr.EntryCommand}}}})[0]
+	}
+	for name, mut := range map[string]func(*gr.Message){
+		"nil entry":      func(w *gr.Message) { w.Entries[0] = nil },
+		"negative view":  func(w *gr.Message) { w.View = -1 },
+		"negative index": func(w *gr.Message) { w.Entries[0].Index = -3 },
+		"no type":        func(w *gr.Message) { w.Type = 0 },
+		"entry type":     func(w *gr.Message) { w.Entries[0].Type = 0 },
+		"nil run":        func(w *gr.Message) { w.Runs = []*gr.Run{nil} },
+		"snapshot member": func(w *gr.Message) {
+			w.Snapshot = &gr.SnapshotMeta{Index: 1, Members: []*gr.Member{{Id: 0}}}
+		},
+	} {
+		w := good()
+		mut(w)
+		if _, err := messageFromWire(w); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := messageFromWire(nil); err == nil {
+		t.Error("nil message accepted")
+	}
+}
