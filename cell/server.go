@@ -358,8 +358,13 @@ func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid 
 	if rid != nil {
 		cmd.Session, cmd.Seq, cmd.SeqFloor = &session, &rid.Seq, &rid.Floor
 	}
-	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
-	defer cancel()
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > commitTimeout {
+		// Most callers' deadlines (TTHeader's RPC timeout) are sooner:
+		// then no context and timer of our own per command.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, commitTimeout)
+		defer cancel()
+	}
 	v, err := s.log.Propose(ctx, fs.EncodeCommand(cmd))
 	if cacheDone != nil {
 		cacheDone(err != nil)
@@ -376,7 +381,7 @@ func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid 
 		case errors.Is(err, replica.ErrStopped):
 			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the replica is shutting down or its disk failed")
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no commit within %v; the command may or may not have been applied", commitTimeout)
+			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no commit before the call's deadline (at most %v); the command may or may not have been applied", commitTimeout)
 		default:
 			return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "propose: %v", err)
 		}
