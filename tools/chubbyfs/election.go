@@ -262,21 +262,9 @@ If the session goes into jeopardy while COMMAND runs, COMMAND gets SIGTERM
 		Example: `  chubbyfs election campaign --address 10.0.0.7:5432 /election/db -- ./serve-db.sh`,
 		Args:    anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) >= 2 && args[1] == "--" {
-				args = append(args[:1:1], args[2:]...)
-			}
-			if len(args) < 2 {
-				return usagef("election campaign wants PATH -- COMMAND [ARG...]")
-			}
-			p, err := pathArg(cmd, args[:1])
+			p, argv, err := lockArgs(cmd, "election campaign", args, f.wait, f.lockDelay)
 			if err != nil {
 				return err
-			}
-			if f.wait < 0 {
-				return usagef("election campaign: --timeout must not be negative")
-			}
-			if f.lockDelay < 0 || f.lockDelay > time.Duration(chubby.MAX_LOCK_DELAY_MS)*time.Millisecond {
-				return usagef("election campaign: --lock-delay must be in 0..%v", time.Duration(chubby.MAX_LOCK_DELAY_MS)*time.Millisecond)
 			}
 			if f.address == "" {
 				host, err := os.Hostname()
@@ -285,7 +273,7 @@ If the session goes into jeopardy while COMMAND runs, COMMAND gets SIGTERM
 				}
 				f.address = host
 			}
-			return a.campaign(cmd.Context(), p, f, args[1:])
+			return a.campaign(cmd.Context(), p, f, argv)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -299,70 +287,23 @@ If the session goes into jeopardy while COMMAND runs, COMMAND gets SIGTERM
 // campaign waits for the lock on p, announces f.address, runs argv while
 // leading, then steps down.
 func (a *app) campaign(ctx context.Context, p string, f campaignFlags, argv []string) error {
-	waitCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stopSignals()
-	c, err := a.connect(waitCtx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	setupCtx, cancel := context.WithTimeout(waitCtx, lockSetupTimeout)
-	defer cancel()
-	s, err := c.NewSession(setupCtx)
-	if err != nil {
-		return refused("election campaign", p, err)
-	}
-	defer func() {
-		cctx, cancel := releaseContext(ctx)
-		defer cancel()
-		_ = s.Close(cctx)
-	}()
-	h, err := s.Open(setupCtx, p, client.OpenOptions{Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE})
-	if err != nil {
-		return refused("election campaign", p, err)
-	}
-	opts := client.LockOptions{LockDelay: f.lockDelay}
-	if f.lockDelay == 0 {
-		opts.LockDelay = client.NoLockDelay
-	}
-	seq, err := acquire(waitCtx, h, chubby.LockMode_EXCLUSIVE, f.wait, opts)
-	if err != nil {
-		if waitCtx.Err() != nil && ctx.Err() == nil {
-			return &exitError{code: exitRefused, msg: "election campaign " + p + ": interrupted while waiting for leadership"}
-		}
-		if client.IsCode(err, chubby.ErrorCode_TIMED_OUT) {
-			return &exitError{code: exitRefused, msg: fmt.Sprintf("election campaign %s: not elected within %v (--timeout)", p, f.wait)}
-		}
-		return refused("election campaign", p, err)
-	}
-	if _, err := h.SetContents(waitCtx, []byte(f.address)); err != nil {
-		return refused("election campaign", p, err)
-	}
-	fmt.Fprintf(a.stderr, "chubbyfs: leading %s as %s (lock generation %d)\n", p, f.address, seq.GetLockGeneration())
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	stopSignals()
-
-	status, err := a.runCommand(ctx, s, seq, argv, sigs)
-	rctx, rcancel := releaseContext(ctx)
-	defer rcancel()
-	if s.Err() == nil && s.State() == client.StateSafe {
-		// Step down: empty the file first, so that nobody reads our address
-		// as current once the lock is free.
-		if _, werr := h.SetContents(rctx, nil); werr != nil {
-			fmt.Fprintf(a.stderr, "chubbyfs: election campaign %s: clear: %s\n", p, client.Describe(werr))
-		}
-		if rerr := h.Release(rctx); rerr != nil {
-			fmt.Fprintf(a.stderr, "chubbyfs: election campaign %s: release: %s\n", p, client.Describe(rerr))
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if status == exitOK {
-		return nil
-	}
-	return &exitError{code: status}
+	return a.runLocked(ctx, p, lockedRun{
+		verb: "election campaign", waitingFor: "leadership", notWon: "not elected",
+		open: client.OpenOptions{Mode: chubby.OpenMode_READ_WRITE},
+		mode: chubby.LockMode_EXCLUSIVE, wait: f.wait, lockDelay: f.lockDelay,
+		won: func(ctx context.Context, h *client.Handle, seq *chubby.Sequencer) error {
+			if _, err := h.SetContents(ctx, []byte(f.address)); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stderr, "chubbyfs: leading %s as %s (lock generation %d)\n", p, f.address, seq.GetLockGeneration())
+			return nil
+		},
+		stepDown: func(ctx context.Context, h *client.Handle) {
+			// Empty the file first, so that nobody reads our address as
+			// current once the lock is free.
+			if _, err := h.SetContents(ctx, nil); err != nil {
+				fmt.Fprintf(a.stderr, "chubbyfs: election campaign %s: clear: %s\n", p, client.Describe(err))
+			}
+		},
+	}, argv)
 }

@@ -63,25 +63,18 @@ lock exits 127 (not found) or 126.`,
   chubbyfs lock --shared --timeout 30s /data/ready -- sh -c 'echo "$CHUBBY_SEQUENCER"'`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			// Flags stop at PATH (not interspersed), so a "--" after PATH is
-			// still in args.
-			if len(args) >= 2 && args[1] == "--" {
-				args = append(args[:1:1], args[2:]...)
-			}
-			if len(args) < 2 {
-				return usagef("lock wants PATH -- COMMAND [ARG...]")
-			}
-			p, err := pathArg(cmd, args[:1])
+			p, argv, err := lockArgs(cmd, "lock", args, f.wait, f.lockDelay)
 			if err != nil {
 				return err
 			}
-			if f.wait < 0 {
-				return usagef("lock: --timeout must not be negative")
+			mode := chubby.LockMode_EXCLUSIVE
+			if f.shared {
+				mode = chubby.LockMode_SHARED
 			}
-			if f.lockDelay < 0 || f.lockDelay > time.Duration(chubby.MAX_LOCK_DELAY_MS)*time.Millisecond {
-				return usagef("lock: --lock-delay must be in 0..%v", time.Duration(chubby.MAX_LOCK_DELAY_MS)*time.Millisecond)
-			}
-			return a.runLocked(cmd.Context(), p, f, args[1:])
+			return a.runLocked(cmd.Context(), p, lockedRun{
+				verb: "lock", waitingFor: "the lock", notWon: "not granted",
+				mode: mode, wait: f.wait, lockDelay: f.lockDelay,
+			}, argv)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -92,9 +85,49 @@ lock exits 127 (not found) or 126.`,
 	return cmd
 }
 
+// lockArgs checks the arguments and flags that lock and election campaign
+// share: PATH -- COMMAND [ARG...] (flags stop at PATH, so a "--" after it
+// is still in args), --timeout and --lock-delay.
+func lockArgs(cmd *cobra.Command, verb string, args []string, wait, lockDelay time.Duration) (p string, argv []string, err error) {
+	if len(args) >= 2 && args[1] == "--" {
+		args = append(args[:1:1], args[2:]...)
+	}
+	if len(args) < 2 {
+		return "", nil, usagef("%s wants PATH -- COMMAND [ARG...]", verb)
+	}
+	if p, err = pathArg(cmd, args[:1]); err != nil {
+		return "", nil, err
+	}
+	if wait < 0 {
+		return "", nil, usagef("%s: --timeout must not be negative", verb)
+	}
+	if maxDelay := time.Duration(chubby.MAX_LOCK_DELAY_MS) * time.Millisecond; lockDelay < 0 || lockDelay > maxDelay {
+		return "", nil, usagef("%s: --lock-delay must be in 0..%v", verb, maxDelay)
+	}
+	return p, args[1:], nil
+}
+
+// lockedRun is how lock and election campaign hold a lock around a
+// command: they differ in the words of their messages, in how they open
+// the file, and in what they do right after the grant and right before
+// the release.
+type lockedRun struct {
+	verb       string // the command, in messages: "lock", "election campaign"
+	waitingFor string // "the lock", "leadership"
+	notWon     string // "not granted", "not elected"
+	open       client.OpenOptions
+	mode       chubby.LockMode
+	wait       time.Duration // 0: as long as it takes
+	lockDelay  time.Duration // 0: none
+	// won, if set, runs once the lock is held, before COMMAND starts.
+	won func(ctx context.Context, h *client.Handle, seq *chubby.Sequencer) error
+	// stepDown, if set, runs before the release, from a safe session.
+	stepDown func(ctx context.Context, h *client.Handle)
+}
+
 // runLocked acquires the lock on p, runs argv while holding it, and
 // releases it.
-func (a *app) runLocked(ctx context.Context, p string, f lockFlags, argv []string) error {
+func (a *app) runLocked(ctx context.Context, p string, r lockedRun, argv []string) error {
 	// Until COMMAND starts, SIGINT and SIGTERM abandon the attempt cleanly
 	// (the session is closed, so a pending Acquire is dropped).
 	waitCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -109,35 +142,38 @@ func (a *app) runLocked(ctx context.Context, p string, f lockFlags, argv []strin
 	defer cancel()
 	s, err := c.NewSession(setupCtx)
 	if err != nil {
-		return refused("lock", p, err)
+		return refused(r.verb, p, err)
 	}
 	defer func() {
 		cctx, cancel := releaseContext(ctx)
 		defer cancel()
 		_ = s.Close(cctx) // releases the lock if Release failed
 	}()
-	h, err := s.Open(setupCtx, p, client.OpenOptions{Create: chubby.CreateMode_OPEN_OR_CREATE})
+	open := r.open
+	open.Create = chubby.CreateMode_OPEN_OR_CREATE
+	h, err := s.Open(setupCtx, p, open)
 	if err != nil {
-		return refused("lock", p, err)
+		return refused(r.verb, p, err)
 	}
 
-	mode := chubby.LockMode_EXCLUSIVE
-	if f.shared {
-		mode = chubby.LockMode_SHARED
-	}
-	opts := client.LockOptions{LockDelay: f.lockDelay}
-	if f.lockDelay == 0 {
+	opts := client.LockOptions{LockDelay: r.lockDelay}
+	if r.lockDelay == 0 {
 		opts.LockDelay = client.NoLockDelay
 	}
-	seq, err := acquire(waitCtx, h, mode, f.wait, opts)
+	seq, err := acquire(waitCtx, h, r.mode, r.wait, opts)
 	if err != nil {
 		if waitCtx.Err() != nil && ctx.Err() == nil {
-			return &exitError{code: exitRefused, msg: "lock " + p + ": interrupted while waiting for the lock"}
+			return &exitError{code: exitRefused, msg: fmt.Sprintf("%s %s: interrupted while waiting for %s", r.verb, p, r.waitingFor)}
 		}
 		if client.IsCode(err, chubby.ErrorCode_TIMED_OUT) {
-			return &exitError{code: exitRefused, msg: fmt.Sprintf("lock %s: not granted within %v (--timeout)", p, f.wait)}
+			return &exitError{code: exitRefused, msg: fmt.Sprintf("%s %s: %s within %v (--timeout)", r.verb, p, r.notWon, r.wait)}
 		}
-		return refused("lock", p, err)
+		return refused(r.verb, p, err)
+	}
+	if r.won != nil {
+		if err := r.won(waitCtx, h, seq); err != nil {
+			return refused(r.verb, p, err)
+		}
 	}
 	// From here on SIGINT and SIGTERM go to COMMAND; the forwarding channel
 	// is in place before the waiting phase's handler goes.
@@ -153,9 +189,12 @@ func (a *app) runLocked(ctx context.Context, p string, f lockFlags, argv []strin
 	// the master (up to the release timeout), and the lock ends with the
 	// session anyway.
 	if s.Err() == nil && s.State() == client.StateSafe {
+		if r.stepDown != nil {
+			r.stepDown(rctx, h)
+		}
 		if rerr := h.Release(rctx); rerr != nil {
 			// Closing the session below releases the lock anyway.
-			fmt.Fprintf(a.stderr, "chubbyfs: lock %s: release: %s\n", p, client.Describe(rerr))
+			fmt.Fprintf(a.stderr, "chubbyfs: %s %s: release: %s\n", r.verb, p, client.Describe(rerr))
 		}
 	}
 	if err != nil {
