@@ -146,7 +146,6 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(cfg.MaxConnections)),
 		server.WithLimitReporter(&limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}),
 		server.WithMetaHandler(transmeta.ServerTTHeaderHandler),
-		server.WithEnableContextTimeout(true),
 		server.WithExitWaitTime(cfg.ExitWaitTime),
 		server.WithMaxConnIdleTime(cfg.MaxConnIdleTime),
 		server.WithBoundHandler(&connWatcher{metrics: metrics}),
@@ -265,6 +264,19 @@ func serverMiddleware(m *serverMetrics, log *slog.Logger) endpoint.Middleware {
 	return func(next endpoint.Endpoint) endpoint.Endpoint {
 		return func(ctx context.Context, req, resp any) (err error) {
 			start := time.Now()
+			// The caller's deadline (TTHeader's RPC timeout, read by
+			// ServerTTHeaderHandler) bounds the handler's context, which
+			// ends when the handler returns. Kitex's WithEnableContextTimeout
+			// does the first but cancels only after an error: every
+			// successful call left its context and timer alive for the
+			// caller's whole timeout.
+			if ri := rpcinfo.GetRPCInfo(ctx); ri != nil && ri.Config() != nil {
+				if d := ri.Config().RPCTimeout(); d > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, d)
+					defer cancel()
+				}
+			}
 			defer func() {
 				outcome := OutcomeOK
 				if r := recover(); r != nil {
