@@ -62,8 +62,11 @@
 // [ClientConfig] into Kitex options for generated NewServer and NewClient
 // functions. Servers cap connections (default 15,000, well below this
 // machine's 20,000 descriptors per process) and optionally calls per
-// second, read TTHeader metadata so callers' deadlines reach handlers,
-// still serve plain framed and buffered Thrift clients on the same port,
+// second, read TTHeader metadata so callers' deadlines reach handlers
+// (the server middleware derives the deadline context and cancels it when
+// the handler returns; Kitex's WithEnableContextTimeout would keep it and
+// its timer alive for the caller's whole timeout after every successful
+// call), still serve plain framed and buffered Thrift clients on the same port,
 // recover panics, and export Prometheus metrics. Clients speak TTHeader by
 // default, dial with a 1 s timeout, and cap calls in flight (each holds a
 // connection with Kitex's default pool).
