@@ -26,6 +26,8 @@
 // returns an [rpc.Future] at once (Wait, Then, Done, Result). The call runs
 // under ctx in both forms; the blocking form reports exactly what the call
 // did (it does not stop waiting before the call returns, which ctx bounds).
+// The blocking form of a session's or handle's call runs on the caller's
+// goroutine; only the asynchronous form starts one.
 //
 // # Errors
 //

@@ -70,12 +70,18 @@ type Handle struct {
 // handle, maybe a new node), so it is retried only when the cell certainly
 // did not act (NOT_MASTER, no connection).
 func (s *Session) Open(ctx context.Context, path string, opts OpenOptions) (*Handle, error) {
-	return await(ctx, s.OpenAsync(ctx, path, opts))
+	return s.openCall(path, opts)(ctx)
 }
 
 // OpenAsync is the asynchronous form of Open.
 func (s *Session) OpenAsync(ctx context.Context, path string, opts OpenOptions) *rpc.Future[*Handle] {
-	return rpc.Go(ctx, func(ctx context.Context) (*Handle, error) {
+	return rpc.Go(ctx, s.openCall(path, opts))
+}
+
+// openCall is the call Open makes on the caller's goroutine and
+// OpenAsync on a goroutine of its own.
+func (s *Session) openCall(path string, opts OpenOptions) func(context.Context) (*Handle, error) {
+	return func(ctx context.Context) (*Handle, error) {
 		req := &chubby.OpenRequest{
 			Session:        s.id,
 			Path:           path,
@@ -120,17 +126,23 @@ func (s *Session) OpenAsync(ctx context.Context, path string, opts OpenOptions) 
 			return nil, err
 		}
 		return h, nil
-	})
+	}
 }
 
 // Mkdir creates the directory path and returns its Stat.
 func (s *Session) Mkdir(ctx context.Context, path string, opts MkdirOptions) (*chubby.Stat, error) {
-	return await(ctx, s.MkdirAsync(ctx, path, opts))
+	return s.mkdirCall(path, opts)(ctx)
 }
 
 // MkdirAsync is the asynchronous form of Mkdir.
 func (s *Session) MkdirAsync(ctx context.Context, path string, opts MkdirOptions) *rpc.Future[*chubby.Stat] {
-	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Stat, error) {
+	return rpc.Go(ctx, s.mkdirCall(path, opts))
+}
+
+// mkdirCall is the call Mkdir makes on the caller's goroutine and
+// MkdirAsync on a goroutine of its own.
+func (s *Session) mkdirCall(path string, opts MkdirOptions) func(context.Context) (*chubby.Stat, error) {
+	return func(ctx context.Context) (*chubby.Stat, error) {
 		req := &chubby.MkdirRequest{Session: s.id, Path: path}
 		if opts.Parents {
 			req.Parents = boolPtr(true)
@@ -142,18 +154,24 @@ func (s *Session) MkdirAsync(ctx context.Context, path string, opts MkdirOptions
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
 				return s.c.kc.Mkdir(ctx, req, o...)
 			})
-	})
+	}
 }
 
 // CreateFile creates the file path with content in one call, without a
 // handle, and returns its Stat (whose Path has the counter when Sequential).
 func (s *Session) CreateFile(ctx context.Context, path string, content []byte, opts CreateOptions) (*chubby.Stat, error) {
-	return await(ctx, s.CreateFileAsync(ctx, path, content, opts))
+	return s.createFileCall(path, content, opts)(ctx)
 }
 
 // CreateFileAsync is the asynchronous form of CreateFile.
 func (s *Session) CreateFileAsync(ctx context.Context, path string, content []byte, opts CreateOptions) *rpc.Future[*chubby.Stat] {
-	return rpc.Go(ctx, func(ctx context.Context) (*chubby.Stat, error) {
+	return rpc.Go(ctx, s.createFileCall(path, content, opts))
+}
+
+// createFileCall is the call CreateFile makes on the caller's goroutine and
+// CreateFileAsync on a goroutine of its own.
+func (s *Session) createFileCall(path string, content []byte, opts CreateOptions) func(context.Context) (*chubby.Stat, error) {
+	return func(ctx context.Context) (*chubby.Stat, error) {
 		req := &chubby.CreateFileRequest{Session: s.id, Path: path, Content: content}
 		if req.Content == nil {
 			req.Content = []byte{}
@@ -171,7 +189,7 @@ func (s *Session) CreateFileAsync(ctx context.Context, path string, content []by
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Stat, error) {
 				return s.c.kc.CreateFile(ctx, req, o...)
 			})
-	})
+	}
 }
 
 func (s *Session) spec(op, path string, class retryClass) callSpec {
@@ -237,7 +255,7 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, *chubby.Stat, 
 	if b, st, ok := h.cachedFile(); ok { // a hit needs no goroutine
 		return b, st, nil
 	}
-	r, err := await(ctx, h.GetContentsAndStatAsync(ctx))
+	r, err := handleDo(h, "read", ctx, h.getContentsAndStatCall())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -248,9 +266,15 @@ func (h *Handle) GetContentsAndStat(ctx context.Context) ([]byte, *chubby.Stat, 
 // With the cache on, a safe session answers from its cache when it holds
 // the node (a hit makes no call), and caches what the cell lets it.
 func (h *Handle) GetContentsAndStatAsync(ctx context.Context) *rpc.Future[*chubby.GetContentsAndStatResponse] {
-	return handleGo(h, "read", ctx, func(ctx context.Context) (*chubby.GetContentsAndStatResponse, error) {
+	return handleGo(h, "read", ctx, h.getContentsAndStatCall())
+}
+
+// getContentsAndStatCall is the call GetContentsAndStat makes on the caller's goroutine and
+// GetContentsAndStatAsync on a goroutine of its own.
+func (h *Handle) getContentsAndStatCall() func(context.Context) (*chubby.GetContentsAndStatResponse, error) {
+	return func(ctx context.Context) (*chubby.GetContentsAndStatResponse, error) {
 		return h.readFile(ctx)
-	})
+	}
 }
 
 // cachedFile serves a read from the cache when it may: the handle is not
@@ -309,14 +333,20 @@ func (h *Handle) GetStat(ctx context.Context) (*chubby.Stat, error) {
 	if _, st, ok := h.cachedFile(); ok {
 		return st, nil
 	}
-	return await(ctx, h.GetStatAsync(ctx))
+	return handleDo(h, "stat", ctx, h.getStatCall())
 }
 
 // GetStatAsync is the asynchronous form of GetStat. With the cache on, a
 // file's Stat comes from the cache, and a miss reads (and caches) content
 // and Stat in one call.
 func (h *Handle) GetStatAsync(ctx context.Context) *rpc.Future[*chubby.Stat] {
-	return handleGo(h, "stat", ctx, func(ctx context.Context) (*chubby.Stat, error) {
+	return handleGo(h, "stat", ctx, h.getStatCall())
+}
+
+// getStatCall is the call GetStat makes on the caller's goroutine and
+// GetStatAsync on a goroutine of its own.
+func (h *Handle) getStatCall() func(context.Context) (*chubby.Stat, error) {
+	return func(ctx context.Context) (*chubby.Stat, error) {
 		if last := h.Stat(); h.s.caching && last != nil && last.GetKind() == chubby.NodeKind_FILE {
 			r, err := h.readFile(ctx)
 			if err != nil {
@@ -332,18 +362,24 @@ func (h *Handle) GetStatAsync(ctx context.Context) *rpc.Future[*chubby.Stat] {
 			h.remember(st)
 		}
 		return st, err
-	})
+	}
 }
 
 // ReadDir lists the directory's children, sorted by name.
 func (h *Handle) ReadDir(ctx context.Context) ([]*chubby.DirEntry, error) {
-	return await(ctx, h.ReadDirAsync(ctx))
+	return handleDo(h, "readdir", ctx, h.readDirCall())
 }
 
 // ReadDirAsync is the asynchronous form of ReadDir. With the cache on, a
 // safe session answers from its cache when it holds the listing.
 func (h *Handle) ReadDirAsync(ctx context.Context) *rpc.Future[[]*chubby.DirEntry] {
-	return handleGo(h, "readdir", ctx, func(ctx context.Context) ([]*chubby.DirEntry, error) {
+	return handleGo(h, "readdir", ctx, h.readDirCall())
+}
+
+// readDirCall is the call ReadDir makes on the caller's goroutine and
+// ReadDirAsync on a goroutine of its own.
+func (h *Handle) readDirCall() func(context.Context) ([]*chubby.DirEntry, error) {
+	return func(ctx context.Context) ([]*chubby.DirEntry, error) {
 		s := h.s
 		usable := s.cacheUsable()
 		if usable {
@@ -373,7 +409,7 @@ func (h *Handle) ReadDirAsync(ctx context.Context) *rpc.Future[[]*chubby.DirEntr
 			s.cache.fillDir(h.Path(), h.h.GetInstance(), gen, cp)
 		}
 		return r.GetEntries(), nil
-	})
+	}
 }
 
 // SetOption modifies a SetContents call.
@@ -390,12 +426,18 @@ func IfGeneration(gen int64) SetOption { return SetOption{expectedGeneration: &g
 // and returns the new Stat. It is exactly-once: resent after a lost reply
 // or a failover, it is applied once (see the package doc).
 func (h *Handle) SetContents(ctx context.Context, content []byte, opts ...SetOption) (*chubby.Stat, error) {
-	return await(ctx, h.SetContentsAsync(ctx, content, opts...))
+	return handleDo(h, "write", ctx, h.setContentsCall(content, opts...))
 }
 
 // SetContentsAsync is the asynchronous form of SetContents.
 func (h *Handle) SetContentsAsync(ctx context.Context, content []byte, opts ...SetOption) *rpc.Future[*chubby.Stat] {
-	return handleGo(h, "write", ctx, func(ctx context.Context) (*chubby.Stat, error) {
+	return handleGo(h, "write", ctx, h.setContentsCall(content, opts...))
+}
+
+// setContentsCall is the call SetContents makes on the caller's goroutine and
+// SetContentsAsync on a goroutine of its own.
+func (h *Handle) setContentsCall(content []byte, opts ...SetOption) func(context.Context) (*chubby.Stat, error) {
+	return func(ctx context.Context) (*chubby.Stat, error) {
 		req := &chubby.SetContentsRequest{Handle: h.h, Content: content}
 		if req.Content == nil {
 			req.Content = []byte{}
@@ -417,19 +459,25 @@ func (h *Handle) SetContentsAsync(ctx context.Context, content []byte, opts ...S
 			h.remember(st)
 		}
 		return st, err
-	})
+	}
 }
 
 // Delete deletes the node (the handle must be READ_WRITE); a non-empty
 // directory only when recursive.
 func (h *Handle) Delete(ctx context.Context, recursive bool) error {
-	_, err := await(ctx, h.DeleteAsync(ctx, recursive))
+	_, err := handleDo(h, "delete", ctx, h.deleteCall(recursive))
 	return err
 }
 
 // DeleteAsync is the asynchronous form of Delete.
 func (h *Handle) DeleteAsync(ctx context.Context, recursive bool) *rpc.Future[struct{}] {
-	return handleGo(h, "delete", ctx, func(ctx context.Context) (struct{}, error) {
+	return handleGo(h, "delete", ctx, h.deleteCall(recursive))
+}
+
+// deleteCall is the call Delete makes on the caller's goroutine and
+// DeleteAsync on a goroutine of its own.
+func (h *Handle) deleteCall(recursive bool) func(context.Context) (struct{}, error) {
+	return func(ctx context.Context) (struct{}, error) {
 		req := &chubby.DeleteRequest{Handle: h.h}
 		if recursive {
 			req.Recursive = boolPtr(true)
@@ -440,7 +488,7 @@ func (h *Handle) DeleteAsync(ctx context.Context, recursive bool) *rpc.Future[st
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
 				return struct{}{}, h.s.c.kc.Delete(ctx, req, o...)
 			})
-	})
+	}
 }
 
 // NoLockDelay, as LockOptions.LockDelay, asks for no lock-delay at all.
@@ -476,12 +524,18 @@ func (o LockOptions) lockDelayMs() *int64 {
 // still grant the lock: the handle's lock state is then unknown; Release
 // (LOCK_NOT_HELD is harmless) or Close the handle to be sure.
 func (h *Handle) Acquire(ctx context.Context, mode chubby.LockMode, wait time.Duration, opts LockOptions) (*chubby.Sequencer, error) {
-	return await(ctx, h.AcquireAsync(ctx, mode, wait, opts))
+	return handleDo(h, "acquire", ctx, h.acquireCall(mode, wait, opts))
 }
 
 // AcquireAsync is the asynchronous form of Acquire.
 func (h *Handle) AcquireAsync(ctx context.Context, mode chubby.LockMode, wait time.Duration, opts LockOptions) *rpc.Future[*chubby.Sequencer] {
-	return handleGo(h, "acquire", ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+	return handleGo(h, "acquire", ctx, h.acquireCall(mode, wait, opts))
+}
+
+// acquireCall is the call Acquire makes on the caller's goroutine and
+// AcquireAsync on a goroutine of its own.
+func (h *Handle) acquireCall(mode chubby.LockMode, wait time.Duration, opts LockOptions) func(context.Context) (*chubby.Sequencer, error) {
+	return func(ctx context.Context) (*chubby.Sequencer, error) {
 		if wait <= 0 {
 			return nil, &OpError{Op: "acquire", Path: h.Path(),
 				Err: newError(chubby.ErrorCode_INVALID_ARGUMENT, "wait must be positive, got %v", wait)}
@@ -494,57 +548,75 @@ func (h *Handle) AcquireAsync(ctx context.Context, mode chubby.LockMode, wait ti
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
 				return h.s.c.kc.Acquire(ctx, req, o...)
 			})
-	})
+	}
 }
 
 // TryAcquire takes the node's lock in mode if it is available now, and fails
 // with LOCK_HELD otherwise. It returns the lock's sequencer.
 func (h *Handle) TryAcquire(ctx context.Context, mode chubby.LockMode, opts LockOptions) (*chubby.Sequencer, error) {
-	return await(ctx, h.TryAcquireAsync(ctx, mode, opts))
+	return handleDo(h, "try-acquire", ctx, h.tryAcquireCall(mode, opts))
 }
 
 // TryAcquireAsync is the asynchronous form of TryAcquire.
 func (h *Handle) TryAcquireAsync(ctx context.Context, mode chubby.LockMode, opts LockOptions) *rpc.Future[*chubby.Sequencer] {
-	return handleGo(h, "try-acquire", ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+	return handleGo(h, "try-acquire", ctx, h.tryAcquireCall(mode, opts))
+}
+
+// tryAcquireCall is the call TryAcquire makes on the caller's goroutine and
+// TryAcquireAsync on a goroutine of its own.
+func (h *Handle) tryAcquireCall(mode chubby.LockMode, opts LockOptions) func(context.Context) (*chubby.Sequencer, error) {
+	return func(ctx context.Context) (*chubby.Sequencer, error) {
 		req := &chubby.TryAcquireRequest{Handle: h.h, Mode: mode, LockDelayMs: opts.lockDelayMs()}
 		return sessionCall(ctx, h.s, h.s.onceSpec("try-acquire", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
 				return h.s.c.kc.TryAcquire(ctx, req, o...)
 			})
-	})
+	}
 }
 
 // Release releases the lock the handle holds (LOCK_NOT_HELD if none).
 func (h *Handle) Release(ctx context.Context) error {
-	_, err := await(ctx, h.ReleaseAsync(ctx))
+	_, err := handleDo(h, "release", ctx, h.releaseCall())
 	return err
 }
 
 // ReleaseAsync is the asynchronous form of Release.
 func (h *Handle) ReleaseAsync(ctx context.Context) *rpc.Future[struct{}] {
-	return handleGo(h, "release", ctx, func(ctx context.Context) (struct{}, error) {
+	return handleGo(h, "release", ctx, h.releaseCall())
+}
+
+// releaseCall is the call Release makes on the caller's goroutine and
+// ReleaseAsync on a goroutine of its own.
+func (h *Handle) releaseCall() func(context.Context) (struct{}, error) {
+	return func(ctx context.Context) (struct{}, error) {
 		req := h.req()
 		return sessionCall(ctx, h.s, h.s.onceSpec("release", h.Path(), func(r *chubby.RequestID) { req.Rid = r }),
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
 				return struct{}{}, h.s.c.kc.Release(ctx, req, o...)
 			})
-	})
+	}
 }
 
 // GetSequencer returns the sequencer of the lock the handle holds
 // (LOCK_NOT_HELD if none).
 func (h *Handle) GetSequencer(ctx context.Context) (*chubby.Sequencer, error) {
-	return await(ctx, h.GetSequencerAsync(ctx))
+	return handleDo(h, "get-sequencer", ctx, h.getSequencerCall())
 }
 
 // GetSequencerAsync is the asynchronous form of GetSequencer.
 func (h *Handle) GetSequencerAsync(ctx context.Context) *rpc.Future[*chubby.Sequencer] {
-	return handleGo(h, "get-sequencer", ctx, func(ctx context.Context) (*chubby.Sequencer, error) {
+	return handleGo(h, "get-sequencer", ctx, h.getSequencerCall())
+}
+
+// getSequencerCall is the call GetSequencer makes on the caller's goroutine and
+// GetSequencerAsync on a goroutine of its own.
+func (h *Handle) getSequencerCall() func(context.Context) (*chubby.Sequencer, error) {
+	return func(ctx context.Context) (*chubby.Sequencer, error) {
 		return sessionCall(ctx, h.s, h.s.spec("get-sequencer", h.Path(), retrySafe),
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
 				return h.s.c.kc.GetSequencer(ctx, h.req(), o...)
 			})
-	})
+	}
 }
 
 // Close closes the handle; a lock it holds is released, a pending Acquire
@@ -592,22 +664,26 @@ func (h *Handle) poisonCtx() (context.Context, context.CancelCauseFunc) {
 // handleGo runs a call on h asynchronously (rpc.Go) and makes Poison fail
 // it: the call's context is cancelled with ErrPoisoned.
 func handleGo[T any](h *Handle, op string, ctx context.Context, f func(context.Context) (T, error)) *rpc.Future[T] {
-	return rpc.Go(ctx, func(ctx context.Context) (T, error) {
-		var zero T
-		pctx, _ := h.poisonCtx()
-		if pctx.Err() != nil {
-			return zero, &OpError{Op: op, Path: h.Path(), Err: ErrPoisoned}
-		}
-		ctx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		stop := context.AfterFunc(pctx, func() { cancel(ErrPoisoned) })
-		defer stop()
-		v, err := f(ctx)
-		if err != nil && errors.Is(context.Cause(ctx), ErrPoisoned) {
-			return zero, &OpError{Op: op, Path: h.Path(), Err: ErrPoisoned}
-		}
-		return v, err
-	})
+	return rpc.Go(ctx, func(ctx context.Context) (T, error) { return handleDo(h, op, ctx, f) })
+}
+
+// handleDo runs f, a call on h, on the caller's goroutine: it fails at once
+// on a poisoned handle, and a Poison while it runs cancels it.
+func handleDo[T any](h *Handle, op string, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var zero T
+	pctx, _ := h.poisonCtx()
+	if pctx.Err() != nil {
+		return zero, &OpError{Op: op, Path: h.Path(), Err: ErrPoisoned}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(pctx, func() { cancel(ErrPoisoned) })
+	defer stop()
+	v, err := f(ctx)
+	if err != nil && errors.Is(context.Cause(ctx), ErrPoisoned) {
+		return zero, &OpError{Op: op, Path: h.Path(), Err: ErrPoisoned}
+	}
+	return v, err
 }
 
 func boolPtr(b bool) *bool    { return &b }
