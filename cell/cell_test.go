@@ -1,12 +1,16 @@
 package cell
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,7 +122,100 @@ var ctx = context.Background()
 
 func TestMain(m *testing.M) {
 	klog.SetLevel(klog.LevelWarn) // Kitex's per-server info lines drown the test output
+	if os.Getenv(childCellEnv) != "" {
+		os.Exit(serveChildCell())
+	}
 	os.Exit(m.Run())
+}
+
+// childCellEnv makes the test binary serve a cell for its parent instead
+// of running tests (startChildCell).
+const childCellEnv = "CHUBBY_CELL_TEST_CHILD"
+
+// childCellLife bounds how long a child cell serves if its parent never
+// says stop.
+const childCellLife = 3 * time.Minute
+
+// serveChildCell serves an in-memory cell on a loopback port, writes
+// "ADDR host:port" on stdout, and stops when stdin closes (the parent is
+// done or gone) or after childCellLife.
+func serveChildCell() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := New(Config{InMemory: true, Listener: ln, Logger: quietLogger()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background()) }()
+	fmt.Printf("ADDR %s\n", s.Addr())
+	stdin := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stdin)
+	}()
+	select {
+	case <-stdin:
+	case <-time.After(childCellLife):
+	case err := <-done:
+		fmt.Fprintln(os.Stderr, "serve:", err)
+		return 1
+	}
+	s.Stop()
+	return 0
+}
+
+// startChildCell runs a cell in a child process (this test binary) and
+// returns its address; the child stops when the test ends.
+func startChildCell(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childCellEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		waited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-waited
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
+				line <- a
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case a := <-line:
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child cell did not report its address within 30 s")
+		return ""
+	}
 }
 
 func (tc *testCell) session(name string) chubby.SessionID {
