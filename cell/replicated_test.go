@@ -56,7 +56,11 @@ func startMultiCell(t testing.TB, n int, cfg Config) *multiCell {
 	t.Cleanup(func() {
 		for i, s := range mc.servers {
 			s.Stop()
-			<-mc.done[i]
+			select {
+			case <-mc.done[i]:
+			case <-time.After(time.Minute):
+				t.Errorf("replica %d did not stop within a minute", i+1)
+			}
 		}
 	})
 	return mc

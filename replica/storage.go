@@ -143,8 +143,30 @@ func (s *Storage) load() error {
 	return nil
 }
 
-// Close closes the database.
-func (s *Storage) Close() error { return s.db.Close() }
+// closeWait bounds Close. Badger flushes its memtable when it closes and
+// retries a failed flush forever; a replica must still stop. Everything
+// acknowledged was fsynced, so leaving Badger mid-close loses nothing: the
+// next open recovers as after a crash.
+const closeWait = 10 * time.Second
+
+// ErrCloseTimeout: the database did not close within closeWait and was
+// left closing in the background.
+var ErrCloseTimeout = errors.New("replica storage: Badger did not close in time; left closing (nothing acknowledged is lost)")
+
+// Close closes the database, waiting at most closeWait.
+func (s *Storage) Close() error {
+	done := make(chan error, 1)
+	go func() { done <- s.db.Close() }()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		s.log.Error("storage: Badger did not close in time; leaving it (everything acknowledged is fsynced; the next open recovers as after a crash)", "wait", closeWait)
+		return ErrCloseTimeout
+	}
+}
 
 // Bounds returns the first and last index of the log on disk. last < first
 // means the log is empty (everything is in the snapshot).
