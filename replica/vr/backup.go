@@ -6,7 +6,7 @@ package vr
 // enterView makes this node a follower of the primary of view w (w >= its
 // view) that has not yet checked its log against the primary's.
 func (n *Node) enterView(w uint64) {
-	if !(w >= n.view) {
+	if w < n.view {
 		broken("enter view %d from %d", w, n.view)
 	}
 	if w > n.view {

@@ -61,10 +61,10 @@ func (l *memLog) slice(lo, hi uint64, maxN, maxBytes int) []Entry {
 // append adds entries after the last one. Views must not decrease.
 func (l *memLog) append(es ...Entry) {
 	for _, e := range es {
-		if !(e.Index == l.lastIndex()+1) {
+		if e.Index != l.lastIndex()+1 {
 			broken("log: append %d after %d", e.Index, l.lastIndex())
 		}
-		if !(e.View >= l.lastView()) {
+		if e.View < l.lastView() {
 			broken("log: entry %d of view %d after view %d", e.Index, e.View, l.lastView())
 		}
 		l.entries = append(l.entries, e)
@@ -73,7 +73,7 @@ func (l *memLog) append(es ...Entry) {
 
 // truncateFrom drops the entries with index >= i.
 func (l *memLog) truncateFrom(i uint64) {
-	if !(i > l.snapIndex) {
+	if i <= l.snapIndex {
 		broken("log: truncate at %d inside the snapshot %d", i, l.snapIndex)
 	}
 	if i > l.lastIndex() {
@@ -88,7 +88,7 @@ func (l *memLog) compact(i uint64) {
 	if i <= l.snapIndex {
 		return
 	}
-	if !(i <= l.lastIndex()) {
+	if i > l.lastIndex() {
 		broken("log: compact %d beyond %d", i, l.lastIndex())
 	}
 	v, _ := l.viewAt(i)

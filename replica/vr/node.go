@@ -516,7 +516,7 @@ func (n *Node) Ready() Ready {
 	rd.TruncateFrom = n.truncFrom
 	last := n.log.lastIndex()
 	if n.unstableFrom <= last {
-		if !(n.unstableFrom > n.log.snapIndex) {
+		if n.unstableFrom <= n.log.snapIndex {
 			broken("ready: unstable %d inside snapshot %d", n.unstableFrom, n.log.snapIndex)
 		}
 		rd.Entries = slices.Clone(n.log.entries[n.unstableFrom-n.log.snapIndex-1:])
@@ -604,7 +604,7 @@ func (n *Node) Advance() {
 }
 
 func (n *Node) mustNotBeReady() {
-	if !(!n.readyOut) {
+	if n.readyOut {
 		broken("the driver called into the node between Ready and Advance")
 	}
 }
@@ -632,13 +632,13 @@ func (n *Node) cut(i uint64) {
 // broken invariant is a bug, and stopping beats corrupting the log).
 func (n *Node) checkInvariants() {
 	last := n.log.lastIndex()
-	if !(n.lnv <= n.view) {
+	if n.lnv > n.view {
 		broken("lnv %d > view %d", n.lnv, n.view)
 	}
-	if !(n.commit <= last) {
+	if n.commit > last {
 		broken("commit %d > last %d", n.commit, last)
 	}
-	if !(n.applied <= n.commit) {
+	if n.applied > n.commit {
 		broken("applied %d > commit %d", n.applied, n.commit)
 	}
 	if !(n.log.snapIndex <= n.snap.Index && n.snap.Index <= n.applied) {
@@ -650,14 +650,14 @@ func (n *Node) checkInvariants() {
 	if !(n.unstableFrom > n.log.snapIndex && n.unstableFrom <= last+1) {
 		broken("unstable %d not in (%d, %d]", n.unstableFrom, n.log.snapIndex, last+1)
 	}
-	if !(n.persistedLast < n.unstableFrom) {
+	if n.persistedLast >= n.unstableFrom {
 		broken("persisted %d not handed out (unstable from %d)", n.persistedLast, n.unstableFrom)
 	}
 	if n.status == StatusNormal {
-		if !(n.lnv == n.view) {
+		if n.lnv != n.view {
 			broken("normal in view %d with lnv %d", n.view, n.lnv)
 		}
-		if !(n.verified == last) {
+		if n.verified != last {
 			broken("normal with verified %d < last %d", n.verified, last)
 		}
 	}

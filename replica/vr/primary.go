@@ -186,7 +186,7 @@ func (n *Node) maybeCommit() {
 	if c <= n.commit {
 		return
 	}
-	if !(c <= n.log.lastIndex()) {
+	if c > n.log.lastIndex() {
 		broken("commit %d beyond log %d", c, n.log.lastIndex())
 	}
 	for i := n.commit + 1; i <= c; i++ {

@@ -49,7 +49,7 @@ func (n *Node) maybeStartViewChangeFromProbe() {
 // startViewChange moves this node to view w in view-change status. The new
 // view is persisted before StartViewChange goes out (Ready order).
 func (n *Node) startViewChange(w uint64) {
-	if !(w > n.view) {
+	if w <= n.view {
 		broken("start view change to %d from %d", w, n.view)
 	}
 	n.forgetOlderViews(w)
