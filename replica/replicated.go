@@ -105,6 +105,7 @@ type Replicated struct {
 	snapDone     chan snapResult
 	snapFinished *snapResult
 	snapRetry    time.Time // after a failed save, the next try waits until then
+	snapDue      uint64    // entries applied since the last snapshot that make the next due
 
 	// The disk writer: jobs in order; async ones report the last entry
 	// they made durable through diskLast/diskView and a nudge on
@@ -219,6 +220,7 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 		diskNote: make(chan struct{}, 1),
 		diskErr:  make(chan error, 1),
 		snapDone: make(chan snapResult, 1),
+		snapDue:  cfg.SnapshotEvery + cfg.ID%4*cfg.SnapshotEvery/8,
 	}
 	node, err := vr.NewNode(core, p, r.now())
 	if err != nil {
@@ -391,7 +393,7 @@ func (r *Replicated) run() {
 		close(r.diskq)
 		<-r.diskDone
 		if r.snapSaving {
-			<-r.snapDone
+			r.snapshotStored()
 		}
 	}()
 	defer func() { r.failAll(ErrStopped, ErrStopped) }()
@@ -438,7 +440,7 @@ func (r *Replicated) run() {
 		case <-r.diskNote:
 			r.notePersisted()
 		case res := <-r.snapDone:
-			r.snapSaving = false
+			r.snapSaving = false // as snapshotStored
 			r.finishSnapshot(res)
 		case err := <-r.diskErr:
 			r.diskFailed(err)
@@ -640,8 +642,8 @@ func (r *Replicated) drainReady() error {
 				// One snapshot write at a time. Ours is older than the
 				// one installed (the core installs only past its commit):
 				// its Compact, after Advance, changes nothing.
-				res := <-r.snapDone
-				r.snapSaving, r.snapFinished = false, &res
+				res := r.snapshotStored()
+				r.snapFinished = &res
 			}
 			if err := r.st.installSnapshot(rd.Snapshot.Meta, rd.Snapshot.Data); err != nil {
 				return fmt.Errorf("install snapshot: %w", err)
@@ -683,8 +685,7 @@ func (r *Replicated) drainReady() error {
 		r.snapFinished = nil
 		r.finishSnapshot(*res)
 	}
-	due := r.cfg.SnapshotEvery + r.cfg.ID%4*r.cfg.SnapshotEvery/8
-	if applied := r.applied.Load(); !r.snapSaving && applied-r.snapshot >= due && !time.Now().Before(r.snapRetry) {
+	if applied := r.applied.Load(); !r.snapSaving && applied-r.snapshot >= r.snapDue && !time.Now().Before(r.snapRetry) {
 		if err := r.waitDisk(); err != nil {
 			return err
 		}
@@ -746,6 +747,14 @@ func (r *Replicated) takeSnapshot(index uint64) {
 		err := r.st.saveVRSnapshot(meta, data)
 		r.snapDone <- snapResult{meta: meta, bytes: len(data), took: time.Since(start), err: err}
 	}()
+}
+
+// snapshotStored waits for the snapshot being stored and returns the
+// writer's report.
+func (r *Replicated) snapshotStored() snapResult {
+	res := <-r.snapDone
+	r.snapSaving = false
+	return res
 }
 
 // finishSnapshot takes the snapshot writer's report: once the snapshot is

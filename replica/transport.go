@@ -241,17 +241,24 @@ func (t *PeerTransport) receive(peer uint64, answers []*gr.Message) {
 	if fn == nil || len(answers) > maxDeliver*4 {
 		return
 	}
-	out := make([]vr.Message, 0, len(answers))
-	for _, w := range answers {
+	if out := messagesFromWire(answers, peer, t.self); len(out) > 0 {
+		(*fn)(out, nil)
+	}
+}
+
+// messagesFromWire converts what peer from sent, dropping (and keeping the
+// rest) what is malformed, claims another sender, or, when to is not 0, is
+// addressed to another replica.
+func messagesFromWire(ws []*gr.Message, from, to uint64) []vr.Message {
+	out := make([]vr.Message, 0, len(ws))
+	for _, w := range ws {
 		m, err := messageFromWire(w)
-		if err != nil || m.From != peer || m.To != t.self {
-			continue // malformed or forged: drop it, keep the rest
+		if err != nil || m.From != from || (to != 0 && m.To != to) {
+			continue
 		}
 		out = append(out, m)
 	}
-	if len(out) > 0 {
-		(*fn)(out, nil)
-	}
+	return out
 }
 
 // PeerServerConfig configures the server of the peer port.
@@ -300,14 +307,7 @@ func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs
 	if len(msgs) > maxDeliver*4 {
 		return nil, &gr.ReplicaError{Message: fmt.Sprintf("%d messages in one call, more than %d", len(msgs), maxDeliver*4)}
 	}
-	out := make([]vr.Message, 0, len(msgs))
-	for _, w := range msgs {
-		m, err := messageFromWire(w)
-		if err != nil || m.From != uint64(from) {
-			continue // malformed or forged: drop it, keep the rest
-		}
-		out = append(out, m)
-	}
+	out := messagesFromWire(msgs, uint64(from), 0)
 	if len(out) == 0 {
 		return nil, nil
 	}
