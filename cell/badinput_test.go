@@ -52,6 +52,11 @@ func TestBadInputs(t *testing.T) {
 		want chubby.ErrorCode
 	}{
 		{"empty path", func() error { return open("") }, chubby.ErrorCode_INVALID_ARGUMENT},
+		{"unreachable address too long", func() error {
+			long := strings.Repeat("h", maxAddrBytes+1)
+			_, err := tc.cli.GetMaster(ctx, &chubby.GetMasterRequest{Unreachable: &long})
+			return err
+		}, chubby.ErrorCode_INVALID_ARGUMENT},
 		{"relative path", func() error { return open("a/b") }, chubby.ErrorCode_INVALID_ARGUMENT},
 		{"trailing slash", func() error { return open("/a/") }, chubby.ErrorCode_INVALID_ARGUMENT},
 		{"empty component", func() error { return open("/a//b") }, chubby.ErrorCode_INVALID_ARGUMENT},
