@@ -22,13 +22,12 @@ var (
 	ErrStopped = errors.New("replica: log stopped")
 )
 
+// proposal is one Propose call waiting for the loop; its outcome comes
+// back on reply.
 type proposal struct {
 	entry []byte
-	reply chan proposalResult
+	reply chan ProposalResult
 }
 
-type proposalResult struct {
-	index uint64
-	value any
-	err   error
-}
+// Answer implements Reply.
+func (p *proposal) Answer(res ProposalResult) { p.reply <- res }

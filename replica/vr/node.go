@@ -448,6 +448,10 @@ func (n *Node) Info() Info {
 // View returns the node's view number (cheaper than Info).
 func (n *Node) View() uint64 { return n.view }
 
+// IsPrimary reports whether this node is the normal primary of its view
+// (cheaper than Info).
+func (n *Node) IsPrimary() bool { return n.isPrimary() }
+
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats { return n.stats }
 

@@ -1,0 +1,621 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+// Driver carries out a vr.Node's work: the Ready → persist → send → apply →
+// Advance loop, proposals and their answers, and snapshots. It is the one
+// copy of that loop: Replicated runs it on goroutines, Kitex and Badger; the
+// simulator (replica/sim) runs it on a simulated clock, disk and network.
+// Everything it touches from outside is behind Disk, Transport,
+// StateMachine and the clock function, and every completion comes back as
+// an input (Written, SnapshotSaved), so the code is the same whether the
+// disk answers at once or a simulated millisecond later.
+//
+// A Driver is not safe for concurrent use: one goroutine (or the
+// simulator's event loop) calls its methods. While Busy, the caller gives
+// it only completions (Written, SnapshotSaved); the inputs that reach the
+// core (Step, Tick, Propose) wait, as vr's Ready contract demands.
+type Driver struct {
+	cfg   DriverConfig
+	node  *vr.Node
+	disk  Disk
+	tr    Transport
+	sm    StateMachine
+	clock func() int64
+
+	pending map[uint64]pendingProposal // log index → the proposal made there
+	primary bool                       // as last reported to OnRole
+	applied uint64
+
+	cur         *vr.Ready // a Ready waiting for its write
+	curWrite    *Write
+	draining    bool // waiting for every write to land before a snapshot
+	outstanding int  // writes issued and not reported back
+	// Reports of async writes that arrived while a Ready was out: the core
+	// hears of them after Advance.
+	deferred []*Write
+
+	snapshot   uint64 // index of the latest snapshot stored
+	snapSaving bool
+	snapLate   *SnapshotResult // a save that finished while a Ready was out
+	snapRetry  int64           // after a failed save, not before this (driver clock)
+	snapDue    uint64
+
+	err error // the disk failed: the driver does nothing more
+}
+
+// DriverConfig configures a Driver.
+type DriverConfig struct {
+	// ID is this replica.
+	ID uint64
+	// SnapshotEvery takes a snapshot after this many applied entries, plus
+	// a stagger of (ID mod 4)/8 of it, so that the replicas of a cell,
+	// which apply the same entries at nearly the same time, do not all
+	// store snapshots at once on shared disks and CPUs. Default 50,000.
+	SnapshotEvery uint64
+	// SnapshotRetry is how long (driver clock, ns) to wait after a failed
+	// snapshot save before trying again. Default 1 s.
+	SnapshotRetry int64
+	Logger        *slog.Logger
+	// OnRole, if set, is told when this replica becomes or stops being the
+	// normal primary, with the view, after the input that caused it was
+	// carried out. It must not call back into the driver.
+	OnRole func(view uint64, primary bool)
+	// OnFail, if set, is told once when the disk fails; the driver has
+	// then answered every proposal and does nothing more.
+	OnFail func(err error)
+}
+
+// Disk is the durable storage a Driver persists to. Writes are carried out
+// in the order they are issued, one after the other.
+type Disk interface {
+	// Write starts w. It returns done when it carried w out before
+	// returning (with err its outcome); otherwise the caller of the
+	// driver reports the outcome later with Driver.Written, in issue
+	// order. An empty write (nothing in it) is a barrier: it completes
+	// once every write before it has.
+	Write(w *Write) (done bool, err error)
+	// SaveSnapshot starts storing a snapshot (with the log it covers
+	// dropped) in the background; its outcome comes back through
+	// Driver.SnapshotSaved. At most one save is under way.
+	SaveSnapshot(meta vr.SnapshotMeta, data []byte)
+	// FinishSnapshot waits for the save under way and returns its outcome
+	// (the driver then hears of it from this call, not SnapshotSaved).
+	FinishSnapshot() SnapshotResult
+	// LoadSnapshot returns the application bytes of the stored snapshot,
+	// which must be the one at index.
+	LoadSnapshot(index uint64) ([]byte, error)
+}
+
+// Write is one Ready's disk work, in the order vr.Ready prescribes:
+// install Snapshot, delete from TruncateFrom, append Entries, store
+// HardState, fsync if Sync.
+type Write struct {
+	Snapshot     *vr.Snapshot
+	TruncateFrom uint64
+	Entries      []vr.Entry
+	HardState    *vr.HardState
+	Sync         bool
+	// Async: the driver went on without waiting (a PersistAsync Ready of
+	// the normal primary of View); the core counts the entries as on
+	// disk once Written reports them.
+	Async bool
+	View  uint64
+}
+
+// Empty reports whether w writes nothing (a barrier).
+func (w *Write) Empty() bool {
+	return w.Snapshot == nil && w.TruncateFrom == 0 && len(w.Entries) == 0 && w.HardState == nil
+}
+
+// Last is the index of the last entry w appends (0 if none).
+func (w *Write) Last() uint64 {
+	if len(w.Entries) == 0 {
+		return 0
+	}
+	return w.Entries[len(w.Entries)-1].Index
+}
+
+// SnapshotResult is the outcome of a snapshot save.
+type SnapshotResult struct {
+	Meta  vr.SnapshotMeta
+	Bytes int
+	Err   error
+}
+
+// ProposalResult answers a proposal: the state machine's result once the
+// entry committed and applied, or why it did not (*NotMasterError,
+// ErrOverloaded, ErrUnknownOutcome, ErrStopped).
+type ProposalResult struct {
+	Index uint64
+	Value any
+	Err   error
+}
+
+// Reply receives a proposal's outcome, once.
+type Reply interface {
+	Answer(ProposalResult)
+}
+
+type pendingProposal struct {
+	view  uint64
+	reply Reply
+}
+
+// NewDriver restores a replica from what its disk holds (p, with the
+// application's snapshot bytes app restored into sm) and returns its
+// driver. now is the driver clock, in nanoseconds, monotonic.
+func NewDriver(core vr.Config, p vr.Persisted, app []byte, sm StateMachine, disk Disk, tr Transport, now func() int64, cfg DriverConfig) (*Driver, error) {
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = 50000
+	}
+	if cfg.SnapshotRetry <= 0 {
+		cfg.SnapshotRetry = int64(snapshotRetry)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if p.Snapshot != nil {
+		if err := sm.Restore(p.Snapshot.Index, app); err != nil {
+			return nil, fmt.Errorf("restore snapshot at %d: %w", p.Snapshot.Index, err)
+		}
+	}
+	node, err := vr.NewNode(core, p, now())
+	if err != nil {
+		return nil, fmt.Errorf("start replica %d: %w", core.ID, err)
+	}
+	d := &Driver{cfg: cfg, node: node, disk: disk, tr: tr, sm: sm, clock: now,
+		pending: make(map[uint64]pendingProposal),
+		snapDue: cfg.SnapshotEvery + cfg.ID%4*cfg.SnapshotEvery/8}
+	if p.Snapshot != nil {
+		d.snapshot, d.applied = p.Snapshot.Index, p.Snapshot.Index
+	}
+	return d, nil
+}
+
+// Node returns the protocol core, for reading (Info, LeaseValid,
+// ReadsAllowedUntil, PrimaryHint). Its state changes only through the
+// driver.
+func (d *Driver) Node() *vr.Node { return d.node }
+
+// Applied is the index of the last entry applied to the state machine.
+func (d *Driver) Applied() uint64 { return d.applied }
+
+// Busy reports whether the driver waits for the disk: a Ready is out, or
+// every write must land before a snapshot. Only Written and
+// SnapshotSaved may be called then.
+func (d *Driver) Busy() bool { return d.cur != nil || d.draining }
+
+// Err is the disk failure that stopped the driver, or nil.
+func (d *Driver) Err() error { return d.err }
+
+// Start carries out the work the core has right after NewDriver (a new
+// replica persists its configuration entry).
+func (d *Driver) Start() { d.run() }
+
+// Step feeds messages that arrived from peers, then tells the core the
+// time and carries out what follows. A malformed message is dropped (the
+// core reports it through its Dropped hook).
+func (d *Driver) Step(msgs []vr.Message) {
+	if d.mustBeIdle() {
+		for _, m := range msgs {
+			_ = d.node.Step(m)
+		}
+		d.tick()
+	}
+}
+
+// Tick tells the core the time and carries out what follows.
+func (d *Driver) Tick() {
+	if d.mustBeIdle() {
+		d.tick()
+	}
+}
+
+// Propose proposes entries (consecutive indexes, in order); each reply is
+// answered once, from a later call into the driver or from this one.
+func (d *Driver) Propose(entries [][]byte, replies []Reply) {
+	if len(entries) != len(replies) {
+		panic("replica: Propose with entries and replies of different lengths")
+	}
+	if d.err != nil {
+		for _, r := range replies {
+			r.Answer(ProposalResult{Err: d.stoppedErr()})
+		}
+		return
+	}
+	if !d.mustBeIdle() {
+		return
+	}
+	first, err := d.node.Propose(entries...)
+	if err != nil {
+		var np *vr.NotPrimaryError
+		switch {
+		case errors.As(err, &np):
+			err = d.NotMaster()
+		case errors.Is(err, vr.ErrOverloaded):
+			err = ErrOverloaded
+		}
+		for _, r := range replies {
+			r.Answer(ProposalResult{Err: err})
+		}
+		return
+	}
+	view := d.node.View()
+	for i, r := range replies {
+		d.pending[first+uint64(i)] = pendingProposal{view: view, reply: r}
+	}
+	d.tick()
+}
+
+// Written reports the outcome of a write Disk.Write did not finish at
+// once. Writes are reported in the order they were issued.
+func (d *Driver) Written(w *Write, err error) {
+	d.outstanding--
+	if d.err != nil {
+		return
+	}
+	if err != nil {
+		d.fail(err)
+		return
+	}
+	if w.Async {
+		if d.cur != nil {
+			d.deferred = append(d.deferred, w)
+		} else if last := w.Last(); last > 0 {
+			d.node.Persisted(last, w.View)
+		}
+		if d.cur == nil {
+			d.run()
+		}
+		return
+	}
+	if w != d.curWrite {
+		// A barrier (before a snapshot) or a Ready's write.
+		d.run()
+		return
+	}
+	d.finishReady()
+	d.run()
+}
+
+// SnapshotSaved reports the outcome of Disk.SaveSnapshot.
+func (d *Driver) SnapshotSaved(res SnapshotResult) {
+	d.snapSaving = false
+	if d.err != nil {
+		return
+	}
+	if d.cur != nil {
+		d.snapLate = &res
+		return
+	}
+	d.finishSnapshot(res)
+	d.run()
+}
+
+// NotMaster is the error for a proposal made off the normal primary.
+func (d *Driver) NotMaster() *NotMasterError {
+	i := d.node.Info()
+	return notMaster(d.cfg.ID, i)
+}
+
+func notMaster(self uint64, info vr.Info) *NotMasterError {
+	e := &NotMasterError{View: info.View, Primary: info.Primary, Known: info.Status != vr.StatusViewChange}
+	if e.Known && e.Primary == self {
+		e.Known = false // we are the primary of this view but not normal yet
+	}
+	for _, m := range info.Members {
+		if m.ID == e.Primary {
+			e.Addr = m.Addr
+		}
+	}
+	return e
+}
+
+// Stop answers every proposal in flight with ErrStopped (the replica is
+// shutting down).
+func (d *Driver) Stop() { d.failPending(ErrStopped) }
+
+func (d *Driver) stoppedErr() error {
+	if d.err != nil {
+		return fmt.Errorf("%w: %w", ErrStopped, d.err)
+	}
+	return ErrStopped
+}
+
+func (d *Driver) mustBeIdle() bool {
+	if d.err != nil {
+		return false
+	}
+	if d.Busy() {
+		panic("replica: driver input while it waits for its disk")
+	}
+	return true
+}
+
+func (d *Driver) tick() {
+	d.node.Tick(d.clock())
+	d.run()
+}
+
+// run carries out every Ready the core has until one must wait for the
+// disk, takes a snapshot when one is due, then reports a role change.
+func (d *Driver) run() {
+	if d.draining && d.outstanding == 0 && d.err == nil {
+		d.draining = false
+		d.takeSnapshot()
+	}
+	for d.err == nil && !d.Busy() {
+		if d.node.HasReady() {
+			d.ready()
+			continue
+		}
+		if !d.snapshotDue() {
+			break
+		}
+		if d.outstanding > 0 {
+			// Compact needs the entries up to the snapshot durable here:
+			// let every queued write land first (a barrier), taking
+			// nothing new meanwhile.
+			d.draining = true
+			d.outstanding++
+			if done, err := d.disk.Write(&Write{}); done {
+				d.outstanding--
+				if err != nil {
+					d.fail(err)
+				}
+			}
+			if d.outstanding > 0 || d.err != nil {
+				break
+			}
+			d.draining = false
+		}
+		d.takeSnapshot()
+	}
+	d.reportRole()
+}
+
+// ready takes one Ready and carries it out as far as the disk lets it.
+func (d *Driver) ready() {
+	rd := d.node.Ready()
+	if rd.PersistAsync {
+		d.carryOutAsync(&rd)
+		return
+	}
+	if rd.Snapshot != nil && d.snapSaving {
+		// One snapshot store at a time: ours is older than the one being
+		// installed (the core installs only past its commit), and its
+		// Compact, after Advance, changes nothing.
+		res := d.disk.FinishSnapshot()
+		d.snapSaving = false
+		d.snapLate = &res
+	}
+	if len(rd.EarlyMessages) > 0 {
+		// Backups start storing the entries while we do.
+		d.tr.Send(rd.EarlyMessages)
+	}
+	d.cur = &rd
+	w := &Write{Snapshot: rd.Snapshot, TruncateFrom: rd.TruncateFrom, Entries: rd.Entries, HardState: rd.HardState, Sync: rd.MustSync}
+	if w.Empty() && d.outstanding == 0 {
+		d.finishReady()
+		return
+	}
+	// Even an empty write waits for the async writes queued before it:
+	// Advance of a Ready without PersistAsync counts everything handed
+	// out as on disk.
+	d.curWrite = w
+	d.outstanding++
+	if done, err := d.disk.Write(w); done {
+		d.outstanding--
+		if err != nil {
+			d.fail(err)
+			return
+		}
+		d.finishReady()
+	}
+}
+
+// finishReady carries out the rest of the Ready whose write is durable:
+// the installed snapshot into the state machine, the messages, the
+// committed entries, Advance.
+func (d *Driver) finishReady() {
+	rd := d.cur
+	if rd.Snapshot != nil {
+		meta := rd.Snapshot.Meta
+		if err := d.sm.Restore(meta.Index, rd.Snapshot.Data); err != nil {
+			d.fail(fmt.Errorf("restore snapshot: %w", err))
+			return
+		}
+		d.snapshot, d.applied = meta.Index, meta.Index
+		d.failPendingUpTo(meta.Index)
+	}
+	if len(rd.Messages) > 0 {
+		for i := range rd.Messages {
+			m := &rd.Messages[i]
+			if m.Type == vr.MsgSnapshot && m.Snapshot != nil && m.SnapshotData == nil {
+				data, err := d.disk.LoadSnapshot(m.Snapshot.Index)
+				if err != nil {
+					// A newer snapshot was stored after the core chose
+					// this one; the core sends again later.
+					d.cfg.Logger.Warn("snapshot to send is gone", "index", m.Snapshot.Index, "err", err)
+					m.Type = 0
+					continue
+				}
+				m.SnapshotData = data
+			}
+		}
+		d.tr.Send(dropUnsent(rd.Messages))
+	}
+	d.apply(rd.Committed)
+	d.node.Advance()
+	d.cur, d.curWrite = nil, nil
+	for _, w := range d.deferred {
+		if last := w.Last(); last > 0 {
+			d.node.Persisted(last, w.View)
+		}
+	}
+	d.deferred = d.deferred[:0]
+	if res := d.snapLate; res != nil {
+		d.snapLate = nil
+		d.finishSnapshot(*res)
+	}
+}
+
+// dropUnsent removes the messages marked unsendable (type 0).
+func dropUnsent(ms []vr.Message) []vr.Message {
+	out := ms[:0]
+	for _, m := range ms {
+		if m.Type != 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// carryOutAsync carries out a PersistAsync Ready: its Prepares leave, its
+// write is queued, committed entries are applied, and the driver goes on;
+// the write reports back through Written.
+func (d *Driver) carryOutAsync(rd *vr.Ready) {
+	if len(rd.EarlyMessages) > 0 {
+		d.tr.Send(rd.EarlyMessages)
+	}
+	if len(rd.Entries) > 0 || rd.HardState != nil {
+		w := &Write{Entries: rd.Entries, HardState: rd.HardState, Sync: true, Async: true, View: d.node.View()}
+		d.outstanding++
+		if done, err := d.disk.Write(w); done {
+			// A disk that writes at once: as if reported right away.
+			d.outstanding--
+			if err != nil {
+				d.fail(err)
+				return
+			}
+			defer func() {
+				if last := w.Last(); last > 0 && d.err == nil {
+					d.node.Persisted(last, w.View)
+				}
+			}()
+		}
+	}
+	d.apply(rd.Committed)
+	d.node.Advance()
+}
+
+// apply applies committed entries and answers their proposals.
+func (d *Driver) apply(committed []vr.Entry) {
+	for _, e := range committed {
+		var v any
+		if e.Type == vr.EntryCommand {
+			v = d.sm.Apply(e.Index, e.Data)
+		}
+		d.applied = e.Index
+		if p, ok := d.pending[e.Index]; ok {
+			delete(d.pending, e.Index)
+			if p.view == e.View {
+				p.reply.Answer(ProposalResult{Index: e.Index, Value: v})
+			} else {
+				p.reply.Answer(ProposalResult{Err: ErrUnknownOutcome})
+			}
+		}
+	}
+}
+
+// snapshotDue reports whether a snapshot should be taken now.
+func (d *Driver) snapshotDue() bool {
+	return !d.snapSaving && d.applied-d.snapshot >= d.snapDue && d.clock() >= d.snapRetry
+}
+
+// takeSnapshot serializes the state machine at the applied index (on
+// disk here) and hands it to the disk to store in the background: storing
+// takes two fsyncs and deleting tens of thousands of log keys, which on
+// the loop stalled every command for 100-300 ms. The driver goes on
+// meanwhile; SnapshotSaved compacts the core when the store reports.
+func (d *Driver) takeSnapshot() {
+	meta, err := d.node.SnapshotMeta(d.applied)
+	if err != nil {
+		d.cfg.Logger.Warn("snapshot skipped", "index", d.applied, "err", err)
+		d.snapRetry = d.clock() + d.cfg.SnapshotRetry
+		return
+	}
+	data := d.sm.Snapshot()
+	d.snapSaving = true
+	d.disk.SaveSnapshot(meta, data)
+}
+
+// finishSnapshot takes a save's outcome: once the snapshot is stored, the
+// core may forget the entries it covers.
+func (d *Driver) finishSnapshot(res SnapshotResult) {
+	if res.Err != nil {
+		d.snapRetry = d.clock() + d.cfg.SnapshotRetry
+		d.cfg.Logger.Error("snapshot failed", "index", res.Meta.Index, "err", res.Err)
+		return
+	}
+	if err := d.node.Compact(res.Meta); err != nil {
+		d.cfg.Logger.Error("compact failed", "index", res.Meta.Index, "err", err)
+		return
+	}
+	d.snapshot = max(d.snapshot, res.Meta.Index)
+	d.cfg.Logger.Info("snapshot saved", "index", res.Meta.Index, "bytes", res.Bytes)
+}
+
+// fail stops the driver: the disk failed (fail-stop, as etcd does on a
+// failed fsync). Every proposal is answered; the replica stops being the
+// primary at once.
+func (d *Driver) fail(err error) {
+	if d.err != nil {
+		return
+	}
+	d.err = err
+	d.cfg.Logger.Error("replica stops: its disk failed", "err", err)
+	d.failPending(d.stoppedErr())
+	if d.primary {
+		d.primary = false
+		if d.cfg.OnRole != nil {
+			d.cfg.OnRole(d.node.View(), false)
+		}
+	}
+	if d.cfg.OnFail != nil {
+		d.cfg.OnFail(err)
+	}
+}
+
+// reportRole tells OnRole when the replica became or stopped being the
+// normal primary. Proposals in flight when it stops may still commit in
+// the next view: their outcome is unknown.
+func (d *Driver) reportRole() {
+	if d.err != nil {
+		return
+	}
+	p := d.node.IsPrimary()
+	if p == d.primary {
+		return
+	}
+	d.primary = p
+	if !p {
+		d.failPending(ErrUnknownOutcome)
+	}
+	if d.cfg.OnRole != nil {
+		d.cfg.OnRole(d.node.View(), p)
+	}
+}
+
+func (d *Driver) failPending(err error) {
+	for i, p := range d.pending {
+		delete(d.pending, i)
+		p.reply.Answer(ProposalResult{Err: err})
+	}
+}
+
+func (d *Driver) failPendingUpTo(index uint64) {
+	for i, p := range d.pending {
+		if i <= index {
+			delete(d.pending, i)
+			p.reply.Answer(ProposalResult{Err: ErrUnknownOutcome})
+		}
+	}
+}
