@@ -462,3 +462,40 @@ func BenchmarkCommit(b *testing.B) {
 	b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "entries/s")
 }
 
+// A primary that cannot hear the backups (its inbound links are cut; they
+// still hear its heartbeats, so none of them starts a view change) holds no
+// lease and can serve nothing: it must step down so that another replica
+// takes over, and the cell must serve again with a lease.
+func TestDeafPrimaryStepsDown(t *testing.T) {
+	for _, size := range []int{3, 5} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			c := newCluster(t, size, nil)
+			c.run(200 * time.Millisecond)
+			old := c.primary()
+			for _, id := range c.ids {
+				if id != old.id {
+					c.cut[[2]uint64{id, old.id}] = true
+				}
+			}
+			cut := c.now
+			var served int64
+			for c.now-cut < int64(3*time.Second) {
+				c.run(5 * time.Millisecond)
+				if p := c.primary(); p != nil && p.id != old.id && p.n().CanServeReads(c.now) {
+					served = c.now
+					break
+				}
+			}
+			if served == 0 {
+				t.Fatalf("3 s after the primary went deaf no other replica serves: old primary %+v", old.n().Info())
+			}
+			if old.n().IsPrimary() {
+				t.Fatalf("the deaf primary still says it is the primary of view %d", old.n().View())
+			}
+			t.Logf("a new primary served %v after the primary went deaf", time.Duration(served-cut))
+			c.propose("after")
+			c.run(100 * time.Millisecond)
+			c.checkAgree()
+		})
+	}
+}

@@ -18,7 +18,7 @@ type Node struct {
 	quorum  int
 
 	// Durations in clock units (nanoseconds).
-	hb, vcTimeout, leaseWait, leaseHold int64
+	hb, vcTimeout, leaseWait, leaseHold, stepDown int64
 
 	view   uint64
 	lnv    uint64
@@ -49,6 +49,7 @@ type Node struct {
 	ackStamp    uint64
 
 	// Primary state.
+	primarySince     int64 // when this node became the normal primary
 	prs              map[uint64]*progress
 	stamp            uint64 // lease round
 	stampAt          [stampRing]int64
@@ -158,6 +159,7 @@ func NewNode(cfg Config, p Persisted, now int64) (*Node, error) {
 	n.vcTimeout = int64(cfg.ViewChangeTimeout)
 	n.leaseWait = int64(float64(cfg.LeaseDuration) * (1 + MaxClockDrift))
 	n.leaseHold = int64(float64(cfg.LeaseDuration) * (1 - MaxClockDrift))
+	n.stepDown = n.leaseHold + n.vcTimeout
 	n.promiseEnd = now + n.leaseWait
 	n.lastHeard = now
 
@@ -354,6 +356,13 @@ func (n *Node) Tick(now int64) {
 		n.promiseOwed = false
 	}
 	switch {
+	case n.isPrimary() && n.quorumLost():
+		// A primary no quorum answers holds no lease and can serve
+		// nothing; the backups may well hear its heartbeats (it is deaf
+		// one way) and never change views by themselves. Start the next
+		// view: whoever hears of it joins.
+		n.event("vr: primary stepping down: no quorum acknowledged it", "for", n.now-n.lastQuorum())
+		n.startViewChange(n.view + 1)
 	case n.isPrimary():
 		if n.now >= n.nextHeartbeat {
 			n.heartbeat()

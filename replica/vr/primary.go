@@ -25,6 +25,7 @@ func (n *Node) becomePrimaryState() {
 		n.uncommittedBytes += len(n.log.at(i).Data)
 	}
 	n.nextHeartbeat = n.now // start a lease round at the next tick
+	n.primarySince = n.now
 	n.stats.BecamePrimary++
 }
 
@@ -217,4 +218,22 @@ func (n *Node) leaseStart() (int64, bool) {
 		return 0, false
 	}
 	return n.stampAt[s%stampRing], true
+}
+
+// lastQuorum is when the newest lease round a quorum acknowledged began,
+// or when this node became primary if none has been yet.
+func (n *Node) lastQuorum() int64 {
+	if start, ok := n.leaseStart(); ok {
+		return max(start, n.primarySince)
+	}
+	return n.primarySince
+}
+
+// quorumLost reports whether the primary has gone a whole view-change
+// timeout past the end of its last lease without a quorum answering: then
+// it steps down (Tick). A backup that hears nothing waits as long before
+// it probes, so a slow but reachable primary is not pushed aside sooner
+// than by its backups.
+func (n *Node) quorumLost() bool {
+	return n.quorum > 1 && n.now-n.lastQuorum() >= n.stepDown
 }
