@@ -1,0 +1,128 @@
+package master
+
+import (
+	"testing"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+)
+
+func leaseEnds(m map[chubby.SessionID]Time) func(chubby.SessionID) (Time, bool) {
+	return func(id chubby.SessionID) (Time, bool) {
+		e, ok := m[id]
+		return e, ok
+	}
+}
+
+func TestChangeWaitsForEveryCacher(t *testing.T) {
+	c := NewCache(0, 0)
+	c.Reset(1, nil)
+	c.Declare(1)
+	c.Declare(2)
+	c.Declare(3) // caches nothing
+	if !c.Register(1, "/a") || !c.Register(2, "/a") || !c.Register(2, "/b") {
+		t.Fatal("Register refused")
+	}
+	ends := map[chubby.SessionID]Time{1: 100, 2: 200, 3: 300}
+	ch, wake := c.Invalidate([]string{"/a", "/"}, false, false, leaseEnds(ends))
+	if len(wake) != 2 || wake[0] != 1 || wake[1] != 2 {
+		t.Fatalf("wake %v", wake)
+	}
+	if c.Register(3, "/a") {
+		t.Fatal("a node being changed is cachable")
+	}
+	if ready, next := c.Ready(ch, 10); ready || next != 100 {
+		t.Fatalf("ready %v next %d", ready, next)
+	}
+	gs := []*chubby.LeaseGrant{{Session: 1}, {Session: 2}, {Session: 3}}
+	c.Attach(gs)
+	if gs[0].GetInvalidationSeq() == 0 || len(gs[0].Invalidations) != 1 || gs[2].InvalidationSeq != nil {
+		t.Fatalf("attached %+v", gs)
+	}
+	c.Ack([]chubby.SessionID{1}, []int64{gs[0].GetInvalidationSeq()})
+	if ready, next := c.Ready(ch, 10); ready || next != 200 {
+		t.Fatalf("after one ack: ready %v next %d", ready, next)
+	}
+	// Session 2 never acks: its lease ends at 200 (its client stopped
+	// using its cache by then).
+	if ready, _ := c.Ready(ch, 200); !ready {
+		t.Fatal("not ready at the cacher's lease end")
+	}
+	c.Done(ch)
+	if !c.Register(3, "/a") {
+		t.Fatal("not cachable after Done")
+	}
+	// Session 2's old invalidation is still unacknowledged: the next change
+	// waits for it too, even on another node.
+	ch2, _ := c.Invalidate([]string{"/z"}, false, false, leaseEnds(map[chubby.SessionID]Time{2: 400}))
+	if ready, _ := c.Ready(ch2, 300); ready {
+		t.Fatal("a change committed while an older invalidation is unacknowledged")
+	}
+	c.Forget(2)
+	if ready, _ := c.Ready(ch2, 300); !ready {
+		t.Fatal("not ready once the session is gone")
+	}
+}
+
+func TestNewMasterWaitsForEveryRecoveredCacher(t *testing.T) {
+	c := NewCache(0, 0)
+	c.Reset(5, []chubby.SessionID{7})
+	if c.Register(7, "/a") {
+		t.Fatal("a session that has not flushed may cache")
+	}
+	ch, _ := c.Invalidate([]string{"/x"}, false, false, leaseEnds(map[chubby.SessionID]Time{7: 50}))
+	if ready, next := c.Ready(ch, 0); ready || next != 50 {
+		t.Fatalf("ready %v next %d", ready, next)
+	}
+	gs := []*chubby.LeaseGrant{{Session: 7}}
+	c.Attach(gs)
+	if !gs[0].GetInvalidateAll() || gs[0].GetInvalidationSeq() != 5<<32+1 {
+		t.Fatalf("attached %+v", gs[0])
+	}
+	// An ack meant for an older master counts for nothing.
+	c.Ack([]chubby.SessionID{7}, []int64{4<<32 + 1})
+	if ready, _ := c.Ready(ch, 0); ready {
+		t.Fatal("an older epoch's ack counted")
+	}
+	c.Ack([]chubby.SessionID{7}, []int64{5<<32 + 1})
+	if ready, _ := c.Ready(ch, 0); !ready {
+		t.Fatal("not ready after the flush was acknowledged")
+	}
+}
+
+func TestAffected(t *testing.T) {
+	h := &chubby.Handle{Path: "/a/b"}
+	cases := []struct {
+		name  string
+		op    *fsm.Op
+		paths []string
+		sub   bool
+		all   bool
+	}{
+		{"set contents", &fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: h}}, []string{"/a/b", "/a"}, false, false},
+		{"delete", &fsm.Op{DeleteNode: &chubby.DeleteRequest{Handle: h}}, []string{"/a/b", "/a", "/"}, true, false},
+		{"create", &fsm.Op{CreateFile: &chubby.CreateFileRequest{Path: "/a/b"}}, []string{"/a/b", "/a", "/"}, false, false},
+		{"open existing", &fsm.Op{Open: &chubby.OpenRequest{Path: "/a/b", Create: chubby.CreateMode_OPEN_EXISTING}}, nil, false, false},
+		{"end session", &fsm.Op{EndSession: &fsm.EndSession{}}, nil, false, true},
+		{"tick", &fsm.Op{Tick: &fsm.Tick{}}, nil, false, true},
+		{"create session", &fsm.Op{CreateSession: &chubby.CreateSessionRequest{}}, nil, false, false},
+	}
+	for _, tc := range cases {
+		paths, sub, all := Affected(tc.op)
+		if !equal(paths, tc.paths) || sub != tc.sub || all != tc.all {
+			t.Errorf("%s: %v %v %v", tc.name, paths, sub, all)
+		}
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,80 @@
+// Package master is the master's session bookkeeping as deterministic
+// code: the session lease table with its parked KeepAlives (Leases) and
+// the table of which sessions cache which nodes (Cache). Both are pure
+// state machines in the manner of replica/vr: no goroutine, no timer, no
+// clock of their own — time comes in as an argument (nanoseconds on the
+// master's monotonic clock, the one the replicated log's master lease is
+// measured on) and what to do comes out as return values. The cell wraps
+// them with a mutex, timers and parked RPCs (cell/sessions.go,
+// cell/cache.go); the simulator (replica/sim) drives the very same code
+// on simulated clocks, so what it checks is what ships.
+//
+// # The lease rule
+//
+// The promise a lock service exists for: while a client's session is
+// safe, its locks are its own and its cache is current. A client believes
+// its session safe until its local lease runs out; another client can be
+// granted its locks only after a master ended the session, which a master
+// does once the session's lease is over at that master. So every lease a
+// client believes in must end, in real time, before any master can end
+// the session. Three clocks are involved — the client's, the master's,
+// and the next master's — and none is trusted for its absolute value,
+// only for its rate: over any real interval d each advances by between
+// d·(1−ε) and d·(1+ε), ε = vr.MaxClockDrift (2%).
+//
+// Notation: L is the session lease (Config.Lease), D the master lease
+// (vr.Config.LeaseDuration), real(x) the real time at which a clock read
+// x.
+//
+//  1. The master extends a session only while it holds its master lease.
+//     At time t on its clock it holds it when a quorum acknowledged a
+//     lease round that started at s with t < s + D·(1−ε) (vr's
+//     LeaseValid; the cell reads it as ReadsAllowedUntil). A replica that
+//     acknowledged the round helps no new view before D·(1+ε) on its own
+//     clock after receiving it, so no other replica can become master
+//     before real(s) + D > real(t): every grant happens, in real time,
+//     before the next master starts serving (T').
+//
+//  2. A grant at t sets the session's end at the master to E = t + L
+//     (its clock); the master ends the session no earlier than E. In real
+//     time, real(E) ≤ real(t) + L/(1−ε) < T' + L/(1−ε).
+//
+//  3. The reply tells the client lease_ms = (E − a)·(1−ε)/(1+ε), a being
+//     when the request arrived (the master's clock), and the client counts
+//     lease_ms on its own clock from when it sent the request (before a).
+//     Its belief ends in real time by real(sent) + lease_ms/(1−ε) ≤
+//     real(a) + (E−a)/(1+ε) ≤ real(E): before this master ends the
+//     session.
+//
+//  4. A new master gives every session it recovers from the log a lease
+//     of Lr = L·(1+ε)/(1−ε) counted from when it starts serving (T' or
+//     later), so it ends none before T' + Lr/(1+ε) = T' + L/(1−ε) in real
+//     time, which is after every E of (2). The same holds for every later
+//     master against the grants of this one.
+//
+// With L = 12 s and ε = 2%: Lr = 12.49 s, and a client is told about 4%
+// less than the master holds (0.9 s of a KeepAlive parked for 10 s plus a
+// 12 s lease), which is why a KeepAlive is answered Margin (default L/4)
+// before the lease would end. A reply that arrives after its lease is
+// over renews nothing (the client checks). A parked KeepAlive whose
+// answer time finds the master lease lapsed is not extended: the cell
+// waits briefly for the lease to come back, then refuses it, and a
+// primary that no quorum answers for a view-change timeout past its lease
+// steps down (vr), so its clients go looking for the new master and, cut
+// off from it, fall into jeopardy within one lease.
+//
+// Clock jumps (a wall clock set back or forward) do not matter: every time
+// here is monotonic. Lock-delay is measured on the wall clock stamped into
+// commands, but it is a second line of defence: the first is that the
+// session ended, which (1)–(4) order after every belief.
+//
+// # The cache
+//
+// Cache is the table of which sessions cache which nodes. Before a change
+// commits, every session caching a node it touches is sent an
+// invalidation and the change waits until each has acknowledged it or its
+// lease at this master has ended (by (3), the client stopped using its
+// cache by then). A new master knows no cachers: every recovered caching
+// session must flush (invalidate_all) before any change commits, or its
+// recovered lease ends.
+package master
