@@ -18,8 +18,10 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/cloudwego/kitex/pkg/klog"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
+	"github.com/chubbygo/chubby/replica/vr"
 )
 
 // These tests drive a real cell through real Kitex on loopback with the
@@ -433,8 +435,11 @@ func TestKeepAliveParked(t *testing.T) {
 		t.Fatalf("KeepAlive answered after %v; lease %v", held, lease)
 	}
 	// lease_ms counts from when the request was sent: the time it was
-	// parked plus a whole new lease.
-	if len(r.Results) != 1 || r.Results[0].Error != nil || r.Results[0].LeaseMs < (held+lease).Milliseconds()-50 {
+	// parked plus a whole new lease, less the clock-drift bound (the lease
+	// rule, package cell/master).
+	want := master.LeaseConfig{Lease: lease, MaxDrift: vr.MaxClockDrift}.ClientLease(held + lease)
+	if len(r.Results) != 1 || r.Results[0].Error != nil || r.Results[0].LeaseMs < want.Milliseconds()-50 ||
+		r.Results[0].LeaseMs > (held+lease).Milliseconds() {
 		t.Fatalf("KeepAlive results %+v", r.Results)
 	}
 	// One call for many sessions; an unknown one comes back expired at once

@@ -53,11 +53,12 @@ type Config struct {
 	// Lease is the session lease. Default 12 s (Chubby's).
 	Lease time.Duration
 	// KeepAliveMargin: a parked KeepAlive is answered this long before the
-	// earliest lease in it would run out. Default Lease/6 (2 s for 12 s),
-	// at least min(500 ms, Lease/2):
-	// long enough for the reply and the client's next KeepAlive to cross
-	// a loaded machine, short enough that a session costs one KeepAlive
-	// per ~10 s.
+	// earliest lease in it would run out. Default Lease/4 (3 s for 12 s),
+	// at least min(500 ms, Lease/2): the reply and the client's next
+	// KeepAlive must cross a loaded machine within it, and the client is
+	// told about 4% less than the master holds (clock drift; see package
+	// cell/master), which comes out of it too; one KeepAlive per session
+	// every ~9 s.
 	KeepAliveMargin time.Duration
 
 	// Limits bounds the replicated state. Default fs.DefaultLimits().
@@ -121,7 +122,7 @@ func (c *Config) setDefaults() error {
 	if c.KeepAliveMargin == 0 {
 		// At least half a second (or half a short lease): the reply and the
 		// client's next KeepAlive must cross a loaded machine within it.
-		c.KeepAliveMargin = max(c.Lease/6, min(500*time.Millisecond, c.Lease/2))
+		c.KeepAliveMargin = max(c.Lease/4, min(500*time.Millisecond, c.Lease/2))
 	}
 	if c.KeepAliveMargin <= 0 || c.KeepAliveMargin >= c.Lease {
 		return fmt.Errorf("keep-alive margin %v must be in (0, lease %v)", c.KeepAliveMargin, c.Lease)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -57,11 +58,11 @@ func (h *handler) handleWrite(ctx context.Context, hd *chubby.Handle, rid *chubb
 
 // handleRead validates a read through a handle: a live session and the
 // master lease.
-func (h *handler) handleRead(hd *chubby.Handle) error {
+func (h *handler) handleRead(ctx context.Context, hd *chubby.Handle) error {
 	if err := h.liveHandle(hd); err != nil {
 		return err
 	}
-	return h.s.readCheck()
+	return h.s.awaitLease(ctx)
 }
 
 func checkContent(b []byte) error {
@@ -110,6 +111,7 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 	if len(req.ClientName) > int(chubby.MAX_CLIENT_NAME_BYTES) {
 		return nil, invalid("client_name of %d bytes over the %d-byte limit", len(req.ClientName), chubby.MAX_CLIENT_NAME_BYTES)
 	}
+	arrived := h.s.log.Now()
 	res, err := h.s.propose(ctx, &fsm.Op{CreateSession: req})
 	if err != nil {
 		return nil, err
@@ -117,11 +119,22 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 	if res.Session == nil {
 		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "CreateSession applied without a session id")
 	}
-	h.s.leases.add(*res.Session, true)
+	id := *res.Session
 	if req.GetCache() {
-		h.s.cache.declare(*res.Session)
+		h.s.cache.declare(id)
 	}
-	return &chubby.CreateSessionResponse{Session: *res.Session, LeaseMs: h.s.cfg.Lease.Milliseconds(), Epoch: h.s.epoch.Load()}, nil
+	lease, ok := h.s.leases.add(id, arrived)
+	if !ok {
+		// The session exists (and will end after a lease), but this master
+		// may not promise it a lease now; the client creates another.
+		if err := h.s.awaitLease(ctx); err != nil {
+			return nil, err
+		}
+		if lease, ok = h.s.leases.add(id, arrived); !ok {
+			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the master lease lapsed as session %d was created; retry", id)
+		}
+	}
+	return &chubby.CreateSessionResponse{Session: id, LeaseMs: lease.Milliseconds(), Epoch: h.s.epoch.Load()}, nil
 }
 
 func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (*chubby.KeepAliveResponse, error) {
@@ -163,9 +176,14 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		invAcks = append(invAcks, it.GetAckedInvalidation())
 	}
 	h.s.cache.ack(ids, invAcks)
-	c, wait, ok := h.s.leases.register(ids, acks)
-	if !ok {
-		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive refused: the replica is shutting down or too many are parked; retry")
+	c, wait, err := h.s.leases.register(ids, acks)
+	if err != nil {
+		if errors.Is(err, master.ErrNotServing) {
+			if e := h.s.serveCheck(); e != nil {
+				return nil, e
+			}
+		}
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive refused: %v; retry", err)
 	}
 	if wait > 0 {
 		// Registered first, then looked: an event applied from now on wakes
@@ -183,7 +201,6 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 			wait = 0
 		}
 	}
-	extend := true
 	if wait > 0 {
 		// The bound is the answer time itself: a KeepAlive never outlives the
 		// lease it renews, whatever the client does.
@@ -191,7 +208,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		if err != nil && !errors.Is(err, rpc.ErrBoundExceeded) {
 			// The caller is gone, or this replica stopped being the master:
 			// do not extend anything.
-			h.s.leases.answer(c, ids, false, 0)
+			h.s.leases.abandon(c)
 			var ce *chubby.ChubbyError
 			if errors.As(err, &ce) {
 				return nil, ce
@@ -199,14 +216,14 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive abandoned: %v", err)
 		}
 	}
-	epoch := h.s.epoch.Load()
-	results, ok := h.s.leases.answer(c, ids, extend, epoch)
-	if !ok {
-		return nil, h.s.serveCheck() // mastership went while it was parked
+	// Extended only under the master lease held now (see package master).
+	results, err := h.s.answerKeepAlive(ctx, c)
+	if err != nil {
+		return nil, err
 	}
 	h.s.attachEvents(results, acks)
 	h.s.cache.attach(results)
-	return &chubby.KeepAliveResponse{Results: results, Epoch: epoch}, nil
+	return &chubby.KeepAliveResponse{Results: results, Epoch: h.s.epoch.Load()}, nil
 }
 
 // Bounds of the events one KeepAlive reply carries (all sessions together);
@@ -303,7 +320,7 @@ func (h *handler) GetContentsAndStat(ctx context.Context, req *chubby.HandleRequ
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.handleRead(req.Handle); err != nil {
+	if err := h.handleRead(ctx, req.Handle); err != nil {
 		return nil, err
 	}
 	var (
@@ -329,7 +346,7 @@ func (h *handler) GetStat(ctx context.Context, req *chubby.HandleRequest) (*chub
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.handleRead(req.Handle); err != nil {
+	if err := h.handleRead(ctx, req.Handle); err != nil {
 		return nil, err
 	}
 	var (
@@ -344,7 +361,7 @@ func (h *handler) ReadDir(ctx context.Context, req *chubby.HandleRequest) (*chub
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.handleRead(req.Handle); err != nil {
+	if err := h.handleRead(ctx, req.Handle); err != nil {
 		return nil, err
 	}
 	var (
@@ -472,7 +489,7 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if err != nil {
 		h.s.m.unpark(req.Handle.Id, d)
 		if fs.Code(err) == chubby.ErrorCode_LOCK_HELD {
-			if held := h.held(req.Handle, req.Mode); held != nil {
+			if held := h.held(ctx, req.Handle, req.Mode); held != nil {
 				return held, nil
 			}
 		}
@@ -502,9 +519,7 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if _, cerr := h.s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: req.Handle}}); cerr != nil {
 		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", cerr)
 	}
-	var held *chubby.Sequencer
-	h.s.m.read(func(s *fs.State) { held, _ = s.GetSequencer(req.Handle) })
-	if held != nil {
+	if held := h.held(context.Background(), req.Handle, req.Mode); held != nil {
 		return held, nil
 	}
 	return nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "lock %s not granted within %d ms", req.Handle.Path, req.WaitMs)
@@ -550,7 +565,7 @@ func (h *handler) GetSequencer(ctx context.Context, req *chubby.HandleRequest) (
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.handleRead(req.Handle); err != nil {
+	if err := h.handleRead(ctx, req.Handle); err != nil {
 		return nil, err
 	}
 	var (
@@ -571,7 +586,7 @@ func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 	if err := checkPath(req.Sequencer.Path); err != nil {
 		return nil, err
 	}
-	if err := h.s.readCheck(); err != nil {
+	if err := h.s.awaitLease(ctx); err != nil {
 		return nil, err
 	}
 	var (
@@ -583,8 +598,12 @@ func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 }
 
 // held returns the sequencer of the lock the handle holds in mode, if it
-// does.
-func (h *handler) held(hd *chubby.Handle, mode chubby.LockMode) *chubby.Sequencer {
+// does: read from memory, so only under the master lease (else nil, and
+// the caller reports what the log said).
+func (h *handler) held(ctx context.Context, hd *chubby.Handle, mode chubby.LockMode) *chubby.Sequencer {
+	if h.s.awaitLease(ctx) != nil {
+		return nil
+	}
 	var seq *chubby.Sequencer
 	h.s.m.read(func(s *fs.State) { seq, _ = s.GetSequencer(hd) })
 	if seq != nil && seq.Mode == mode {

@@ -19,14 +19,18 @@ import (
 //
 //  1. wait until the log can serve reads: a majority acknowledged this
 //     primary's lease and every entry its view started with is applied, so
-//     the state holds everything any earlier master acknowledged;
+//     the state holds everything any earlier master acknowledged. It waits
+//     as long as it is the primary of that view: a primary that gets no
+//     lease steps down (vr), and then this ends;
 //  2. take epoch v+1 (views only grow and are on disk, so epochs never go
 //     back, across failovers and restarts alike);
-//  3. give every session in the state a full lease from now — the longest
-//     it could have been granted — so that clients ride through the
-//     failover: their KeepAlives reach the new master long before that;
-//     a session that does not come back expires at its lease end, and its
-//     locks (lock-delay applies) and ephemeral nodes go with it;
+//  3. give every session in the state the recovered lease from now —
+//     longer than any earlier master can have promised, clock drift
+//     included (package master, the lease rule) — so that clients ride
+//     through the failover: their KeepAlives reach the new master long
+//     before that; a session that does not come back expires at its lease
+//     end, and its locks (lock-delay applies) and ephemeral nodes go with
+//     it;
 //  4. withdraw Acquire requests left waiting by the old master (nobody is
 //     parked on them here) and re-arm the lock-delay timer;
 //  5. start serving.
@@ -34,10 +38,6 @@ import (
 // Losing mastership stops serving at once: parked KeepAlives and Acquires
 // are answered NOT_MASTER with the new master's address when known, and
 // the lease timers stop (the new master owns leases now).
-
-// masterReadyTimeout bounds step 1; past it the replica gives up being
-// master of that view (another view change will come).
-const masterReadyTimeout = 10 * time.Second
 
 func (s *Server) roleChanged(view uint64, primary bool) {
 	s.roleMu.Lock()
@@ -82,13 +82,15 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	}
 	start := time.Now()
 	for !s.log.CanServeReads() {
-		if !s.current(gen) || time.Since(start) > masterReadyTimeout {
-			return
+		if !s.current(gen) {
+			return // the log moved on: this view is over for us
 		}
 		select {
 		case <-s.closed:
 			return
-		case <-time.After(time.Millisecond):
+		case <-s.log.LeaseRenewed():
+		case <-s.log.Changed():
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	epoch := int64(view) + 1
@@ -106,10 +108,7 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 		return
 	}
 	s.epoch.Store(epoch)
-	s.leases.reset()
-	for _, id := range sessions {
-		s.leases.add(id, false)
-	}
+	s.leases.start(epoch, sessions)
 	// The new master knows no cachers: every recovered caching session
 	// flushes its cache (invalidate_all on its first KeepAlive) before a
 	// change commits.
@@ -131,7 +130,7 @@ func (s *Server) loseMaster() {
 		return // New has not finished: this replica has not served as master
 	}
 	nm := s.notMasterError(s.log.NotMaster())
-	s.leases.shutdownWith(nm)
+	s.leases.stop(nm)
 	s.m.failParked(nm)
 	s.tickMu.Lock()
 	if s.tickTimer != nil {
@@ -218,18 +217,6 @@ func (s *Server) serveCheck() error {
 		return nil
 	}
 	return s.notMasterError(s.log.NotMaster())
-}
-
-// readCheck also requires the master lease: a read answered from memory
-// is linearizable only while no other replica can have become master.
-func (s *Server) readCheck() error {
-	if err := s.serveCheck(); err != nil {
-		return err
-	}
-	if !s.log.CanServeReads() {
-		return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the master lease lapsed (a majority has not acknowledged it lately); retry shortly")
-	}
-	return nil
 }
 
 // cancelStaleWaits fails Acquire requests that were waiting when this

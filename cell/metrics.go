@@ -21,6 +21,9 @@ type metrics struct {
 	// invalidationWait is how long changes waited for caching sessions to
 	// acknowledge invalidations (DESIGN §4).
 	invalidationWait prometheus.Histogram
+	// leaseRefusals counts calls refused because the master lease lapsed
+	// and did not come back within leaseHold.
+	leaseRefusals prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
@@ -52,6 +55,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			Help:    "Time a change waited for caching sessions to acknowledge its cache invalidations.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
 		}),
+		leaseRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chubby_master_lease_refusals_total",
+			Help: "Calls the master refused because its master lease had lapsed (no majority acknowledged it) and did not come back in time.",
+		}),
 	}
 	cached := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chubby_cache_entries",
@@ -77,7 +84,26 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		s.m.read(func(st *fs.State) { n = st.Counts().Events })
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.parkedAcq, m.eventsSent, m.invalidationWait, cached, sessions, parkedKA, applied, queued} {
+	diskFailed := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chubby_disk_failed",
+		Help: "1 once this replica's log write or fsync failed: it serves nothing and exits.",
+	}, func() float64 {
+		if s.log != nil && s.log.Err() != nil {
+			return 1
+		}
+		return 0
+	})
+	master := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chubby_is_master",
+		Help: "1 while this replica serves as master (it is the primary and has done its failover duties).",
+	}, func() float64 {
+		if s.serving.Load() {
+			return 1
+		}
+		return 0
+	})
+	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.parkedAcq, m.eventsSent, m.invalidationWait,
+		m.leaseRefusals, cached, sessions, parkedKA, applied, queued, diskFailed, master} {
 		reg.MustRegister(c)
 	}
 	return m

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
@@ -131,8 +132,27 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.st = st
 	s.m = newMachine(*cfg.Limits, cfg.MaxParkedAcquires)
-	s.leases = newLeases(cfg.Lease, cfg.KeepAliveMargin, cfg.Now, cfg.MaxParkedKeepAlives, s.expireSession)
-	s.cache = newCacheTracker(cfg.MaxCachedPerSession, cfg.MaxCachedPerCell, s.leases.leaseEnd, s.leases.wake, cfg.Now)
+	// The lease table's clock is the log's, on which the master lease is
+	// measured; until it is running, nothing is served.
+	logNow := func() master.Time {
+		select {
+		case <-s.logReady:
+			return s.log.Now()
+		default:
+			return 0
+		}
+	}
+	logUntil := func() master.Time {
+		select {
+		case <-s.logReady:
+			return s.log.ReadsAllowedUntil()
+		default:
+			return 0
+		}
+	}
+	s.leases = newLeases(master.LeaseConfig{Lease: cfg.Lease, Margin: cfg.KeepAliveMargin, MaxDrift: vr.MaxClockDrift,
+		MaxParked: cfg.MaxParkedKeepAlives}, logNow, logUntil, s.expireSession)
+	s.cache = newCacheTracker(cfg.MaxCachedPerSession, cfg.MaxCachedPerCell, s.leases.leaseEnd, s.leases.wake, logNow)
 	s.m.onEnded = func(ids []chubby.SessionID) {
 		for _, id := range ids {
 			s.cache.forget(id)
@@ -264,10 +284,21 @@ func (s *Server) Serve(ctx context.Context) error {
 		if err != nil {
 			err = fmt.Errorf("rpc server: %w", err)
 		}
+	case <-s.log.Failed():
+		// Fail-stop, as etcd does on a failed fsync: the log stopped and
+		// is nobody's primary; answer every parked call and exit, so
+		// that the cell fails over as after a crash. Restarting on the
+		// same data directory recovers what is on disk.
+		err = fmt.Errorf("%w: %w", ErrDiskFailed, s.log.Err())
+		s.cfg.Logger.Error("replica stops: its disk failed; restart it once the disk is healthy", "err", s.log.Err())
 	}
 	s.shutdown()
 	return err
 }
+
+// ErrDiskFailed: the replica stopped because a write or fsync of its log
+// failed. Serve returns it (wrapped with the disk's error).
+var ErrDiskFailed = errors.New("cell: the replica's disk failed")
 
 // Stop makes Serve return after a graceful shutdown.
 func (s *Server) Stop() {
@@ -340,7 +371,7 @@ func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid 
 	// has ended); the nodes are uncachable until it has applied. The wait
 	// is bounded by a lease (a cacher's lease ends within one).
 	var cacheDone func(uncertain bool)
-	if paths, subtree, all := affected(op); len(paths) > 0 || all {
+	if paths, subtree, all := master.Affected(op); len(paths) > 0 || all {
 		if op.EndSession != nil {
 			s.cache.forget(op.EndSession.Session) // its client no longer serves its cache
 		}
@@ -419,7 +450,10 @@ func (s *Server) expireSession(id chubby.SessionID) {
 			}
 			backoff = min(backoff*2, time.Second)
 		}
-		s.cfg.Logger.Error("could not end expired session; it stays marked ending", "session", id)
+		// Its lease is over, so it is due again at once: the expiry timer
+		// starts another round of attempts.
+		s.cfg.Logger.Error("could not end an expired session; trying again later", "session", id)
+		s.leases.unmarkEnding(id)
 	})
 }
 
@@ -508,6 +542,10 @@ func (s *Server) httpHandler() http.Handler {
 		enc.Encode(s.status())
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.log.Err(); err != nil {
+			http.Error(w, "disk failed: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
