@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chubbygo/chubby/client/lease"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -120,7 +121,7 @@ func TestHandleEvents(t *testing.T) {
 // logic alone.
 func testSession() *Session {
 	return &Session{cache: newCache(DefaultCacheMaxEntries), log: slog.New(slog.NewTextHandler(io.Discard, nil)), events: newEventQueue[SessionEvent](SessionEventBuffer),
-		changed: make(chan struct{}), state: StateSafe, epoch: 1}
+		changed: make(chan struct{}), ll: lease.New(time.Now(), time.Hour, 1, time.Minute)}
 }
 
 // testWatch registers a handle with id in s, as a returning Open does.

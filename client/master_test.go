@@ -117,11 +117,11 @@ func useSession(t *testing.T, s *Session, lease time.Duration) {
 	h := must[*Handle](t, "Open")(s.Open(ctx, "/d", OpenOptions{}))
 	must[*chubby.Stat](t, "GetStat")(h.GetStat(ctx))
 	s.mu.Lock()
-	renewals := s.renewals
+	renewals := s.ll.Renewals()
 	s.mu.Unlock()
 	time.Sleep(lease * 3 / 2)
 	s.mu.Lock()
-	renewed := s.renewals > renewals
+	renewed := s.ll.Renewals() > renewals
 	s.mu.Unlock()
 	if !renewed || s.Err() != nil {
 		t.Fatalf("a lease and a half later: renewed %v, err %v", renewed, s.Err())

@@ -12,6 +12,7 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/cloudwego/kitex/pkg/kerrors"
 
+	"github.com/chubbygo/chubby/client/lease"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/rpc"
 )
@@ -82,16 +83,16 @@ type Session struct {
 	inflightMu sync.Mutex
 	inflight   map[uint64]struct{}
 
-	mu       sync.Mutex
-	state    SessionState  // StateSafe or StateJeopardy while it lives (see stateLocked)
-	leaseEnd time.Time     // local, conservative: send time of the request + lease_ms
-	lease    time.Duration // last lease length granted
-	graceEnd time.Time     // in jeopardy: when the session expires
-	epoch    int64         // highest master epoch heard of in a reply for the session
-	renewals uint64        // KeepAlive replies that renewed the lease
-	changed  chan struct{} // closed (and replaced) when state, renewals or err change
-	err      error         // why the session ended; nil while it lives
-	closing  bool          // Close is under way: SESSION_EXPIRED is then expected
+	mu sync.Mutex
+	// ll is the local lease, kept by the rules of package client/lease:
+	// safe until the send time of the request answered + lease_ms, then
+	// jeopardy for the grace period; it also holds the highest master
+	// epoch heard of and the renewals.
+	ll      lease.Local
+	ended   SessionState  // StateExpired or StateClosed once err is set
+	changed chan struct{} // closed (and replaced) when state, renewals or err change
+	err     error         // why the session ended; nil while it lives
+	closing bool          // Close is under way: SESSION_EXPIRED is then expected
 }
 
 // NewSession creates a session (CreateSession) and starts its KeepAlive loop.
@@ -128,15 +129,12 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 			grace:    c.cfg.GracePeriod,
 			loopDone: make(chan struct{}),
 			events:   newEventQueue[SessionEvent](SessionEventBuffer),
-			state:    StateSafe,
-			lease:    time.Duration(r.GetLeaseMs()) * time.Millisecond,
-			epoch:    r.GetEpoch(),
+			ll:       lease.New(sent, time.Duration(r.GetLeaseMs())*time.Millisecond, r.GetEpoch(), c.cfg.GracePeriod),
 			changed:  make(chan struct{}),
 			cache:    newCache(c.cfg.CacheMaxEntries),
 			caching:  !c.cfg.DisableCache,
 		}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
-		s.leaseEnd = sent.Add(s.lease)
 		if !c.addSession(s) {
 			close(s.loopDone)
 			s.end(ErrClientClosed)
@@ -151,7 +149,7 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 			_ = s.Close(cctx)
 			return nil, &OpError{Op: "create-session", Err: context.Cause(ctx)}
 		}
-		s.log.Debug("chubby: session created", "lease", s.lease, "epoch", r.GetEpoch())
+		s.log.Debug("chubby: session created", "lease_ms", r.GetLeaseMs(), "epoch", r.GetEpoch())
 		return s, nil
 	})
 }
@@ -186,12 +184,16 @@ func (s *Session) State() SessionState {
 	return s.stateLocked(time.Now())
 }
 
-// stateLocked is State; s.mu is held.
+// stateLocked is State; s.mu is held. A grace period that has just run
+// out is still jeopardy until the KeepAlive loop ends the session.
 func (s *Session) stateLocked(now time.Time) SessionState {
-	if s.state == StateSafe && !now.Before(s.leaseEnd) {
-		return StateJeopardy
+	if s.err != nil {
+		return s.ended
 	}
-	return s.state
+	if s.ll.Safe(now) {
+		return StateSafe
+	}
+	return StateJeopardy
 }
 
 // CacheStats returns the session cache's hit and miss counts.
@@ -225,7 +227,7 @@ func (s *Session) Events() <-chan SessionEvent { return s.events.ch }
 func (s *Session) Epoch() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.epoch
+	return s.ll.Epoch()
 }
 
 // LeaseRemaining returns how long the session is certainly alive at the
@@ -238,7 +240,7 @@ func (s *Session) LeaseRemaining() time.Duration {
 	if s.err != nil {
 		return 0
 	}
-	return max(0, time.Until(s.leaseEnd))
+	return max(0, time.Until(s.ll.LeaseEnd()))
 }
 
 // broadcastLocked wakes every call waiting on the session's state; s.mu is held.
@@ -267,12 +269,13 @@ func (s *Session) end(err error) {
 		return
 	}
 	s.err = err
+	s.ll.End()
 	if expired {
-		s.state = StateExpired
+		s.ended = StateExpired
 	} else {
-		s.state = StateClosed
+		s.ended = StateClosed
 	}
-	epoch := s.epoch
+	epoch := s.ll.Epoch()
 	s.broadcastLocked()
 	s.mu.Unlock()
 	s.cache.flush()
@@ -387,22 +390,26 @@ func (s *Session) keepAliveLoop() {
 		}
 		now := time.Now()
 		s.mu.Lock()
-		state, leaseEnd, graceEnd, lease := s.state, s.leaseEnd, s.graceEnd, s.lease
+		if s.err != nil {
+			s.mu.Unlock()
+			return // ended
+		}
+		tr := s.ll.Step(now)
+		state := s.stateLocked(now)
+		leaseEnd, graceEnd, granted := s.ll.LeaseEnd(), s.ll.GraceEnd(), s.ll.Lease()
 		s.mu.Unlock()
-		switch {
-		case state == StateSafe && !now.Before(leaseEnd):
-			s.enterJeopardy()
+		switch tr {
+		case lease.EnteredJeopardy:
+			s.enterJeopardy(leaseEnd, graceEnd)
 			probeAt = now // look for the master at once
 			continue
-		case state == StateJeopardy && !now.Before(graceEnd):
+		case lease.GraceOver:
 			s.end(fmt.Errorf("%w: no KeepAlive reply within the grace period (%v) after the local lease ended at %s",
 				ErrSessionExpired, s.grace, leaseEnd.Format(time.RFC3339Nano)))
 			return
-		case state != StateSafe && state != StateJeopardy:
-			return // ended
 		}
 		if cur == nil && !now.Before(retryAt) {
-			cur = s.sendKeepAlive(lease)
+			cur = s.sendKeepAlive(granted)
 		}
 		if state == StateJeopardy && cur != nil && locating == nil && !now.Before(probeAt) {
 			locating = s.c.master.locate()
@@ -504,18 +511,13 @@ func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
 	return &kaAttempt{f: f, cancel: cancel, addr: addr, sent: sent}
 }
 
-// enterJeopardy moves a safe session whose local lease ran out into
-// jeopardy: the grace period starts at the end of the local lease.
-func (s *Session) enterJeopardy() {
-	s.mu.Lock()
-	if s.err != nil || s.state != StateSafe {
-		s.mu.Unlock()
-		return
-	}
-	s.state = StateJeopardy
+// enterJeopardy tells of a session whose local lease ran out (the loop's
+// lease.Step said so): the cache goes, the grace period starts at the end
+// of the local lease.
+func (s *Session) enterJeopardy(leaseEnd, graceEnd time.Time) {
 	s.cache.flush() // the master may stop waiting for our acks at any moment now
-	s.graceEnd = s.leaseEnd.Add(s.grace)
-	leaseEnd, graceEnd, epoch := s.leaseEnd, s.graceEnd, s.epoch
+	s.mu.Lock()
+	epoch := s.ll.Epoch()
 	s.broadcastLocked()
 	s.mu.Unlock()
 	s.log.Warn("chubby: session in jeopardy: local lease ran out with no KeepAlive reply; looking for the master",
@@ -527,12 +529,11 @@ func (s *Session) enterJeopardy() {
 // higher one than known is reported as EventMasterChanged.
 func (s *Session) noteEpoch(epoch int64) {
 	s.mu.Lock()
-	if epoch <= s.epoch || s.err != nil {
+	old := s.ll.Epoch()
+	if s.err != nil || !s.ll.NoteEpoch(epoch) {
 		s.mu.Unlock()
 		return
 	}
-	old := s.epoch
-	s.epoch = epoch
 	s.mu.Unlock()
 	s.cache.flush() // the new master knows no cachers
 	s.log.Info("chubby: master epoch changed", "from", old, "to", epoch)
@@ -555,7 +556,7 @@ func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) er
 		if res.GetLeaseMs() <= 0 {
 			return fmt.Errorf("KeepAlive reply grants no lease (lease_ms=%d)", res.GetLeaseMs())
 		}
-		lease := time.Duration(res.GetLeaseMs()) * time.Millisecond
+		granted := time.Duration(res.GetLeaseMs()) * time.Millisecond
 		// Invalidations first: the lease this reply extends covers only a
 		// cache without what they name.
 		s.cache.apply(res)
@@ -565,19 +566,10 @@ func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) er
 			s.mu.Unlock()
 			return nil
 		}
-		s.lease = lease
-		if end := sent.Add(lease); end.After(s.leaseEnd) {
-			s.leaseEnd = end
-		}
-		wasJeopardy := s.state == StateJeopardy
 		// A reply so late that its lease is already over renews nothing
 		// the client can rely on: the session stays where it is.
-		if s.leaseEnd.After(now) {
-			s.state = StateSafe
-			s.renewals++
-		}
-		safeAgain := wasJeopardy && s.state == StateSafe
-		epoch, leaseEnd := s.epoch, s.leaseEnd
+		_, safeAgain := s.ll.Renew(sent, granted, now)
+		epoch, leaseEnd := s.ll.Epoch(), s.ll.LeaseEnd()
 		s.broadcastLocked()
 		s.mu.Unlock()
 		if safeAgain {
@@ -715,7 +707,7 @@ func sessionCallOnce[T any](ctx context.Context, s *Session, spec callSpec,
 func (s *Session) awaitSafe(ctx context.Context, needRenewal bool, after uint64) (uint64, error) {
 	for range maxStateWaits {
 		s.mu.Lock()
-		st, renewals, changed, err := s.stateLocked(time.Now()), s.renewals, s.changed, s.err
+		st, renewals, changed, err := s.stateLocked(time.Now()), s.ll.Renewals(), s.changed, s.err
 		s.mu.Unlock()
 		if err != nil {
 			return 0, err
@@ -731,7 +723,7 @@ func (s *Session) awaitSafe(ctx context.Context, needRenewal bool, after uint64)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.renewals, s.err
+	return s.ll.Renewals(), s.err
 }
 
 // await waits for f. The call behind f is bounded by the same ctx, so
