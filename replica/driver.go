@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/chubbygo/chubby/replica/vr"
 )
@@ -70,6 +71,10 @@ type DriverConfig struct {
 	// OnFail, if set, is told once when the disk fails; the driver has
 	// then answered every proposal and does nothing more.
 	OnFail func(err error)
+	// OnApply, if set, is told of every committed entry (configuration
+	// entries too) once it has been applied, before its proposal is
+	// answered. It must not call back into the driver.
+	OnApply func(e vr.Entry)
 }
 
 // Disk is the durable storage a Driver persists to. Writes are carried out
@@ -433,7 +438,7 @@ func (d *Driver) finishReady() {
 			return
 		}
 		d.snapshot, d.applied = meta.Index, meta.Index
-		d.failPendingUpTo(meta.Index)
+		d.failPendingUpTo(meta.Index, ErrUnknownOutcome)
 	}
 	if len(rd.Messages) > 0 {
 		for i := range rd.Messages {
@@ -514,6 +519,9 @@ func (d *Driver) apply(committed []vr.Entry) {
 			v = d.sm.Apply(e.Index, e.Data)
 		}
 		d.applied = e.Index
+		if d.cfg.OnApply != nil {
+			d.cfg.OnApply(e)
+		}
 		if p, ok := d.pending[e.Index]; ok {
 			delete(d.pending, e.Index)
 			if p.view == e.View {
@@ -604,18 +612,21 @@ func (d *Driver) reportRole() {
 	}
 }
 
-func (d *Driver) failPending(err error) {
-	for i, p := range d.pending {
+func (d *Driver) failPending(err error) { d.failPendingUpTo(^uint64(0), err) }
+
+// failPendingUpTo answers the proposals at indexes up to index with err, in
+// index order (so that a simulation replays the same).
+func (d *Driver) failPendingUpTo(index uint64, err error) {
+	var is []uint64
+	for i := range d.pending {
+		if i <= index {
+			is = append(is, i)
+		}
+	}
+	slices.Sort(is)
+	for _, i := range is {
+		p := d.pending[i]
 		delete(d.pending, i)
 		p.reply.Answer(ProposalResult{Err: err})
-	}
-}
-
-func (d *Driver) failPendingUpTo(index uint64) {
-	for i, p := range d.pending {
-		if i <= index {
-			delete(d.pending, i)
-			p.reply.Answer(ProposalResult{Err: ErrUnknownOutcome})
-		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
-	"github.com/chubbygo/chubby/gen/fsm"
 	"github.com/chubbygo/chubby/replica/vr"
 )
 
@@ -24,8 +23,9 @@ const farFuture = math.MaxInt64 / 4
 //   - agreement: every replica applies the same entry at every index, and
 //     every snapshot taken or installed at an index has the same bytes;
 //   - the oracle: an fs.State applying the committed log (entries any
-//     replica applied, so committed by a quorum), against which the lock
-//     beliefs of clients are checked at every change;
+//     replica applied, so committed by a quorum);
+//   - what clients believe, against the oracle and each other (locks,
+//     cached reads);
 //   - linearizability of the client history (porcupine) at the end;
 //   - convergence at the end: every replica at the same state.
 type checker struct {
@@ -37,11 +37,13 @@ type checker struct {
 	snaps      map[uint64][32]byte
 	stamps     map[[2]uint64]uint64 // (index, view) → hash of the entry persisted with it
 	hist       []porcupine.Operation
+	acked      map[string]int64 // file → highest content generation a client was told it wrote
 }
 
 func newChecker(w *world) *checker {
 	return &checker{w: w, hashes: map[uint64]uint64{}, waiting: map[uint64]vr.Entry{},
-		oracle: fs.New(fs.DefaultLimits()), snaps: map[uint64][32]byte{}, stamps: map[[2]uint64]uint64{}}
+		oracle: fs.New(fs.DefaultLimits()), snaps: map[uint64][32]byte{}, stamps: map[[2]uint64]uint64{},
+		acked: map[string]int64{}}
 }
 
 func entryHash(e vr.Entry) uint64 {
@@ -84,7 +86,7 @@ func (k *checker) onApply(r *replica, e vr.Entry) {
 		}
 	}
 	if advanced {
-		k.locks()
+		k.safeHoldersHold()
 	}
 }
 
@@ -110,37 +112,57 @@ func (k *checker) onSnapshot(r *replica, index uint64, data []byte) {
 	k.snaps[index] = d
 }
 
-// locks checks the clients' lock beliefs against the committed state: a
-// client that believes it holds a lock (it was told its Acquire succeeded
-// and has not sent Release) must hold it there, under the sequencer it was
-// given; and no two clients may hold one lock under valid sequencers.
-// Sessions never expire in this workload, so nothing else can take a lock
-// from its holder.
-func (k *checker) locks() {
+// beliefStarts is called when client c starts believing it holds lock l
+// (it was told its Acquire succeeded, or a KeepAlive reply renewed its
+// session while it holds l). Mutual exclusion as users rely on it: no other
+// client may believe, at this instant of real time and by its own clock,
+// that its session is safe and it holds l. Every overlap of two beliefs
+// contains the start of one of them, so checking at every start finds it.
+func (k *checker) beliefStarts(c *client, l int) {
 	w := k.w
-	for l := range nLocks {
-		holder := -1
-		for _, c := range w.clients {
-			seq := c.holding[l]
-			if seq == nil {
+	for _, o := range w.clients {
+		if o != c && o.believes(l) {
+			w.fail("mutual exclusion: client %d believes it holds %s (session %d safe until %v) while client %d is granted it (session %d)",
+				o.id, lockPath(l), o.sess.id, time.Duration(o.realOf(o.sess.ll.LeaseEnd())), c.id, c.sess.id)
+			return
+		}
+	}
+	k.safeHoldersHold()
+}
+
+// safeHoldersHold checks that a client whose session is safe holds, in
+// the committed state, every lock it believes it holds, under the
+// sequencer it was given.
+func (k *checker) safeHoldersHold() {
+	w := k.w
+	for _, c := range w.clients {
+		for l := range nLocks {
+			if !c.believes(l) {
 				continue
 			}
-			if ok, why := k.oracle.CheckSequencer(seq); !ok {
-				w.fail("locks: client %d believes it holds %s but its sequencer (generation %d) is not valid in the committed state: %s",
-					c.id, seq.Path, seq.LockGeneration, why)
+			seq := c.sess.holding[l]
+			got, err := k.oracle.GetSequencer(c.sess.locks[l])
+			if err != nil || got.LockGeneration != seq.LockGeneration {
+				w.fail("locks: client %d's session %d is safe and it believes it holds %s (generation %d), but in the committed state its handle does not (%v, %v)",
+					c.id, c.sess.id, seq.Path, seq.LockGeneration, got, err)
 				return
 			}
-			if got, err := k.oracle.GetSequencer(c.locks[l]); err != nil || got.LockGeneration != seq.LockGeneration {
-				w.fail("locks: client %d believes it holds %s (generation %d) but its handle does not hold it in the committed state (%v, %v)",
-					c.id, seq.Path, seq.LockGeneration, got, err)
-				return
-			}
-			if holder >= 0 {
-				w.fail("locks: clients %d and %d both hold %s under valid sequencers", holder, c.id, seq.Path)
-				return
-			}
-			holder = c.id
 		}
+	}
+}
+
+// writeAcked records that a client was told its write made path's content
+// generation gen.
+func (k *checker) writeAcked(path string, gen int64) {
+	k.acked[path] = max(k.acked[path], gen)
+}
+
+// cachedRead checks a read a client served from its cache: never older
+// than a write acknowledged before it.
+func (k *checker) cachedRead(c *client, path string, f cachedFile) {
+	if f.gen < k.acked[path] {
+		k.w.fail("stale cache: client %d (session %d, safe) read %s generation %d %q from its cache after generation %d was acknowledged",
+			c.id, c.sess.id, path, f.gen, f.value, k.acked[path])
 	}
 }
 
@@ -160,16 +182,16 @@ func (k *checker) final() {
 			w.fail("convergence: replica %d is down at the end", r.id)
 			return
 		}
-		i := r.core.Info()
-		if i.Status != vr.StatusNormal || r.applied != k.globalLast {
+		i := r.d.Node().Info()
+		if i.Status != vr.StatusNormal || r.d.Applied() != k.globalLast {
 			w.fail("convergence: replica %d did not catch up: %s (committed log ends at %d)", r.id, r.describe(), k.globalLast)
 			return
 		}
-		snap := r.fs.Snapshot()
+		snap := r.sm.st.Snapshot()
 		if ref == nil {
 			ref = snap
 		} else if !bytes.Equal(ref, snap) {
-			w.fail("convergence: replica %d's state differs from replica 1's at index %d", r.id, r.applied)
+			w.fail("convergence: replica %d's state differs from replica 1's at index %d", r.id, r.d.Applied())
 			return
 		}
 	}
@@ -179,7 +201,7 @@ func (k *checker) final() {
 	}
 	views := map[uint64]bool{}
 	for _, r := range w.replicas {
-		views[r.core.Info().View] = true
+		views[r.d.Node().Info().View] = true
 	}
 	if len(views) != 1 {
 		w.fail("convergence: replicas end in different views: %s", w.describeReplicas())
@@ -246,6 +268,9 @@ type modelOutput struct {
 	value     string
 	gen       int64
 	ambiguous bool
+	// unknown: the client never learned the outcome (its session ended
+	// with the call in flight): it may or may not have taken effect.
+	unknown bool
 }
 
 func (o modelOutput) String() string {
@@ -258,6 +283,9 @@ func (o modelOutput) String() string {
 	}
 	if o.ambiguous {
 		s += " (ambiguous)"
+	}
+	if o.unknown {
+		s = "unknown"
 	}
 	return s
 }
@@ -319,6 +347,9 @@ func model() porcupine.Model {
 // client saw (none: impossible). An ambiguous refusal may also have
 // succeeded.
 func step(s modelState, in modelInput, out modelOutput) []any {
+	if out.unknown {
+		return unknownStep(s, in)
+	}
 	var next []any
 	switch in.kind {
 	case opRead:
@@ -392,4 +423,23 @@ func step(s modelState, in modelInput, out modelOutput) []any {
 	return next
 }
 
-var _ = fsm.NewCommand
+
+
+// unknownStep returns the states an operation of unknown outcome can lead
+// to: none of its effect, or all of it where it was possible.
+func unknownStep(s modelState, in modelInput) []any {
+	next := []any{s}
+	switch in.kind {
+	case opWrite:
+		next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
+	case opCAS:
+		if s.gen == in.expected {
+			next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
+		}
+	case opCreate:
+		if !s.exists {
+			next = append(next, modelState{exists: true, holder: -1})
+		}
+	}
+	return next
+}

@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/chubbygo/chubby/client/lease"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
 )
 
-// The workload: a few files written, read and compare-and-swapped, a few
-// exclusive locks taken and released, a few names raced for by CreateFile.
+// The workload: a few files written, read (through the cache) and
+// compare-and-swapped, a few exclusive locks taken and released, a few
+// names raced for by CreateFile.
 const (
 	nFiles   = 2
 	nLocks   = 2
@@ -48,32 +50,68 @@ type op struct {
 	lock     bool // open a lock node (READ) rather than a file (READ_WRITE)
 	cmd      *fsm.Command
 	handle   *chubby.Handle
-	call     int64
+	call     int64 // real time it began
 	attempts int
 	in       modelInput
+	sess     *csession // the session it runs in
+	cacheGen uint64    // a read: the session's cache generation when sent
+	sent     int64     // create-session: the client's clock at the send
 }
 
-// client is one sequential client with one session. It sends each
-// operation to the replica it believes is the primary, follows NOT_MASTER
-// hints, and retries on timeouts — with the same (session, seq) for
-// commands, so a retry is applied at most once.
-type client struct {
-	w       *world
-	id      int
-	session int64
+// csession is one session of a client: its local lease (client/lease, the
+// library's rules), handles, lock beliefs and cache.
+type csession struct {
+	id      int64
+	ll      lease.Local
 	seq     int64
 	files   [nFiles]*chubby.Handle
 	locks   [nLocks]*chubby.Handle
 	holding [nLocks]*chubby.Sequencer // believed held, with its sequencer
-	unsure  [nLocks]bool              // an ambiguous acquire: release to be sure
-	lastGen [nFiles]int64
-	target  uint64
+	unsure  [nLocks]bool              // an unknown acquire: release to be sure
+	ready   bool                      // the handles are open
+	over    bool
+
+	// The cache of file contents: filled from replies marked cacheable,
+	// served only while the session is safe, emptied by invalidations,
+	// jeopardy and a new master. gen moves at every invalidation: a reply
+	// read before one is not cached.
+	cache    map[string]cachedFile
+	cacheGen uint64
+	invAcked int64
+
+	// The KeepAlive in flight.
+	kaAttempt int
+	kaSent    int64 // the client's clock at its send
+	kaTarget  uint64
+	jeopardy  bool
+}
+
+type cachedFile struct {
+	value string
+	gen   int64
+}
+
+// client is one sequential client with one session at a time. It sends
+// each operation to the replica it believes is the master, follows
+// NOT_MASTER hints, and retries on timeouts — with the same (session, seq)
+// for commands, so a retry is applied at most once. A KeepAlive loop keeps
+// its session: safe until the local lease ends, then jeopardy, then
+// expired after the grace period, and then the client starts a new one.
+type client struct {
+	w      *world
+	id     int
+	rate   float64
+	offset int64
+	target uint64
+
+	sess    *csession
 	cur     *op
+	waiting bool // cur waits for the session to be safe
+	setup   []*op
 	opSeq   uint64
 	values  int
+	lastGen [nFiles]int64
 
-	setup    []*op
-	inSetup  bool
 	stopping bool
 	finished bool
 
@@ -81,22 +119,80 @@ type client struct {
 }
 
 func newClient(w *world, id int) *client {
-	return &client{w: w, id: id, target: uint64(1 + w.intn(len(w.replicas)))}
+	return &client{w: w, id: id, rate: w.drift(), offset: w.rng.Int64N(1 << 40), target: uint64(1 + w.intn(len(w.replicas)))}
+}
+
+func (c *client) name() string { return fmt.Sprintf("c%d", c.id) }
+
+// local is the client's clock (ns); localTime the same as a time.Time for
+// the lease rules.
+func (c *client) local() int64             { return c.offset + int64(float64(c.w.now)*c.rate) }
+func (c *client) localTime() time.Time     { return time.Unix(0, c.local()) }
+func (c *client) realOf(t time.Time) int64 { return int64(float64(t.UnixNano()-c.offset) / c.rate) }
+
+// believes reports whether the client believes, at this instant, that it
+// holds lock l: its session is safe by its own clock and it was told its
+// Acquire succeeded and has not sent Release.
+func (c *client) believes(l int) bool {
+	s := c.sess
+	return s != nil && !s.over && s.holding[l] != nil && s.ll.Safe(c.localTime())
 }
 
 func (c *client) describe() string {
-	if c.cur == nil {
-		return fmt.Sprintf("c%d idle", c.id)
+	st := "no session"
+	if s := c.sess; s != nil {
+		st = fmt.Sprintf("session %d %v", s.id, s.ll.State(c.localTime()))
 	}
-	return fmt.Sprintf("c%d %v#%d attempts=%d target=r%d since %v", c.id, c.cur.kind, c.cur.id, c.cur.attempts, c.target, c.cur.call)
+	if c.cur == nil {
+		return fmt.Sprintf("c%d idle, %s", c.id, st)
+	}
+	return fmt.Sprintf("c%d %v#%d attempts=%d target=r%d since %v waiting=%v, %s", c.id, c.cur.kind, c.cur.id, c.cur.attempts, c.target, c.cur.call, c.waiting, st)
 }
 
-// startSetup creates the session and opens the handles; client 0 creates
-// the files first and then lets the others start.
-func (c *client) startSetup() {
-	c.inSetup = true
-	c.setup = append(c.setup, &op{kind: opCreateSession})
-	if c.id == 0 {
+// start begins the client's first session. Client 0 creates the files and
+// locks; the others wait until it has.
+func (c *client) start() { c.newSession() }
+
+func (c *client) newSession() {
+	c.sess = nil
+	c.setup = []*op{{kind: opCreateSession}}
+	c.nextSetup()
+}
+
+func (c *client) nextSetup() {
+	if len(c.setup) == 0 {
+		c.w.tracef("c%d setup done: session %d", c.id, c.sess.id)
+		c.sess.ready = true
+		c.think()
+		return
+	}
+	o := c.setup[0]
+	c.setup = c.setup[1:]
+	switch o.kind {
+	case opCreateSession:
+	case opSetupCreate:
+		o.cmd = c.command(&fsm.Op{CreateFile: &chubby.CreateFileRequest{Session: c.sess.id, Path: o.path}})
+	case opOpen:
+		mode := chubby.OpenMode_READ_WRITE
+		if o.lock {
+			mode = chubby.OpenMode_READ
+		}
+		o.cmd = c.command(&fsm.Op{Open: &chubby.OpenRequest{Session: c.sess.id, Path: o.path, Mode: mode, Create: chubby.CreateMode_OPEN_EXISTING}})
+	}
+	c.begin(o)
+}
+
+// sessionCreated starts the session's KeepAlive loop and its setup.
+func (c *client) sessionCreated(o *op, rep reply) {
+	w := c.w
+	s := &csession{id: rep.session, cache: map[string]cachedFile{}}
+	s.ll = lease.New(time.Unix(0, o.sent), time.Duration(rep.leaseMs)*time.Millisecond, rep.epoch, 2*w.lease)
+	c.sess = s
+	w.res.Sessions++
+	w.tracef("c%d session %d created, lease %dms", c.id, s.id, rep.leaseMs)
+	c.armLeaseTimer(s)
+	c.sendKeepAlive(s)
+	if c.id == 0 && !w.setupOK {
 		for i := range nFiles {
 			c.setup = append(c.setup, &op{kind: opSetupCreate, path: filePath(i)})
 		}
@@ -110,43 +206,18 @@ func (c *client) startSetup() {
 	for i := range nLocks {
 		c.setup = append(c.setup, &op{kind: opOpen, idx: i, path: lockPath(i), lock: true})
 	}
-	c.nextSetup()
-}
-
-func (c *client) nextSetup() {
-	if len(c.setup) == 0 {
-		c.inSetup = false
-		c.w.tracef("c%d setup done: session %d", c.id, c.session)
-		c.think()
-		return
-	}
-	o := c.setup[0]
-	c.setup = c.setup[1:]
-	switch o.kind {
-	case opCreateSession:
-		o.cmd = &fsm.Command{Op: &fsm.Op{CreateSession: &chubby.CreateSessionRequest{ClientName: fmt.Sprintf("c%d", c.id)}}}
-	case opSetupCreate:
-		o.cmd = c.command(&fsm.Op{CreateFile: &chubby.CreateFileRequest{Session: c.session, Path: o.path}})
-	case opOpen:
-		mode := chubby.OpenMode_READ_WRITE
-		if o.lock {
-			mode = chubby.OpenMode_READ
-		}
-		o.cmd = c.command(&fsm.Op{Open: &chubby.OpenRequest{Session: c.session, Path: o.path, Mode: mode, Create: chubby.CreateMode_OPEN_EXISTING}})
-	}
-	c.begin(o)
 }
 
 // command wraps an operation in a sequenced command of the session.
 func (c *client) command(o *fsm.Op) *fsm.Command {
-	c.seq++
-	s, q := c.session, c.seq
+	c.sess.seq++
+	s, q := c.sess.id, c.sess.seq
 	return &fsm.Command{Session: &s, Seq: &q, Op: o}
 }
 
 func (c *client) stopAfterCurrent() {
 	c.stopping = true
-	if c.cur == nil && !c.inSetup && !c.finished {
+	if c.cur == nil && !c.finished && (c.sess == nil || c.sess.ready) {
 		c.finish()
 	}
 }
@@ -175,44 +246,50 @@ func (c *client) think() {
 }
 
 func (c *client) nextOp() {
-	w := c.w
+	w, s := c.w, c.sess
 	o := &op{}
 	switch k := w.intn(100); {
-	case k < 30:
+	case k < 35:
 		i := w.intn(nFiles)
-		*o = op{kind: opRead, idx: i, handle: c.files[i]}
+		*o = op{kind: opRead, idx: i, handle: s.files[i]}
 		o.in = modelInput{kind: opRead, key: filePath(i)}
 	case k < 50:
 		i := w.intn(nFiles)
 		v := c.newValue()
 		*o = op{kind: opWrite, idx: i}
-		o.cmd = c.command(&fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: c.files[i], Content: []byte(v)}})
+		o.cmd = c.command(&fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: s.files[i], Content: []byte(v)}})
 		o.in = modelInput{kind: opWrite, key: filePath(i), value: v}
-	case k < 65:
+	case k < 62:
 		i := w.intn(nFiles)
 		v := c.newValue()
 		exp := c.lastGen[i] + int64(w.intn(3)) - 1
 		*o = op{kind: opCAS, idx: i}
-		o.cmd = c.command(&fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: c.files[i], Content: []byte(v), ExpectedGeneration: &exp}})
+		o.cmd = c.command(&fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: s.files[i], Content: []byte(v), ExpectedGeneration: &exp}})
 		o.in = modelInput{kind: opCAS, key: filePath(i), value: v, expected: exp}
 	case k < 90:
 		i := w.intn(nLocks)
-		if c.holding[i] != nil || c.unsure[i] {
+		if s.holding[i] != nil || s.unsure[i] {
 			*o = op{kind: opRelease, idx: i}
-			o.cmd = c.command(&fsm.Op{Release: &chubby.HandleRequest{Handle: c.locks[i]}})
+			o.cmd = c.command(&fsm.Op{Release: &chubby.HandleRequest{Handle: s.locks[i]}})
 			// The belief ends when the release is sent.
-			c.holding[i] = nil
-			c.unsure[i] = false
+			s.holding[i] = nil
+			s.unsure[i] = false
 		} else {
 			*o = op{kind: opAcquire, idx: i}
-			o.cmd = c.command(&fsm.Op{Acquire: &fsm.Acquire{Handle: c.locks[i], Mode: chubby.LockMode_EXCLUSIVE, Wait: false}})
+			// Lock-delay is a second line of defence; often none, so that
+			// mutual exclusion rests on the lease rule alone.
+			delay := int64(0)
+			if w.chance(0.5) {
+				delay = w.between(0, int64(w.lease)) / ms
+			}
+			o.cmd = c.command(&fsm.Op{Acquire: &fsm.Acquire{Handle: s.locks[i], Mode: chubby.LockMode_EXCLUSIVE, Wait: false, LockDelayMs: delay}})
 		}
 		o.in = modelInput{kind: o.kind, key: lockPath(i), client: c.id}
 	default:
 		i := w.intn(nCreates)
 		v := c.newValue()
 		*o = op{kind: opCreate, idx: i}
-		o.cmd = c.command(&fsm.Op{CreateFile: &chubby.CreateFileRequest{Session: c.session, Path: createPath(i), Content: []byte(v)}})
+		o.cmd = c.command(&fsm.Op{CreateFile: &chubby.CreateFileRequest{Session: s.id, Path: createPath(i), Content: []byte(v)}})
 		o.in = modelInput{kind: opCreate, key: createPath(i)}
 	}
 	c.begin(o)
@@ -227,58 +304,116 @@ func (c *client) begin(o *op) {
 	c.opSeq++
 	o.id = uint64(c.id)<<32 | c.opSeq
 	o.call = c.w.now
+	o.sess = c.sess
 	c.cur = o
 	c.w.tracef("c%d begin %v#%d %s", c.id, o.kind, o.id, o.in.String())
+	if o.kind == opRead && c.serveFromCache(o) {
+		return
+	}
 	c.attempt()
 }
 
-// attempt sends the current operation once more.
+// serveFromCache completes a read from the session's cache if it may: the
+// session is safe and the file is cached.
+func (c *client) serveFromCache(o *op) bool {
+	s := c.sess
+	f, ok := s.cache[filePath(o.idx)]
+	if !ok || !s.ll.Safe(c.localTime()) {
+		return false
+	}
+	c.cur = nil
+	w := c.w
+	w.res.CachedReads++
+	w.check.cachedRead(c, filePath(o.idx), f)
+	c.lastGen[o.idx] = f.gen
+	out := modelOutput{ok: true, value: f.value, gen: f.gen}
+	w.check.addOp(c.id, o.in, w.now, out, w.now+1)
+	w.res.Ops++
+	w.tracef("c%d done read#%d from its cache: %q gen %d", c.id, o.id, f.value, f.gen)
+	c.think()
+	return true
+}
+
+// attempt sends the current operation once more — for a call of a
+// session, only while the session is safe (the library's calls wait in
+// jeopardy).
 func (c *client) attempt() {
 	w := c.w
 	o := c.cur
+	if o.kind != opCreateSession && !o.sess.ll.Safe(c.localTime()) ||
+		o.kind == opOpen && !w.setupOK {
+		c.waiting = true // resumed when the session is safe again, or the files exist
+		return
+	}
+	c.waiting = false
 	o.attempts++
 	att := o.attempts
-	target := c.target
-	q := request{c: c, opID: o.id, attempt: att, handle: o.handle, cmd: o.cmd}
-	w.net.sendClient(func() {
-		if r := w.replicas[target-1]; r.up {
-			r.input(func() { r.onRequest(q) })
-		}
-	})
+	q := &request{c: c, opID: o.id, attempt: att}
+	switch {
+	case o.kind == opCreateSession:
+		q.kind, q.caching = reqCreateSession, true
+		o.sent = c.local()
+	case o.kind == opRead:
+		q.kind, q.handle, q.cache = reqRead, o.handle, true
+		o.cacheGen = o.sess.cacheGen
+	default:
+		q.kind, q.cmd = reqCommand, o.cmd
+	}
+	c.deliver(c.target, q)
 	w.after(w.between(100*ms, 200*ms), func() {
-		if c.cur == o && o.attempts == att {
+		if c.cur == o && o.attempts == att && !c.waiting {
 			c.target = c.target%uint64(len(w.replicas)) + 1
 			c.attempt()
 		}
 	})
 }
 
-func (c *client) onReply(rep reply) {
+// deliver sends q to replica target: a down replica refuses the
+// connection at once (a reset), a paused one says nothing.
+func (c *client) deliver(target uint64, q *request) {
 	w := c.w
-	o := c.cur
-	if o == nil || rep.opID != o.id {
-		return
-	}
-	switch rep.kind {
-	case replyNotPrimary, replyBusy:
-		if rep.attempt != o.attempts {
-			return // an older attempt's refusal; a newer one is out
-		}
-		if rep.kind == replyNotPrimary {
-			c.target = rep.hint
-			w.after(w.between(0, 2*ms), func() {
-				if c.cur == o && o.attempts == rep.attempt {
-					c.attempt()
-				}
+	w.net.sendClient(c.id, target, func() {
+		r := w.replicas[target-1]
+		if !r.up {
+			w.net.sendClient(c.id, target, func() {
+				c.onReply(reply{kind: replyReset, opID: q.opID, attempt: q.attempt, from: target})
 			})
 			return
 		}
+		r.do(func() { r.m.onRequest(q) }, false)
+	})
+}
+
+func (c *client) onReply(rep reply) {
+	if s := c.sess; s != nil && rep.opID == kaOpID(s) {
+		c.onKeepAlive(s, rep)
+		return
+	}
+	w := c.w
+	o := c.cur
+	if o == nil || rep.opID != o.id || rep.attempt != o.attempts {
+		return // an older attempt's answer; a newer one is out
+	}
+	switch rep.kind {
+	case replyNotMaster:
+		c.target = rep.hint
+		w.after(w.between(0, 2*ms), func() {
+			if c.cur == o && o.attempts == rep.attempt {
+				c.attempt()
+			}
+		})
+		return
+	case replyBusy, replyReset, replyStale:
 		w.after(w.between(5*ms, 30*ms), func() {
 			if c.cur == o && o.attempts == rep.attempt {
 				c.target = c.target%uint64(len(w.replicas)) + 1
 				c.attempt()
 			}
 		})
+		return
+	case replyExpired:
+		// The cell ended the session: whatever this call did is unknown.
+		c.sessionOver(o.sess, "the cell says SESSION_EXPIRED")
 		return
 	}
 	c.target = rep.from
@@ -291,19 +426,22 @@ func (c *client) complete(o *op, rep reply) {
 	w.tracef("c%d done %v#%d after %d attempts: %s", c.id, o.kind, o.id, o.attempts, describeReply(rep))
 	switch o.kind {
 	case opCreateSession:
-		if rep.res.Err != nil {
+		if rep.res != nil && rep.res.Err != nil {
 			w.fail("c%d: CreateSession failed: %v", c.id, rep.res.Err)
 			return
 		}
-		c.session = *rep.res.Session
+		c.sessionCreated(o, rep)
 	case opSetupCreate:
 		if e := rep.res.Err; e != nil && e.Code != chubby.ErrorCode_EXISTS {
 			w.fail("c%d: setup CreateFile %s: %v", c.id, o.path, e)
 			return
 		}
-		if c.id == 0 && len(c.setup) > 0 && c.setup[0].kind == opOpen {
+		if c.id == 0 && o.path == lockPath(nLocks-1) {
+			w.setupOK = true
 			for _, other := range w.clients[1:] {
-				other.startSetup()
+				if other.cur != nil && other.waiting {
+					other.attempt()
+				}
 			}
 		}
 	case opOpen:
@@ -312,10 +450,10 @@ func (c *client) complete(o *op, rep reply) {
 			return
 		}
 		if o.lock {
-			c.locks[o.idx] = rep.res.Handle
+			o.sess.locks[o.idx] = rep.res.Handle
 		} else {
-			c.files[o.idx] = rep.res.Handle
-			c.lastGen[o.idx] = 1 // a new file is at content generation 1
+			o.sess.files[o.idx] = rep.res.Handle
+			c.lastGen[o.idx] = max(c.lastGen[o.idx], rep.res.Stat.ContentGeneration)
 		}
 	default:
 		c.record(o, rep)
@@ -323,7 +461,10 @@ func (c *client) complete(o *op, rep reply) {
 	if w.done {
 		return
 	}
-	if c.inSetup {
+	if o.sess != c.sess && o.kind != opCreateSession {
+		return // the session ended meanwhile; a new one is being set up
+	}
+	if c.sess != nil && !c.sess.ready {
 		c.nextSetup()
 		return
 	}
@@ -333,7 +474,7 @@ func (c *client) complete(o *op, rep reply) {
 // record adds a workload operation to the history and updates the
 // client's beliefs.
 func (c *client) record(o *op, rep reply) {
-	w := c.w
+	w, s := c.w, o.sess
 	out := modelOutput{ok: true}
 	if o.kind == opRead {
 		if rep.readErr != nil {
@@ -343,10 +484,10 @@ func (c *client) record(o *op, rep reply) {
 		}
 	} else if e := rep.res.Err; e != nil {
 		out.ok, out.code = false, e.Code
-		// The fs saves only successful results for exactly-once: when more
-		// than one attempt was sent, another one may still be applied after
-		// this refusal and succeed. Such an operation's outcome is unknown
-		// until the session's next successful command.
+		// A refusal is the saved answer of the session's command, but a
+		// command sent more than once may have been answered differently
+		// before a failover lost the saved answer with an uncommitted
+		// entry; outcome unknown until the session's next success.
 		out.ambiguous = o.attempts > 1 && !w.opt.StrictRefusals
 	} else {
 		if rep.res.Stat != nil {
@@ -357,31 +498,57 @@ func (c *client) record(o *op, rep reply) {
 		}
 	}
 	switch o.kind {
-	case opRead, opWrite, opCAS:
+	case opRead:
 		if out.ok {
 			c.lastGen[o.idx] = out.gen
+			if rep.cacheOK && s.cacheGen == o.cacheGen && s.ll.Safe(c.localTime()) && !s.over {
+				s.cache[filePath(o.idx)] = cachedFile{value: out.value, gen: out.gen}
+			}
+		}
+	case opWrite, opCAS:
+		// Write-through: this client's own copy goes.
+		s.cacheGen++
+		delete(s.cache, filePath(o.idx))
+		if out.ok {
+			c.lastGen[o.idx] = out.gen
+			w.check.writeAcked(filePath(o.idx), out.gen)
 		}
 	case opAcquire:
 		switch {
-		case out.ok:
-			c.holding[o.idx] = rep.res.Sequencer
-			w.check.locks()
+		case out.ok && !s.over:
+			s.holding[o.idx] = rep.res.Sequencer
+			w.res.Beliefs++
+			w.check.beliefStarts(c, o.idx)
 		case out.ambiguous:
-			c.unsure[o.idx] = true
+			s.unsure[o.idx] = true
 		}
 	}
 	if w.killedAt > 0 && w.res.Failover == 0 && o.call >= w.killedAt {
 		w.res.Failover = time.Duration(w.now - w.killedAt)
 	}
+	c.addHistory(o, out)
+}
+
+func (c *client) addHistory(o *op, out modelOutput) {
+	w := c.w
+	w.res.Ops++
+	if o.kind == opAcquire || o.kind == opRelease {
+		// Locks are checked against what clients believe (check.go), not
+		// by porcupine: a session's end releases its locks without any
+		// client operation to show it.
+		return
+	}
 	ret := w.now
-	if out.ambiguous {
+	if out.ambiguous || out.unknown {
 		ret = farFuture
 		w.res.Ambiguous++
 	}
 	idx := w.check.addOp(c.id, o.in, o.call, out, ret)
-	if out.ambiguous {
+	switch {
+	case out.unknown:
+	case out.ambiguous:
 		c.pendingAmbiguous = append(c.pendingAmbiguous, idx)
-	} else if o.cmd != nil && out.ok {
+	case o.cmd != nil && out.ok:
 		// This success moved the session's sequence past every earlier
 		// command: their stray retries are stale from now on.
 		for _, i := range c.pendingAmbiguous {
@@ -389,18 +556,190 @@ func (c *client) record(o *op, rep reply) {
 		}
 		c.pendingAmbiguous = c.pendingAmbiguous[:0]
 	}
-	w.res.Ops++
+}
+
+// --- the session's KeepAlive loop ---
+
+// kaOpID names a session's KeepAlives (operations use opSeq numbers).
+func kaOpID(s *csession) uint64 { return 1<<63 | uint64(s.id) }
+
+func (c *client) sendKeepAlive(s *csession) {
+	w := c.w
+	if s.over || c.sess != s {
+		return
+	}
+	s.kaAttempt++
+	att := s.kaAttempt
+	s.kaSent = c.local()
+	s.kaTarget = c.target
+	w.tracef("c%d KeepAlive #%d of session %d to r%d (acks invalidation %d)", c.id, att, s.id, c.target, s.invAcked)
+	c.deliver(c.target, &request{c: c, kind: reqKeepAlive, opID: kaOpID(s), attempt: att,
+		session: s.id, ackInv: s.invAcked, epoch: s.ll.Epoch()})
+	// A KeepAlive is parked up to a lease; past that plus a little, or
+	// sooner in jeopardy, try another replica.
+	timeout := int64(s.ll.Lease()) + 100*ms
+	if s.jeopardy {
+		timeout = w.between(100*ms, 200*ms)
+	}
+	w.after(timeout, func() {
+		if c.sess == s && !s.over && s.kaAttempt == att {
+			c.target = c.target%uint64(len(w.replicas)) + 1
+			c.sendKeepAlive(s)
+		}
+	})
+}
+
+func (c *client) onKeepAlive(s *csession, rep reply) {
+	w := c.w
+	if rep.attempt != s.kaAttempt || s.over {
+		return
+	}
+	w.tracef("c%d KeepAlive #%d answered by r%d: kind %d", c.id, rep.attempt, rep.from, rep.kind)
+	switch rep.kind {
+	case replyNotMaster:
+		c.target = rep.hint
+		w.after(w.between(0, 2*ms), func() {
+			if s.kaAttempt == rep.attempt {
+				c.sendKeepAlive(s)
+			}
+		})
+		return
+	case replyStale:
+		c.noteEpoch(s, rep.epoch)
+		c.sendKeepAlive(s)
+		return
+	case replyBusy, replyReset:
+		w.after(w.between(5*ms, 30*ms), func() {
+			if s.kaAttempt == rep.attempt {
+				c.target = c.target%uint64(len(w.replicas)) + 1
+				c.sendKeepAlive(s)
+			}
+		})
+		return
+	case replyExpired:
+		c.sessionOver(s, "KeepAlive: SESSION_EXPIRED")
+		return
+	}
+	g := rep.grant
+	if g.Error != nil {
+		c.sessionOver(s, "KeepAlive: "+g.Error.Code.String())
+		return
+	}
+	c.target = rep.from
+	c.noteEpoch(s, rep.epoch)
+	// Invalidations first: the lease this reply extends covers only a
+	// cache without what they name.
+	if g.IsSetInvalidationSeq() {
+		s.cacheGen++
+		if g.GetInvalidateAll() {
+			clear(s.cache)
+		}
+		for _, p := range g.GetInvalidations() {
+			delete(s.cache, p)
+		}
+		s.invAcked = max(s.invAcked, g.GetInvalidationSeq())
+	}
+	renewed, safeAgain := s.ll.Renew(time.Unix(0, s.kaSent), time.Duration(g.LeaseMs)*time.Millisecond, c.localTime())
+	if renewed {
+		s.jeopardy = false
+		if safeAgain {
+			w.tracef("c%d session %d safe again", c.id, s.id)
+		}
+		for l := range nLocks {
+			if s.holding[l] != nil {
+				w.check.beliefStarts(c, l)
+			}
+		}
+		c.armLeaseTimer(s)
+		if c.cur != nil && c.waiting {
+			c.attempt()
+		}
+	}
+	c.sendKeepAlive(s)
+}
+
+func (c *client) noteEpoch(s *csession, epoch int64) {
+	if s.ll.NoteEpoch(epoch) {
+		// A new master knows no cachers: flush.
+		s.cacheGen++
+		clear(s.cache)
+	}
+}
+
+// armLeaseTimer wakes the client when its local lease ends and when its
+// grace period does, by its own clock.
+func (c *client) armLeaseTimer(s *csession) {
+	w := c.w
+	for _, at := range []time.Time{s.ll.LeaseEnd(), s.ll.GraceEnd()} {
+		w.at(max(w.now, c.realOf(at)+1), func() { c.stepLease(s) })
+	}
+}
+
+// stepLease applies the lease rules at this instant.
+func (c *client) stepLease(s *csession) {
+	w := c.w
+	if c.sess != s || s.over {
+		return
+	}
+	switch s.ll.Step(c.localTime()) {
+	case lease.EnteredJeopardy:
+		w.res.Jeopardy++
+		s.jeopardy = true
+		s.cacheGen++
+		clear(s.cache)
+		w.tracef("c%d session %d in jeopardy", c.id, s.id)
+		// Look for the master now rather than wait out the parked call.
+		c.target = c.target%uint64(len(w.replicas)) + 1
+		c.sendKeepAlive(s)
+	case lease.GraceOver:
+		c.sessionOver(s, "grace period over")
+	}
+}
+
+// sessionOver ends a session: its beliefs and cache go; an operation in
+// flight in it has an unknown outcome; the client starts a new session.
+func (c *client) sessionOver(s *csession, why string) {
+	w := c.w
+	if s.over {
+		return
+	}
+	s.over = true
+	s.ll.End()
+	w.res.Expired++
+	w.tracef("c%d session %d expired: %s", c.id, s.id, why)
+	s.holding = [nLocks]*chubby.Sequencer{}
+	clear(s.cache)
+	if o := c.cur; o != nil && o.sess == s {
+		c.cur, c.waiting = nil, false
+		if o.kind != opRead && o.kind != opOpen && o.kind != opSetupCreate && o.cmd != nil {
+			c.addHistory(o, modelOutput{unknown: true})
+		}
+	}
+	if c.sess != s {
+		return
+	}
+	if c.stopping {
+		c.sess = nil
+		if c.cur == nil && !c.finished {
+			c.finish()
+		}
+		return
+	}
+	c.newSession()
 }
 
 func describeReply(rep reply) string {
 	switch {
+	case rep.session != 0:
+		return fmt.Sprintf("from r%d: session %d", rep.from, rep.session)
 	case rep.res != nil && rep.res.Err != nil:
 		return fmt.Sprintf("from r%d: %v", rep.from, rep.res.Err.Code)
 	case rep.res != nil:
 		return fmt.Sprintf("from r%d: ok", rep.from)
 	case rep.readErr != nil:
 		return fmt.Sprintf("from r%d: read %v", rep.from, rep.readErr)
-	default:
-		return fmt.Sprintf("from r%d: read %q gen %d", rep.from, rep.content, rep.stat.ContentGeneration)
+	case rep.stat != nil:
+		return fmt.Sprintf("from r%d: read %q gen %d cacheable=%v", rep.from, rep.content, rep.stat.ContentGeneration, rep.cacheOK)
 	}
+	return fmt.Sprintf("from r%d: kind %d", rep.from, rep.kind)
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"os"
 	"strconv"
+	"time"
 	"testing"
 )
 
@@ -42,4 +43,16 @@ func TestStrictRefusals(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d seeds fail with strict refusals", fails, n)
+}
+
+// TestDebugFailover prints the trace of one seed of TestFailoverLatency
+// (env SIM_DEBUG_FAILOVER=seed).
+func TestDebugFailover(t *testing.T) {
+	s := os.Getenv("SIM_DEBUG_FAILOVER")
+	if s == "" {
+		t.Skip("set SIM_DEBUG_FAILOVER")
+	}
+	seed, _ := strconv.ParseUint(s, 10, 64)
+	res := Run(Options{Seed: seed, NoFaults: true, FaultTime: 3 * time.Second, KillPrimaryAt: time.Second, Trace: os.Stdout})
+	t.Log(res.String(), res.Failover)
 }

@@ -1,19 +1,17 @@
 package sim
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/chubbygo/chubby/fs"
-	"github.com/chubbygo/chubby/gen/chubby"
-	"github.com/chubbygo/chubby/gen/fsm"
+	rp "github.com/chubbygo/chubby/replica"
 	"github.com/chubbygo/chubby/replica/vr"
 )
 
-// disk is what a replica has fsynced: it survives crashes; nothing else
-// does.
+// disk is what a replica has written durably: it survives crashes;
+// nothing else does.
 type disk struct {
 	hs       vr.HardState
 	snap     *vr.SnapshotMeta
@@ -31,84 +29,79 @@ func (d *disk) lastIndex() uint64 {
 	return 0
 }
 
-// replica is one simulated replica process: the vr core, the fs state
-// machine, a disk, a drifting clock, and the driver loop of a real replica
-// (Ready → persist → send → apply → Advance), with inputs queued while a
-// Ready is being persisted.
+// replica is one simulated replica process: the real rp.Driver (with
+// vr inside) on a simulated disk and network and a drifting clock, the
+// real fs state machine, and the master's duties (master.go) on top.
 type replica struct {
 	w     *world
 	id    uint64
 	up    bool
-	epoch int // bumped on crash and start; stale timers check it
+	epoch int // incarnation: bumped on crash and start; stale events check it
 
-	core    *vr.Node
-	disk    disk
-	fs      *fs.State
-	applied uint64
+	d    *rp.Driver
+	disk disk
+	sm   *machine
+	m    *masterSim
 
 	rate   float64 // clock rate against real time, within 1±MaxClockDrift
 	offset int64
 
-	busy bool
-	cur  *vr.Ready
-	// The disk writer: async writes (PersistAsync Readies) in flight, in
-	// order, and when the disk is free of everything queued.
-	diskQ         []asyncWrite
+	// The disk: writes in flight in order (a batch of joined async writes
+	// is one job), and when it is free of everything queued.
+	diskQ         []*diskJob
 	diskFree      int64
-	inbox         []func()
-	pending       map[uint64]pendingReq // log index → the request proposed there
-	snapEvery     uint64
 	slowDiskUntil int64
-	// A snapshot being stored in the background, and one stored while a
-	// Ready was out, to compact after it.
-	saving    *snapSave
-	savedLate *vr.SnapshotMeta
+	diskFailing   bool // the next write fails (then the replica fail-stops)
+	diskBroken    bool // a write failed: nothing more reaches the disk
+	saving        *snapSave
 
-	stats vr.Stats // summed over incarnations
+	// Inputs that wait: the driver is busy with its disk (only
+	// completions reach it), or the process is paused (nothing does).
+	waiting  []func()
+	paused   bool
+	pausedQ  []func()
+	snapshot uint64 // checker bookkeeping of snapshots seen
+	stats    vr.Stats
 }
 
-// asyncWrite is a PersistAsync Ready's write in flight.
-type asyncWrite struct {
-	rd      vr.Ready
+// diskJob is one write on the simulated disk: a driver write, or several
+// async ones joined.
+type diskJob struct {
+	writes  []*rp.Write
+	startAt int64
+	async   bool
 	view    uint64
-	startAt int64 // the disk starts it then; until then later writes join it
 }
 
-// snapSave is a snapshot taken and not yet stored.
+// snapSave is a snapshot being stored in the background.
 type snapSave struct {
 	meta vr.SnapshotMeta
 	data []byte
 }
 
-type pendingReq struct {
-	q    request
-	data []byte
-}
-
 func newReplica(w *world, id uint64, snapEvery uint64) *replica {
-	eps := vr.MaxClockDrift
-	rate := 1 - eps + 2*eps*w.rng.Float64()
-	switch w.intn(4) { // often right at the bounds
-	case 0:
-		rate = 1 - eps
-	case 1:
-		rate = 1 + eps
-	}
-	return &replica{w: w, id: id, rate: rate, offset: w.rng.Int64N(1 << 40), snapEvery: snapEvery}
+	return &replica{w: w, id: id, rate: w.drift(), offset: w.rng.Int64N(1 << 40), snapshot: snapEvery}
 }
 
 // local is the replica's monotonic clock in nanoseconds.
 func (r *replica) local() int64 { return r.offset + int64(float64(r.w.now)*r.rate) }
 
-// wallMs is the master's clock stamped into commands.
+// realAfter converts a duration on the replica's clock to real time.
+func (r *replica) realAfter(d int64) int64 { return int64(float64(d)/r.rate) + 1 }
+
+// wallMs is the master's wall clock stamped into commands.
 func (r *replica) wallMs() int64 { return 1_700_000_000_000 + r.local()/ms }
 
 func (r *replica) describe() string {
 	if !r.up {
 		return fmt.Sprintf("r%d down", r.id)
 	}
-	i := r.core.Info()
-	return fmt.Sprintf("r%d v%d %v lnv%d last%d commit%d applied%d snap%d prim%v", r.id, i.View, i.Status, i.LastNormalView, i.LastOp, i.Commit, i.Applied, i.SnapshotIndex, i.IsPrimary)
+	i := r.d.Node().Info()
+	s := fmt.Sprintf("r%d v%d %v lnv%d last%d commit%d applied%d snap%d prim%v serving%v", r.id, i.View, i.Status, i.LastNormalView, i.LastOp, i.Commit, i.Applied, i.SnapshotIndex, i.IsPrimary, r.m.serving)
+	if r.paused {
+		s += " paused"
+	}
+	return s
 }
 
 func (r *replica) start() {
@@ -121,141 +114,158 @@ func (r *replica) start() {
 		m := *r.disk.snap
 		p.Snapshot = &m
 	}
-	core, err := vr.NewNode(cfg, p, r.local())
+	r.sm = &machine{r: r, st: fs.New(fs.DefaultLimits())}
+	r.m = newMasterSim(r)
+	r.diskQ, r.diskFree, r.saving = nil, 0, nil
+	r.waiting, r.paused, r.pausedQ = nil, false, nil
+	r.diskFailing, r.diskBroken = false, false
+	ep := r.epoch
+	d, err := rp.NewDriver(cfg, p, r.disk.snapData, r.sm, simDisk{r}, simTransport{r}, r.local, rp.DriverConfig{
+		ID: r.id, SnapshotEvery: r.snapshot, Logger: quietLogger,
+		OnRole: func(view uint64, primary bool) { r.m.roleChanged(view, primary) },
+		OnFail: func(err error) {
+			// Fail-stop: the process exits (as chubbyd does) once the
+			// input that failed is over; the operator restarts it on its
+			// disk.
+			w.res.DiskFails++
+			w.after(0, func() {
+				if r.epoch == ep && r.up {
+					r.crash("disk failed: " + err.Error())
+					w.restartLater(r, w.between(50*ms, 800*ms))
+				}
+			})
+		},
+		OnApply: func(e vr.Entry) { w.check.onApply(r, e) },
+	})
 	if err != nil {
 		w.fail("replica %d cannot start from its disk: %v", r.id, err)
 		return
 	}
-	r.core = core
-	r.fs = fs.New(fs.DefaultLimits())
-	r.applied = 0
-	if r.disk.snap != nil {
-		st, err := fs.Restore(r.disk.snapData, fs.DefaultLimits())
-		if err != nil {
-			w.fail("replica %d cannot restore its snapshot: %v", r.id, err)
-			return
-		}
-		r.fs, r.applied = st, r.disk.snap.Index
-	}
-	r.up, r.busy, r.cur, r.inbox = true, false, nil, nil
-	r.diskQ, r.diskFree = nil, 0
-	r.saving, r.savedLate = nil, nil
-	r.pending = map[uint64]pendingReq{}
+	r.d = d
+	r.up = true
 	w.tracef("r%d start: %s", r.id, r.describe())
 	r.scheduleTick()
-	r.pump()
+	r.do(func() { d.Start() }, true)
 }
 
-// crash stops the replica. A Ready being persisted is torn: some prefix of
-// its writes (in the order the contract gives) may have reached the disk.
-func (r *replica) crash() {
+// crash stops the replica. The writes in flight reach the disk in order:
+// some prefix of them whole, the next one torn, as the write contract
+// allows.
+func (r *replica) crash(why string) {
 	w := r.w
 	if !r.up {
 		return
 	}
-	// The writes in flight reach the disk in order: some prefix of them
-	// whole, the next one torn.
-	var inflight []*vr.Ready
-	for i := range r.diskQ {
-		inflight = append(inflight, &r.diskQ[i].rd)
-	}
-	if r.busy && r.cur != nil {
-		inflight = append(inflight, r.cur)
+	var inflight []*rp.Write
+	for _, j := range r.diskQ {
+		if !r.diskBroken {
+			inflight = append(inflight, j.writes...)
+		}
 	}
 	if len(inflight) > 0 {
 		k := w.intn(len(inflight) + 1)
-		for _, rd := range inflight[:k] {
-			r.persist(rd, 4)
+		for _, wr := range inflight[:k] {
+			r.persist(wr, 4)
 		}
 		stage := 0
 		if k < len(inflight) {
 			stage = w.intn(4)
 			r.persist(inflight[k], stage)
 		}
-		w.tracef("r%d crash while persisting (%d of %d writes whole, the next torn at stage %d)", r.id, k, len(inflight), stage)
+		w.tracef("r%d %s while writing (%d of %d writes whole, the next torn at stage %d)", r.id, why, k, len(inflight), stage)
 	} else {
-		w.tracef("r%d crash", r.id)
+		w.tracef("r%d %s", r.id, why)
 	}
-	r.diskQ = nil
-	if r.saving != nil && w.chance(0.5) {
+	if r.saving != nil && !r.diskBroken && w.chance(0.5) {
 		r.storeSnapshot() // it landed just before the crash
 	}
-	r.saving, r.savedLate = nil, nil
-	st := r.core.Stats()
+	st := r.d.Node().Stats()
 	r.stats.ViewChanges += st.ViewChanges
 	r.stats.SnapshotsInstalled += st.SnapshotsInstalled
-	r.up = false
+	r.m.crashed()
+	r.up, r.paused = false, false
 	r.epoch++
-	r.core, r.fs, r.pending, r.inbox, r.cur, r.busy = nil, nil, nil, nil, nil, false
+	r.d, r.sm, r.waiting, r.pausedQ, r.diskQ, r.saving = nil, nil, nil, nil, nil, nil
 	w.res.Crashes++
+}
+
+// pause stops the process from running anything for d of real time
+// (SIGSTOP), then resumes it: what arrived meanwhile is handled in order,
+// each handler reading the clock as it runs.
+func (r *replica) pause(d int64) {
+	r.paused = true
+	r.w.res.Pauses++
+	r.w.tracef("fault: replica %d paused for %v", r.id, d/ms)
+	ep := r.epoch
+	r.w.after(d, func() {
+		if r.epoch == ep && r.paused {
+			r.resume()
+		}
+	})
+}
+
+func (r *replica) resume() {
+	r.paused = false
+	r.w.tracef("r%d resumes with %d inputs queued", r.id, len(r.pausedQ))
+	q := r.pausedQ
+	r.pausedQ = nil
+	for _, f := range q {
+		if !r.up || r.paused {
+			return
+		}
+		f()
+	}
 }
 
 func (r *replica) scheduleTick() {
 	ep := r.epoch
 	w := r.w
-	w.after(int64(float64(10*ms)/r.rate)+w.between(0, ms), func() {
+	w.after(r.realAfter(10*ms)+w.between(0, ms), func() {
 		if r.epoch != ep || !r.up {
 			return
 		}
-		r.input(func() { r.core.Tick(r.local()) })
+		r.do(func() { r.d.Tick(); r.m.poll() }, true)
 		r.scheduleTick()
 	})
 }
 
-// input runs fn against the core now, or after the Ready in progress.
-func (r *replica) input(fn func()) {
+// do runs fn in the process: at once, or once the process may — it is
+// paused, or fn feeds the driver an input (feeds) while the driver waits
+// for its disk. Then what was waiting for the driver runs.
+func (r *replica) do(fn func(), feeds bool) {
 	if !r.up {
 		return
 	}
-	if r.busy {
-		r.inbox = append(r.inbox, fn)
+	if r.paused {
+		r.pausedQ = append(r.pausedQ, func() { r.do(fn, feeds) })
+		return
+	}
+	if feeds && r.d.Busy() {
+		r.waiting = append(r.waiting, fn)
 		return
 	}
 	fn()
-	r.pump()
+	for r.up && !r.paused && !r.d.Busy() && len(r.waiting) > 0 && !r.w.done {
+		f := r.waiting[0]
+		r.waiting = r.waiting[1:]
+		f()
+	}
 }
 
 func (r *replica) receive(m vr.Message) {
-	r.input(func() {
-		if err := r.core.Step(m); err != nil && !errors.Is(err, vr.ErrInvalidMessage) {
-			r.w.fail("replica %d: step: %v", r.id, err)
-		}
-	})
+	r.do(func() { r.d.Step([]vr.Message{m}); r.m.poll() }, true)
 }
 
-// pump takes the next Ready and "persists" it for a simulated fsync time.
-func (r *replica) pump() {
-	w := r.w
-	if !r.up || r.busy || w.done || !r.core.HasReady() {
-		return
-	}
-	rd := r.core.Ready()
-	if !rd.PersistAsync {
-		r.busy, r.cur = true, &rd
-	}
-	if rd.Snapshot != nil && r.saving != nil {
-		// The driver finishes the store in progress before it installs
-		// one, and compacts for it after Advance (changing nothing: the
-		// installed snapshot is newer).
-		m := r.saving.meta
-		r.storeSnapshot()
-		r.savedLate = &m
-	}
-	// Early messages leave before the disk write: a crash during it leaves
-	// backups holding entries this replica lost.
-	for _, m := range rd.EarlyMessages {
-		if m.Type != vr.MsgPrepare && m.Type != vr.MsgCommit {
-			w.fail("replica %d sends %v early", r.id, m.String())
-			return
-		}
-		if m.View != r.disk.hs.View || r.disk.hs.LastNormalView != m.View {
-			w.fail("replica %d sends %v early with view %d, last normal %d on disk", r.id, m.String(), r.disk.hs.View, r.disk.hs.LastNormalView)
-			return
-		}
-		w.net.send(m)
-	}
+// --- the simulated disk ---
+
+// simDisk is the driver's Disk: one queue of writes, a snapshot store
+// landing in the background.
+type simDisk struct{ r *replica }
+
+func (s simDisk) Write(wr *rp.Write) (bool, error) {
+	r, w := s.r, s.r.w
 	lat := w.between(5_000, 30_000)
-	if rd.MustSync {
+	if wr.Sync {
 		lat = w.between(100_000, 1_500_000)
 		if w.chance(0.01) {
 			lat += w.between(5*ms, 20*ms)
@@ -264,124 +274,159 @@ func (r *replica) pump() {
 			lat += w.between(10*ms, 100*ms)
 		}
 	}
-	// One disk: a write starts when the writes queued before it are done;
-	// like the driver's disk writer, an async write joins the async write
-	// queued before it if the disk has not started that one yet.
-	ep := r.epoch
-	if rd.PersistAsync {
-		view := r.core.View()
-		if n := len(r.diskQ); n > 0 && r.diskQ[n-1].startAt > w.now && r.diskQ[n-1].view == view && !r.busy {
-			j := &r.diskQ[n-1]
-			j.rd.Entries = append(j.rd.Entries, rd.Entries...)
-			if rd.HardState != nil {
-				j.rd.HardState = rd.HardState
-			}
-		} else {
-			start := max(w.now, r.diskFree)
-			r.diskFree = start + lat
-			r.diskQ = append(r.diskQ, asyncWrite{rd: vr.Ready{Entries: rd.Entries, HardState: rd.HardState}, view: view, startAt: start})
-			w.after(r.diskFree-w.now, func() {
-				if r.epoch == ep {
-					r.asyncDone()
-				}
-			})
+	if wr.Async {
+		// Like the driver's disk writer, an async write joins the async
+		// write queued before it if the disk has not started that one.
+		if n := len(r.diskQ); n > 0 && r.diskQ[n-1].async && r.diskQ[n-1].startAt > w.now && r.diskQ[n-1].view == wr.View {
+			r.diskQ[n-1].writes = append(r.diskQ[n-1].writes, wr)
+			return false, nil
 		}
-		// The driver goes on at once: apply, advance, next Ready.
-		for _, e := range rd.Committed {
-			r.apply(e)
-			if w.done {
-				return
-			}
-		}
-		r.core.Advance()
-		r.maybeSnapshot()
-		r.pump()
-		return
 	}
-	r.diskFree = max(w.now, r.diskFree) + lat
+	start := max(w.now, r.diskFree)
+	r.diskFree = start + lat
+	j := &diskJob{writes: []*rp.Write{wr}, startAt: start, async: wr.Async, view: wr.View}
+	r.diskQ = append(r.diskQ, j)
+	ep := r.epoch
 	w.after(r.diskFree-w.now, func() {
 		if r.epoch == ep {
-			r.complete(rd)
+			r.jobDone(j)
 		}
 	})
+	return false, nil
 }
 
-// asyncDone finishes the oldest async write: it is on disk, and the core
-// hears so.
-func (r *replica) asyncDone() {
+// jobDone finishes the oldest write job: it is on disk (or it failed), and
+// the driver hears so.
+func (r *replica) jobDone(j *diskJob) {
 	w := r.w
-	if len(r.diskQ) == 0 {
-		w.fail("replica %d: an async write finished with none in flight", r.id)
+	if len(r.diskQ) == 0 || r.diskQ[0] != j {
+		w.fail("replica %d: a disk write finished out of order", r.id)
 		return
 	}
-	a := r.diskQ[0]
 	r.diskQ = r.diskQ[1:]
-	r.persist(&a.rd, 4)
-	if last := a.rd.Last(); last > 0 {
-		r.input(func() { r.core.Persisted(last, a.view) })
+	var err error
+	switch {
+	case r.diskBroken:
+		err = errors.New("simulated disk failure: the disk failed before")
+	case r.diskFailing:
+		err = errors.New("simulated disk failure: file too large")
+		r.diskBroken = true
+		// What of it reached the disk: some prefix, torn.
+		k := w.intn(len(j.writes) + 1)
+		for _, wr := range j.writes[:k] {
+			r.persist(wr, 4)
+		}
+		if k < len(j.writes) {
+			r.persist(j.writes[k], w.intn(4))
+		}
+		w.tracef("r%d disk write failed", r.id)
+	default:
+		for _, wr := range j.writes {
+			r.persist(wr, 4)
+		}
 	}
+	r.do(func() {
+		for _, wr := range j.writes {
+			r.d.Written(wr, err)
+		}
+		r.m.poll()
+	}, false)
 }
 
-// persist writes stages of a Ready to disk: 1 the snapshot, 2 the
+// persist writes stages of a write to disk: 1 the snapshot, 2 the
 // truncation and a prefix of the entries, 3 all entries, 4 the hard state.
-func (r *replica) persist(rd *vr.Ready, stage int) {
+func (r *replica) persist(wr *rp.Write, stage int) {
 	w := r.w
 	d := &r.disk
-	if stage >= 1 && rd.Snapshot != nil {
-		m := rd.Snapshot.Meta
+	if stage >= 1 && wr.Snapshot != nil {
+		m := wr.Snapshot.Meta
 		m.Members = m.Members.Clone()
-		d.snap, d.snapData, d.entries = &m, rd.Snapshot.Data, nil
+		d.snap, d.snapData, d.entries = &m, wr.Snapshot.Data, nil
+		w.check.onSnapshot(r, m.Index, wr.Snapshot.Data)
 	}
 	if stage < 2 {
 		return
 	}
-	if rd.TruncateFrom > 0 {
-		for len(d.entries) > 0 && d.entries[len(d.entries)-1].Index >= rd.TruncateFrom {
+	if wr.TruncateFrom > 0 {
+		for len(d.entries) > 0 && d.entries[len(d.entries)-1].Index >= wr.TruncateFrom {
 			d.entries = d.entries[:len(d.entries)-1]
 		}
 	}
-	es := rd.Entries
+	es := wr.Entries
 	if stage == 2 {
 		es = es[:w.intn(len(es)+1)]
 	}
 	for _, e := range es {
 		if e.Index != d.lastIndex()+1 {
-			w.fail("replica %d: Ready appends entry %d after %d on disk", r.id, e.Index, d.lastIndex())
+			w.fail("replica %d: a write appends entry %d after %d on disk", r.id, e.Index, d.lastIndex())
 			return
 		}
 		d.entries = append(d.entries, e)
 		w.check.onPersist(r, e)
 	}
-	if stage >= 4 && rd.HardState != nil {
-		d.hs = *rd.HardState
+	if stage >= 4 && wr.HardState != nil {
+		d.hs = *wr.HardState
 	}
 }
 
-// complete finishes a Ready after its fsync: the disk has it, messages go
-// out, committed entries are applied, the core advances.
-func (r *replica) complete(rd vr.Ready) {
-	w := r.w
-	r.persist(&rd, 4)
-	if rd.Snapshot != nil {
-		st, err := fs.Restore(rd.Snapshot.Data, fs.DefaultLimits())
-		if err != nil {
-			w.fail("replica %d: restore a received snapshot: %v", r.id, err)
+func (s simDisk) SaveSnapshot(meta vr.SnapshotMeta, data []byte) {
+	r, w := s.r, s.r.w
+	w.check.onSnapshot(r, meta.Index, data)
+	r.saving = &snapSave{meta: meta, data: data}
+	ep := r.epoch
+	w.after(w.between(ms, 200*ms), func() {
+		if r.epoch != ep || r.saving == nil || r.saving.meta.Index != meta.Index {
 			return
 		}
-		w.check.onSnapshot(r, rd.Snapshot.Meta.Index, rd.Snapshot.Data)
-		r.fs, r.applied = st, rd.Snapshot.Meta.Index
-		for i := range r.pending {
-			if i <= r.applied {
-				delete(r.pending, i)
-			}
-		}
-		w.tracef("r%d installed snapshot %d", r.id, r.applied)
+		res := r.storeSnapshot()
+		r.do(func() { r.d.SnapshotSaved(res); r.m.poll() }, false)
+	})
+}
+
+func (s simDisk) FinishSnapshot() rp.SnapshotResult { return s.r.storeSnapshot() }
+
+func (s simDisk) LoadSnapshot(index uint64) ([]byte, error) {
+	d := &s.r.disk
+	if d.snap == nil || d.snap.Index != index {
+		return nil, fmt.Errorf("no snapshot at %d", index)
 	}
-	for _, m := range rd.Messages {
-		// View state is on disk before it is acted on, and nothing is
-		// acknowledged for an older view.
+	return d.snapData, nil
+}
+
+// storeSnapshot puts the snapshot being saved on disk: it replaces the
+// old one and the log entries it covers go.
+func (r *replica) storeSnapshot() rp.SnapshotResult {
+	s := r.saving
+	r.saving = nil
+	meta := s.meta
+	if r.diskBroken {
+		return rp.SnapshotResult{Meta: meta, Err: errors.New("simulated disk failure")}
+	}
+	r.disk.snap, r.disk.snapData = &meta, s.data
+	for len(r.disk.entries) > 0 && r.disk.entries[0].Index <= meta.Index {
+		r.disk.entries = r.disk.entries[1:]
+	}
+	r.disk.entries = slices.Clip(r.disk.entries)
+	r.w.tracef("r%d stored snapshot %d", r.id, meta.Index)
+	return rp.SnapshotResult{Meta: meta, Bytes: len(s.data)}
+}
+
+// simTransport sends replica messages over the simulated network, after
+// checking what the Ready contract promises about them.
+type simTransport struct{ r *replica }
+
+func (t simTransport) Send(ms []vr.Message) {
+	r, w := t.r, t.r.w
+	for _, m := range ms {
 		switch m.Type {
 		case vr.MsgProbe, vr.MsgProbeReply: // they name the view asked about
+		case vr.MsgPrepare, vr.MsgCommit:
+			// The primary's, sent before its own write (early) or after:
+			// either way its view, as last normal view, is on disk.
+			if m.View != r.disk.hs.View || r.disk.hs.LastNormalView != m.View {
+				w.fail("replica %d sends %v with view %d, last normal %d on disk", r.id, m.String(), r.disk.hs.View, r.disk.hs.LastNormalView)
+				return
+			}
 		default:
 			if m.View > r.disk.hs.View {
 				w.fail("replica %d sends %v with view %d on disk", r.id, m.String(), r.disk.hs.View)
@@ -396,195 +441,37 @@ func (r *replica) complete(rd vr.Ready) {
 			w.fail("replica %d says it is normal in view %d with last normal view %d on disk", r.id, m.View, r.disk.hs.LastNormalView)
 			return
 		}
-		if m.Type == vr.MsgSnapshot {
-			if r.disk.snap != nil && r.disk.snap.Index > m.Snapshot.Index {
-				// A newer snapshot was stored after the core chose this
-				// one (a background store finished between two inputs
-				// before this Ready): the driver finds it gone and skips
-				// the message; the core sends again later.
-				w.tracef("r%d skips sending snapshot %d: %d is stored", r.id, m.Snapshot.Index, r.disk.snap.Index)
-				continue
-			}
-			if r.disk.snap == nil || r.disk.snap.Index != m.Snapshot.Index {
-				w.fail("replica %d: asked to send snapshot %d, has %v", r.id, m.Snapshot.Index, r.disk.snap)
-				return
-			}
-			m.SnapshotData = r.disk.snapData
-		}
 		w.net.send(m)
 	}
-	for _, e := range rd.Committed {
-		r.apply(e)
-		if w.done {
-			return
-		}
-	}
-	r.core.Advance()
-	r.busy, r.cur = false, nil
-	if m := r.savedLate; m != nil {
-		r.savedLate = nil
-		r.compact(*m)
-		if i := r.core.Info().SnapshotIndex; i < m.Index {
-			w.fail("replica %d: installed snapshot %d is older than the one it stored, %d", r.id, i, m.Index)
-			return
-		}
-	}
-	r.maybeSnapshot()
-	items := r.inbox
-	r.inbox = nil
-	for _, f := range items {
-		if !r.up {
-			return
-		}
-		f()
-	}
-	r.pump()
 }
 
-func (r *replica) apply(e vr.Entry) {
-	w := r.w
-	if e.Index != r.applied+1 {
-		w.fail("replica %d applies entry %d after %d", r.id, e.Index, r.applied)
-		return
-	}
-	w.check.onApply(r, e)
-	r.applied = e.Index
-	if e.Type != vr.EntryCommand {
-		return
-	}
-	res, _, err := r.fs.ApplyBytes(e.Data)
+// --- the state machine ---
+
+// machine is the fs state machine as the driver applies it, handing each
+// command's effects to the master's duties (as cell's machine does).
+type machine struct {
+	r  *replica
+	st *fs.State
+}
+
+func (m *machine) Apply(index uint64, entry []byte) any {
+	res, fx, err := m.st.ApplyBytes(entry)
 	if err != nil {
-		w.fail("replica %d: entry %d does not decode: %v", r.id, e.Index, err)
-		return
+		m.r.w.fail("replica %d: entry %d does not decode: %v", m.r.id, index, err)
+		return nil
 	}
-	if p, ok := r.pending[e.Index]; ok {
-		delete(r.pending, e.Index)
-		if bytes.Equal(p.data, e.Data) {
-			r.reply(p.q, reply{kind: replyResult, res: res})
-		}
-	}
+	m.r.m.applied(fx)
+	return res
 }
 
-// maybeSnapshot takes a snapshot when one is due. Like the driver, it
-// serializes the state at once and stores it in the background: the
-// store lands (and the core compacts) some time later, while the replica
-// goes on; a crash before then may or may not have stored it.
-func (r *replica) maybeSnapshot() {
-	w := r.w
-	if r.saving != nil || len(r.diskQ) > 0 || r.core.Info().Persisted < r.applied {
-		return // one store at a time; the driver waits for its disk writer first
-	}
-	base := uint64(0)
-	if r.disk.snap != nil {
-		base = r.disk.snap.Index
-	}
-	if r.applied < base+r.snapEvery {
-		return
-	}
-	meta, err := r.core.SnapshotMeta(r.applied)
+func (m *machine) Snapshot() []byte { return m.st.Snapshot() }
+
+func (m *machine) Restore(index uint64, b []byte) error {
+	st, err := fs.Restore(b, fs.DefaultLimits())
 	if err != nil {
-		w.fail("replica %d: snapshot meta: %v", r.id, err)
-		return
+		return err
 	}
-	data := r.fs.Snapshot()
-	w.check.onSnapshot(r, meta.Index, data)
-	r.saving = &snapSave{meta: meta, data: data}
-	ep := r.epoch
-	w.after(w.between(ms, 200*ms), func() {
-		if r.epoch != ep || r.saving == nil || r.saving.meta.Index != meta.Index {
-			return
-		}
-		r.input(func() {
-			if r.saving == nil || r.saving.meta.Index != meta.Index {
-				return // an installed snapshot took it over
-			}
-			r.storeSnapshot()
-			r.compact(meta)
-		})
-	})
-}
-
-// storeSnapshot puts the snapshot being stored on disk: it replaces the
-// old one and the log entries it covers go.
-func (r *replica) storeSnapshot() {
-	s := r.saving
-	r.saving = nil
-	meta := s.meta
-	r.disk.snap, r.disk.snapData = &meta, s.data
-	for len(r.disk.entries) > 0 && r.disk.entries[0].Index <= meta.Index {
-		r.disk.entries = r.disk.entries[1:]
-	}
-	r.disk.entries = slices.Clip(r.disk.entries)
-	r.w.tracef("r%d stored snapshot %d", r.id, meta.Index)
-}
-
-func (r *replica) compact(meta vr.SnapshotMeta) {
-	if err := r.core.Compact(meta); err != nil {
-		r.w.fail("replica %d: compact %d: %v", r.id, meta.Index, err)
-	}
-}
-
-// --- client requests ---
-
-type request struct {
-	c       *client
-	opID    uint64
-	attempt int
-	handle  *chubby.Handle // a read
-	cmd     *fsm.Command   // a command
-}
-
-type replyKind int
-
-const (
-	replyResult replyKind = iota
-	replyNotPrimary
-	replyBusy
-)
-
-type reply struct {
-	opID    uint64
-	attempt int
-	kind    replyKind
-	res     *fsm.Result_ // a command's result
-	content []byte       // a read's
-	stat    *chubby.Stat
-	readErr error
-	hint    uint64
-	from    uint64
-}
-
-func (r *replica) onRequest(q request) {
-	if q.cmd == nil {
-		if !r.core.CanServeReads(r.local()) {
-			r.refuse(q)
-			return
-		}
-		content, stat, err := r.fs.GetContentsAndStat(q.handle)
-		r.reply(q, reply{kind: replyResult, content: content, stat: stat, readErr: err})
-		return
-	}
-	cmd := *q.cmd
-	cmd.TimeMs = r.wallMs()
-	data := fs.EncodeCommand(&cmd)
-	idx, err := r.core.Propose(data)
-	if err != nil {
-		r.refuse(q)
-		return
-	}
-	r.pending[idx] = pendingReq{q: q, data: data}
-}
-
-func (r *replica) refuse(q request) {
-	rep := reply{kind: replyBusy}
-	if id, ok := r.core.PrimaryHint(); ok && id != r.id {
-		rep = reply{kind: replyNotPrimary, hint: id}
-	}
-	r.reply(q, rep)
-}
-
-func (r *replica) reply(q request, rep reply) {
-	rep.opID, rep.attempt, rep.from = q.opID, q.attempt, r.id
-	c := q.c
-	r.w.net.sendClient(func() { c.onReply(rep) })
+	m.st = st
+	m.r.w.check.onSnapshot(m.r, index, b)
+	return nil
 }

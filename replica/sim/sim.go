@@ -1,65 +1,67 @@
-// Package sim is a deterministic simulator of a replicated lock cell: the
-// real replication core (replica/vr) and the real state machine (fs) on a
-// simulated network, disks and clocks, with clients, fault injection and
+// Package sim is a deterministic simulator of a lock cell: the code that
+// ships — the replica driver (replica.Driver) around the protocol core
+// (replica/vr), the state machine (fs), the master's session lease and
+// cache tables (cell/master) and the client's lease rules (client/lease)
+// — on simulated clocks, disks and networks, with clients, faults and
 // checkers. One seeded random source (PCG) drives everything and nothing
 // iterates a map where order matters, so a seed replays exactly.
 //
 // # What runs
 //
-// 3 or 5 replicas, each a vr.Node with the driver loop of a real replica:
-// Ready → persist (a simulated fsync of 0.1–1.5 ms, sometimes far longer)
-// → send → apply to fs → Advance, inputs queued while a Ready persists, a
-// Tick every 10 ms of its own clock. Each replica's clock runs at a rate
-// within 1±vr.MaxClockDrift of real time (often right at the bounds) from
-// its own offset. Snapshots are taken every 8 to 1000 entries (drawn per
-// seed) and compacted with or without a margin, so catch-up happens both
-// by entries and by snapshot. The vr limits (entries per Prepare,
-// pipeline depth, uncommitted window) are sometimes drawn tiny.
+// 3 or 5 replicas, each a replica.Driver whose Disk is a simulated disk
+// (writes in order, 0.1–1.5 ms fsyncs, sometimes far longer; async writes
+// of the primary joined as the real disk writer joins them; snapshots
+// stored in the background, landing 1–200 ms later) and whose clock runs
+// at a rate within 1±vr.MaxClockDrift of real time (often right at the
+// bounds) from its own offset. On top of each replica, what the cell's
+// handlers do, in simulated form (master.go): failover duties, CreateSession
+// and KeepAlive through master.Leases (parked, answered only under the
+// master lease held at that moment), lease expiry proposing EndSession,
+// lock-delay Ticks, and cache invalidation through master.Cache before
+// every change commits.
 //
-// 2 to 5 clients, each with one session, issue SetContents, CAS
-// (SetContents with expected generation), reads (served by the primary
-// from memory under its lease), CreateFile races and exclusive
-// TryAcquire/Release on shared files and locks. A client retries after a
-// 100–200 ms timeout, follows NOT_MASTER hints, and resends a command
-// with the same (session, seq), so fs applies it once.
+// 2 to 5 clients, each with one session at a time kept alive by
+// KeepAlives under the rules of client/lease: the local lease counts from
+// the send, jeopardy when it runs out (the cache is flushed), a grace
+// period, expiry (then the client starts a new session). Each client's
+// clock drifts too. They issue SetContents, CAS (SetContents with
+// expected generation), reads (cached while the session is safe),
+// CreateFile races and exclusive TryAcquire/Release with lock-delay. A
+// client retries after a timeout, follows NOT_MASTER hints, and resends a
+// command with the same (session, seq), so fs applies it once.
 //
 // # Faults
 //
-// For 2–5 s of virtual time: crashes (half of them of the primary) and
-// restarts that keep only what was persisted — a crash during a Ready
-// keeps a prefix of its writes in the order the Ready contract gives —,
-// power cuts of a majority or all, partitions (primary isolated, primary
-// unable to send, primary unable to receive, one replica isolated, random
-// splits, single one-way links), lossy networks (drops up to 20%,
-// duplicates, delays up to 500 ms, so reordering), slow disks. Then the
-// network heals, every replica restarts, and clients finish.
+// For 2–6 s of virtual time: crashes (half of them of the primary) and
+// restarts that keep only what was written (a write in flight is torn),
+// power cuts, partitions of replicas (primary isolated, primary deaf or
+// mute, one replica, random splits, one-way links), partitions that cut
+// the primary off with some clients (the minority side keeps its
+// clients), disks that fail (the replica fail-stops and is restarted on
+// its disk), a master paused for longer than a session lease and resumed,
+// lossy networks (drops, duplicates, delays up to 500 ms), slow disks.
+// Then the network heals, every replica restarts, and clients finish.
 //
 // # Checkers
 //
-//   - at every Ready: every message is of a view already on disk; a
-//     PrepareOK is of the view on disk, and "normal" only with that view
-//     as the last normal view on disk; no (index, view) ever names two
-//     entries on any disk; Ready appends are contiguous;
+//   - what clients believe (check.go), the promise users rely on: at no
+//     instant of real time do two clients each believe, by their own
+//     clocks, that their session is safe and that they hold the same lock;
+//     a client whose session is safe holds, in the committed state, every
+//     lock it believes it holds; a read served from a client's cache is
+//     never older than a write acknowledged before it;
+//   - at every write: no (index, view) names two entries on any disk;
+//     writes append contiguously;
 //   - at every apply: every replica applies the same entry at every index
 //     (and the same snapshot bytes at every snapshot index); an oracle fs
 //     applies the committed log;
-//   - at every change of the committed log or of a client's belief: a
-//     client that was told it acquired a lock and has not sent Release
-//     holds it in the committed state under its sequencer, and no two do
-//     (sessions never expire here, so nothing else frees a lock);
 //   - no vr.Hooks.Dropped ever (correct peers send nothing malformed), no
 //     invariant panic;
-//   - liveness: every client operation completes within SettleTime (5 s)
-//     of the faults ending;
+//   - liveness: every client operation completes within SettleTime of the
+//     faults ending;
 //   - at the end: every replica normal in one view, at the same index and
 //     the same fs state as the oracle; the client history linearizable
-//     (porcupine, per key: file contents and generations, lock holder and
-//     generation, name existence; reads included).
-//
-// A refusal (GENERATION_MISMATCH, LOCK_HELD, EXISTS) of a command sent more
-// than once is checked as an unknown outcome until the session's next
-// success: fs saves only successful results for exactly-once, so another
-// attempt may still succeed after it (Options.StrictRefusals shows it).
+//     (porcupine, per key, cached reads included).
 //
 // # Running
 //
@@ -76,7 +78,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +89,8 @@ type Options struct {
 	Seed     uint64
 	Replicas int // 3 or 5
 	Clients  int
+	// Lease is the session lease. Default: drawn from 0.5, 1 and 2 s.
+	Lease time.Duration
 	// FaultTime is how long faults are injected (virtual time). Then the
 	// network heals, every replica restarts, and clients finish.
 	FaultTime time.Duration
@@ -100,9 +103,8 @@ type Options struct {
 	NoFaults bool
 	// StrictRefusals makes the checker trust every refusal a client
 	// receives, even when other attempts of the same command may still be
-	// applied. The fs keeps only successful results for exactly-once, so
-	// this finds histories that are not linearizable; it exists to show
-	// why the default treats such refusals as unknown outcomes.
+	// applied. The fs keeps the answers of sequenced commands, so this
+	// holds unless a session ended in between.
 	StrictRefusals bool
 	// KillPrimaryAt, with NoFaults, crashes the primary once at that time
 	// (it restarts when the faults end) and measures Result.Failover.
@@ -115,12 +117,20 @@ type Result struct {
 	Seed        uint64
 	Replicas    int
 	Clients     int
+	Lease       time.Duration
 	Ops         int // client operations completed
-	Ambiguous   int // operations whose refusal may hide a later success
+	Ambiguous   int // operations whose outcome the client could not know
+	CachedReads int
 	Entries     uint64
 	ViewChanges uint64
 	Crashes     int
+	DiskFails   int
+	Pauses      int
 	Snapshots   uint64 // snapshots installed from peers
+	Sessions    int    // sessions created
+	Expired     int    // sessions that expired (cell or grace period)
+	Jeopardy    int    // times a session went into jeopardy
+	Beliefs     int    // lock beliefs started (acquired, or safe again holding)
 	Events      int
 	VirtualTime time.Duration
 	// Settle is how long after the faults stopped the last client
@@ -133,8 +143,9 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	s := fmt.Sprintf("seed=%d replicas=%d clients=%d ops=%d ambiguous=%d entries=%d view-changes=%d crashes=%d snapshot-installs=%d events=%d virtual=%v settle=%v",
-		r.Seed, r.Replicas, r.Clients, r.Ops, r.Ambiguous, r.Entries, r.ViewChanges, r.Crashes, r.Snapshots, r.Events, r.VirtualTime, r.Settle)
+	s := fmt.Sprintf("seed=%d replicas=%d clients=%d lease=%v ops=%d cached-reads=%d ambiguous=%d entries=%d view-changes=%d crashes=%d disk-fails=%d pauses=%d snapshot-installs=%d sessions=%d expired=%d jeopardy=%d beliefs=%d events=%d virtual=%v settle=%v",
+		r.Seed, r.Replicas, r.Clients, r.Lease, r.Ops, r.CachedReads, r.Ambiguous, r.Entries, r.ViewChanges, r.Crashes, r.DiskFails, r.Pauses,
+		r.Snapshots, r.Sessions, r.Expired, r.Jeopardy, r.Beliefs, r.Events, r.VirtualTime, r.Settle)
 	if r.Err != nil {
 		s += " FAILED: " + r.Err.Error()
 	}
@@ -175,13 +186,16 @@ type world struct {
 	nevent int
 
 	cfg      vr.Config
+	lease    time.Duration
 	replicas []*replica
 	clients  []*client
 	net      network
+	setupOK  bool // client 0 created the files and locks
 
 	faultsEnd int64
 	killedAt  int64 // KillPrimaryAt happened then (0: not yet)
 	deadline  int64
+	quiet     bool // the run is ending: masters propose nothing more
 	done      bool
 
 	check *checker
@@ -212,18 +226,21 @@ func Run(opt Options) (res Result) {
 func (w *world) result() Result {
 	w.res.Replicas = len(w.replicas)
 	w.res.Clients = len(w.clients)
+	w.res.Lease = w.lease
 	w.res.Events = w.nevent
 	w.res.VirtualTime = time.Duration(w.now)
 	for _, r := range w.replicas {
 		w.res.ViewChanges += r.stats.ViewChanges
 		w.res.Snapshots += r.stats.SnapshotsInstalled
 		if r.up {
-			st := r.core.Stats()
+			st := r.d.Node().Stats()
 			w.res.ViewChanges += st.ViewChanges
 			w.res.Snapshots += st.SnapshotsInstalled
 		}
 	}
-	w.res.Entries = w.check.globalLast
+	if w.check != nil {
+		w.res.Entries = w.check.globalLast
+	}
 	if w.err != nil && len(w.trace) > 0 {
 		w.res.Err = fmt.Errorf("%w\nlast events:\n%s", w.err, strings.Join(w.trace, "\n"))
 	} else {
@@ -238,7 +255,7 @@ func (w *world) at(t int64, fn func()) {
 	heap.Push(&w.events, &event{at: t, seq: w.seq, fn: fn})
 }
 
-func (w *world) after(d int64, fn func()) { w.at(w.now+d, fn) }
+func (w *world) after(d int64, fn func()) { w.at(w.now+max(d, 0), fn) }
 
 // fail records the first checker failure and stops the run.
 func (w *world) fail(format string, args ...any) {
@@ -252,6 +269,9 @@ func (w *world) fail(format string, args ...any) {
 const traceKeep = 400
 
 func (w *world) tracef(format string, args ...any) {
+	if w.opt.Trace == nil && w.done {
+		return
+	}
 	line := fmt.Sprintf("%12v ", time.Duration(w.now)) + fmt.Sprintf(format, args...)
 	if w.opt.Trace != nil {
 		fmt.Fprintln(w.opt.Trace, line)
@@ -275,6 +295,18 @@ func (w *world) between(lo, hi int64) int64 {
 
 func (w *world) chance(p float64) bool { return w.rng.Float64() < p }
 
+// drift draws a clock rate within 1±MaxClockDrift, often right at a bound.
+func (w *world) drift() float64 {
+	eps := vr.MaxClockDrift
+	switch w.intn(4) {
+	case 0:
+		return 1 - eps
+	case 1:
+		return 1 + eps
+	}
+	return 1 - eps + 2*eps*w.rng.Float64()
+}
+
 func (w *world) setup() {
 	o := &w.opt
 	if o.Replicas == 0 {
@@ -283,8 +315,12 @@ func (w *world) setup() {
 	if o.Clients == 0 {
 		o.Clients = 2 + w.intn(4)
 	}
+	w.lease = o.Lease
+	if w.lease == 0 {
+		w.lease = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}[w.intn(3)]
+	}
 	if o.FaultTime == 0 {
-		o.FaultTime = time.Duration(w.between(2000*ms, 5000*ms))
+		o.FaultTime = time.Duration(w.between(2000*ms, 6000*ms))
 	}
 	if o.SettleTime == 0 {
 		o.SettleTime = 5 * time.Second
@@ -324,10 +360,11 @@ func (w *world) setup() {
 		r.start()
 	}
 	for i := range o.Clients {
-		c := newClient(w, i)
-		w.clients = append(w.clients, c)
+		w.clients = append(w.clients, newClient(w, i))
 	}
-	w.clients[0].startSetup()
+	for _, c := range w.clients {
+		c.start()
+	}
 	if !o.NoFaults {
 		w.scheduleFault()
 	}
@@ -335,14 +372,19 @@ func (w *world) setup() {
 	if o.KillPrimaryAt > 0 {
 		w.at(int64(o.KillPrimaryAt), func() {
 			if p := w.primary(); p != nil {
-				p.crash()
+				p.crash("killed")
 				w.killedAt = w.now
 			}
 		})
 	}
-	w.tracef("setup: replicas=%d clients=%d faults=%v snapEvery=%d cfg=%+v", o.Replicas, o.Clients, o.FaultTime, snapEvery,
+	w.tracef("setup: replicas=%d clients=%d lease=%v faults=%v snapEvery=%d cfg=%+v", o.Replicas, o.Clients, w.lease, o.FaultTime, snapEvery,
 		struct{ PE, IF, UE, CM int }{w.cfg.MaxPrepareEntries, w.cfg.MaxInflightPrepares, w.cfg.MaxUncommittedEntries, w.cfg.CompactMargin})
 }
+
+// maxEvents bounds one run: a healthy one takes tens of thousands; a run
+// past this is spinning (something reschedules itself without time
+// passing), which is a bug of its own.
+const maxEvents = 2_000_000
 
 func (w *world) loop() {
 	for len(w.events) > 0 && !w.done {
@@ -350,6 +392,9 @@ func (w *world) loop() {
 		w.now = e.at
 		w.nevent++
 		e.fn()
+		if w.nevent > maxEvents && !w.done {
+			w.fail("livelock: %d events in %v of virtual time", w.nevent, time.Duration(w.now))
+		}
 		if w.now > w.deadline && !w.done {
 			var pending []string
 			for _, c := range w.clients {
@@ -376,14 +421,14 @@ func (w *world) describeReplicas() string {
 func (w *world) primary() *replica {
 	var p *replica
 	for _, r := range w.replicas {
-		if r.up && r.core.Info().IsPrimary && (p == nil || r.core.Info().View > p.core.Info().View) {
+		if r.up && r.d.Node().IsPrimary() && (p == nil || r.d.Node().View() > p.d.Node().View()) {
 			p = r
 		}
 	}
 	return p
 }
 
-// allClientsDone is called when a client finishes; when all have, the run
+// clientFinished is called when a client finishes; when all have, the run
 // lets the replicas settle and then stops.
 func (w *world) clientFinished() {
 	for _, c := range w.clients {
@@ -392,8 +437,12 @@ func (w *world) clientFinished() {
 		}
 	}
 	w.res.Settle = time.Duration(max(0, w.now-w.faultsEnd))
+	// Let the replicas settle, then stop the masters proposing (lease
+	// expiries, lock-delay Ticks go on by themselves) and let the last
+	// commits reach every replica before the final checks.
 	w.after(1500*ms, func() {
-		w.done = true
+		w.quiet = true
+		w.after(500*ms, func() { w.done = true })
 	})
 }
 
@@ -417,9 +466,18 @@ func (w *world) scheduleFault() {
 	})
 }
 
+// restartLater brings a stopped replica back after d.
+func (w *world) restartLater(r *replica, d int64) {
+	w.after(d, func() {
+		if !r.up {
+			r.start()
+		}
+	})
+}
+
 func (w *world) injectFault() {
 	switch k := w.intn(100); {
-	case k < 18:
+	case k < 14:
 		ups := w.upReplicas()
 		if len(ups) > 0 {
 			r := ups[w.intn(len(ups))]
@@ -428,71 +486,98 @@ func (w *world) injectFault() {
 					r = p
 				}
 			}
-			r.crash()
-			w.after(w.between(20*ms, 800*ms), func() {
-				if !r.up {
-					r.start()
-				}
-			})
+			r.crash("crash")
+			w.restartLater(r, w.between(20*ms, 800*ms))
 		}
-	case k < 26:
+	case k < 20:
 		for _, r := range w.replicas {
 			if !r.up {
 				r.start()
 				break
 			}
 		}
-	case k < 36:
+	case k < 28:
 		if p := w.primary(); p != nil {
 			w.net.isolate(p.id, true, true)
 			w.tracef("fault: primary %d isolated", p.id)
 		}
-	case k < 42:
+	case k < 33:
 		if p := w.primary(); p != nil {
 			w.net.isolate(p.id, true, false)
 			w.tracef("fault: primary %d cannot send", p.id)
 		}
-	case k < 48:
+	case k < 38:
 		if p := w.primary(); p != nil {
 			w.net.isolate(p.id, false, true)
 			w.tracef("fault: primary %d cannot receive", p.id)
 		}
-	case k < 55:
+	case k < 44:
+		// The outside tester's partition: the primary and some clients on
+		// one side, the other replicas and clients on the other.
+		if p := w.primary(); p != nil {
+			w.net.cutOff(p.id)
+		}
+	case k < 49:
 		id := uint64(1 + w.intn(len(w.replicas)))
 		w.net.isolate(id, true, true)
 		w.tracef("fault: replica %d isolated", id)
-	case k < 62:
+	case k < 55:
 		w.net.split()
-	case k < 64:
+	case k < 57:
 		// One-way loss between two random replicas.
 		a, b := uint64(1+w.intn(len(w.replicas))), uint64(1+w.intn(len(w.replicas)))
 		if a != b {
 			w.net.blocked[[2]uint64{a, b}] = true
 			w.tracef("fault: link %d→%d cut", a, b)
 		}
-	case k < 80:
+	case k < 70:
 		w.net.heal()
 		w.tracef("fault: network healed")
-	case k < 92:
+	case k < 80:
 		w.net.quality()
-	case k < 97:
+	case k < 84:
 		// Hold a replica's disk: its fsyncs become slow for a while.
 		r := w.replicas[w.intn(len(w.replicas))]
 		r.slowDiskUntil = w.now + w.between(50*ms, 400*ms)
 		w.tracef("fault: replica %d disk slow", r.id)
-	default:
+	case k < 89:
+		// A disk starts failing: the next write fails, the replica
+		// fail-stops, and is restarted on its disk once it is healthy.
+		r := w.replicas[w.intn(len(w.replicas))]
+		if p := w.primary(); p != nil && w.chance(0.6) {
+			r = p
+		}
+		if r.up {
+			r.diskFailing = true
+			w.tracef("fault: replica %d disk starts failing", r.id)
+		}
+	case k < 94:
+		// Pause a replica (SIGSTOP), usually the primary, for longer than
+		// a session lease, then resume it (SIGCONT).
+		r := w.replicas[w.intn(len(w.replicas))]
+		if p := w.primary(); p != nil && w.chance(0.7) {
+			r = p
+		}
+		if r.up && !r.paused {
+			d := int64(w.lease) + w.between(100*ms, int64(w.lease))
+			r.pause(d)
+		}
+	case k < 97:
 		// A power cut: a majority (or all) crash at once and come back.
 		n := len(w.replicas)/2 + 1 + w.intn(len(w.replicas)/2+1)
 		w.tracef("fault: power cut of %d replicas", n)
 		for _, i := range w.rng.Perm(len(w.replicas))[:n] {
 			r := w.replicas[i]
-			r.crash()
-			w.after(w.between(10*ms, 300*ms), func() {
-				if !r.up {
-					r.start()
-				}
-			})
+			r.crash("power cut")
+			w.restartLater(r, w.between(10*ms, 300*ms))
 		}
+	default:
+		// A client is cut off from every replica for a while.
+		c := w.clients[w.intn(len(w.clients))]
+		for _, r := range w.replicas {
+			w.net.clientCut[[2]uint64{uint64(c.id), r.id}] = true
+		}
+		w.tracef("fault: client %d cut off", c.id)
 	}
 }
 
@@ -511,6 +596,10 @@ func (w *world) endFaults() {
 	w.net.calm()
 	for _, r := range w.replicas {
 		r.slowDiskUntil = 0
+		r.diskFailing = false
+		if r.paused {
+			r.resume()
+		}
 		if !r.up {
 			r.start()
 		}
@@ -524,16 +613,17 @@ func (w *world) endFaults() {
 // --- the network ---
 
 type network struct {
-	w        *world
-	blocked  map[[2]uint64]bool // directed replica links that lose everything
-	drop     float64
-	dup      float64
-	slow     float64 // chance of an extra delay of a few ms
-	verySlow float64 // chance of a delay of hundreds of ms (reordering)
+	w         *world
+	blocked   map[[2]uint64]bool // directed replica links that lose everything
+	clientCut map[[2]uint64]bool // (client, replica) pairs that cannot talk
+	drop      float64
+	dup       float64
+	slow      float64 // chance of an extra delay of a few ms
+	verySlow  float64 // chance of a delay of hundreds of ms (reordering)
 }
 
 func newNetwork(w *world) network {
-	n := network{w: w, blocked: map[[2]uint64]bool{}}
+	n := network{w: w, blocked: map[[2]uint64]bool{}, clientCut: map[[2]uint64]bool{}}
 	n.calm()
 	return n
 }
@@ -549,7 +639,10 @@ func (n *network) quality() {
 	w.tracef("fault: network drop=%v dup=%v slow=%v verySlow=%v", n.drop, n.dup, n.slow, n.verySlow)
 }
 
-func (n *network) heal() { clear(n.blocked) }
+func (n *network) heal() {
+	clear(n.blocked)
+	clear(n.clientCut)
+}
 
 func (n *network) isolate(id uint64, out, in bool) {
 	for _, r := range n.w.replicas {
@@ -563,6 +656,48 @@ func (n *network) isolate(id uint64, out, in bool) {
 			n.blocked[[2]uint64{r.id, id}] = true
 		}
 	}
+}
+
+// cutOff partitions the replicas into the primary's side (it, and maybe
+// one more of five) and the majority, and the clients between the two
+// sides: each client keeps reaching one side only.
+func (n *network) cutOff(primary uint64) {
+	w := n.w
+	side := map[uint64]bool{primary: true}
+	if len(w.replicas) == 5 && w.chance(0.5) {
+		for {
+			if id := uint64(1 + w.intn(5)); id != primary {
+				side[id] = true
+				break
+			}
+		}
+	}
+	for _, a := range w.replicas {
+		for _, b := range w.replicas {
+			if side[a.id] != side[b.id] {
+				n.blocked[[2]uint64{a.id, b.id}] = true
+			}
+		}
+	}
+	var withPrimary []int
+	for _, c := range w.clients {
+		minority := w.chance(0.5)
+		if minority {
+			withPrimary = append(withPrimary, c.id)
+		}
+		for _, r := range w.replicas {
+			if side[r.id] != minority {
+				n.clientCut[[2]uint64{uint64(c.id), r.id}] = true
+			}
+		}
+	}
+	var ids []uint64
+	for _, r := range w.replicas {
+		if side[r.id] {
+			ids = append(ids, r.id)
+		}
+	}
+	w.tracef("fault: replicas %v and clients %v cut off from the rest", ids, withPrimary)
 }
 
 // split cuts the replicas into two random groups.
@@ -628,14 +763,12 @@ func (n *network) send(m vr.Message) {
 	}
 }
 
-// sendClient carries a client request or reply: delayed, sometimes lost,
-// never partitioned (clients are elsewhere).
-func (n *network) sendClient(fn func()) {
+// sendClient carries a client request or reply between client c and
+// replica r: delayed, sometimes lost, lost entirely across a partition.
+func (n *network) sendClient(c int, r uint64, fn func()) {
 	w := n.w
-	if w.chance(n.drop / 2) {
+	if n.clientCut[[2]uint64{uint64(c), r}] || w.chance(n.drop/2) {
 		return
 	}
 	w.after(n.delay(), fn)
 }
-
-var _ = slices.Sort[[]int]
