@@ -423,8 +423,6 @@ func step(s modelState, in modelInput, out modelOutput) []any {
 	return next
 }
 
-
-
 // unknownStep returns the states an operation of unknown outcome can lead
 // to: none of its effect, or all of it where it was possible.
 func unknownStep(s modelState, in modelInput) []any {

@@ -3,8 +3,8 @@ package sim
 import (
 	"os"
 	"strconv"
-	"time"
 	"testing"
+	"time"
 )
 
 // TestDebugMessages prints every replica message of a seed between two

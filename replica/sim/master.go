@@ -35,11 +35,11 @@ type masterSim struct {
 	serving  bool
 	gen      int // bumped when mastership changes: stale timers check it
 
-	changes []*change   // commands waiting for cache invalidations
-	open    []*request  // requests being handled: a crash resets them
-	pollAt  int64       // a poll is scheduled then (local clock), 0: none
-	expAt   int64       // the expiry timer is set for then (local), 0: none
-	tickAt  int64       // lock-delay Tick scheduled for then (wall ms), 0: none
+	changes []*change  // commands waiting for cache invalidations
+	open    []*request // requests being handled: a crash resets them
+	pollAt  int64      // a poll is scheduled then (local clock), 0: none
+	expAt   int64      // the expiry timer is set for then (local), 0: none
+	tickAt  int64      // lock-delay Tick scheduled for then (wall ms), 0: none
 }
 
 // simKA is a parked KeepAlive.
