@@ -2,11 +2,17 @@ package replica
 
 import (
 	"bytes"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,9 +95,15 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 	if o.InMemory {
 		opts = opts.WithDir("").WithValueDir("")
 	}
+	if !o.InMemory {
+		if err := recoverLeftovers(dir, o.Logger); err != nil {
+			return nil, err
+		}
+	}
 	db, err := badger.Open(opts)
 	if err != nil {
-		return nil, fmt.Errorf("open badger in %q: %w", dir, err)
+		return nil, &OpenError{Dir: dir, Reason: "Badger cannot open it", Err: err,
+			Action: "OpenStorage changed nothing but the leftovers it logged. " + keepDirAction}
 	}
 	s := &Storage{db: db, log: o.Logger}
 	if err := s.load(); err != nil {
@@ -99,6 +111,210 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// OpenError is OpenStorage refusing a directory: it names the directory,
+// the file at fault when one is known, why, and what the operator can do.
+// Err is the cause (ErrInUse, ErrCorrupt or Badger's error, for errors.Is).
+type OpenError struct {
+	Dir    string
+	File   string // "" when no one file is known to be at fault
+	Reason string
+	Action string
+	Err    error
+}
+
+func (e *OpenError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "replica storage %q: ", e.Dir)
+	if e.File != "" {
+		fmt.Fprintf(&b, "%s: ", e.File)
+	}
+	b.WriteString(e.Reason)
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	if e.Action != "" {
+		b.WriteString(". " + e.Action)
+	}
+	return b.String()
+}
+
+func (e *OpenError) Unwrap() error { return e.Err }
+
+// ErrInUse: another process, or a Storage of this process that has not
+// finished closing (see ErrCloseTimeout), holds the directory's lock.
+var ErrInUse = errors.New("replica storage: directory in use")
+
+// keepDirAction is what the operator can do with a directory OpenStorage
+// cannot open safely.
+const keepDirAction = "Do not delete or edit files in it by hand: they may hold entries this replica " +
+	"acknowledged, and a replica that forgets what it acknowledged can undo a commit. Keep the directory " +
+	"as it is for diagnosis (copy it elsewhere before any repair); the cell goes on without this replica " +
+	"while a majority of the others run"
+
+// badgerLogHeader is the header Badger puts at the start of a memtable's
+// WAL (*.mem) and of a value log (*.vlog) when it creates one: the 8-byte
+// encryption key id and the 12-byte base IV (vlogHeaderSize and
+// logFile.bootstrap in Badger's memtable.go). Entries follow it.
+const badgerLogHeader = 20
+
+// recoverLeftovers repairs, before Badger opens dir, the files a failed
+// disk leaves that Badger cannot open but that provably hold nothing.
+//
+// Badger creates a WAL or a value log in logFile.open, through
+// z.OpenMmapFile (ristretto's z/file.go): open(O_CREATE), then ftruncate to
+// the file's whole size (2*MemTableSize, 2*ValueLogFileSize), then the
+// header is written into the mapping. When the ftruncate fails (EFBIG past
+// the file-size limit, EIO) the file stays at 0 bytes (the descriptor is
+// not even closed), and the write that needed the file fails:
+// ensureRoomForWrite's newMemTable when a memtable is full,
+// createVlogFile when a value log is full or at open. A 0-byte file is also
+// left by a crash between the truncate to 0 and the unlink of
+// MmapFile.Delete (a flushed memtable, a collected value log). Entries
+// start after the header, and an entry that was synced (msync, an
+// fdatasync of its range) has the file's size synced with it: a 0-byte
+// file never held an acknowledged entry. But Badger opens an existing
+// 0-byte file as a new one: z.OpenMmapFile sizes it and returns z.NewFile,
+// and openMemTables and valueLog.open take that for an error ("while
+// opening fid: 2: Create a new file"), so the replica could not restart.
+//
+// So, under Badger's lock:
+//   - a 0-byte *.mem is removed: no other file refers to a memtable by its
+//     number (they are replayed in number order, and the next is numbered
+//     after the highest);
+//   - a 0-byte *.vlog below the highest is removed, as Badger removes the
+//     empty ones below the highest itself (valueLog.open);
+//   - the highest *.vlog, at 0 bytes, gets its header and so becomes what
+//     Badger's Close leaves of an unused value log: removed, its number
+//     would be given to the next value log, and a value pointer into the
+//     lost file (possible only if a crash lost its size but kept a synced
+//     WAL naming it) would read the new file's bytes instead of failing;
+//   - a *.mem or *.vlog shorter than its header but not empty is refused:
+//     Badger never leaves one, so something damaged it.
+//
+// Every repair is logged at Warn.
+func recoverLeftovers(dir string, log *slog.Logger) error {
+	if !lockDirSupported {
+		return nil
+	}
+	lock, inUse, err := lockDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil // a new replica: Badger creates the directory
+	case inUse:
+		return &OpenError{Dir: dir, Reason: "another process, or a Storage of this process still closing, holds its lock",
+			Err:    fmt.Errorf("%w: %w", ErrInUse, err),
+			Action: "Stop the other replica process using this directory, or wait for it to exit, and start again"}
+	case err != nil:
+		return &OpenError{Dir: dir, Reason: "cannot lock it", Err: err, Action: keepDirAction}
+	}
+	defer lock.Close() // releases the lock
+	ents, err := lock.ReadDir(-1)
+	if err != nil {
+		return &OpenError{Dir: dir, Reason: "cannot list it", Err: err, Action: keepDirAction}
+	}
+	type logFile struct {
+		name string
+		size int64
+		fid  uint64
+	}
+	var mems, vlogs []logFile
+	for _, e := range ents {
+		name := e.Name()
+		ext := filepath.Ext(name)
+		if ext != ".mem" && ext != ".vlog" || !e.Type().IsRegular() {
+			continue
+		}
+		fid, err := strconv.ParseUint(strings.TrimSuffix(name, ext), 10, 32)
+		if err != nil {
+			continue // not Badger's name: Badger says so when it opens
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return &OpenError{Dir: dir, File: name, Reason: "cannot stat it", Err: err, Action: keepDirAction}
+		}
+		f := logFile{name, fi.Size(), fid}
+		if f.size > 0 && f.size < badgerLogHeader {
+			return &OpenError{Dir: dir, File: name,
+				Reason: fmt.Sprintf("%d bytes, shorter than the %d-byte header Badger writes when it creates the file: "+
+					"Badger never leaves such a file, so something else truncated or damaged it, and it may have held acknowledged entries",
+					f.size, badgerLogHeader),
+				Err: ErrCorrupt, Action: keepDirAction}
+		}
+		if ext == ".mem" {
+			mems = append(mems, f)
+		} else {
+			vlogs = append(vlogs, f)
+		}
+	}
+	var highest uint64
+	for _, f := range vlogs {
+		highest = max(highest, f.fid)
+	}
+	changed := false
+	remove := func(f logFile, why string) error {
+		if err := os.Remove(filepath.Join(dir, f.name)); err != nil {
+			return &OpenError{Dir: dir, File: f.name, Reason: "cannot remove this empty leftover of a failed write", Err: err,
+				Action: "Make the directory writable and start again"}
+		}
+		changed = true
+		log.Warn("storage: removed an empty file a failed disk write left (it held nothing)", "dir", dir, "file", f.name, "why", why)
+		return nil
+	}
+	for _, f := range mems {
+		if f.size == 0 {
+			if err := remove(f, "0-byte memtable WAL: Badger could not size it when it created it, or crashed deleting it after a flush"); err != nil {
+				return err
+			}
+		}
+	}
+	for _, f := range vlogs {
+		switch {
+		case f.size != 0:
+		case f.fid != highest:
+			if err := remove(f, "0-byte value log below the highest: Badger could not size it when it created it, or crashed deleting it"); err != nil {
+				return err
+			}
+		default:
+			if err := writeLogHeader(filepath.Join(dir, f.name)); err != nil {
+				return &OpenError{Dir: dir, File: f.name, Reason: "cannot write the header of this empty value log", Err: err,
+					Action: "Make the directory writable and start again"}
+			}
+			changed = true
+			log.Warn("storage: gave an empty value log a failed disk write left its header (it held nothing; it keeps its number so that no later file reuses it)",
+				"dir", dir, "file", f.name)
+		}
+	}
+	if changed {
+		if err := lock.Sync(); err != nil {
+			return &OpenError{Dir: dir, Reason: "cannot sync it after removing leftovers", Err: err, Action: keepDirAction}
+		}
+	}
+	return nil
+}
+
+// writeLogHeader writes, durably, the header logFile.bootstrap writes in
+// a new unencrypted log file (OpenStorage sets no encryption key): key id
+// 0, a random base IV.
+func writeLogHeader(path string) error {
+	hdr := make([]byte, badgerLogHeader)
+	if _, err := crand.Read(hdr[8:]); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(hdr); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // load finds the bounds of the log. Entries must be contiguous after the
