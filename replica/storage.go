@@ -35,6 +35,7 @@ import (
 type Storage struct {
 	db  *badger.DB
 	log *slog.Logger
+	dir string
 
 	mu    sync.Mutex // guards first, last
 	first uint64     // index of the first entry on disk (snapshot index + 1 when empty)
@@ -105,7 +106,7 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 		return nil, &OpenError{Dir: dir, Reason: "Badger cannot open it", Err: err,
 			Action: "OpenStorage changed nothing but the leftovers it logged. " + keepDirAction}
 	}
-	s := &Storage{db: db, log: o.Logger}
+	s := &Storage{db: db, log: o.Logger, dir: dir}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -318,16 +319,31 @@ func writeLogHeader(path string) error {
 }
 
 // load finds the bounds of the log. Entries must be contiguous after the
-// snapshot; anything after a gap (a torn batch) is deleted, because it was
-// never acknowledged: an entry is acknowledged only after its whole batch
-// and everything before it are synced.
+// snapshot; anything after a gap is deleted, because it is what an
+// interrupted truncation (TruncateFrom, persistReady's) left: an entry is
+// acknowledged only after its whole batch and everything before it are
+// synced, and a truncation deletes in index order. But a truncation never
+// reaches a committed entry, so if the contiguous log stops short of the
+// commit number of the hard state, committed entries were lost under the
+// log (Badger v4.9.6 as released lost whole tables when a compaction could
+// not create one; it drops a table that fails its checksum at open), and
+// load refuses the directory without deleting anything.
 func (s *Storage) load() error {
 	snapIdx, _, _, _, err := s.snapshotMeta()
 	if err != nil {
 		return err
 	}
+	hsb, err := s.GetMeta(metaHardState)
+	if err != nil {
+		return err
+	}
+	hs, err := decodeHardState(hsb)
+	if err != nil {
+		return err
+	}
 	s.first, s.last = snapIdx+1, snapIdx
 	var stale [][]byte
+	var afterGap, firstAfterGap, lastAfterGap uint64
 	err = s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: keyLogPrefix})
 		defer it.Close()
@@ -339,10 +355,15 @@ func (s *Storage) load() error {
 			switch {
 			case idx <= snapIdx:
 				stale = append(stale, it.Item().KeyCopy(nil)) // truncation was interrupted
-			case idx == s.last+1:
+			case idx == s.last+1 && afterGap == 0:
 				s.last = idx
 			default:
 				stale = append(stale, it.Item().KeyCopy(nil)) // after a gap: never acknowledged
+				if afterGap == 0 {
+					firstAfterGap = idx
+				}
+				afterGap++
+				lastAfterGap = idx
 			}
 		}
 		return nil
@@ -350,7 +371,29 @@ func (s *Storage) load() error {
 	if err != nil {
 		return fmt.Errorf("scan log: %w", err)
 	}
+	if hs.Commit > snapIdx && hs.Commit > s.last {
+		var found string
+		switch {
+		case s.last < s.first && afterGap == 0:
+			found = "no entry"
+		case s.last < s.first:
+			found = fmt.Sprintf("no entry from %d on but %d entries in [%d,%d]", s.first, afterGap, firstAfterGap, lastAfterGap)
+		case afterGap == 0:
+			found = fmt.Sprintf("entries [%d,%d]", s.first, s.last)
+		default:
+			found = fmt.Sprintf("entries [%d,%d] and %d more in [%d,%d]", s.first, s.last, afterGap, firstAfterGap, lastAfterGap)
+		}
+		return &OpenError{Dir: s.dir,
+			Reason: fmt.Sprintf("committed log entries are missing: the hard state says entries up to %d are committed, "+
+				"and after the snapshot at %d the log holds %s", hs.Commit, snapIdx, found),
+			Err:    ErrCorrupt,
+			Action: "OpenStorage deleted nothing. " + keepDirAction}
+	}
 	if len(stale) > 0 {
+		if afterGap > 0 {
+			s.log.Warn("storage: removing the log entries after a gap (what an interrupted truncation left)",
+				"count", afterGap, "from", firstAfterGap, "to", lastAfterGap, "last", s.last)
+		}
 		s.log.Info("storage: removing log entries outside the contiguous log", "count", len(stale))
 		if err := s.deleteKeys(stale, 0); err != nil {
 			return err

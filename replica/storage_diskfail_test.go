@@ -43,7 +43,8 @@ import (
 // a new file") or 000002.vlog ("During db.vlog.open: Open existing file").
 // With Badger v4.9.6 as released, the third cycle then lost entries
 // 1..992: an L0 compaction under the limit committed without the tables it
-// could not create (see third_party/badger/PATCHES.md).
+// could not create (see third_party/badger/PATCHES.md); OpenStorage now
+// refuses such a log ("committed log entries are missing").
 
 const (
 	diskFailEnv      = "CHUBBY_STORAGE_DISKFAIL_DIR"   // set: this process is the child

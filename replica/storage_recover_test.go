@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	badger "github.com/dgraph-io/badger/v4"
+
 	"github.com/chubbygo/chubby/replica/vr"
 )
 
@@ -211,4 +213,95 @@ func TestStorageOpenLeavesDirectoryInUseAlone(t *testing.T) {
 	if exists(empty) {
 		t.Fatal("the empty memtable file was not removed once the directory was free")
 	}
+}
+
+// rawLogKeys counts the log keys in dir, opening Badger directly.
+func rawLogKeys(t *testing.T, dir string) []uint64 {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var idx []uint64
+	db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: keyLogPrefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			i, _ := parseLogKey(it.Item().Key())
+			idx = append(idx, i)
+		}
+		return nil
+	})
+	return idx
+}
+
+// deleteLogKeys deletes log entries lo..hi under the storage, as a lost
+// table or an interrupted truncation does.
+func deleteLogKeys(t *testing.T, dir string, lo, hi uint64) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(txn *badger.Txn) error {
+		for i := lo; i <= hi; i++ {
+			if err := txn.Delete(logKey(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStorageOpenRefusesMissingCommittedEntries(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		lo, hi uint64
+	}{
+		{"prefix", 1, 4}, // what Badger's compaction lost in the disk-failure test
+		{"middle", 4, 6}, // a lost table in the middle
+		{"tail", 9, 10},  // the end of the committed log
+		{"all", 1, 10},   // everything
+		{"one", 10, 10},  // the last committed entry
+		{"second", 2, 2}, // the entry in the value log
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := recoverTestDir(t, 10) // commit 10
+			deleteLogKeys(t, dir, tc.lo, tc.hi)
+			before := rawLogKeys(t, dir)
+			_, err := OpenStorage(dir, StorageOptions{})
+			var oe *OpenError
+			if !errors.As(err, &oe) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "committed log entries are missing") {
+				t.Fatalf("OpenStorage = %v; want an *OpenError about missing committed entries", err)
+			}
+			t.Logf("refused: %v", err)
+			if after := rawLogKeys(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Fatalf("OpenStorage deleted entries: %v before, %v after", before, after)
+			}
+		})
+	}
+}
+
+// An interrupted truncation above the commit point still opens: what
+// follows the gap is dropped, as before.
+func TestStorageOpenDropsGapAboveCommit(t *testing.T) {
+	dir := t.TempDir()
+	st, err := OpenStorage(dir, StorageOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var es []vr.Entry
+	for i := uint64(1); i <= 10; i++ {
+		es = append(es, vr.Entry{Index: i, View: 1, Type: vr.EntryCommand, Data: recoverTestData(i)})
+	}
+	if err := st.persistReady(0, es, &vr.HardState{View: 1, LastNormalView: 1, Commit: 5}, true); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	deleteLogKeys(t, dir, 7, 8) // TruncateFrom(7) interrupted after two deletes
+	checkRecoverTestLog(t, dir, 6, StorageOptions{})
 }
