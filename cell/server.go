@@ -343,10 +343,16 @@ func (s *Server) closeAll() {
 	if s.tr != nil {
 		s.tr.Close()
 	}
+	failed := false
 	if s.log != nil {
 		s.log.Close()
+		failed = s.log.Err() != nil
 	}
-	if s.st != nil {
+	if s.st != nil && !failed {
+		// After a disk failure Badger is not closed: it would retry its
+		// flush for closeWait, and v4.9.6 panics on reads after a failed
+		// memtable switch. Everything acknowledged was fsynced; the next
+		// open recovers as after a crash.
 		s.st.Close()
 	}
 	if s.ln != nil && s.svr == nil {

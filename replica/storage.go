@@ -143,6 +143,14 @@ func (e *OpenError) Error() string {
 
 func (e *OpenError) Unwrap() error { return e.Err }
 
+// ErrCommittedLost: entries the hard state says are committed are not in
+// the log. A correct disk never does this; Badger v4.9.6 does when a
+// compaction cannot create an output table (a failing or full disk): it
+// commits the compaction without that table. The entries are still on the
+// cell's other replicas, but this replica cannot take part with the log
+// it has.
+var ErrCommittedLost = fmt.Errorf("%w: committed log entries lost", ErrCorrupt)
+
 // ErrInUse: another process, or a Storage of this process that has not
 // finished closing (see ErrCloseTimeout), holds the directory's lock.
 var ErrInUse = errors.New("replica storage: directory in use")
@@ -386,7 +394,7 @@ func (s *Storage) load() error {
 		return &OpenError{Dir: s.dir,
 			Reason: fmt.Sprintf("committed log entries are missing: the hard state says entries up to %d are committed, "+
 				"and after the snapshot at %d the log holds %s", hs.Commit, snapIdx, found),
-			Err:    ErrCorrupt,
+			Err:    ErrCommittedLost,
 			Action: "OpenStorage deleted nothing. " + keepDirAction}
 	}
 	if len(stale) > 0 {
