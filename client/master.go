@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +42,7 @@ type master struct {
 	addrs   []string      // configured replicas, validated; never empty; immutable
 	ask     askMasterFunc // nil: no locate rounds (unit tests)
 	timeout time.Duration // bounds one locate round
+	log     *slog.Logger  // debug: each round's answers; never nil
 
 	mu    sync.Mutex
 	cur   string        // current guess
@@ -61,7 +64,8 @@ type located struct {
 }
 
 func newMaster(addrs []string, ask askMasterFunc, timeout time.Duration) *master {
-	return &master{addrs: addrs, ask: ask, timeout: timeout, cur: addrs[0], next: 1 % len(addrs)}
+	return &master{addrs: addrs, ask: ask, timeout: timeout, cur: addrs[0], next: 1 % len(addrs),
+		log: slog.New(slog.DiscardHandler)}
 }
 
 // addr returns the address the next call should go to.
@@ -149,20 +153,32 @@ func (m *master) runRound(done chan struct{}) {
 	suspect := m.suspect
 	m.mu.Unlock()
 	type answer struct {
+		from  string
 		addr  string
 		epoch int64
 		err   error
+		took  time.Duration
 	}
+	start := time.Now()
 	answers := make(chan answer, len(m.addrs)) // buffered: no sender ever blocks
 	for _, a := range m.addrs {
 		go func() {
 			addr, epoch, err := m.ask(ctx, a, suspect)
-			answers <- answer{addr, epoch, err}
+			answers <- answer{a, addr, epoch, err, time.Since(start)}
 		}()
 	}
 	var best located
+	debug := m.log.Enabled(context.Background(), slog.LevelDebug)
+	var heard []string
 	for range m.addrs {
 		a := <-answers
+		if debug {
+			if a.err != nil {
+				heard = append(heard, fmt.Sprintf("%s: %v after %v", a.from, Describe(a.err), a.took.Round(time.Millisecond)))
+			} else {
+				heard = append(heard, fmt.Sprintf("%s: %s@%d after %v", a.from, a.addr, a.epoch, a.took.Round(time.Millisecond)))
+			}
+		}
 		if a.err != nil || a.addr == "" || ValidateAddr(a.addr) != nil {
 			continue
 		}
@@ -181,6 +197,10 @@ func (m *master) runRound(done chan struct{}) {
 	m.round = nil
 	m.mu.Unlock()
 	close(done)
+	if debug {
+		m.log.Debug("chubby: locate round", "suspect", suspect, "master", best.addr, "epoch", best.epoch,
+			"took", time.Since(start), "answers", strings.Join(heard, "; "))
+	}
 }
 
 // lastLocated returns the outcome of the last finished locate round.
@@ -289,9 +309,13 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		}
 		retry, hinted, cause := c.classify(ctx, err, addr, spec.class)
 		if !retry {
+			c.log.Debug("chubby: call failed; not retried", "op", spec.op, "path", spec.path,
+				"addr", addr, "attempt", attempt+1, "err", Describe(cause))
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, false
 		}
 		if attempt+1 >= maxCallAttempts {
+			c.log.Debug("chubby: call failed; attempts used up", "op", spec.op, "path", spec.path,
+				"addr", addr, "attempt", attempt+1, "err", Describe(cause))
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, true
 		}
 		if !hinted && len(c.master.addrs) > 1 {

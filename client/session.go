@@ -454,6 +454,8 @@ func (s *Session) keepAliveLoop() {
 				err = s.applyKeepAlive(a.sent, r)
 			}
 			if err == nil {
+				s.log.Debug("chubby: KeepAlive answered", "addr", a.addr, "epoch", r.GetEpoch(),
+					"took", time.Since(a.sent))
 				failures, quick, retryAt = 0, 0, time.Time{}
 				continue
 			}
@@ -465,6 +467,8 @@ func (s *Session) keepAliveLoop() {
 				return
 			}
 			if v.resendNow && quick < maxQuickKeepAlives {
+				s.log.Debug("chubby: KeepAlive failed; resending at once", "addr", a.addr,
+					"next", s.c.master.addr(), "err", Describe(err))
 				quick++
 				retryAt = time.Time{}
 				continue
@@ -504,6 +508,7 @@ func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
 		Epoch:    &epoch,
 	}
 	timeout := lease + s.c.cfg.CallTimeout
+	s.log.Debug("chubby: KeepAlive sent", "addr", addr, "epoch", epoch)
 	sent := time.Now()
 	f := rpc.Go(ctx, func(ctx context.Context) (*chubby.KeepAliveResponse, error) {
 		return s.c.kc.KeepAlive(ctx, req, callopt.WithHostPort(addr), callopt.WithRPCTimeout(timeout))
