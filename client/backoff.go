@@ -1,7 +1,6 @@
 package client
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -17,10 +16,12 @@ const (
 	maxCallAttempts = 6
 
 	// callBackoffBase and callBackoffMax shape the pause between attempts of
-	// one call: base·2^n with jitter, never above max. With 6 attempts a call
-	// to an unreachable cell gives up after at most 0.05+0.1+0.2+0.4+0.8 =
-	// 1.55 s of pauses (plus the connect timeouts and, with several
-	// replicas, the locate rounds).
+	// one call: base·2^n with jitter, never above max, counted from the
+	// failure (a locate round waited for is part of the pause, and a round
+	// that names another master ends it: master.pause). With 6 attempts a
+	// call to an unreachable cell gives up after at most
+	// 0.05+0.1+0.2+0.4+0.8 = 1.55 s of pauses (plus the connect timeouts,
+	// and any locate round that outlasts its pause).
 	callBackoffBase = 50 * time.Millisecond
 	callBackoffMax  = time.Second
 
@@ -56,18 +57,6 @@ func backoffDelay(base, max time.Duration, attempt int, jitter float64) time.Dur
 		jitter = 0.999
 	}
 	return d/2 + time.Duration(float64(d/2)*jitter)
-}
-
-// sleepCtx pauses for d, or less when ctx ends (then it returns ctx's error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // jitter returns a random number in [0, 1) for backoffDelay.

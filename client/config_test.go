@@ -1,7 +1,6 @@
 package client
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -134,21 +133,6 @@ func TestBackoffBounds(t *testing.T) {
 	}
 	if total > 2*time.Second {
 		t.Errorf("pauses of one call add up to %v", total)
-	}
-}
-
-func TestSleepCtx(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	start := time.Now()
-	if err := sleepCtx(ctx, time.Hour); !errors.Is(err, context.Canceled) {
-		t.Errorf("sleepCtx on a cancelled context = %v", err)
-	}
-	if time.Since(start) > time.Second {
-		t.Error("sleepCtx did not return promptly")
-	}
-	if err := sleepCtx(context.Background(), time.Millisecond); err != nil {
-		t.Errorf("sleepCtx = %v", err)
 	}
 }
 

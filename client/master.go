@@ -49,6 +49,10 @@ type master struct {
 	next  int           // index in addrs of the address to try when cur fails
 	round chan struct{} // closed when the locate round in progress ends; nil if none
 	last  located       // outcome of the last finished round
+	// ended is closed (and replaced) when any locate round ends, after
+	// last is set: a KeepAlive loop or a call waiting out a back-off
+	// learns at once that a round found the master elsewhere.
+	ended chan struct{}
 	// suspect is the master guess that last could not be reached; the next
 	// locate round names it, so that replicas wait to detect its failure
 	// rather than name it again. One round carries it: if the replicas
@@ -65,7 +69,7 @@ type located struct {
 
 func newMaster(addrs []string, ask askMasterFunc, timeout time.Duration) *master {
 	return &master{addrs: addrs, ask: ask, timeout: timeout, cur: addrs[0], next: 1 % len(addrs),
-		log: slog.New(slog.DiscardHandler)}
+		log: slog.New(slog.DiscardHandler), ended: make(chan struct{})}
 }
 
 // addr returns the address the next call should go to.
@@ -195,12 +199,24 @@ func (m *master) runRound(done chan struct{}) {
 	}
 	m.last = best
 	m.round = nil
+	ended := m.ended
+	m.ended = make(chan struct{})
 	m.mu.Unlock()
 	close(done)
+	close(ended)
 	if debug {
 		m.log.Debug("chubby: locate round", "suspect", suspect, "master", best.addr, "epoch", best.epoch,
 			"took", time.Since(start), "answers", strings.Join(heard, "; "))
 	}
+}
+
+// roundEnded returns a channel closed when the next locate round to
+// finish (one in progress, or a later one) has ended; lastLocated then has
+// its outcome.
+func (m *master) roundEnded() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ended
 }
 
 // lastLocated returns the outcome of the last finished locate round.
@@ -318,6 +334,10 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 				"addr", addr, "attempt", attempt+1, "err", Describe(cause))
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, true
 		}
+		// The back-off counts from the failure: a locate round (which
+		// replicas in a view change hold until they know the new master)
+		// is part of the pause, not added to it.
+		resendAt := time.Now().Add(backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter()))
 		if !hinted && len(c.master.addrs) > 1 {
 			// Nobody said where the master is: ask every replica (a
 			// replica in a view change answers once it knows).
@@ -332,11 +352,38 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 				"addr", addr, "next", next, "attempt", attempt+1, "err", Describe(cause))
 			continue
 		}
-		d := backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter())
 		c.log.Debug("chubby: retrying call", "op", spec.op, "path", spec.path,
-			"addr", addr, "next", c.master.addr(), "attempt", attempt+1, "delay", d, "err", Describe(cause))
-		if err := sleepCtx(ctx, d); err != nil {
+			"addr", addr, "next", c.master.addr(), "attempt", attempt+1, "delay", max(time.Until(resendAt), 0),
+			"err", Describe(cause))
+		if err := c.master.pause(ctx, resendAt, addr); err != nil {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, false
+		}
+	}
+}
+
+// pause waits until until, or until a locate round (this call's or anyone
+// else's: a session's KeepAlive loop, another call) ends naming a master
+// other than from, where the call just failed; or until ctx ends (then it
+// returns ctx's cause). Each wake-up costs the caller an attempt, so the
+// retries stay bounded by maxCallAttempts.
+func (m *master) pause(ctx context.Context, until time.Time, from string) error {
+	d := time.Until(until)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		ended := m.roundEnded()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-ended:
+			if loc := m.lastLocated(); loc.addr != "" && loc.addr != from {
+				return nil
+			}
 		}
 	}
 }

@@ -298,3 +298,108 @@ func TestLocateNamesTheUnreachableMasterOnce(t *testing.T) {
 		t.Fatalf("rounds named %q as unreachable, want [a:1 \"\"]", suspects)
 	}
 }
+
+// TestPauseEndsWhenARoundFindsTheMaster: a call waiting out its back-off
+// after failing at one replica goes on as soon as a locate round — anyone's
+// — names another master; a round that names the same replica again does
+// not end the pause early.
+func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
+	var mu sync.Mutex
+	answer := "a:1"
+	ask := func(context.Context, string, string) (string, int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return answer, 7, nil
+	}
+	m := newMaster([]string{"a:1", "b:1"}, ask, time.Second)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- m.pause(context.Background(), start.Add(time.Minute), "a:1") }()
+	<-m.locate() // names a:1, where the call failed: the pause goes on
+	select {
+	case err := <-done:
+		t.Fatalf("pause ended (%v) after a round named the replica the call failed at", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	mu.Lock()
+	answer = "b:1"
+	mu.Unlock()
+	<-m.locate()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("pause: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("pause did not end when a round named another master")
+	}
+	if m.addr() != "b:1" {
+		t.Errorf("guess %s, want b:1", m.addr())
+	}
+
+	// The context ends a pause; a pause already over returns at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.pause(ctx, time.Now().Add(time.Minute), "b:1"); !errors.Is(err, context.Canceled) {
+		t.Errorf("pause under a cancelled context: %v", err)
+	}
+	if err := m.pause(context.Background(), time.Now().Add(-time.Second), "b:1"); err != nil {
+		t.Errorf("pause in the past: %v", err)
+	}
+}
+
+// TestKeepAliveFollowsALocatedMaster: a session whose master went away
+// keeps failing its KeepAlives with a growing back-off; once a locate round
+// (here started by hand, as a call would) finds the master at another
+// address, the next KeepAlive goes there at once instead of waiting out
+// the back-off (up to 0.5 s): a new master holds every change until each
+// caching session has flushed on a KeepAlive.
+func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: starts a cell (skipped with -short)")
+	}
+	dir := t.TempDir()
+	lease := 6 * time.Second
+	cell := celltest.Start(t, celltest.Options{Lease: lease, DataDir: dir})
+	next := celltest.FreeAddr(t)
+	c := connectCfg(t, Config{Addrs: []string{cell.Addr, next}})
+	s := newSession(t, c)
+	s.mu.Lock()
+	renewals := s.renewals
+	s.mu.Unlock()
+
+	cell.Stop()
+	// Let the KeepAlive loop fail a few times, so that its back-off is
+	// near its 0.5 s cap (0.05, 0.1, 0.2, 0.4, 0.5 s: about 1.25 s).
+	time.Sleep(1500 * time.Millisecond)
+	if st := s.State(); st != StateSafe {
+		t.Fatalf("session %v before the new master is up, want safe", st)
+	}
+	cell2 := celltest.Start(t, celltest.Options{Lease: lease, DataDir: dir, Addr: next})
+	located := time.Now()
+	<-c.master.locate()
+	if got := c.master.lastLocated(); got.addr != next {
+		t.Fatalf("round located %+v, want %s", got, next)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		r := s.renewals
+		s.mu.Unlock()
+		if r > renewals {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no KeepAlive reply from the new master within 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The back-off left was up to 0.5 s; following the round takes a few
+	// round trips (a STALE_EPOCH, then the renewal).
+	if took := time.Since(located); took > 150*time.Millisecond {
+		t.Errorf("KeepAlive renewed by the new master %v after the round found it, want < 150ms", took)
+	}
+	if s.Epoch() != cell2.Server().Epoch() {
+		t.Errorf("session epoch %d, cell's %d", s.Epoch(), cell2.Server().Epoch())
+	}
+}

@@ -356,6 +356,19 @@ type kaAttempt struct {
 // Failures are retried with a bounded backoff, following NOT_MASTER hints
 // and, with several replicas, asking them all where the master is.
 //
+// After a failure that says nothing of where the master is (the master's
+// replica cannot be reached, or refuses without a hint), the next
+// KeepAlive waits for the locate round as well as for the backoff: the
+// replicas hold their GetMaster answers during a view change until they
+// know the new master (see awaitMaster in package cell), so a KeepAlive
+// sent meanwhile could only find the old master again. When a locate round
+// (this loop's or anyone's: a call's, another session's) names a master
+// other than the one the KeepAlive failed at, or a newer epoch, the
+// KeepAlive goes there at once, without waiting out its backoff: a new
+// master holds every change until each recovered caching session has
+// flushed on a KeepAlive (or its lease ran out), so the session's own
+// calls, and everyone else's writes, wait for this KeepAlive.
+//
 // When the local lease runs out with no reply the session enters jeopardy
 // (EventJeopardy). The loop goes on trying, now also asking the replicas
 // where the master is every jeopardyProbeInterval while a KeepAlive is in
@@ -364,8 +377,9 @@ type kaAttempt struct {
 // any time, expires it.
 //
 // The loop runs as long as the session: each turn waits for a reply, a
-// failure, a timer or the session's end, and every wait is bounded by the
-// lease end or, in jeopardy, by the end of the grace period.
+// failure, a timer, a locate round or the session's end, and every wait is
+// bounded by the lease end or, in jeopardy, by the end of the grace period
+// (a locate round by its own timeout).
 func (s *Session) keepAliveLoop() {
 	defer close(s.loopDone)
 	var (
@@ -375,6 +389,11 @@ func (s *Session) keepAliveLoop() {
 		quick    int             // immediate resends in a row (maxQuickKeepAlives)
 		locating <-chan struct{} // a locate round the loop waits for, or nil
 		probeAt  time.Time       // in jeopardy: when to start the next locate round
+		// lost is the replica the last KeepAlive failed at without
+		// learning where the master is ("" after a reply); roundWait: the
+		// next KeepAlive waits for the round in locating to end.
+		lost      string
+		roundWait bool
 	)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -384,10 +403,45 @@ func (s *Session) keepAliveLoop() {
 		}
 	}()
 	multi := len(s.c.master.addrs) > 1
+	// roundOver handles the end of a locate round: ours (the loop waited
+	// for it) or anyone's.
+	roundOver := func(ours bool) {
+		if locating != nil {
+			select {
+			case <-locating:
+				locating, ours = nil, true
+			default:
+			}
+		}
+		if locating == nil {
+			roundWait = false
+		}
+		loc := s.c.master.lastLocated()
+		switch {
+		case loc.addr == "":
+		case cur != nil && ours && loc.addr != cur.addr:
+			// The replicas say the master is elsewhere: go there
+			// rather than wait for a reply that may never come.
+			s.log.Debug("chubby: master located elsewhere; resending KeepAlive",
+				"from", cur.addr, "to", loc.addr, "epoch", loc.epoch)
+			cur.cancel()
+			cur, retryAt = nil, time.Time{}
+		case cur == nil && lost != "" && (loc.addr != lost || loc.epoch > s.Epoch()) &&
+			retryAt.After(time.Now()) && quick < maxQuickKeepAlives:
+			// Found where the KeepAlive failed to go: go there now.
+			s.log.Debug("chubby: master located; sending KeepAlive without waiting out the backoff",
+				"failed_at", lost, "to", loc.addr, "epoch", loc.epoch, "backoff_left", time.Until(retryAt))
+			quick++
+			retryAt = time.Time{}
+		}
+	}
 	for {
 		if s.ctx.Err() != nil {
 			return
 		}
+		// Taken before anything is decided: a round that ends from here on
+		// wakes this turn.
+		ended := s.c.master.roundEnded()
 		now := time.Now()
 		s.mu.Lock()
 		if s.err != nil {
@@ -408,7 +462,8 @@ func (s *Session) keepAliveLoop() {
 				ErrSessionExpired, s.grace, leaseEnd.Format(time.RFC3339Nano)))
 			return
 		}
-		if cur == nil && !now.Before(retryAt) {
+		held := roundWait && locating != nil // the next KeepAlive waits for the round
+		if cur == nil && !held && !now.Before(retryAt) {
 			cur = s.sendKeepAlive(granted)
 		}
 		if state == StateJeopardy && cur != nil && locating == nil && !now.Before(probeAt) {
@@ -420,7 +475,7 @@ func (s *Session) keepAliveLoop() {
 		if state == StateJeopardy {
 			wake = graceEnd
 		}
-		if cur == nil && retryAt.Before(wake) {
+		if cur == nil && !held && retryAt.Before(wake) {
 			wake = retryAt
 		}
 		if state == StateJeopardy && cur != nil && locating == nil && probeAt.Before(wake) {
@@ -436,15 +491,9 @@ func (s *Session) keepAliveLoop() {
 			return
 		case <-timer.C:
 		case <-locating:
-			locating = nil
-			if loc := s.c.master.lastLocated(); cur != nil && loc.addr != "" && loc.addr != cur.addr {
-				// The replicas say the master is elsewhere: go there
-				// rather than wait for a reply that may never come.
-				s.log.Debug("chubby: master located elsewhere; resending KeepAlive",
-					"from", cur.addr, "to", loc.addr, "epoch", loc.epoch)
-				cur.cancel()
-				cur, retryAt = nil, time.Time{}
-			}
+			roundOver(true)
+		case <-ended:
+			roundOver(false)
 		case <-replied:
 			a := cur
 			cur = nil
@@ -456,7 +505,7 @@ func (s *Session) keepAliveLoop() {
 			if err == nil {
 				s.log.Debug("chubby: KeepAlive answered", "addr", a.addr, "epoch", r.GetEpoch(),
 					"took", time.Since(a.sent))
-				failures, quick, retryAt = 0, 0, time.Time{}
+				failures, quick, retryAt, lost = 0, 0, time.Time{}, ""
 				continue
 			}
 			if s.ctx.Err() != nil {
@@ -477,11 +526,16 @@ func (s *Session) keepAliveLoop() {
 			d := backoffDelay(keepAliveBackoffBase, keepAliveBackoffMax, failures, jitter())
 			failures++
 			retryAt = time.Now().Add(d)
-			if v.locate && multi && locating == nil {
-				locating = s.c.master.locate()
+			lost, roundWait = "", false
+			if v.locate && multi {
+				if locating == nil {
+					locating = s.c.master.locate()
+				}
+				lost, roundWait = a.addr, true
 			}
 			s.log.Debug("chubby: KeepAlive failed; retrying", "addr", a.addr, "next", s.c.master.addr(),
-				"delay", d, "state", state, "lease_remaining", time.Until(leaseEnd), "err", Describe(err))
+				"delay", d, "wait_for_locate", roundWait, "state", state, "lease_remaining", time.Until(leaseEnd),
+				"err", Describe(err))
 		}
 	}
 }
