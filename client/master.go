@@ -81,18 +81,24 @@ func (m *master) addr() string {
 
 // redirect records that the replica at from is not the master. A valid
 // hint (NOT_MASTER's master_address, or GetMaster's answer) that differs from
-// from becomes the guess; otherwise the next configured address does.
-func (m *master) redirect(from, hint string) {
+// from becomes the guess; otherwise the next configured address does. It
+// reports whether the hint is one to follow: valid, and not the master this
+// client just failed to reach (the suspect), which a replica that has not
+// yet noticed its failure still names — a locate round, which the
+// replicas hold until they know the new master, is then the way on.
+func (m *master) redirect(from, hint string) (followed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	followed = usableHint(from, hint) && hint != m.suspect
 	if m.cur != from {
-		return // someone else already moved on
+		return followed // someone else already moved on
 	}
-	if usableHint(from, hint) {
+	if followed {
 		m.cur = hint
-		return
+		return true
 	}
 	m.advanceLocked()
+	return false
 }
 
 // usableHint reports whether a NOT_MASTER from the replica at from named
@@ -323,7 +329,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		if err == nil {
 			return v, nil, false
 		}
-		retry, hinted, cause := c.classify(ctx, err, addr, spec.class)
+		retry, hinted, refused, cause := c.classify(ctx, err, addr, spec.class)
 		if !retry {
 			c.log.Debug("chubby: call failed; not retried", "op", spec.op, "path", spec.path,
 				"addr", addr, "attempt", attempt+1, "err", Describe(cause))
@@ -343,10 +349,15 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 			// replica in a view change answers once it knows).
 			c.master.locateWait(ctx)
 		}
-		if next := c.master.addr(); next != addr && redirects < maxQuickRedirects {
-			// Told (or found) where the master is now: go there at once
-			// (the replicas hold their answers during a view change, and
-			// redirects without a pause are bounded, so this cannot spin).
+		// Told (or found) where the master is now: go there at once (the
+		// replicas hold their answers during a view change, and redirects
+		// without a pause are bounded, so this cannot spin). A replica
+		// that refused (NOT_MASTER) and that the locate round then names
+		// has become the master meanwhile (a replica's own GetMaster
+		// answer waits until it serves).
+		next := c.master.addr()
+		found := next != addr || (refused && !hinted && len(c.master.addrs) > 1)
+		if found && redirects < maxQuickRedirects {
 			redirects++
 			c.log.Debug("chubby: retrying call at the master", "op", spec.op, "path", spec.path,
 				"addr", addr, "next", next, "attempt", attempt+1, "err", Describe(cause))
@@ -355,7 +366,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		c.log.Debug("chubby: retrying call", "op", spec.op, "path", spec.path,
 			"addr", addr, "next", c.master.addr(), "attempt", attempt+1, "delay", max(time.Until(resendAt), 0),
 			"err", Describe(cause))
-		if err := c.master.pause(ctx, resendAt, addr); err != nil {
+		if err := c.master.pause(ctx, resendAt, addr, refused); err != nil {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, false
 		}
 	}
@@ -363,10 +374,12 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 
 // pause waits until until, or until a locate round (this call's or anyone
 // else's: a session's KeepAlive loop, another call) ends naming a master
-// other than from, where the call just failed; or until ctx ends (then it
-// returns ctx's cause). Each wake-up costs the caller an attempt, so the
-// retries stay bounded by maxCallAttempts.
-func (m *master) pause(ctx context.Context, until time.Time, from string) error {
+// other than from, where the call just failed — or naming from itself when
+// from refused the call (NOT_MASTER: it was alive but not the master, and
+// is now named master) — or until ctx ends (then it returns ctx's cause).
+// Each wake-up costs the caller an attempt, so the retries stay bounded by
+// maxCallAttempts.
+func (m *master) pause(ctx context.Context, until time.Time, from string, refused bool) error {
 	d := time.Until(until)
 	if d <= 0 {
 		return nil
@@ -381,7 +394,7 @@ func (m *master) pause(ctx context.Context, until time.Time, from string) error 
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-ended:
-			if loc := m.lastLocated(); loc.addr != "" && loc.addr != from {
+			if loc := m.lastLocated(); loc.addr != "" && (loc.addr != from || refused) {
 				return nil
 			}
 		}
@@ -391,19 +404,20 @@ func (m *master) pause(ctx context.Context, until time.Time, from string) error 
 // classify decides whether a failed attempt sent to addr may be retried
 // under class, updates the master guess, and returns the error to report.
 // hinted says the failure named where the master is (NOT_MASTER with a
-// usable master_address), so no locate round is needed.
-func (c *Client) classify(ctx context.Context, err error, addr string, class retryClass) (retry, hinted bool, cause error) {
+// master_address to follow: see redirect), so no locate round is needed;
+// refused says addr answered NOT_MASTER (it is alive, and was not the
+// master then).
+func (c *Client) classify(ctx context.Context, err error, addr string, class retryClass) (retry, hinted, refused bool, cause error) {
 	var ce *chubby.ChubbyError
 	if errors.As(err, &ce) {
 		switch ce.Code {
 		case chubby.ErrorCode_NOT_MASTER:
 			// A refused call did nothing: safe to send again, whatever it is.
-			c.master.redirect(addr, ce.GetMasterAddress())
-			return true, usableHint(addr, ce.GetMasterAddress()), err
+			return true, c.master.redirect(addr, ce.GetMasterAddress()), true, err
 		case chubby.ErrorCode_UNAVAILABLE:
-			return class == retrySafe || class == retryOnce, false, err
+			return class == retrySafe || class == retryOnce, false, false, err
 		}
-		return false, false, err
+		return false, false, false, err
 	}
 	if dl, ok := ctx.Deadline(); ok && kerrors.IsTimeoutError(err) && time.Until(dl) < 50*time.Millisecond {
 		// Kitex turns the context's deadline into its RPC timeout and may
@@ -414,25 +428,25 @@ func (c *Client) classify(ctx context.Context, err error, addr string, class ret
 	if ctx.Err() != nil {
 		// Kitex reports a cancelled or expired context as an RPC timeout;
 		// the context's own error says what happened.
-		return false, false, context.Cause(ctx)
+		return false, false, false, context.Cause(ctx)
 	}
 	switch {
 	case errors.Is(err, kerrors.ErrGetConnection):
 		// No connection: the request never left, so any call may be resent.
 		c.master.unreachable(addr)
-		return true, false, fmt.Errorf("%w at %s: %w", ErrUnreachable, addr, err)
+		return true, false, false, fmt.Errorf("%w at %s: %w", ErrUnreachable, addr, err)
 	case kerrors.IsTimeoutError(err):
 		if class == retryOnce {
 			c.master.unreachable(addr)
-			return true, false, err
+			return true, false, false, err
 		}
-		return false, false, err
+		return false, false, false, err
 	case errors.Is(err, kerrors.ErrRemoteOrNetwork):
 		if class == retrySafe || class == retryOnce {
 			c.master.unreachable(addr)
-			return true, false, err
+			return true, false, false, err
 		}
-		return false, false, err
+		return false, false, false, err
 	}
-	return false, false, err
+	return false, false, false, err
 }

@@ -301,8 +301,9 @@ func TestLocateNamesTheUnreachableMasterOnce(t *testing.T) {
 
 // TestPauseEndsWhenARoundFindsTheMaster: a call waiting out its back-off
 // after failing at one replica goes on as soon as a locate round — anyone's
-// — names another master; a round that names the same replica again does
-// not end the pause early.
+// — names another master; a round that names the same unreachable replica
+// again does not end the pause early, one that names a replica that
+// refused the call does.
 func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 	var mu sync.Mutex
 	answer := "a:1"
@@ -314,7 +315,7 @@ func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 	m := newMaster([]string{"a:1", "b:1"}, ask, time.Second)
 	done := make(chan error, 1)
 	start := time.Now()
-	go func() { done <- m.pause(context.Background(), start.Add(time.Minute), "a:1") }()
+	go func() { done <- m.pause(context.Background(), start.Add(time.Minute), "a:1", false) }()
 	<-m.locate() // names a:1, where the call failed: the pause goes on
 	select {
 	case err := <-done:
@@ -337,13 +338,27 @@ func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 		t.Errorf("guess %s, want b:1", m.addr())
 	}
 
+	// A replica that refused the call (NOT_MASTER) and that a round then
+	// names has become the master: the pause ends.
+	go func() { done <- m.pause(context.Background(), time.Now().Add(time.Minute), "b:1", true) }()
+	time.Sleep(10 * time.Millisecond)
+	<-m.locate()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("pause: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("pause after a refusal did not end when a round named the replica that refused")
+	}
+
 	// The context ends a pause; a pause already over returns at once.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := m.pause(ctx, time.Now().Add(time.Minute), "b:1"); !errors.Is(err, context.Canceled) {
+	if err := m.pause(ctx, time.Now().Add(time.Minute), "b:1", false); !errors.Is(err, context.Canceled) {
 		t.Errorf("pause under a cancelled context: %v", err)
 	}
-	if err := m.pause(context.Background(), time.Now().Add(-time.Second), "b:1"); err != nil {
+	if err := m.pause(context.Background(), time.Now().Add(-time.Second), "b:1", false); err != nil {
 		t.Errorf("pause in the past: %v", err)
 	}
 }
@@ -401,5 +416,27 @@ func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
 	}
 	if s.Epoch() != cell2.Server().Epoch() {
 		t.Errorf("session epoch %d, cell's %d", s.Epoch(), cell2.Server().Epoch())
+	}
+}
+
+// TestHintNamingTheSuspectIsNotFollowed: after the master could not be
+// reached, a replica that has not noticed its failure yet still names it
+// in NOT_MASTER; that hint is not followed (a locate round, which the
+// replicas hold until they know the new master, is the way on) until a
+// round has ended with the replicas still naming it.
+func TestHintNamingTheSuspectIsNotFollowed(t *testing.T) {
+	m := newMaster([]string{"a:1", "b:1", "c:1"}, func(context.Context, string, string) (string, int64, error) {
+		return "a:1", 3, nil
+	}, time.Second)
+	m.unreachable("a:1") // the master: the guess moves to b:1
+	if m.redirect("b:1", "a:1") {
+		t.Error("followed a hint naming the replica just found unreachable")
+	}
+	if got := m.addr(); got != "c:1" {
+		t.Errorf("guess %s after a stale hint, want the next address c:1", got)
+	}
+	<-m.locate() // the replicas still name a:1 after their hold: it is alive
+	if !m.redirect("c:1", "a:1") || m.addr() != "a:1" {
+		t.Errorf("hint to a:1 not followed once the suspicion is over (guess %s)", m.addr())
 	}
 }

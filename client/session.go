@@ -390,10 +390,15 @@ func (s *Session) keepAliveLoop() {
 		locating <-chan struct{} // a locate round the loop waits for, or nil
 		probeAt  time.Time       // in jeopardy: when to start the next locate round
 		// lost is the replica the last KeepAlive failed at without
-		// learning where the master is ("" after a reply); roundWait: the
-		// next KeepAlive waits for the round in locating to end.
-		lost      string
-		roundWait bool
+		// learning where the master is ("" after a reply); lostRefused: it
+		// answered NOT_MASTER (it is alive: a round naming it means it has
+		// become the master). roundWait: the next KeepAlive waits for the
+		// round in locating to end. wakes counts the KeepAlives a round
+		// sent before their backoff ended, since the last reply.
+		lost        string
+		lostRefused bool
+		roundWait   bool
+		wakes       int
 	)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -426,12 +431,12 @@ func (s *Session) keepAliveLoop() {
 				"from", cur.addr, "to", loc.addr, "epoch", loc.epoch)
 			cur.cancel()
 			cur, retryAt = nil, time.Time{}
-		case cur == nil && lost != "" && (loc.addr != lost || loc.epoch > s.Epoch()) &&
-			retryAt.After(time.Now()) && quick < maxQuickKeepAlives:
+		case cur == nil && lost != "" && (loc.addr != lost || lostRefused || loc.epoch > s.Epoch()) &&
+			retryAt.After(time.Now()) && wakes < maxQuickKeepAlives:
 			// Found where the KeepAlive failed to go: go there now.
 			s.log.Debug("chubby: master located; sending KeepAlive without waiting out the backoff",
 				"failed_at", lost, "to", loc.addr, "epoch", loc.epoch, "backoff_left", time.Until(retryAt))
-			quick++
+			wakes++
 			retryAt = time.Time{}
 		}
 	}
@@ -505,7 +510,7 @@ func (s *Session) keepAliveLoop() {
 			if err == nil {
 				s.log.Debug("chubby: KeepAlive answered", "addr", a.addr, "epoch", r.GetEpoch(),
 					"took", time.Since(a.sent))
-				failures, quick, retryAt, lost = 0, 0, time.Time{}, ""
+				failures, quick, wakes, retryAt, lost = 0, 0, 0, time.Time{}, ""
 				continue
 			}
 			if s.ctx.Err() != nil {
@@ -526,12 +531,12 @@ func (s *Session) keepAliveLoop() {
 			d := backoffDelay(keepAliveBackoffBase, keepAliveBackoffMax, failures, jitter())
 			failures++
 			retryAt = time.Now().Add(d)
-			lost, roundWait = "", false
+			lost, lostRefused, roundWait = "", false, false
 			if v.locate && multi {
 				if locating == nil {
 					locating = s.c.master.locate()
 				}
-				lost, roundWait = a.addr, true
+				lost, lostRefused, roundWait = a.addr, v.refused, true
 			}
 			s.log.Debug("chubby: KeepAlive failed; retrying", "addr", a.addr, "next", s.c.master.addr(),
 				"delay", d, "wait_for_locate", roundWait, "state", state, "lease_remaining", time.Until(leaseEnd),
@@ -646,6 +651,7 @@ type kaVerdict struct {
 	fatal     bool // the session has ended
 	resendNow bool // the failure said where to go: resend without a backoff
 	locate    bool // nobody said where the master is: ask the replicas
+	refused   bool // with locate: the replica answered NOT_MASTER (it is alive)
 }
 
 // keepAliveFailed handles a failed KeepAlive sent to addr: it ends the
@@ -669,12 +675,11 @@ func (s *Session) keepAliveFailed(addr string, err error) kaVerdict {
 			if ce.IsSetEpoch() {
 				s.noteEpoch(ce.GetEpoch())
 			}
-			hint := ce.GetMasterAddress()
-			s.c.master.redirect(addr, hint)
-			if usableHint(addr, hint) {
+			if s.c.master.redirect(addr, ce.GetMasterAddress()) {
 				return kaVerdict{resendNow: true}
 			}
-			return kaVerdict{locate: true}
+			// No hint, or one naming the master just found unreachable.
+			return kaVerdict{locate: true, refused: true}
 		case chubby.ErrorCode_STALE_EPOCH:
 			// A new master refused the old epoch: adopt its epoch and
 			// resend at once. (Flushing caches and re-validating handles
