@@ -182,15 +182,19 @@
 // Replicas in a view change hold GetMaster, KeepAlive and refusals until
 // they know the new master (at most 200 ms), so a client learns of a new
 // master as soon as it exists rather than at its next back-off step. A
-// pause counts from the failure (the locate round is part of it, not added
-// to it), and ends early when any locate round — the call's, another
-// call's, a session's KeepAlive loop's — names a master other than the
-// replica the call failed at. The KeepAlive loop likewise waits for the
-// locate round after such a failure and goes at once to a master a round
-// finds, rather than wait out its own back-off (up to 0.5 s): a new master
-// holds every change until each caching session it recovered has flushed on
-// a KeepAlive (see Cache), so a late KeepAlive would hold up the session's
-// own writes and every other client's. The calls are sent again:
+// NOT_MASTER hint naming the replica the client has just failed to reach is
+// not followed (the replica that gave it has not noticed the failure yet):
+// a locate round is asked instead, and a replica that refused a call and
+// that a round then names master is gone to at once. A pause counts from
+// the failure (the locate round is part of it, not added to it), and ends
+// early when any locate round — the call's, another call's, a session's
+// KeepAlive loop's — names a master other than the replica the call failed
+// at. The KeepAlive loop likewise waits for the locate round after such a
+// failure and goes at once to a master a round finds, rather than wait out
+// its own back-off (up to 0.5 s): a new master holds every change until
+// each caching session it recovered has flushed on a KeepAlive (see Cache),
+// so a late KeepAlive would hold up the session's own writes and every
+// other client's. The calls are sent again:
 //
 //   - reads (GetContentsAndStat, GetStat, ReadDir, GetSequencer,
 //     CheckSequencer, GetMaster, GetStatus) and CreateSession, on
