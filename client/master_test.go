@@ -380,7 +380,7 @@ func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
 	c := connectCfg(t, Config{Addrs: []string{cell.Addr, next}})
 	s := newSession(t, c)
 	s.mu.Lock()
-	renewals := s.renewals
+	renewals := s.ll.Renewals()
 	s.mu.Unlock()
 
 	cell.Stop()
@@ -399,7 +399,7 @@ func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		s.mu.Lock()
-		r := s.renewals
+		r := s.ll.Renewals()
 		s.mu.Unlock()
 		if r > renewals {
 			break
