@@ -63,11 +63,18 @@ func freePorts(t *testing.T, n int) []string {
 	return out
 }
 
-func startCell(t *testing.T, n int, lease time.Duration) *cell {
+// buildChubbyd builds bin/chubbyd into a temporary directory of t.
+func buildChubbyd(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "chubbyd")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/chubbygo/chubby/tools/chubbyd").CombinedOutput(); err != nil {
 		t.Fatalf("go build chubbyd: %v\n%s", err, out)
 	}
+	return bin
+}
+
+func startCell(t *testing.T, n int, lease time.Duration) *cell {
+	bin := buildChubbyd(t)
 	ports := freePorts(t, 2*n)
 	c := &cell{t: t, bin: bin}
 	var spec []string
