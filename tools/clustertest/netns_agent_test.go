@@ -311,6 +311,7 @@ const opTimeout = 20 * time.Second
 //	write-loop PREFIX NFILES SIZE       writes NAME-n to PREFIXk, k = n mod NFILES
 //	stop-loops
 //	master                              GetMaster on every replica
+//	getmaster ADDR TIMEOUT_MS           GetMaster on one replica
 //	master-loop INTERVAL_MS             master, repeated until stop-loops
 //	status ADDR                         GetStatus on one replica
 //	healthz HTTPADDR                    GET /healthz
@@ -408,6 +409,9 @@ func (a *agentProc) run(f []string) {
 		a.emit(agentEvent{Ev: "loops-stopped"})
 	case "master":
 		a.emit(agentEvent{Ev: "master", Answers: a.masters(ctx)})
+	case "getmaster":
+		addr, d := arg(f, 1), time.Duration(atoi(arg(f, 2), 500))*time.Millisecond
+		a.emit(agentEvent{Ev: "master", Answers: []masterAnswer{a.askMaster(ctx, addr, d)}})
 	case "master-loop":
 		every := time.Duration(atoi(arg(f, 1), 50)) * time.Millisecond
 		a.loop(every, func(ctx context.Context, _ int) {
@@ -528,17 +532,23 @@ func (a *agentProc) masters(ctx context.Context) []masterAnswer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			defer cancel()
-			r, err := a.kc.GetMaster(mctx, &chubby.GetMasterRequest{}, callopt.WithHostPort(addr), callopt.WithRPCTimeout(500*time.Millisecond))
-			out[i] = masterAnswer{Addr: addr}
-			if err != nil {
-				out[i].Err = err.Error()
-				return
-			}
-			out[i].Master, out[i].Epoch = r.MasterAddress, r.Epoch
+			out[i] = a.askMaster(ctx, addr, 500*time.Millisecond)
 		}()
 	}
 	wg.Wait()
+	return out
+}
+
+// askMaster asks one replica where the master is, waiting at most d.
+func (a *agentProc) askMaster(ctx context.Context, addr string, d time.Duration) masterAnswer {
+	mctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	r, err := a.kc.GetMaster(mctx, &chubby.GetMasterRequest{}, callopt.WithHostPort(addr), callopt.WithRPCTimeout(d))
+	out := masterAnswer{Addr: addr}
+	if err != nil {
+		out.Err = err.Error()
+		return out
+	}
+	out.Master, out.Epoch = r.MasterAddress, r.Epoch
 	return out
 }
