@@ -5,10 +5,22 @@ package clustertest
 // TestNetns runs a five-replica cell of real chubbyd processes, each in its
 // own network namespace with its own address, and client agents (the Go
 // client library, in namespaces of their own), and breaks it in the ways a
-// lock service must survive: a partition that leaves the master with a
-// minority, a master paused for longer than a session lease, a master whose
-// disk fails, and (as a control) kill -9 of the master. Each scenario checks
-// what the users of a lock service rely on:
+// lock service must survive. Every trial sets the same scene: C1 holds
+// /lock (lock-delay 1 s), R1 reads /f from its cache every 10 ms, the lease
+// is 3 s, and the fault comes 1.5 s after a renewal of C1's lease. Then:
+//
+//	partition      {master, C1, R1} | {the other four, C2, W}; C2 asks for
+//	               /lock, W writes /f; healed after C2 has the lock (or a
+//	               bound) and W's write is answered, plus 1.5 s
+//	paused-master  SIGSTOP of the master for a lease + 2 s, then SIGCONT
+//	               (see runPausedMaster for the cut that comes with it)
+//	disk-full      prlimit --fsize=1MiB on the master while D writes 32 KiB
+//	               files through it; C2 and W start after the disk failed;
+//	               the failed replica is restarted on its data
+//	kill9-control  kill -9 of the master, restarted on its data: the same
+//	               checks, which pass today
+//
+// Each scenario checks what the users of a lock service rely on:
 //
 //	(a) a lock holder cut off from the cell leaves SAFE within one lease:
 //	    it must not go on trusting renewals from a master that lost the cell;
@@ -17,10 +29,18 @@ package clustertest
 //	(c) no stale cached read: once a write is acknowledged, a caching reader
 //	    never returns the old value;
 //	(d) nothing acknowledged is lost, and the history of reads and writes is
-//	    linearizable (porcupine, with the agents' timestamps).
+//	    linearizable (porcupine, with the agents' timestamps);
 //
-// One trial of each by default; CHUBBY_NETNS_TRIALS=N runs N of each and
-// logs medians. Needs root and iproute2 (skips otherwise).
+// and, where they apply: (belief) a C1 that is SAFE and believes it holds
+// /lock is right, per CheckSequencer; (old master) after SIGCONT the old
+// master neither names itself master nor extends a lease; (failover,
+// health, restart) a replica whose disk fails gives way within 5 s, exits
+// non-zero or fails /healthz, and starts again on its data once the disk
+// is fine. Each trial ends with a one-line summary of its checks.
+//
+// One trial of each by default (about a minute in all); CHUBBY_NETNS_TRIALS=N
+// runs N of each and logs medians. Needs root and iproute2 (skips
+// otherwise); the disk scenario needs prlimit.
 
 import (
 	"fmt"
@@ -142,6 +162,8 @@ type nsTrial struct {
 	// agents beyond R1, W's and V whose operations on them do
 	paths []string
 	extra []*agent
+	// checks made, in order, with their verdicts (the summary)
+	checks []string
 }
 
 // role is a part an agent plays (C2, W). If the agent's session expires
@@ -183,6 +205,17 @@ func (tr *nsTrial) replace(r *role, why string) *agent {
 
 func lockDelayMs() int64 { return netnsLockDelay.Milliseconds() }
 
+// fail reports a failed check (a, b, c, d, belief, old master, health,
+// failover, restart, liveness) and records it for the trial's summary.
+func (tr *nsTrial) fail(check, format string, args ...any) {
+	tr.t.Helper()
+	tr.t.Errorf("check ("+check+") FAILED: "+format, args...)
+	tr.checks = append(tr.checks, check+" FAILED")
+}
+
+// ok records a check that passed, for the trial's summary.
+func (tr *nsTrial) ok(check string) { tr.checks = append(tr.checks, check+" ok") }
+
 // newTrial starts the cell and the agents, and sets the scene: W wrote v0
 // to /f, C1 holds /lock, R1 reads /f from its cache.
 //
@@ -193,7 +226,10 @@ func lockDelayMs() int64 { return netnsLockDelay.Milliseconds() }
 func newTrial(t *testing.T, bin string, late bool) *nsTrial {
 	tr := &nsTrial{t: t, start: time.Now(), metrics: map[string]time.Duration{}, paths: []string{"/f"},
 		c2: &role{name: "c2"}, w: &role{name: "w"}}
-	t.Cleanup(func() { tr.metrics["trial"] = time.Since(tr.start) })
+	t.Cleanup(func() {
+		tr.metrics["trial"] = time.Since(tr.start)
+		t.Logf("summary (%v): %s", time.Since(tr.start).Round(100*time.Millisecond), strings.Join(tr.checks, ", "))
+	})
 	tr.c = startNsCell(t, bin, 5, netnsLease)
 	tr.probe = tr.c.startAgent("probe", true)
 	if _, _, ok := tr.c.findMaster(tr.probe, 30*time.Second); !ok {
@@ -335,7 +371,9 @@ func (tr *nsTrial) settle(extraPaths ...string) {
 		t.Logf("C1 after the fault: session %s; CheckSequencer(%s) valid=%v %s%s; held per GetSequencer: %q",
 			st, e.Seq, e.Valid, e.Reason, errSuffix(e.Err), e.Master)
 		if st == "safe" && e.Err == "" && !e.Valid {
-			t.Errorf("check (belief): C1 is SAFE and believes it holds /lock, but the cell says its sequencer is not valid (%s)", e.Reason)
+			tr.fail("belief", "C1 is SAFE and believes it holds /lock, but the cell says its sequencer is not valid (%s)", e.Reason)
+		} else {
+			tr.ok("belief")
 		}
 	}
 	if _, ended := firstEv(tr.c1.all(), sessionEnded); !ended {
@@ -351,7 +389,7 @@ func (tr *nsTrial) settle(extraPaths ...string) {
 			continue
 		}
 		if !ok || e.Ev != "acquired" {
-			t.Errorf("C2 did not get /lock after C1 released it or lost its session: %s %s", e.Ev, e.Err)
+			tr.fail("liveness", "C2 did not get /lock after C1 released it or lost its session: %s %s", e.Ev, e.Err)
 		}
 		break
 	}
@@ -368,7 +406,7 @@ func (tr *nsTrial) settle(extraPaths ...string) {
 		if e, ok := tr.v.wait(30*time.Second, func(e agentEvent) bool {
 			return (e.Ev == "read" || e.Ev == "read-error") && e.Path == p && e.Call >= since
 		}); !ok || e.Ev != "read" {
-			t.Errorf("the final read of %s failed: %s", p, e.Err)
+			tr.fail("liveness", "the final read of %s failed: %s", p, e.Err)
 		}
 	}
 }
@@ -463,13 +501,10 @@ func (tr *nsTrial) checkAll(what string) {
 	}
 
 	// (a) C1 must stop trusting the old master within a lease.
-	var oldTrust, jeopardyAt, lastEnd int64
+	var oldTrust, jeopardyAt int64
 	for _, e := range c1 {
-		if e.Ev == "lease" {
-			lastEnd = max(lastEnd, e.End)
-			if e.Epoch <= tr.epoch {
-				oldTrust = max(oldTrust, e.End)
-			}
+		if e.Ev == "lease" && e.Epoch <= tr.epoch {
+			oldTrust = max(oldTrust, e.End)
 		}
 		if e.Ev == "state" && e.T >= tr.fault && e.State != "safe" && jeopardyAt == 0 {
 			jeopardyAt = e.T
@@ -484,9 +519,12 @@ func (tr *nsTrial) checkAll(what string) {
 	if jeopardyAt != 0 {
 		tr.metrics["C1 jeopardy after fault"] = ns(jeopardyAt - tr.fault)
 	}
+	tr.metrics["C1 SAFE on the old master's word, after fault"] = ns(oldTrust - tr.fault)
 	if limit := tr.fault + int64(netnsLease+jeopardySlack); oldTrust > limit {
-		t.Errorf("check (a) FAILED: C1 was SAFE on renewals by the old master (epoch %d) until %s, %v after the %s; want at most one lease (%v) + %v",
+		tr.fail("a", "C1 was SAFE on renewals by the old master (epoch %d) until %s, %v after the %s; want at most one lease (%v) + %v",
 			tr.epoch, tr.rel(oldTrust), ns(oldTrust-tr.fault).Round(time.Millisecond), what, netnsLease, jeopardySlack)
+	} else {
+		tr.ok("a")
 	}
 
 	// (b) No overlap.
@@ -517,11 +555,14 @@ func (tr *nsTrial) checkAll(what string) {
 		t.Logf("  C2 asked at %s, was granted /lock at %s: gap after C1's last trusted instant %v",
 			tr.rel(c2call.T), tr.rel(c2acq.T), gap.Round(time.Millisecond))
 		if gap <= 0 {
-			t.Errorf("check (b) FAILED: overlap: C2 was granted /lock at %s while C1 was SAFE believing it held it until %s (%v of overlap)",
+			tr.fail("b", "overlap: C2 was granted /lock at %s while C1 was SAFE believing it held it until %s (%v of overlap)",
 				tr.rel(c2acq.T), tr.rel(trusted), (-gap).Round(time.Millisecond))
+		} else {
+			tr.ok("b")
 		}
 	} else {
 		t.Logf("  C2 was never granted /lock")
+		tr.ok("b (vacuous: C2 never got /lock)")
 	}
 
 	// (c) No stale read after W's acknowledged write.
@@ -546,13 +587,15 @@ func (tr *nsTrial) checkAll(what string) {
 		}
 		if len(stale) > 0 {
 			f, l := stale[0], stale[len(stale)-1]
-			t.Errorf("check (c) FAILED: R1 returned the old value %d times after W's write was acknowledged (%d from its cache), from %s to %s: first %q gen %d (cached=%v, session %s), last %q gen %d (cached=%v, session %s)",
+			tr.metrics["R1 stale reads, from W ack to last"] = ns(l.T - wv1.T)
+			tr.fail("c", "R1 returned the old value %d times after W's write was acknowledged (%d from its cache), from %s to %s: first %q gen %d (cached=%v, session %s), last %q gen %d (cached=%v, session %s)",
 				len(stale), cachedN, tr.rel(f.T), tr.rel(l.T), f.Val, f.Gen, f.Cached, stateAt(r1, f.T), l.Val, l.Gen, l.Cached, stateAt(r1, l.T))
 		} else {
 			t.Logf("  R1: no read after W's acknowledged write returned an older value")
+			tr.ok("c")
 		}
 	} else {
-		t.Errorf("check (c) not possible: no write of W after the fault was acknowledged")
+		tr.fail("c", "not possible: no write of W after the fault was acknowledged")
 	}
 	r1j, _ := firstEv(r1, func(e agentEvent) bool { return e.Ev == "state" && e.T >= tr.fault && e.State != "safe" })
 	t.Logf("  R1 left SAFE at %s; fault undone at %s", tr.rel(r1j.T), tr.rel(tr.faultEnd))
@@ -628,31 +671,30 @@ func (tr *nsTrial) checkHistory() {
 		}
 	}
 	if len(lost) > 0 {
-		t.Errorf("check (d) FAILED: acknowledged writes lost: %s", strings.Join(lost, "; "))
+		tr.fail("d", "acknowledged writes lost: %s", strings.Join(lost, "; "))
 	}
 	res, info := porcupine.CheckOperationsVerbose(kvModel, ops, 60*time.Second)
 	switch res {
 	case porcupine.Ok:
-		t.Logf("  history of %d operations on %d paths: linearizable; nothing acknowledged lost", len(ops), len(tr.paths))
+		t.Logf("  history of %d operations on %d paths: linearizable", len(ops), len(tr.paths))
+		if len(lost) == 0 {
+			tr.ok("d")
+		}
 	case porcupine.Illegal:
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("chubby-netns-%s-history.html", strings.ReplaceAll(t.Name(), "/", "-")))
 		porcupine.VisualizePath(kvModel, info, path)
-		t.Errorf("check (d) FAILED: the history of %d operations is not linearizable (visualization: %s)", len(ops), path)
+		tr.fail("d", "the history of %d operations is not linearizable (visualization: %s)", len(ops), path)
 	default:
 		t.Logf("  linearizability check of %d operations timed out (unknown)", len(ops))
 	}
 }
 
-// checkOldMaster: after the old master is back (SIGCONT, heal), it must not
-// answer as master: no GetMaster answer of its own naming itself with its
-// old epoch once a newer master exists.
-func (tr *nsTrial) checkOldMaster(from int64, what string) {
-	t := tr.t
+// oldMasterClaims counts the probe's GetMaster answers in [from, to) in
+// which the master at the fault named itself master.
+func (tr *nsTrial) oldMasterClaims(from, to int64) (n int, first, last int64) {
 	old := tr.c.reps[tr.m].addr
-	var first, last int64
-	n := 0
 	for _, e := range tr.probe.all() {
-		if e.Ev != "master" || e.T < from {
+		if e.Ev != "master" || e.T < from || e.T >= to {
 			continue
 		}
 		for _, a := range e.Answers {
@@ -665,21 +707,35 @@ func (tr *nsTrial) checkOldMaster(from int64, what string) {
 			}
 		}
 	}
+	return n, first, last
+}
+
+// checkOldMaster: after the old master is back (SIGCONT), it must not
+// answer as master — no GetMaster answer of its own naming itself — and
+// no session's lease may be extended in its epoch.
+func (tr *nsTrial) checkOldMaster(from int64, what string) {
+	t := tr.t
+	n, first, last := tr.oldMasterClaims(from, math.MaxInt64)
 	if n > 0 {
-		t.Errorf("check (old master): after %s the old master (replica %d) still answered GetMaster naming itself %d times, from %s to %s",
+		tr.fail("old master", "after %s the old master (replica %d) still answered GetMaster naming itself %d times, from %s to %s",
 			what, tr.m+1, n, tr.rel(first), tr.rel(last))
 	} else {
 		t.Logf("  old master (replica %d) did not claim to be master after %s", tr.m+1, what)
 	}
+	failed := n > 0
 	// Nor may any session's lease be extended in the old epoch.
 	for _, a := range tr.sessionAgents() {
 		for _, e := range a.all() {
 			if e.Ev == "lease" && e.T >= from && e.Epoch <= tr.epoch {
-				t.Errorf("check (old master): after %s %s's lease was extended in the old master's epoch %d at %s (to %s)",
+				tr.fail("old master", "after %s %s's lease was extended in the old master's epoch %d at %s (to %s)",
 					what, strings.ToUpper(a.name), e.Epoch, tr.rel(e.T), tr.rel(e.End))
+				failed = true
 				break
 			}
 		}
+	}
+	if !failed {
+		tr.ok("old master")
 	}
 }
 
@@ -701,7 +757,7 @@ func (tr *nsTrial) checkRejoin(i int, d time.Duration) bool {
 	deadline := start.Add(d)
 	for time.Now().Before(deadline) {
 		if r.proc.exited() {
-			t.Errorf("restart: replica %d exited %v, %v after it was restarted on its data directory; its log:\n%s\ndata directory %s:\n%s",
+			tr.fail("restart", "replica %d exited %v, %v after it was restarted on its data directory; its log:\n%s\ndata directory %s:\n%s",
 				r.id, r.proc.err, time.Since(start).Round(time.Millisecond), tail(r.proc.log.String(), 2500), r.dir, listDir(r.dir))
 			return false
 		}
@@ -711,11 +767,12 @@ func (tr *nsTrial) checkRejoin(i int, d time.Duration) bool {
 			tr.metrics["rejoin after restart"] = time.Since(start)
 			t.Logf("  replica %d restarted on its data and caught up (applied %d >= %d) in %v",
 				r.id, e.Applied, target, time.Since(start).Round(time.Millisecond))
+			tr.ok("restart")
 			return true
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Errorf("restart: replica %d runs but did not catch up to %d within %v; data directory:\n%s", r.id, target, d, listDir(r.dir))
+	tr.fail("restart", "replica %d runs but did not catch up to %d within %v; data directory:\n%s", r.id, target, d, listDir(r.dir))
 	return false
 }
 
@@ -765,32 +822,59 @@ func runPartition(tr *nsTrial) {
 	}
 	tr.faultEnd = now()
 	tr.minority = nil
+	if n, first, last := tr.oldMasterClaims(tr.fault, tr.faultEnd); n > 0 {
+		t.Logf("  (the old master named itself master to the probe %d times during the partition, from %s to %s)",
+			n, tr.rel(first), tr.rel(last))
+	}
 	tr.settle()
 	tr.checkAll("partition")
 }
 
 // runPausedMaster: SIGSTOP the master for a lease + 2 s, then SIGCONT.
+//
+// Right after the SIGSTOP the stopped replica is also cut off from the
+// other replicas (clients and the probe still reach it), until 1 s after
+// the SIGCONT. A stopped process notices nothing, so the pause is the same;
+// what the cut does is keep the news of the new view out of its socket
+// buffers, so that after SIGCONT it has a second in which only its own
+// clock can tell it that it is no longer master. Without the cut, whether
+// it answers as master first or reads the new view first is a race between
+// its goroutines (it answered as master in about four runs of five).
 func runPausedMaster(tr *nsTrial) {
 	t, c := tr.t, tr.c
 	if err := c.sigstop(tr.m); err != nil {
 		t.Fatal(err)
 	}
 	tr.fault = now()
+	old := []*nsHost{c.reps[tr.m].host}
+	var others []*nsHost
+	for i, r := range c.reps {
+		if i != tr.m {
+			others = append(others, r.host)
+		}
+	}
+	if err := c.net.partition(old, others); err != nil {
+		t.Fatal(err)
+	}
 	tr.contend()
 	cont := time.Unix(0, tr.fault).Add(netnsLease + 2*time.Second)
 	time.Sleep(time.Until(cont.Add(-300 * time.Millisecond)))
 	// A GetMaster that reaches the stopped master just before SIGCONT: it
-	// is answered as soon as the process runs again, by a replica that has
-	// not heard from the cell for lease + 2 s.
+	// is answered as soon as the process runs again.
 	tr.probe.send("getmaster %s 3000", c.reps[tr.m].addr)
 	time.Sleep(time.Until(cont))
 	if err := c.sigcont(tr.m); err != nil {
 		t.Fatal(err)
 	}
 	tr.faultEnd = now()
-	t.Logf("replica %d stopped (SIGSTOP) for %v", tr.m+1, ns(tr.faultEnd-tr.fault).Round(time.Millisecond))
+	t.Logf("replica %d stopped (SIGSTOP) for %v, cut off from the other replicas until 1 s after SIGCONT",
+		tr.m+1, ns(tr.faultEnd-tr.fault).Round(time.Millisecond))
+	time.Sleep(time.Second) // the probe asks the old master every 20 ms
+	if err := c.net.heal(); err != nil {
+		t.Fatal(err)
+	}
 	tr.observe()
-	time.Sleep(time.Until(time.Unix(0, tr.faultEnd).Add(2 * time.Second))) // the probe watches the old master
+	time.Sleep(time.Until(time.Unix(0, tr.faultEnd).Add(2 * time.Second)))
 	tr.settle()
 	tr.checkAll("SIGSTOP")
 	tr.checkOldMaster(tr.faultEnd, "SIGCONT")
@@ -879,16 +963,19 @@ func runDiskFull(tr *nsTrial) {
 	tr.observe()
 	// The cell must fail over: the probe sees a new master within 5 s.
 	if at, nm, ep := tr.newMasterAt(); at == 0 || ns(at-tr.fault) > 5*time.Second {
-		t.Errorf("check (failover): no new master answered within 5 s of the master's disk failure (first seen at %s)", tr.rel(at))
+		tr.fail("failover", "no new master answered within 5 s of the master's disk failure (first seen at %s)", tr.rel(at))
 	} else {
 		t.Logf("  failover: replica %d (epoch %d) answers as master at %s", nm+1, ep, tr.rel(at))
+		tr.ok("failover")
 	}
 	// The failed replica must have exited non-zero or say it is unhealthy.
 	r := c.reps[tr.m]
 	if r.proc.exited() {
 		t.Logf("  replica %d exited: %v", r.id, r.proc.err)
 		if r.proc.err == nil {
-			t.Errorf("check (health): replica %d exited with status 0 after its disk failed", r.id)
+			tr.fail("health", "replica %d exited with status 0 after its disk failed", r.id)
+		} else {
+			tr.ok("health (exited)")
 		}
 	} else {
 		since := now()
@@ -896,8 +983,10 @@ func runDiskFull(tr *nsTrial) {
 		e, _ := tr.probe.wait(5*time.Second, func(e agentEvent) bool { return e.Ev == "healthz" && e.Call >= since })
 		t.Logf("  replica %d still runs; /healthz answered %d %s", r.id, e.HTTP, e.Err)
 		if e.HTTP == 200 {
-			t.Errorf("check (health): replica %d still runs %v after its disk failed and /healthz says 200 OK",
+			tr.fail("health", "replica %d still runs %v after its disk failed and /healthz says 200 OK",
 				r.id, time.Since(failedAt).Round(time.Millisecond))
+		} else {
+			tr.ok("health (unhealthy)")
 		}
 	}
 	// Restart on the same data, without the limit.
