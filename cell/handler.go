@@ -621,7 +621,15 @@ func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (
 	}
 	h.s.awaitMaster(ctx, suspect)
 	if h.s.serving.Load() {
-		return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch.Load(), MasterId: strconv.FormatUint(h.s.cfg.ID, 10)}, nil
+		// Only under the master lease held now: a master cut off from the
+		// others (or just resumed from a pause) must not send clients to
+		// itself.
+		if err := h.s.awaitLease(ctx); err == nil {
+			return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch.Load(), MasterId: strconv.FormatUint(h.s.cfg.ID, 10)}, nil
+		}
+		if h.s.serving.Load() {
+			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d has been the master but holds no master lease now; ask another replica", h.s.cfg.ID)
+		}
 	}
 	nm := h.s.log.NotMaster()
 	if nm == nil || !nm.Known {
