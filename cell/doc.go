@@ -10,12 +10,18 @@
 //
 // Master duties:
 //
-//   - Session leases (leases): the lease timer is the master's own and is not
-//     replicated; only session creation and end are commands. A KeepAlive is
-//     parked (rpc.Deferred) until shortly before the earliest lease in it
-//     would end, then every lease in it is extended and the call answered. A
-//     session whose lease runs out is ended through the log (EndSession with
-//     expired set: its locks go into lock-delay, its ephemeral nodes go).
+//   - Session leases (sessions.go, around cell/master.Leases, where the
+//     lease rule is argued): the lease timer is the master's own and is not
+//     replicated; only session creation and end are commands. A KeepAlive
+//     is parked (rpc.Deferred) until shortly before the earliest lease in
+//     it would end, then — only if this replica holds its master lease at
+//     that moment; a lapsed one may come back within leaseHold (500 ms),
+//     else the call is refused UNAVAILABLE — every lease in it is extended
+//     and the call answered with what the client may count, less the
+//     clock-drift bound. A session whose lease runs out is ended through
+//     the log (EndSession with expired set: its locks go into lock-delay,
+//     its ephemeral nodes go). Reads, CheckSequencer, GetMaster and the
+//     lock answers read from memory wait for the lease the same way.
 //   - Parked Acquires (machine): a blocking Acquire is proposed as a waiting
 //     request; when the lock is not free the handler parks until a later
 //     command's effects grant it, its wait runs out (then it proposes
@@ -23,7 +29,7 @@
 //     session ends.
 //   - Lock-delay timers: after each command the master asks fs for the next
 //     lock-delay end and proposes a Tick at that time, which grants waiters.
-//   - Events (DESIGN §4): fs queues them per session as commands apply
+//   - Events: fs queues them per session as commands apply
 //     (replicated state; see package fs, "Events"). A KeepAlive names, per
 //     session, the highest event seq the client received (acked_event); it
 //     is answered at once when a session has later events, and a parked
@@ -37,7 +43,7 @@
 //     seq. The first reply of a new master's epoch to each session (it is
 //     answered at once) starts with MASTER_FAILED_OVER (seq 0, the epoch),
 //     which is not queued or acknowledged.
-//   - Cache invalidation (DESIGN §4; cache.go): a session created with
+//   - Cache invalidation (cache.go, around cell/master.Cache): a session created with
 //     CreateSessionRequest.cache (replicated) may cache. A GetContentsAndStat
 //     or ReadDir asking to cache registers the session as a cacher of the
 //     node, before the state is read, and says cacheable; a node with a
@@ -58,9 +64,14 @@
 //     counts for nothing. A new master knows no cachers: every recovered
 //     caching session gets invalidate_all on its first KeepAlive, and every
 //     change waits until it has acknowledged or its lease has run out.
-//   - Restart: every session in the recovered state gets a full lease (the
-//     longest it could have been granted), Acquires left waiting by the
+//   - Failover and restart: every session in the recovered state gets the
+//     recovered lease (L·(1+ε)/(1−ε): longer than any earlier master can
+//     have promised, clock drift included), Acquires left waiting by the
 //     previous run are withdrawn, and the master epoch goes up by one.
+//   - Disk failure: a failed log write or fsync stops the replica
+//     (fail-stop): Serve returns ErrDiskFailed, every parked call is
+//     answered, /healthz says 503, and chubbyd exits 1; the cell fails over
+//     as after a crash.
 //
 // Every parked call has a server-side bound, because Kitex does not cancel
 // a handler's context when a plain client gives up. Every queue and table

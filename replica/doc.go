@@ -1,13 +1,17 @@
-// Package replica keeps a lock cell's log: Storage (the log and snapshots on
-// Badger), Local (the one-replica log the cell runs on today), and in
-// subpackages the replicated log that replaces it:
+// Package replica keeps a lock cell's replicated log: Replicated (the log
+// of one replica process), Driver (the one loop that carries out the
+// protocol core's work, behind narrow interfaces: Disk, Transport,
+// StateMachine and a clock), Storage (the log and snapshots on Badger) and
+// the Kitex peer transport; in subpackages:
 //
 //   - replica/vr, the protocol core: Viewstamped Replication Revisited
 //     (Liskov & Cowling, 2012) with the log on disk, as a pure state
 //     machine in the manner of etcd's raft RawNode;
-//   - replica/sim, a deterministic simulator that drives several vr cores
-//     and the real fs state machine through a faulty network, crashes and
-//     drifting clocks, and checks what clients saw.
+//   - replica/sim, a deterministic simulator that runs the Driver, the
+//     real fs state machine, the master's session tables (cell/master) and
+//     the client's lease rules (client/lease) through a faulty network,
+//     crashes, failing disks, pauses and drifting clocks, and checks what
+//     clients believe.
 //
 // This comment describes the protocol as built in replica/vr.
 //
@@ -16,11 +20,16 @@
 // A vr.Node does no I/O, starts no goroutine, reads no clock and draws no
 // random number. Its inputs are Step(message), Tick(now) — now being the
 // driver's monotonic clock in nanoseconds —, Propose(commands) and
-// Compact(index). Its output is vr.Ready, which the driver carries out in
-// this order: install a received snapshot; delete the log suffix from
+// Compact(index). Its output is vr.Ready, which the Driver (driver.go)
+// carries out in this order: install a received snapshot; delete the log suffix from
 // TruncateFrom; append Entries; store HardState; fsync once (MustSync);
 // only then send Messages; apply Committed; call Advance. The driver calls
-// nothing else between Ready and Advance. Because messages leave only after
+// nothing else between Ready and Advance: while a write is out it is Busy,
+// and the code around it (Replicated's goroutine, the simulator's event
+// loop) hands it only completions (Driver.Written, SnapshotSaved). Every
+// completion comes back as an input, so the Driver runs the same whether
+// Disk.Write finished at once (Replicated's disk writer does, when idle)
+// or a simulated millisecond later. Because messages leave only after
 // the fsync, everything a message implies (a view number, an entry being
 // on disk) is durable before anyone hears of it. HardState is written after
 // the log because LastNormalView describes the log and must never be ahead
@@ -194,7 +203,16 @@
 // is normal, holds the lease, and has committed and applied the whole log
 // its view started with (everything any earlier primary acknowledged). A
 // read served then is linearizable: a write acknowledged before it is
-// applied, and no newer primary can commit before the lease ends.
+// applied, and no newer primary can commit before the lease ends. The cell
+// extends session leases only under this lease too (package cell/master
+// argues the session lease rule on top of it).
+//
+// A primary that no quorum acknowledges for a view-change timeout past the
+// end of its lease (LeaseDuration·(1−ε) + ViewChangeTimeout since the
+// newest acknowledged round began, 535 ms by default) steps down: it starts
+// the next view itself. Backups that still hear its heartbeats (it is deaf
+// one way) would otherwise never change views, and a primary without a
+// lease can serve nothing.
 //
 // # Timeouts and failover
 //
@@ -214,51 +232,41 @@
 // feed the messages it has received before each Tick.
 //
 // The simulator measures it (TestFailoverLatency: loopback-like delays,
-// 0.1–1.5 ms fsyncs, clients that time out after 100–200 ms and follow
-// NOT_MASTER hints): from killing the primary of a loaded cell to the next
-// client operation completed, median 333 ms, p99 432 ms, max 462 ms over
-// 200 seeds.
+// 0.1–1.5 ms fsyncs, clients with sessions that time out after 100–200 ms,
+// follow NOT_MASTER hints and hear a reset when the master dies): from
+// killing the primary of a loaded cell to the next client operation
+// completed, median 324 ms, p99 410 ms over 100 seeds.
 //
 // # Exactly-once
 //
-// Commands carry (session, seq); fs remembers each session's last seq and
-// result and answers a retried seq with the saved result, so a client that
-// retries across a failover applies a command once. The simulator found a
-// limit of fs: a refused command (GENERATION_MISMATCH, LOCK_HELD) is not
-// saved, so when a client sent several attempts, a refusal it hears may be
-// followed by another attempt that succeeds. The simulator counts such
-// outcomes as unknown until the session's next success; a client should do
-// the same, or fs should save refusals too.
+// Commands carry (session, seq); fs remembers the answers of each
+// session's recent commands (successes and refusals) and answers a retried
+// seq with the saved answer, so a client that retries across a failover
+// applies a command once. The simulator still treats a refusal heard after
+// several attempts as unknown until the session's next success: an answer
+// saved by an entry that a view change then cut was never committed, and
+// another attempt may still apply. A command whose session ended before
+// its answer came has an unknown outcome (the session's saved answers end
+// with it).
 //
 // # How it is tested
 //
-// replica/vr has unit tests on a small in-memory cluster (replication,
-// failover and rejoin, catch-up by snapshot, a deaf backup that must not
-// cause a view change, the old lease ending before a new view forms, also
-// when a view change starts at once), a table of malformed messages, and
-// FuzzStep (arbitrary messages, ticks and proposals never make a node
-// panic). replica/sim runs the whole protocol with the real fs under
-// faults and checks agreement, lock safety, linearizability and liveness;
-// see its package documentation. Every seed that ever failed is kept in
-// its regressions table.
+// replica/cluster_test.go runs the core through the Driver on a small
+// in-memory cluster (replication, failover and rejoin, catch-up by
+// snapshot, a deaf backup that must not cause a view change, a deaf
+// primary that must step down, the old lease ending before a new view
+// forms, also when a view change starts at once); replica/vr has a table
+// of malformed messages and FuzzStep (arbitrary messages, ticks and
+// proposals never make a node panic). replica/sim runs the whole cell's
+// code with the real fs under faults and checks agreement, what clients
+// believe about their locks and caches, linearizability and liveness; see
+// its package documentation. Every seed that ever failed is kept in its
+// regressions table.
 //
-// # Left to the integration
+// # Not built yet
 //
-// The core and the simulator are complete; what wraps the core for the
-// cell was being built beside it when this was written:
-//
-//   - the Badger persistence of a Ready and the loading of vr.Persisted at
-//     start (Storage has TruncateFrom, and InstallSnapshot, which orders a
-//     received snapshot's writes so that a crash never leaves a shortened
-//     log under the old snapshot; entries must be stored with their view
-//     and type, snapshots with their vr.SnapshotMeta);
-//   - the Kitex transport (idl/replica.thrift mapping vr.Message field by
-//     field, snapshot data streamed in chunks);
-//   - the cell on top of it: a Propose like Local's (index → waiting
-//     caller; a different entry at that index, or one of another view,
-//     means the proposal was lost), NOT_MASTER hints from PrimaryHint, reads
-//     gated by CanServeReads, the epoch = the view number, and the failover
-//     duties of DESIGN §5;
-//   - configuration changes (memberlist joins), and a fallback for reads
-//     when the lease has lapsed (a read through the log).
+//   - configuration changes (memberlist joins, learners, replacement): a
+//     configuration entry past index 1 is refused;
+//   - reads when the lease has lapsed answered through the log instead of
+//     refused.
 package replica
