@@ -17,7 +17,7 @@ import (
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
-// Cache tests (DESIGN §4) through the Go client library and real Kitex.
+// Cache tests through the Go client library and real Kitex.
 
 type regInput struct {
 	key   string

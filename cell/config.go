@@ -81,7 +81,7 @@ type Config struct {
 	EventTrimInterval time.Duration
 
 	// MaxCachedPerSession and MaxCachedPerCell bound the master's table of
-	// which sessions cache which nodes (DESIGN §4): past either, a read is
+	// which sessions cache which nodes: past either, a read is
 	// served uncachable rather than failing. Defaults
 	// DefaultMaxCachedPerSession (10,000) and DefaultMaxCachedPerCell
 	// (1,000,000).

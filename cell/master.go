@@ -13,7 +13,7 @@ import (
 	"github.com/chubbygo/chubby/replica/vr"
 )
 
-// Failover, as the master sees it (DESIGN §5). The log tells the cell when
+// Failover, as the master sees it. The log tells the cell when
 // this replica becomes or stops being the normal primary (roleChanged, from
 // the log's loop). Becoming master of view v means, in order:
 //

@@ -19,7 +19,7 @@ type metrics struct {
 	parkedAcq    prometheus.Gauge
 	eventsSent   prometheus.Counter
 	// invalidationWait is how long changes waited for caching sessions to
-	// acknowledge invalidations (DESIGN §4).
+	// acknowledge invalidations.
 	invalidationWait prometheus.Histogram
 	// leaseRefusals counts calls refused because the master lease lapsed
 	// and did not come back within leaseHold.

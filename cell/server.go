@@ -372,7 +372,7 @@ func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) 
 // state machine applies it at most once however often it is retried
 // (across failovers too: the answers are replicated state).
 func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op) (*fsm.Result_, error) {
-	// Cache invalidation (DESIGN §4): before the change can commit, every
+	// Cache invalidation: before the change can commit, every
 	// session caching a node it touches has dropped its copy (or its lease
 	// has ended); the nodes are uncachable until it has applied. The wait
 	// is bounded by a lease (a cacher's lease ends within one).

@@ -31,7 +31,7 @@ func (c CacheStats) HitRate() float64 {
 }
 
 // cache is a session's cache of file contents, Stats and directory
-// listings (DESIGN §4), keyed by path. It is filled only from replies the
+// listings, keyed by path. It is filled only from replies the
 // cell marked cacheable (the cell then invalidates the session's copy
 // before the node changes) and served only while the session is safe.
 //

@@ -1,7 +1,6 @@
-// Package client is the Go client library of a Chubby lock cell (see
-// DESIGN.md §4): it connects to a cell, keeps sessions alive, opens handles
-// to nodes, reads and writes their small contents and takes their advisory
-// locks.
+// Package client is the Go client library of a Chubby lock cell: it
+// connects to a cell, keeps sessions alive, opens handles to nodes, reads
+// and writes their small contents and takes their advisory locks.
 //
 // # Shape
 //
@@ -131,7 +130,7 @@
 // it without a call when it holds the node; [Session.CacheStats] and
 // [Client.CacheStats] count hits and misses ([CacheStats.HitRate]).
 //
-// A cached read is never stale. The cell (DESIGN §4) registers the session
+// A cached read is never stale. The cell registers the session
 // as a cacher of each node it lets it cache (the reply says cacheable),
 // and before a change to the node commits it sends the session an
 // invalidation on its KeepAlive (a parked one is answered at once) and

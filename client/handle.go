@@ -50,7 +50,7 @@ type CreateOptions struct {
 	MakeParents bool // create missing parent directories (permanent ones)
 }
 
-// Handle is an open node (DESIGN §4): a session's reference to one instance
+// Handle is an open node: a session's reference to one instance
 // of the node at its path. If the node is deleted (and perhaps re-created),
 // calls on the handle fail with HANDLE_INVALID. Safe for concurrent use.
 type Handle struct {

@@ -50,7 +50,7 @@ const (
 	maxStateWaits = 8
 )
 
-// Session is one client session with the cell (DESIGN §4): the unit that
+// Session is one client session with the cell: the unit that
 // holds locks, owns ephemeral nodes and opens handles. A goroutine keeps it
 // alive with KeepAlive calls until it is closed or expires; in between it
 // may go through jeopardy (see the package documentation and State). A

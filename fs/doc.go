@@ -1,6 +1,6 @@
 // Package fs is the replicated state machine of a Chubby lock cell: the
 // namespace of files and directories with their metadata, the locks on them,
-// sessions, handles and ephemeral ownership (DESIGN.md §3).
+// sessions, handles and ephemeral ownership.
 //
 // # Determinism
 //
@@ -275,7 +275,7 @@
 //
 // Events are replicated state, generated here when commands apply, so that
 // every replica has the same queues and a new master delivers what the
-// old one had not (DESIGN §4). Each session has a queue of events numbered
+// old one had not. Each session has a queue of events numbered
 // 1, 2, 3... (per session, no gaps). A command queues an event for every
 // live handle whose event mask has the kind's bit (chubby.EVENT_MASK_*:
 // 1 << (kind-1)), in this order within the command's changes, and across

@@ -120,7 +120,7 @@ func (s *State) Sessions() []chubby.SessionID {
 }
 
 // CachingSessions returns, sorted, the sessions whose clients declared at
-// CreateSession that they cache (DESIGN §4): a new master makes each flush
+// CreateSession that they cache: a new master makes each flush
 // its cache before any change commits.
 func (s *State) CachingSessions() []chubby.SessionID {
 	var ids []chubby.SessionID

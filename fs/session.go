@@ -14,7 +14,7 @@ import (
 type session struct {
 	id         chubby.SessionID
 	clientName string
-	caches     bool // CreateSessionRequest.cache: the client caches (DESIGN §4)
+	caches     bool // CreateSessionRequest.cache: the client caches
 	ctime      int64
 	handles    map[int64]*handle
 	ephemerals map[*node]struct{} // ephemeral nodes it owns

@@ -202,7 +202,7 @@ struct Event {
 
 struct CreateSessionRequest {
     1: required string client_name  // for operators: shown in status; at most MAX_CLIENT_NAME_BYTES
-    // The client caches (DESIGN §4) and acknowledges cache invalidations on
+    // The client caches and acknowledges cache invalidations on
     // its KeepAlives. Only such sessions may cache; a new master makes each
     // of them flush before any change commits. Replicated with the session.
     2: optional bool cache
@@ -238,7 +238,7 @@ struct LeaseGrant {
     // number: when more are queued the next KeepAlive is answered at once),
     // preceded by MASTER_FAILED_OVER on the first reply of a new master.
     4: optional list<Event> events
-    // Cache invalidations (DESIGN §4): paths whose cached contents, Stat and
+    // Cache invalidations: paths whose cached contents, Stat and
     // listing the client must drop, or invalidate_all (drop everything: a new
     // master, which knows no cachers, or too many to list). invalidation_seq
     // numbers them; the client acknowledges it in acked_invalidation of its

@@ -22,7 +22,7 @@ const (
 )
 
 // Cache is the master's in-memory table of which sessions cache which
-// nodes (DESIGN §4). It is not replicated: a new master starts it empty
+// nodes. It is not replicated: a new master starts it empty
 // (Reset) and asks every recovered caching session to flush its cache
 // (invalidate_all) before any change commits. It is not safe for
 // concurrent use.

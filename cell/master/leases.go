@@ -84,8 +84,8 @@ var (
 	ErrLeaseLapsed = errors.New("master: the master lease lapsed")
 )
 
-// Leases is the master's session lease table and its parked KeepAlives
-// (DESIGN §4). Leases are the master's own timers, not replicated state:
+// Leases is the master's session lease table and its parked KeepAlives.
+// Leases are the master's own timers, not replicated state:
 // only a session's creation and end are commands. It is not safe for
 // concurrent use.
 //

@@ -1,6 +1,6 @@
 // Package lease is a client's local view of its session's lease: the rules
 // by which a Chubby client knows whether its session is safe, in jeopardy
-// or expired (DESIGN §4), as pure code with the time passed in. The Go
+// or expired, as pure code with the time passed in. The Go
 // client (package client) keeps its sessions by these rules, and the
 // simulator (replica/sim) runs its simulated clients on the very same
 // code, so that what it checks about clients' beliefs is what ships.

@@ -20,7 +20,7 @@ import (
 
 // ZooKeeper: Debian's zookeeper 3.8, QuorumPeerMain started with java
 // directly, with its default durability (forceSync: the transaction log is
-// fsynced before a write is acknowledged). As ../shared/FACTS.md asks:
+// fsynced before a write is acknowledged). Run fairly:
 // maxClientCnxns=0 (the default of 60 per IP refuses 64 loopback clients),
 // the admin server off, slf4j-simple on the classpath for logs. Driven by
 // go-zookeeper and its lock recipe (ephemeral sequential nodes).
@@ -335,8 +335,7 @@ func (c *zkClient) Close() error {
 // it runs in a goroutine; if ctx ends first the connection is closed (the
 // session's ephemeral nodes go with it), which makes Lock return. After a
 // failed Lock or Unlock the client deletes the lock nodes its own session
-// left behind: the recipe would otherwise wait forever on one of them
-// (../shared/FACTS.md).
+// left behind: the recipe would otherwise wait forever on one of them.
 type zkLocker struct {
 	c    *zkClient
 	conn *zk.Conn

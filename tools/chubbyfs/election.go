@@ -16,7 +16,7 @@ import (
 )
 
 // An election file is a file whose exclusive lock its leader holds and
-// whose content is the leader's address (DESIGN §7; tools/examples/election).
+// whose content is the leader's address (tools/examples/election).
 // The address is current only while the lock is held: after the leader
 // died, the file names it until the next leader writes.
 

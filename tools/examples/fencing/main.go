@@ -1,6 +1,6 @@
 // Command fencing is a tiny downstream key-value server that only accepts
 // writes from the current holder of a Chubby lock: the example of
-// sequencers and lock-delay in use (DESIGN.md §3, issue 4).
+// sequencers and lock-delay in use.
 //
 // A lock holder may lose its lock without knowing it (its session expired
 // while it was paused, or partitioned away) and then send a late write.
