@@ -495,8 +495,13 @@ func (s *Server) trimLoop() {
 }
 
 // scheduleTick arranges for a Tick command at atMs (Unix ms), when a
-// lock-delay ends. Called from the apply loop.
+// lock-delay ends. Called from the apply loop, on every replica: only the
+// master proposes (a new master schedules the next one when it starts
+// serving).
 func (s *Server) scheduleTick(atMs int64) {
+	if !s.serving.Load() {
+		return
+	}
 	s.tickMu.Lock()
 	defer s.tickMu.Unlock()
 	if s.tickAt != 0 && s.tickAt <= atMs {
@@ -526,6 +531,9 @@ func (s *Server) scheduleTick(atMs int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		defer cancel()
 		if _, err := s.log.Propose(ctx, fs.EncodeCommand(cmd)); err != nil {
+			if !s.serving.Load() {
+				return // the next master schedules its own
+			}
 			s.cfg.Logger.Warn("tick not applied; retrying", "err", err)
 			go func() {
 				select {
