@@ -133,23 +133,18 @@ func New(cfg Config) (*Server, error) {
 	s.st = st
 	s.m = newMachine(*cfg.Limits, cfg.MaxParkedAcquires)
 	// The lease table's clock is the log's, on which the master lease is
-	// measured; until it is running, nothing is served.
-	logNow := func() master.Time {
-		select {
-		case <-s.logReady:
-			return s.log.Now()
-		default:
-			return 0
+	// measured; until the log runs, its time is 0 and nothing is served.
+	onLog := func(f func(*replica.Replicated) int64) func() master.Time {
+		return func() master.Time {
+			select {
+			case <-s.logReady:
+				return f(s.log)
+			default:
+				return 0
+			}
 		}
 	}
-	logUntil := func() master.Time {
-		select {
-		case <-s.logReady:
-			return s.log.ReadsAllowedUntil()
-		default:
-			return 0
-		}
-	}
+	logNow, logUntil := onLog((*replica.Replicated).Now), onLog((*replica.Replicated).ReadsAllowedUntil)
 	s.leases = newLeases(master.LeaseConfig{Lease: cfg.Lease, Margin: cfg.KeepAliveMargin, MaxDrift: vr.MaxClockDrift,
 		MaxParked: cfg.MaxParkedKeepAlives}, logNow, logUntil, s.expireSession)
 	s.cache = newCacheTracker(cfg.MaxCachedPerSession, cfg.MaxCachedPerCell, s.leases.leaseEnd, s.leases.wake, logNow)

@@ -369,13 +369,7 @@ func (d *Driver) run() {
 			// let every queued write land first (a barrier), taking
 			// nothing new meanwhile.
 			d.draining = true
-			d.outstanding++
-			if done, err := d.disk.Write(&Write{}); done {
-				d.outstanding--
-				if err != nil {
-					d.fail(err)
-				}
-			}
+			d.write(&Write{})
 			if d.outstanding > 0 || d.err != nil {
 				break
 			}
@@ -415,15 +409,26 @@ func (d *Driver) ready() {
 	// Advance of a Ready without PersistAsync counts everything handed
 	// out as on disk.
 	d.curWrite = w
-	d.outstanding++
-	if done, err := d.disk.Write(w); done {
-		d.outstanding--
-		if err != nil {
-			d.fail(err)
-			return
-		}
+	if d.write(w) {
 		d.finishReady()
 	}
+}
+
+// write hands w to the disk and reports whether it is already carried out
+// (the disk wrote it at once) and succeeded; otherwise Written reports it
+// later. A failed write stops the driver.
+func (d *Driver) write(w *Write) bool {
+	d.outstanding++
+	done, err := d.disk.Write(w)
+	if !done {
+		return false
+	}
+	d.outstanding--
+	if err != nil {
+		d.fail(err)
+		return false
+	}
+	return true
 }
 
 // finishReady carries out the rest of the Ready whose write is durable:
@@ -492,19 +497,15 @@ func (d *Driver) carryOutAsync(rd *vr.Ready) {
 	}
 	if len(rd.Entries) > 0 || rd.HardState != nil {
 		w := &Write{Entries: rd.Entries, HardState: rd.HardState, Sync: true, Async: true, View: d.node.View()}
-		d.outstanding++
-		if done, err := d.disk.Write(w); done {
+		if d.write(w) {
 			// A disk that writes at once: as if reported right away.
-			d.outstanding--
-			if err != nil {
-				d.fail(err)
-				return
-			}
 			defer func() {
 				if last := w.Last(); last > 0 && d.err == nil {
 					d.node.Persisted(last, w.View)
 				}
 			}()
+		} else if d.err != nil {
+			return
 		}
 	}
 	d.apply(rd.Committed)

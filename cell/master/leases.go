@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -184,23 +185,13 @@ func tokens(calls []*Call) []any {
 	if len(calls) == 0 {
 		return nil
 	}
-	slices.SortFunc(calls, func(a, b *Call) int { return cmpSeq(a.seq, b.seq) })
+	slices.SortFunc(calls, func(a, b *Call) int { return cmp.Compare(a.seq, b.seq) })
 	calls = slices.CompactFunc(calls, func(a, b *Call) bool { return a == b })
 	out := make([]any, len(calls))
 	for i, c := range calls {
 		out[i] = c.token
 	}
 	return out
-}
-
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (l *Leases) reset() {
