@@ -3,7 +3,8 @@
 #   ./build.sh            build bin/chubbyd and bin/chubbyfs
 #   ./build.sh gen        regenerate gen/ from idl/ with the pinned Kitex generator
 #   ./build.sh test       the whole check: gofmt, go vet, gen/ up to date, go test -race ./...
-#                         (installs Debian's thrift-compiler and python3-thrift if missing)
+#                         (installs Debian's thrift-compiler, python3-thrift and iproute2 if missing;
+#                         the network-namespace tests need root and skip without it)
 #   ./build.sh bench      chubbybench: our cell against etcd, ZooKeeper and Redis on this machine
 #                         (installs them if missing; --quick: under 3 minutes; flags: ./build.sh bench --help)
 #   ./build.sh sim        the deterministic simulator over more seeds: ./build.sh sim --seeds 100000
@@ -57,18 +58,25 @@ check_gen() {
 }
 
 # test_deps installs what the tests need beyond Go: the Apache Thrift
-# compiler and Python library for the cross-language test (Debian packages).
+# compiler and Python library for the cross-language test, iproute2 and
+# util-linux (ip netns, prlimit) for the network-namespace tests (Debian
+# packages).
 test_deps() {
-	if command -v thrift >/dev/null && /usr/bin/python3 -c 'import thrift' 2>/dev/null; then
+	local missing=()
+	command -v thrift >/dev/null || missing+=(thrift-compiler)
+	/usr/bin/python3 -c 'import thrift' 2>/dev/null || missing+=(python3-thrift)
+	command -v ip >/dev/null || missing+=(iproute2)
+	command -v prlimit >/dev/null || missing+=(util-linux)
+	if [ ${#missing[@]} -eq 0 ]; then
 		return 0
 	fi
 	if [ "$(id -u)" != 0 ]; then
-		echo "FAIL: the tests need Debian's thrift-compiler and python3-thrift; install them as root" >&2
+		echo "FAIL: the tests need Debian's ${missing[*]}; install them as root" >&2
 		return 1
 	fi
-	echo "installing thrift-compiler and python3-thrift for the interop test..."
+	echo "installing ${missing[*]} for the tests..."
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq thrift-compiler python3-thrift >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
 test_all() {
@@ -144,7 +152,7 @@ sim)
 	shift
 	go test ./replica/sim -run 'TestSim$' -count=1 -timeout 0 -v -args "$@" | grep -v -e '^=== RUN' -e '^    --- PASS'
 	;;
-help | -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' ;;
+help | -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
 	echo "unknown command: $1 (try ./build.sh help)" >&2
 	exit 2
