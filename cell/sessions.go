@@ -3,7 +3,6 @@ package cell
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -43,8 +42,6 @@ var errShutdown = errors.New("cell: replica shutting down")
 func newLeases(cfg master.LeaseConfig, now, until func() master.Time, expire func(chubby.SessionID)) *leases {
 	return &leases{t: master.NewLeases(cfg), now: now, until: until, expire: expire}
 }
-
-func (l *leases) config() master.LeaseConfig { return l.t.Config() }
 
 // start opens the table for a new master epoch: every recovered session
 // gets the recovered lease from now.
@@ -296,11 +293,4 @@ func (s *Server) answerKeepAlive(ctx context.Context, p *parkedKeepAlive) ([]*ch
 			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive not answered: %v", err)
 		}
 	}
-}
-
-// String describes the table, for logs.
-func (l *leases) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return fmt.Sprint(l.t)
 }

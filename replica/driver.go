@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/chubbygo/chubby/replica/vr"
 )
@@ -126,6 +127,10 @@ func (w *Write) Last() uint64 {
 	}
 	return w.Entries[len(w.Entries)-1].Index
 }
+
+// snapshotRetry is how long a replica waits after a failed snapshot save
+// before it tries again (DriverConfig.SnapshotRetry's default).
+const snapshotRetry = time.Second
 
 // SnapshotResult is the outcome of a snapshot save.
 type SnapshotResult struct {
@@ -270,24 +275,24 @@ func (d *Driver) Written(w *Write, err error) {
 		d.fail(err)
 		return
 	}
-	if w.Async {
-		if d.cur != nil {
-			d.deferred = append(d.deferred, w)
-		} else if last := w.Last(); last > 0 {
-			d.node.Persisted(last, w.View)
-		}
-		if d.cur == nil {
-			d.run()
-		}
-		return
+	switch {
+	case w == d.curWrite:
+		d.finishReady()
+	case w.Async && d.cur != nil:
+		d.deferred = append(d.deferred, w) // the core hears of it after Advance
+	case w.Async:
+		d.persisted(w)
 	}
-	if w != d.curWrite {
-		// A barrier (before a snapshot) or a Ready's write.
-		d.run()
-		return
-	}
-	d.finishReady()
+	// Anything else was a barrier: run looks whether the snapshot it
+	// waited for can be taken now.
 	d.run()
+}
+
+// persisted tells the core that an async write is durable.
+func (d *Driver) persisted(w *Write) {
+	if last := w.Last(); last > 0 {
+		d.node.Persisted(last, w.View)
+	}
 }
 
 // SnapshotSaved reports the outcome of Disk.SaveSnapshot.
@@ -466,9 +471,7 @@ func (d *Driver) finishReady() {
 	d.node.Advance()
 	d.cur, d.curWrite = nil, nil
 	for _, w := range d.deferred {
-		if last := w.Last(); last > 0 {
-			d.node.Persisted(last, w.View)
-		}
+		d.persisted(w)
 	}
 	d.deferred = d.deferred[:0]
 	if res := d.snapLate; res != nil {
@@ -500,8 +503,8 @@ func (d *Driver) carryOutAsync(rd *vr.Ready) {
 		if d.write(w) {
 			// A disk that writes at once: as if reported right away.
 			defer func() {
-				if last := w.Last(); last > 0 && d.err == nil {
-					d.node.Persisted(last, w.View)
+				if d.err == nil {
+					d.persisted(w)
 				}
 			}()
 		} else if d.err != nil {

@@ -451,10 +451,6 @@ func (r *Replicated) failQueued(err error) {
 	}
 }
 
-// snapshotRetry is how long a replica waits after a failed snapshot save
-// before it tries again.
-const snapshotRetry = time.Second
-
 // publish makes the loop's view of the protocol visible to other
 // goroutines. A replica whose disk failed publishes that it is nobody's
 // primary and may serve nothing.

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"container/heap"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -148,9 +147,6 @@ func NewLeases(cfg LeaseConfig) *Leases {
 	cfg.setDefaults()
 	return &Leases{cfg: cfg, sessions: make(map[chubby.SessionID]*sessionLease), acked: make(map[chubby.SessionID]struct{})}
 }
-
-// Config returns the table's configuration, defaults filled in.
-func (l *Leases) Config() LeaseConfig { return l.cfg }
 
 // Start opens the table for a new master epoch at now: every session the
 // state holds (recovered) gets RecoveredLease from now, and none of them
@@ -463,11 +459,6 @@ func (l *Leases) Untake(acks []*fsm.EventAck) {
 			l.acked[a.Session] = struct{}{}
 		}
 	}
-}
-
-// String describes the table, for logs.
-func (l *Leases) String() string {
-	return fmt.Sprintf("leases{open=%v epoch=%d sessions=%d parked=%d}", l.open, l.epoch, len(l.sessions), l.parked)
 }
 
 // expiryHeap orders lease ends; an entry is stale once its session was

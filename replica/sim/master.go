@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
@@ -593,5 +592,3 @@ func (m *masterSim) read(q *request) {
 	content, stat, err := m.r.sm.st.GetContentsAndStat(q.handle)
 	m.send(q, reply{kind: replyOK, content: content, stat: stat, readErr: err, cacheOK: ok && err == nil})
 }
-
-var _ = time.Second

@@ -57,11 +57,11 @@ type replica struct {
 
 	// Inputs that wait: the driver is busy with its disk (only
 	// completions reach it), or the process is paused (nothing does).
-	waiting  []func()
-	paused   bool
-	pausedQ  []func()
-	snapshot uint64 // checker bookkeeping of snapshots seen
-	stats    vr.Stats
+	waiting   []func()
+	paused    bool
+	pausedQ   []func()
+	snapEvery uint64 // DriverConfig.SnapshotEvery
+	stats     vr.Stats
 }
 
 // diskJob is one write on the simulated disk: a driver write, or several
@@ -80,7 +80,7 @@ type snapSave struct {
 }
 
 func newReplica(w *world, id uint64, snapEvery uint64) *replica {
-	return &replica{w: w, id: id, rate: w.drift(), offset: w.rng.Int64N(1 << 40), snapshot: snapEvery}
+	return &replica{w: w, id: id, rate: w.drift(), offset: w.rng.Int64N(1 << 40), snapEvery: snapEvery}
 }
 
 // local is the replica's monotonic clock in nanoseconds.
@@ -121,7 +121,7 @@ func (r *replica) start() {
 	r.diskFailing, r.diskBroken = false, false
 	ep := r.epoch
 	d, err := rp.NewDriver(cfg, p, r.disk.snapData, r.sm, simDisk{r}, simTransport{r}, r.local, rp.DriverConfig{
-		ID: r.id, SnapshotEvery: r.snapshot, Logger: quietLogger,
+		ID: r.id, SnapshotEvery: r.snapEvery, Logger: quietLogger,
 		OnRole: func(view uint64, primary bool) { r.m.roleChanged(view, primary) },
 		OnFail: func(err error) {
 			// Fail-stop: the process exits (as chubbyd does) once the
