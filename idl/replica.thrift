@@ -29,6 +29,16 @@ struct SnapshotMeta {
     3: required list<Member> members
 }
 
+// SnapshotChunk places one chunk of a snapshot transfer (message types 12
+// and 13): n is the chunk's number (in an acknowledgement, the next chunk
+// wanted); chunks, length and sum (CRC-32C) describe the whole snapshot.
+struct SnapshotChunk {
+    1: required i64 n
+    2: required i64 chunks
+    3: required i64 length
+    4: required i64 sum
+}
+
 struct Message {
     1: required byte type
     2: required i64 from
@@ -50,6 +60,7 @@ struct Message {
     18: required list<Run> runs
     19: optional SnapshotMeta snapshot
     20: optional binary snapshot_data
+    21: optional SnapshotChunk chunk
 }
 
 exception ReplicaError {

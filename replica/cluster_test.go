@@ -3,6 +3,7 @@ package replica
 import (
 	"bytes"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"testing"
 	"time"
@@ -24,12 +25,28 @@ type memDisk struct {
 	snapDat []byte
 	entries []vr.Entry
 	saved   *SnapshotResult
+
+	chunk     int // snapshot chunk size; default memChunk
+	stageInfo ChunkInfo
+	stageMeta vr.SnapshotMeta
+	staged    [][]byte
 }
+
+// memChunk is memDisk's default snapshot chunk: small, so that transfers
+// in these tests take many chunks.
+const memChunk = 8
 
 func (d *memDisk) Write(w *Write) (bool, error) {
 	if w.Snapshot != nil {
 		m := w.Snapshot.Meta
-		d.snap, d.snapDat, d.entries = &m, slices.Clone(w.Snapshot.Data), nil
+		data := slices.Clone(w.Snapshot.Data)
+		if data == nil {
+			if d.stageInfo.Index != m.Index || len(d.staged) != int(d.stageInfo.Chunks) {
+				return true, fmt.Errorf("install of snapshot %d, which is not staged", m.Index)
+			}
+			data, d.staged, d.stageInfo = slices.Concat(d.staged...), nil, ChunkInfo{}
+		}
+		d.snap, d.snapDat, d.entries = &m, data, nil
 	}
 	if w.TruncateFrom > 0 {
 		for len(d.entries) > 0 && d.entries[len(d.entries)-1].Index >= w.TruncateFrom {
@@ -43,7 +60,12 @@ func (d *memDisk) Write(w *Write) (bool, error) {
 	return true, nil
 }
 
-func (d *memDisk) SaveSnapshot(meta vr.SnapshotMeta, data []byte) {
+func (d *memDisk) SaveSnapshot(meta vr.SnapshotMeta, encode func() ([]byte, error)) {
+	data, err := encode()
+	if err != nil {
+		d.saved = &SnapshotResult{Meta: meta, Err: err}
+		return
+	}
 	d.snap, d.snapDat = &meta, slices.Clone(data)
 	for len(d.entries) > 0 && d.entries[0].Index <= meta.Index {
 		d.entries = d.entries[1:]
@@ -64,6 +86,47 @@ func (d *memDisk) LoadSnapshot(index uint64) ([]byte, error) {
 	return d.snapDat, nil
 }
 
+func (d *memDisk) chunkSize() int {
+	if d.chunk > 0 {
+		return d.chunk
+	}
+	return memChunk
+}
+
+func (d *memDisk) ReadSnapshotChunk(index uint64, n uint32) ([]byte, ChunkInfo, error) {
+	if d.snap == nil || d.snap.Index != index {
+		return nil, ChunkInfo{}, fmt.Errorf("no snapshot at %d", index)
+	}
+	cs := d.chunkSize()
+	info := ChunkInfo{Index: index, Chunks: uint32(max(1, (len(d.snapDat)+cs-1)/cs)),
+		Length: uint64(len(d.snapDat)), Sum: crc32.Checksum(d.snapDat, castagnoli)}
+	if n >= info.Chunks {
+		return nil, info, fmt.Errorf("snapshot %d has %d chunks", index, info.Chunks)
+	}
+	off := int(n) * cs
+	return slices.Clone(d.snapDat[off:min(off+cs, len(d.snapDat))]), info, nil
+}
+
+func (d *memDisk) StageSnapshotChunk(meta vr.SnapshotMeta, info ChunkInfo, n uint32, data []byte) (uint32, error) {
+	if n == 0 {
+		d.stageInfo, d.stageMeta, d.staged = info, meta, nil
+	}
+	if d.stageInfo != info || len(d.staged) != int(n) {
+		return 0, fmt.Errorf("%w: chunk %d does not follow what is staged", ErrCorrupt, n)
+	}
+	d.staged = append(d.staged, slices.Clone(data))
+	if len(d.staged) == int(info.Chunks) {
+		all := slices.Concat(d.staged...)
+		if uint64(len(all)) != info.Length || crc32.Checksum(all, castagnoli) != info.Sum || d.stageMeta.View != meta.View {
+			d.staged, d.stageInfo = nil, ChunkInfo{}
+			return 0, fmt.Errorf("%w: staged snapshot fails its checks", ErrCorrupt)
+		}
+	}
+	return uint32(len(d.staged)), nil
+}
+
+func (d *memDisk) Staged() (ChunkInfo, uint32, error) { return d.stageInfo, uint32(len(d.staged)), nil }
+
 // catSM is a state machine whose state is the concatenation of the
 // commands applied, each followed by ';'.
 type catSM struct{ state []byte }
@@ -72,7 +135,10 @@ func (s *catSM) Apply(index uint64, e []byte) any {
 	s.state = append(append(s.state, e...), ';')
 	return index
 }
-func (s *catSM) Snapshot() []byte { return slices.Clone(s.state) }
+func (s *catSM) Snapshot() func() ([]byte, error) {
+	b := slices.Clone(s.state)
+	return func() ([]byte, error) { return b, nil }
+}
 func (s *catSM) Restore(index uint64, b []byte) error {
 	s.state = slices.Clone(b)
 	return nil
@@ -97,6 +163,11 @@ type cluster struct {
 	now   int64
 	queue []vr.Message
 	cut   map[[2]uint64]bool
+	// drop, if set, loses the messages it returns true for.
+	drop func(m vr.Message) bool
+	// perStep, if set, bounds the messages delivered per 5 ms step (the
+	// rest wait): a slow network.
+	perStep int
 }
 
 // queueTransport puts messages on the cluster's queue.
@@ -157,12 +228,22 @@ func (c *cluster) settle(tn *tnode) {
 func (c *cluster) crash(id uint64) { c.nodes[id].up = false; c.nodes[id].d = nil }
 
 func (c *cluster) deliver() {
+	budget := c.perStep
 	for len(c.queue) > 0 {
 		q := c.queue
 		c.queue = nil
+		if c.perStep > 0 {
+			if budget == 0 {
+				c.queue = q
+				return
+			}
+			n := min(budget, len(q))
+			budget -= n
+			c.queue, q = q[n:], q[:n]
+		}
 		for _, m := range q {
 			tn := c.nodes[m.To]
-			if !tn.up || c.cut[[2]uint64{m.From, m.To}] {
+			if !tn.up || c.cut[[2]uint64{m.From, m.To}] || (c.drop != nil && c.drop(m)) {
 				continue
 			}
 			tn.d.Step([]vr.Message{m})

@@ -150,8 +150,12 @@ func (d *storageDisk) writer() {
 // write carries out one write: the snapshot first, then the log and the
 // hard state in one batch with one fsync.
 func (d *storageDisk) write(w *Write) error {
-	if w.Snapshot != nil {
-		if err := d.st.installSnapshot(w.Snapshot.Meta, w.Snapshot.Data); err != nil {
+	if s := w.Snapshot; s != nil {
+		install := d.st.installStaged // received in chunks: it is on disk
+		if s.Data != nil {
+			install = func(meta vr.SnapshotMeta) error { return d.st.installSnapshot(meta, s.Data) }
+		}
+		if err := install(s.Meta); err != nil {
 			return err
 		}
 	}
@@ -173,10 +177,13 @@ func (d *storageDisk) write(w *Write) error {
 }
 
 // SaveSnapshot implements Disk.
-func (d *storageDisk) SaveSnapshot(meta vr.SnapshotMeta, data []byte) {
+func (d *storageDisk) SaveSnapshot(meta vr.SnapshotMeta, data func() ([]byte, error)) {
 	go func() {
-		err := d.st.saveVRSnapshot(meta, data)
-		d.snapDone <- SnapshotResult{Meta: meta, Bytes: len(data), Err: err}
+		app, err := data()
+		if err == nil {
+			err = d.st.saveVRSnapshot(meta, app)
+		}
+		d.snapDone <- SnapshotResult{Meta: meta, Bytes: len(app), Err: err}
 	}()
 }
 
@@ -185,3 +192,16 @@ func (d *storageDisk) FinishSnapshot() SnapshotResult { return <-d.snapDone }
 
 // LoadSnapshot implements Disk.
 func (d *storageDisk) LoadSnapshot(index uint64) ([]byte, error) { return d.st.loadVRSnapshot(index) }
+
+// ReadSnapshotChunk implements Disk.
+func (d *storageDisk) ReadSnapshotChunk(index uint64, n uint32) ([]byte, ChunkInfo, error) {
+	return d.st.ReadSnapshotChunk(index, n)
+}
+
+// StageSnapshotChunk implements Disk.
+func (d *storageDisk) StageSnapshotChunk(meta vr.SnapshotMeta, info ChunkInfo, n uint32, data []byte) (uint32, error) {
+	return d.st.StageSnapshotChunk(meta, info, n, data)
+}
+
+// Staged implements Disk.
+func (d *storageDisk) Staged() (ChunkInfo, uint32, error) { return d.st.Staged() }

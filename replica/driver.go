@@ -49,6 +49,11 @@ type Driver struct {
 	snapRetry  int64           // after a failed save, not before this (driver clock)
 	snapDue    uint64
 
+	out   map[uint64]*outgoing // snapshot transfers sent, by receiver
+	in    *incoming            // the snapshot transfer received
+	xfer  TransferStats
+	pause time.Duration // longest input carried out (LongestPause)
+
 	err error // the disk failed: the driver does nothing more
 }
 
@@ -76,6 +81,24 @@ type DriverConfig struct {
 	// entries too) once it has been applied, before its proposal is
 	// answered. It must not call back into the driver.
 	OnApply func(e vr.Entry)
+	// SnapshotWindow bounds the chunks of a snapshot transfer in flight
+	// to one receiver. Default 8 (2 MiB of Storage's chunks).
+	SnapshotWindow int
+	// SnapshotResend: a transfer without an acknowledgement for this long
+	// (driver clock, ns) is sent again from the last chunk acknowledged.
+	// Default 500 ms.
+	SnapshotResend int64
+	// SnapshotAbandon: a transfer without an acknowledgement for this
+	// long is given up (the core asks again; the receiver resumes).
+	// Default 30 s.
+	SnapshotAbandon int64
+}
+
+// TransferStats counts snapshot transfer work.
+type TransferStats struct {
+	ChunksSent   uint64 // chunks sent, resends included
+	ChunksStored uint64 // chunks received and stored
+	ChunkResends uint64 // go-backs after a silent receiver
 }
 
 // Disk is the durable storage a Driver persists to. Writes are carried out
@@ -88,15 +111,33 @@ type Disk interface {
 	// once every write before it has.
 	Write(w *Write) (done bool, err error)
 	// SaveSnapshot starts storing a snapshot (with the log it covers
-	// dropped) in the background; its outcome comes back through
-	// Driver.SnapshotSaved. At most one save is under way.
-	SaveSnapshot(meta vr.SnapshotMeta, data []byte)
+	// dropped) in the background: it calls data there, off the driver's
+	// goroutine, for the application's bytes (see StateMachine.Snapshot).
+	// Its outcome comes back through Driver.SnapshotSaved. At most one
+	// save is under way.
+	SaveSnapshot(meta vr.SnapshotMeta, data func() ([]byte, error))
 	// FinishSnapshot waits for the save under way and returns its outcome
 	// (the driver then hears of it from this call, not SnapshotSaved).
 	FinishSnapshot() SnapshotResult
 	// LoadSnapshot returns the application bytes of the stored snapshot,
 	// which must be the one at index.
 	LoadSnapshot(index uint64) ([]byte, error)
+	// ReadSnapshotChunk returns chunk n of the stored snapshot, which must
+	// be the one at index, and what the disk holds of it.
+	ReadSnapshotChunk(index uint64, n uint32) ([]byte, ChunkInfo, error)
+	// StageSnapshotChunk stores chunk n of the snapshot info describes,
+	// being received, apart from the stored one: chunk 0 starts over
+	// (whatever was staged goes), any other must be the next one staged.
+	// It returns how many chunks are staged. Once all are, it checks the
+	// length, the checksum and that the bytes are the snapshot meta
+	// describes; an error wrapping ErrCorrupt says they are not (nothing
+	// staged is kept), any other error is the disk's. A Write whose
+	// Snapshot has no Data installs the complete staged snapshot.
+	StageSnapshotChunk(meta vr.SnapshotMeta, info ChunkInfo, n uint32, data []byte) (uint32, error)
+	// Staged returns the snapshot being received and how many of its
+	// chunks are stored (0 when none), so that a restarted replica
+	// resumes the transfer.
+	Staged() (ChunkInfo, uint32, error)
 }
 
 // Write is one Ready's disk work, in the order vr.Ready prescribes:
@@ -171,6 +212,19 @@ func NewDriver(core vr.Config, p vr.Persisted, app []byte, sm StateMachine, disk
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SnapshotWindow <= 0 {
+		cfg.SnapshotWindow = defaultSnapshotWindow
+	}
+	if cfg.SnapshotResend <= 0 {
+		cfg.SnapshotResend = defaultSnapshotResend
+	}
+	if cfg.SnapshotAbandon <= 0 {
+		cfg.SnapshotAbandon = defaultSnapshotAbandon
+	}
+	info, staged, err := disk.Staged()
+	if err != nil {
+		return nil, fmt.Errorf("read the snapshot being received: %w", err)
+	}
 	if p.Snapshot != nil {
 		if err := sm.Restore(p.Snapshot.Index, app); err != nil {
 			return nil, fmt.Errorf("restore snapshot at %d: %w", p.Snapshot.Index, err)
@@ -181,8 +235,11 @@ func NewDriver(core vr.Config, p vr.Persisted, app []byte, sm StateMachine, disk
 		return nil, fmt.Errorf("start replica %d: %w", core.ID, err)
 	}
 	d := &Driver{cfg: cfg, node: node, disk: disk, tr: tr, sm: sm, clock: now,
-		pending: make(map[uint64]pendingProposal),
+		pending: make(map[uint64]pendingProposal), out: make(map[uint64]*outgoing),
 		snapDue: cfg.SnapshotEvery + cfg.ID%4*cfg.SnapshotEvery/8}
+	if staged > 0 {
+		d.in = &incoming{info: info, next: staged}
+	}
 	if p.Snapshot != nil {
 		d.snapshot, d.applied = p.Snapshot.Index, p.Snapshot.Index
 	}
@@ -213,17 +270,56 @@ func (d *Driver) Start() { d.run() }
 // time and carries out what follows. A malformed message is dropped (the
 // core reports it through its Dropped hook).
 func (d *Driver) Step(msgs []vr.Message) {
-	if d.mustBeIdle() {
-		for _, m := range msgs {
-			_ = d.node.Step(m)
-		}
-		d.tick()
+	if !d.mustBeIdle() {
+		return
 	}
+	defer d.timed(d.clock())
+	for i := range msgs {
+		m := &msgs[i]
+		switch m.Type {
+		case vr.MsgSnapshotChunk:
+			if validChunk(m, d.cfg.ID) {
+				d.onChunk(m)
+			}
+		case vr.MsgSnapshotChunkOK:
+			if validChunk(m, d.cfg.ID) {
+				d.onChunkOK(m)
+			}
+		case vr.MsgSnapshot:
+			// Snapshots arrive in chunks; the core hears of one from
+			// onChunk once it is on disk.
+		default:
+			_ = d.node.Step(*m)
+		}
+		if d.err != nil {
+			return
+		}
+	}
+	d.tick()
 }
+
+// timed records how long an input took (LongestPause).
+func (d *Driver) timed(start int64) {
+	d.pause = max(d.pause, time.Duration(d.clock()-start))
+}
+
+// LongestPause returns the longest time one input (Step, Tick, Propose, a
+// completion) kept the driver busy since the last call, and starts over:
+// while an input is carried out, nothing else reaches the replica.
+func (d *Driver) LongestPause() time.Duration {
+	p := d.pause
+	d.pause = 0
+	return p
+}
+
+// TransferStats returns the snapshot transfer counters.
+func (d *Driver) TransferStats() TransferStats { return d.xfer }
 
 // Tick tells the core the time and carries out what follows.
 func (d *Driver) Tick() {
 	if d.mustBeIdle() {
+		defer d.timed(d.clock())
+		d.tickTransfers()
 		d.tick()
 	}
 }
@@ -243,6 +339,7 @@ func (d *Driver) Propose(entries [][]byte, replies []Reply) {
 	if !d.mustBeIdle() {
 		return
 	}
+	defer d.timed(d.clock())
 	first, err := d.node.Propose(entries...)
 	if err != nil {
 		var np *vr.NotPrimaryError
@@ -267,6 +364,7 @@ func (d *Driver) Propose(entries [][]byte, replies []Reply) {
 // Written reports the outcome of a write Disk.Write did not finish at
 // once. Writes are reported in the order they were issued.
 func (d *Driver) Written(w *Write, err error) {
+	defer d.timed(d.clock())
 	d.outstanding--
 	if d.err != nil {
 		return
@@ -441,28 +539,15 @@ func (d *Driver) write(w *Write) bool {
 // committed entries, Advance.
 func (d *Driver) finishReady() {
 	rd := d.cur
-	if rd.Snapshot != nil {
-		meta := rd.Snapshot.Meta
-		if err := d.sm.Restore(meta.Index, rd.Snapshot.Data); err != nil {
-			d.fail(fmt.Errorf("restore snapshot: %w", err))
-			return
-		}
-		d.snapshot, d.applied = meta.Index, meta.Index
-		d.failPendingUpTo(meta.Index, ErrUnknownOutcome)
+	if rd.Snapshot != nil && !d.restore(rd.Snapshot) {
+		return
 	}
 	if len(rd.Messages) > 0 {
 		for i := range rd.Messages {
 			m := &rd.Messages[i]
-			if m.Type == vr.MsgSnapshot && m.Snapshot != nil && m.SnapshotData == nil {
-				data, err := d.disk.LoadSnapshot(m.Snapshot.Index)
-				if err != nil {
-					// A newer snapshot was stored after the core chose
-					// this one; the core sends again later.
-					d.cfg.Logger.Warn("snapshot to send is gone", "index", m.Snapshot.Index, "err", err)
-					m.Type = 0
-					continue
-				}
-				m.SnapshotData = data
+			if m.Type == vr.MsgSnapshot && m.Snapshot != nil {
+				d.sendSnapshot(m) // its bytes go in chunks
+				m.Type = 0
 			}
 		}
 		d.tr.Send(dropUnsent(rd.Messages))
@@ -478,6 +563,29 @@ func (d *Driver) finishReady() {
 		d.snapLate = nil
 		d.finishSnapshot(*res)
 	}
+}
+
+// restore replaces the state machine's state with the snapshot just
+// installed on disk.
+func (d *Driver) restore(s *vr.Snapshot) bool {
+	meta := s.Meta
+	data := s.Data
+	if data == nil {
+		// Received in chunks: the disk has it.
+		var err error
+		if data, err = d.disk.LoadSnapshot(meta.Index); err != nil {
+			d.fail(fmt.Errorf("load the snapshot installed at %d: %w", meta.Index, err))
+			return false
+		}
+		d.in = nil
+	}
+	if err := d.sm.Restore(meta.Index, data); err != nil {
+		d.fail(fmt.Errorf("restore snapshot: %w", err))
+		return false
+	}
+	d.snapshot, d.applied = meta.Index, meta.Index
+	d.failPendingUpTo(meta.Index, ErrUnknownOutcome)
+	return true
 }
 
 // dropUnsent removes the messages marked unsendable (type 0).
@@ -539,7 +647,13 @@ func (d *Driver) apply(committed []vr.Entry) {
 
 // snapshotDue reports whether a snapshot should be taken now.
 func (d *Driver) snapshotDue() bool {
-	return !d.snapSaving && d.applied-d.snapshot >= d.snapDue && d.clock() >= d.snapRetry
+	behind := d.applied - d.snapshot
+	if d.snapSaving || behind < d.snapDue || d.clock() < d.snapRetry {
+		return false
+	}
+	// A transfer reads the stored snapshot; the log it leaves grows
+	// meanwhile, up to a bound.
+	return !d.sendingSnapshot() || behind >= 4*d.snapDue
 }
 
 // takeSnapshot serializes the state machine at the applied index (on
@@ -557,6 +671,11 @@ func (d *Driver) takeSnapshot() {
 	data := d.sm.Snapshot()
 	d.snapSaving = true
 	d.disk.SaveSnapshot(meta, data)
+	if len(d.out) > 0 {
+		// Forced past transfers that went on too long: the chunks they
+		// read go with the old snapshot.
+		clear(d.out)
+	}
 }
 
 // finishSnapshot takes a save's outcome: once the snapshot is stored, the

@@ -9,8 +9,13 @@ type StateMachine interface {
 	// proposer. It must be deterministic and must not fail: a command the
 	// state machine refuses is a result, not an error.
 	Apply(index uint64, entry []byte) any
-	// Snapshot returns the state after the last applied entry.
-	Snapshot() []byte
+	// Snapshot captures the state after the last applied entry and
+	// returns a function that encodes it. The driver calls Snapshot on its
+	// goroutine between two Applies and the function on another goroutine
+	// while it applies more, so that serializing a large state does not
+	// stall the replica: Snapshot must be quick, and the function must
+	// encode the state as it was when Snapshot was called.
+	Snapshot() func() ([]byte, error)
 	// Restore replaces the state with a snapshot taken at index.
 	Restore(index uint64, snapshot []byte) error
 }

@@ -225,10 +225,11 @@ func (c *chainSM) Apply(index uint64, e []byte) any {
 	return index
 }
 
-func (c *chainSM) Snapshot() []byte {
+func (c *chainSM) Snapshot() func() ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return binary.BigEndian.AppendUint64(append([]byte(nil), c.sum[:]...), uint64(c.n))
+	b := binary.BigEndian.AppendUint64(append([]byte(nil), c.sum[:]...), uint64(c.n))
+	return func() ([]byte, error) { return b, nil }
 }
 
 func (c *chainSM) Restore(index uint64, b []byte) error {

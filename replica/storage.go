@@ -30,7 +30,10 @@ import (
 //
 //	l/<index u64 BE>          a log entry
 //	s/<index u64 BE>/<n u32>  chunk n of the snapshot taken at index
+//	t/<index u64 BE>/<n u32>  chunk n of a snapshot received from another replica
 //	m/snapshot                index, chunk count, length, CRC of the current snapshot
+//	                          (and 't' when its chunks are under t/: installed as received)
+//	m/staged                  the snapshot being received: what it is, chunks stored, CRC so far
 //	m/<name>                  metadata (the hard state, written with the log in persistReady)
 type Storage struct {
 	db  *badger.DB
@@ -55,15 +58,22 @@ type StorageOptions struct {
 // Limits of one stored value. A log entry is one command (a file's content
 // is at most 256 KiB) plus its envelope.
 const (
-	MaxEntryBytes     = 1 << 20   // a single log entry
-	snapshotChunkSize = 256 << 10 // snapshot chunk size on disk
-	MaxSnapshotBytes  = 4 << 30   // refuse to store or load a larger snapshot
+	MaxEntryBytes = 1 << 20 // a single log entry
+	// SnapshotChunkBytes is the size of the chunks a snapshot is stored
+	// in, and sent in (one chunk per message).
+	SnapshotChunkBytes = 256 << 10
+	// MaxSnapshotBytes bounds a stored snapshot (a sanity bound on what
+	// its metadata may claim; the state's own limits keep it far below).
+	MaxSnapshotBytes = 64 << 30
 )
 
 var (
 	keyLogPrefix  = []byte("l/")
 	keySnapPrefix = []byte("s/")
 	keySnapMeta   = []byte("m/snapshot")
+	// A snapshot being received: its chunks and its progress.
+	keyStagePrefix = []byte("t/")
+	keyStageMeta   = []byte("m/staged")
 )
 
 // ErrCorrupt reports stored data that fails its checks.
@@ -337,7 +347,8 @@ func writeLogHeader(path string) error {
 // not create one; it drops a table that fails its checksum at open), and
 // load refuses the directory without deleting anything.
 func (s *Storage) load() error {
-	snapIdx, _, _, _, err := s.snapshotMeta()
+	snapRec, err := s.snapshotMeta()
+	snapIdx := snapRec.Index
 	if err != nil {
 		return err
 	}
@@ -563,25 +574,40 @@ func (s *Storage) InstallSnapshot(index uint64, data []byte) error {
 	return s.saveSnapshot(index, data, true)
 }
 
+// snapRecord is a snapshot's metadata record: where its chunks are (under
+// keySnapPrefix, or keyStagePrefix for one received in chunks and
+// installed as it was staged) and what they hold.
+type snapRecord struct {
+	ChunkInfo
+	staged bool // chunks under keyStagePrefix
+}
+
+func (r snapRecord) key(c uint32) []byte {
+	if r.staged {
+		return stageKey(r.Index, c)
+	}
+	return snapKey(r.Index, c)
+}
+
 func (s *Storage) saveSnapshot(index uint64, data []byte, replaceLog bool) error {
 	if int64(len(data)) > MaxSnapshotBytes {
 		return fmt.Errorf("snapshot of %d bytes over the %d limit", len(data), int64(MaxSnapshotBytes))
 	}
-	oldIdx, oldChunks, _, _, err := s.snapshotMeta()
+	old, err := s.snapshotMeta()
 	if err != nil {
 		return err
 	}
-	if index <= oldIdx && oldChunks > 0 && !replaceLog {
+	if index <= old.Index && old.Chunks > 0 && !replaceLog {
 		return nil // we already have this or a newer one
 	}
-	if index == oldIdx && oldChunks > 0 {
+	if index == old.Index && old.Chunks > 0 {
 		return s.TruncateFrom(index + 1) // the same snapshot: only the log goes
 	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	chunks := uint32(0)
-	for off := 0; off < len(data) || chunks == 0; off += snapshotChunkSize {
-		end := min(off+snapshotChunkSize, len(data))
+	for off := 0; off < len(data) || chunks == 0; off += SnapshotChunkBytes {
+		end := min(off+SnapshotChunkBytes, len(data))
 		if err := wb.Set(snapKey(index, chunks), data[off:end]); err != nil {
 			return fmt.Errorf("save snapshot: %w", err)
 		}
@@ -596,19 +622,42 @@ func (s *Storage) saveSnapshot(index uint64, data []byte, replaceLog bool) error
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("save snapshot: sync: %w", err)
 	}
+	rec := snapRecord{ChunkInfo: ChunkInfo{Index: index, Chunks: chunks, Length: uint64(len(data)),
+		Sum: crc32.Checksum(data, castagnoli)}}
+	return s.switchSnapshot(old, rec, replaceLog, nil)
+}
+
+// switchSnapshot makes rec, whose chunks are durable, the current
+// snapshot: with replaceLog the log after it goes first (while the old
+// snapshot still rules, a crash leaves a prefix of the old log); then the
+// metadata record is written and synced, with more in the same
+// transaction; then the old snapshot's chunks and the covered log are
+// garbage.
+func (s *Storage) switchSnapshot(old, rec snapRecord, replaceLog bool, more func(*badger.Txn) error) error {
+	index := rec.Index
 	if replaceLog {
-		// First the entries after index, while the old snapshot still
-		// rules: a crash now leaves a prefix of the old log.
 		if err := s.TruncateFrom(index + 1); err != nil {
 			return fmt.Errorf("install snapshot: %w", err)
 		}
 	}
-	meta := make([]byte, 8+4+8+4)
+	meta := make([]byte, 8+4+8+4, 8+4+8+4+1)
 	binary.BigEndian.PutUint64(meta[0:], index)
-	binary.BigEndian.PutUint32(meta[8:], chunks)
-	binary.BigEndian.PutUint64(meta[12:], uint64(len(data)))
-	binary.BigEndian.PutUint32(meta[20:], crc32.Checksum(data, castagnoli))
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(keySnapMeta, meta) }); err != nil {
+	binary.BigEndian.PutUint32(meta[8:], rec.Chunks)
+	binary.BigEndian.PutUint64(meta[12:], rec.Length)
+	binary.BigEndian.PutUint32(meta[20:], rec.Sum)
+	if rec.staged {
+		meta = append(meta, 't')
+	}
+	err := s.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(keySnapMeta, meta); err != nil {
+			return err
+		}
+		if more != nil {
+			return more(txn)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("save snapshot meta: %w", err)
 	}
 	if err := s.db.Sync(); err != nil {
@@ -616,9 +665,9 @@ func (s *Storage) saveSnapshot(index uint64, data []byte, replaceLog bool) error
 	}
 	// Now the old snapshot and the covered log prefix are garbage.
 	var garbage [][]byte
-	if oldChunks > 0 && oldIdx != index {
-		for c := uint32(0); c < oldChunks; c++ {
-			garbage = append(garbage, snapKey(oldIdx, c))
+	if old.Chunks > 0 && (old.Index != index || old.staged != rec.staged) {
+		for c := uint32(0); c < old.Chunks; c++ {
+			garbage = append(garbage, old.key(c))
 		}
 	}
 	s.mu.Lock()
@@ -641,18 +690,15 @@ func (s *Storage) LoadSnapshot() (index uint64, data []byte, ok bool, err error)
 	// One read transaction: a snapshot being saved meanwhile (off the
 	// replica's loop) deletes the old chunks only after its metadata.
 	err = s.db.View(func(txn *badger.Txn) error {
-		idx, chunks, length, sum, err := readSnapMeta(txn)
-		if err != nil || chunks == 0 {
+		rec, err := readSnapMeta(txn)
+		if err != nil || rec.Chunks == 0 {
 			return err
 		}
-		if length > MaxSnapshotBytes {
-			return fmt.Errorf("%w: snapshot length %d", ErrCorrupt, length)
-		}
-		buf := make([]byte, 0, length)
-		for c := uint32(0); c < chunks; c++ {
-			item, err := txn.Get(snapKey(idx, c))
+		buf := make([]byte, 0, rec.Length)
+		for c := uint32(0); c < rec.Chunks; c++ {
+			item, err := txn.Get(rec.key(c))
 			if err != nil {
-				return fmt.Errorf("%w: snapshot %d chunk %d: %v", ErrCorrupt, idx, c, err)
+				return fmt.Errorf("%w: snapshot %d chunk %d: %v", ErrCorrupt, rec.Index, c, err)
 			}
 			if err := item.Value(func(v []byte) error {
 				buf = append(buf, v...)
@@ -661,10 +707,10 @@ func (s *Storage) LoadSnapshot() (index uint64, data []byte, ok bool, err error)
 				return err
 			}
 		}
-		if int64(len(buf)) != length || crc32.Checksum(buf, castagnoli) != sum {
-			return fmt.Errorf("%w: snapshot %d fails its length or checksum", ErrCorrupt, idx)
+		if uint64(len(buf)) != rec.Length || crc32.Checksum(buf, castagnoli) != rec.Sum {
+			return fmt.Errorf("%w: snapshot %d fails its length or checksum", ErrCorrupt, rec.Index)
 		}
-		index, data, ok = idx, buf, true
+		index, data, ok = rec.Index, buf, true
 		return nil
 	})
 	if err != nil {
@@ -673,35 +719,64 @@ func (s *Storage) LoadSnapshot() (index uint64, data []byte, ok bool, err error)
 	return index, data, ok, nil
 }
 
-func (s *Storage) snapshotMeta() (index uint64, chunks uint32, length int64, sum uint32, err error) {
+// ReadSnapshotChunk returns chunk n of the current snapshot, which must be
+// the one at index, and its description.
+func (s *Storage) ReadSnapshotChunk(index uint64, n uint32) (data []byte, info ChunkInfo, err error) {
 	err = s.db.View(func(txn *badger.Txn) error {
-		index, chunks, length, sum, err = readSnapMeta(txn)
+		rec, err := readSnapMeta(txn)
+		if err != nil {
+			return err
+		}
+		if rec.Chunks == 0 || rec.Index != index {
+			return fmt.Errorf("no snapshot at %d (the current one is at %d)", index, rec.Index)
+		}
+		if n >= rec.Chunks {
+			return fmt.Errorf("snapshot %d has %d chunks, not %d", index, rec.Chunks, n+1)
+		}
+		item, err := txn.Get(rec.key(n))
+		if err != nil {
+			return fmt.Errorf("%w: snapshot %d chunk %d: %v", ErrCorrupt, index, n, err)
+		}
+		data, err = item.ValueCopy(nil)
+		info = rec.ChunkInfo
+		return err
+	})
+	return data, info, err
+}
+
+func (s *Storage) snapshotMeta() (rec snapRecord, err error) {
+	err = s.db.View(func(txn *badger.Txn) error {
+		rec, err = readSnapMeta(txn)
 		return err
 	})
 	return
 }
 
-// readSnapMeta reads the current snapshot's metadata; chunks is 0 when
+// readSnapMeta reads the current snapshot's metadata; Chunks is 0 when
 // there is none.
-func readSnapMeta(txn *badger.Txn) (index uint64, chunks uint32, length int64, sum uint32, err error) {
+func readSnapMeta(txn *badger.Txn) (rec snapRecord, err error) {
 	item, err := txn.Get(keySnapMeta)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, 0, 0, 0, nil
+		return rec, nil
 	}
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return rec, err
 	}
 	err = item.Value(func(v []byte) error {
-		if len(v) != 24 {
+		if len(v) != 24 && (len(v) != 25 || v[24] != 't') {
 			return fmt.Errorf("%w: snapshot meta of %d bytes", ErrCorrupt, len(v))
 		}
-		index = binary.BigEndian.Uint64(v[0:])
-		chunks = binary.BigEndian.Uint32(v[8:])
-		length = int64(binary.BigEndian.Uint64(v[12:]))
-		sum = binary.BigEndian.Uint32(v[20:])
+		rec.Index = binary.BigEndian.Uint64(v[0:])
+		rec.Chunks = binary.BigEndian.Uint32(v[8:])
+		rec.Length = binary.BigEndian.Uint64(v[12:])
+		rec.Sum = binary.BigEndian.Uint32(v[20:])
+		rec.staged = len(v) == 25
+		if rec.Length > MaxSnapshotBytes || rec.Length > uint64(rec.Chunks)*MaxSnapshotChunkBytes {
+			return fmt.Errorf("%w: snapshot meta: %d bytes in %d chunks", ErrCorrupt, rec.Length, rec.Chunks)
+		}
 		return nil
 	})
-	return index, chunks, length, sum, err
+	return rec, err
 }
 
 // GetMeta returns a named value, or nil when it was never stored.
@@ -783,6 +858,12 @@ func snapKey(index uint64, chunk uint32) []byte {
 	binary.BigEndian.PutUint64(k[n:], index)
 	k[n+8] = '/'
 	binary.BigEndian.PutUint32(k[n+9:], chunk)
+	return k
+}
+
+func stageKey(index uint64, chunk uint32) []byte {
+	k := snapKey(index, chunk)
+	copy(k, keyStagePrefix)
 	return k
 }
 

@@ -19,7 +19,7 @@ func TestStorageSnapshotRoundTripAndTruncation(t *testing.T) {
 	if err := st.Append(entries); err != nil {
 		t.Fatal(err)
 	}
-	big := bytes.Repeat([]byte("0123456789abcdef"), 3*snapshotChunkSize/16+5) // several chunks
+	big := bytes.Repeat([]byte("0123456789abcdef"), 3*SnapshotChunkBytes/16+5) // several chunks
 	if err := st.SaveSnapshot(60, big); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestStorageLoadSnapshotWhileSaving(t *testing.T) {
 	}
 	defer st.Close()
 	content := func(i uint64) []byte { // several chunks, different per snapshot
-		return bytes.Repeat([]byte{byte(i)}, 2*snapshotChunkSize+int(i))
+		return bytes.Repeat([]byte{byte(i)}, 2*SnapshotChunkBytes+int(i))
 	}
 	next := uint64(1)
 	appendN := func(n int) {

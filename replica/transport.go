@@ -383,6 +383,9 @@ func messageToWire(w *gr.Message, m *vr.Message, es []gr.Entry) {
 		}
 		w.Snapshot = s
 	}
+	if c := m.Chunk; c != nil {
+		w.Chunk = &gr.SnapshotChunk{N: int64(c.N), Chunks: int64(c.Chunks), Length: int64(c.Length), Sum: int64(c.Sum)}
+	}
 }
 
 // messageFromWire converts and checks what the wire format alone can
@@ -438,6 +441,13 @@ func messageFromWire(w *gr.Message) (vr.Message, error) {
 			meta.Members = append(meta.Members, vr.Member{ID: uint64(x.Id), Addr: x.Addr})
 		}
 		m.Snapshot = meta
+	}
+	if c := w.Chunk; c != nil {
+		const u32 = 1<<32 - 1
+		if c.N < 0 || c.N > u32 || c.Chunks < 0 || c.Chunks > u32 || c.Length < 0 || c.Sum < 0 || c.Sum > u32 {
+			return vr.Message{}, errPeer
+		}
+		m.Chunk = &vr.SnapshotChunk{N: uint32(c.N), Chunks: uint32(c.Chunks), Length: uint64(c.Length), Sum: uint32(c.Sum)}
 	}
 	return m, nil
 }

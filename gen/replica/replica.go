@@ -186,27 +186,84 @@ var fieldIDToName_SnapshotMeta = map[int16]string{
 	3: "members",
 }
 
+type SnapshotChunk struct {
+	N      int64 `thrift:"n,1,required" frugal:"1,required,i64" json:"n"`
+	Chunks int64 `thrift:"chunks,2,required" frugal:"2,required,i64" json:"chunks"`
+	Length int64 `thrift:"length,3,required" frugal:"3,required,i64" json:"length"`
+	Sum    int64 `thrift:"sum,4,required" frugal:"4,required,i64" json:"sum"`
+}
+
+func NewSnapshotChunk() *SnapshotChunk {
+	return &SnapshotChunk{}
+}
+
+func (p *SnapshotChunk) InitDefault() {
+}
+
+func (p *SnapshotChunk) GetN() (v int64) {
+	return p.N
+}
+
+func (p *SnapshotChunk) GetChunks() (v int64) {
+	return p.Chunks
+}
+
+func (p *SnapshotChunk) GetLength() (v int64) {
+	return p.Length
+}
+
+func (p *SnapshotChunk) GetSum() (v int64) {
+	return p.Sum
+}
+func (p *SnapshotChunk) SetN(val int64) {
+	p.N = val
+}
+func (p *SnapshotChunk) SetChunks(val int64) {
+	p.Chunks = val
+}
+func (p *SnapshotChunk) SetLength(val int64) {
+	p.Length = val
+}
+func (p *SnapshotChunk) SetSum(val int64) {
+	p.Sum = val
+}
+
+func (p *SnapshotChunk) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapshotChunk(%+v)", *p)
+}
+
+var fieldIDToName_SnapshotChunk = map[int16]string{
+	1: "n",
+	2: "chunks",
+	3: "length",
+	4: "sum",
+}
+
 type Message struct {
-	Type           int8          `thrift:"type,1,required" frugal:"1,required,byte" json:"type"`
-	From           int64         `thrift:"from,2,required" frugal:"2,required,i64" json:"from"`
-	To             int64         `thrift:"to,3,required" frugal:"3,required,i64" json:"to"`
-	View           int64         `thrift:"view,4,required" frugal:"4,required,i64" json:"view"`
-	Op             int64         `thrift:"op,5,required" frugal:"5,required,i64" json:"op"`
-	OpView         int64         `thrift:"op_view,6,required" frugal:"6,required,i64" json:"op_view"`
-	Commit         int64         `thrift:"commit,7,required" frugal:"7,required,i64" json:"commit"`
-	PrevOp         int64         `thrift:"prev_op,8,required" frugal:"8,required,i64" json:"prev_op"`
-	PrevView       int64         `thrift:"prev_view,9,required" frugal:"9,required,i64" json:"prev_view"`
-	LastNormalView int64         `thrift:"last_normal_view,10,required" frugal:"10,required,i64" json:"last_normal_view"`
-	StartOp        int64         `thrift:"start_op,11,required" frugal:"11,required,i64" json:"start_op"`
-	Stamp          int64         `thrift:"stamp,12,required" frugal:"12,required,i64" json:"stamp"`
-	Normal         bool          `thrift:"normal,13,required" frugal:"13,required,bool" json:"normal"`
-	Reject         bool          `thrift:"reject,14,required" frugal:"14,required,bool" json:"reject"`
-	Granted        bool          `thrift:"granted,15,required" frugal:"15,required,bool" json:"granted"`
-	Final          bool          `thrift:"final,16,required" frugal:"16,required,bool" json:"final"`
-	Entries        []*Entry      `thrift:"entries,17,required" frugal:"17,required,list<Entry>" json:"entries"`
-	Runs           []*Run        `thrift:"runs,18,required" frugal:"18,required,list<Run>" json:"runs"`
-	Snapshot       *SnapshotMeta `thrift:"snapshot,19,optional" frugal:"19,optional,SnapshotMeta" json:"snapshot,omitempty"`
-	SnapshotData   []byte        `thrift:"snapshot_data,20,optional" frugal:"20,optional,binary" json:"snapshot_data,omitempty"`
+	Type           int8           `thrift:"type,1,required" frugal:"1,required,byte" json:"type"`
+	From           int64          `thrift:"from,2,required" frugal:"2,required,i64" json:"from"`
+	To             int64          `thrift:"to,3,required" frugal:"3,required,i64" json:"to"`
+	View           int64          `thrift:"view,4,required" frugal:"4,required,i64" json:"view"`
+	Op             int64          `thrift:"op,5,required" frugal:"5,required,i64" json:"op"`
+	OpView         int64          `thrift:"op_view,6,required" frugal:"6,required,i64" json:"op_view"`
+	Commit         int64          `thrift:"commit,7,required" frugal:"7,required,i64" json:"commit"`
+	PrevOp         int64          `thrift:"prev_op,8,required" frugal:"8,required,i64" json:"prev_op"`
+	PrevView       int64          `thrift:"prev_view,9,required" frugal:"9,required,i64" json:"prev_view"`
+	LastNormalView int64          `thrift:"last_normal_view,10,required" frugal:"10,required,i64" json:"last_normal_view"`
+	StartOp        int64          `thrift:"start_op,11,required" frugal:"11,required,i64" json:"start_op"`
+	Stamp          int64          `thrift:"stamp,12,required" frugal:"12,required,i64" json:"stamp"`
+	Normal         bool           `thrift:"normal,13,required" frugal:"13,required,bool" json:"normal"`
+	Reject         bool           `thrift:"reject,14,required" frugal:"14,required,bool" json:"reject"`
+	Granted        bool           `thrift:"granted,15,required" frugal:"15,required,bool" json:"granted"`
+	Final          bool           `thrift:"final,16,required" frugal:"16,required,bool" json:"final"`
+	Entries        []*Entry       `thrift:"entries,17,required" frugal:"17,required,list<Entry>" json:"entries"`
+	Runs           []*Run         `thrift:"runs,18,required" frugal:"18,required,list<Run>" json:"runs"`
+	Snapshot       *SnapshotMeta  `thrift:"snapshot,19,optional" frugal:"19,optional,SnapshotMeta" json:"snapshot,omitempty"`
+	SnapshotData   []byte         `thrift:"snapshot_data,20,optional" frugal:"20,optional,binary" json:"snapshot_data,omitempty"`
+	Chunk          *SnapshotChunk `thrift:"chunk,21,optional" frugal:"21,optional,SnapshotChunk" json:"chunk,omitempty"`
 }
 
 func NewMessage() *Message {
@@ -305,6 +362,15 @@ func (p *Message) GetSnapshotData() (v []byte) {
 	}
 	return p.SnapshotData
 }
+
+var Message_Chunk_DEFAULT *SnapshotChunk
+
+func (p *Message) GetChunk() (v *SnapshotChunk) {
+	if !p.IsSetChunk() {
+		return Message_Chunk_DEFAULT
+	}
+	return p.Chunk
+}
 func (p *Message) SetType(val int8) {
 	p.Type = val
 }
@@ -365,6 +431,9 @@ func (p *Message) SetSnapshot(val *SnapshotMeta) {
 func (p *Message) SetSnapshotData(val []byte) {
 	p.SnapshotData = val
 }
+func (p *Message) SetChunk(val *SnapshotChunk) {
+	p.Chunk = val
+}
 
 func (p *Message) IsSetSnapshot() bool {
 	return p.Snapshot != nil
@@ -372,6 +441,10 @@ func (p *Message) IsSetSnapshot() bool {
 
 func (p *Message) IsSetSnapshotData() bool {
 	return p.SnapshotData != nil
+}
+
+func (p *Message) IsSetChunk() bool {
+	return p.Chunk != nil
 }
 
 func (p *Message) String() string {
@@ -402,6 +475,7 @@ var fieldIDToName_Message = map[int16]string{
 	18: "runs",
 	19: "snapshot",
 	20: "snapshot_data",
+	21: "chunk",
 }
 
 type ReplicaError struct {

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"slices"
 
 	"github.com/chubbygo/chubby/fs"
@@ -17,7 +18,17 @@ type disk struct {
 	snap     *vr.SnapshotMeta
 	snapData []byte
 	entries  []vr.Entry
+	staged   *staged // a snapshot being received
 }
+
+// staged is a snapshot received chunk by chunk, not yet installed.
+type staged struct {
+	meta   vr.SnapshotMeta
+	info   rp.ChunkInfo
+	chunks [][]byte
+}
+
+func (s *staged) data() []byte { return slices.Concat(s.chunks...) }
 
 func (d *disk) lastIndex() uint64 {
 	if n := len(d.entries); n > 0 {
@@ -341,8 +352,17 @@ func (r *replica) persist(wr *rp.Write, stage int) {
 	if stage >= 1 && wr.Snapshot != nil {
 		m := wr.Snapshot.Meta
 		m.Members = m.Members.Clone()
-		d.snap, d.snapData, d.entries = &m, wr.Snapshot.Data, nil
-		w.check.onSnapshot(r, m.Index, wr.Snapshot.Data)
+		data := wr.Snapshot.Data
+		if data == nil {
+			st := d.staged
+			if st == nil || st.info.Index != m.Index || len(st.chunks) != int(st.info.Chunks) {
+				w.fail("replica %d installs snapshot %d, which is not staged", r.id, m.Index)
+				return
+			}
+			data, d.staged = st.data(), nil
+		}
+		d.snap, d.snapData, d.entries = &m, data, nil
+		w.check.onSnapshot(r, m.Index, data)
 	}
 	if stage < 2 {
 		return
@@ -369,8 +389,13 @@ func (r *replica) persist(wr *rp.Write, stage int) {
 	}
 }
 
-func (s simDisk) SaveSnapshot(meta vr.SnapshotMeta, data []byte) {
+func (s simDisk) SaveSnapshot(meta vr.SnapshotMeta, encode func() ([]byte, error)) {
 	r, w := s.r, s.r.w
+	data, err := encode()
+	if err != nil {
+		w.fail("replica %d: snapshot encoding failed: %v", r.id, err)
+		return
+	}
 	w.check.onSnapshot(r, meta.Index, data)
 	r.saving = &snapSave{meta: meta, data: data}
 	ep := r.epoch
@@ -392,6 +417,56 @@ func (s simDisk) LoadSnapshot(index uint64) ([]byte, error) {
 	}
 	return d.snapData, nil
 }
+
+func (s simDisk) ReadSnapshotChunk(index uint64, n uint32) ([]byte, rp.ChunkInfo, error) {
+	d := &s.r.disk
+	if d.snap == nil || d.snap.Index != index {
+		return nil, rp.ChunkInfo{}, fmt.Errorf("no snapshot at %d", index)
+	}
+	cs := s.r.w.chunkBytes
+	info := rp.ChunkInfo{Index: index, Chunks: uint32(max(1, (len(d.snapData)+cs-1)/cs)),
+		Length: uint64(len(d.snapData)), Sum: crc32.Checksum(d.snapData, castagnoli)}
+	if n >= info.Chunks {
+		return nil, info, fmt.Errorf("snapshot %d has %d chunks", index, info.Chunks)
+	}
+	off := int(n) * cs
+	return slices.Clone(d.snapData[off:min(off+cs, len(d.snapData))]), info, nil
+}
+
+func (s simDisk) StageSnapshotChunk(meta vr.SnapshotMeta, info rp.ChunkInfo, n uint32, data []byte) (uint32, error) {
+	r, d := s.r, &s.r.disk
+	if r.diskBroken || r.diskFailing {
+		r.diskBroken = true
+		return 0, errors.New("simulated disk failure: staging a snapshot chunk")
+	}
+	if n == 0 {
+		meta.Members = meta.Members.Clone()
+		d.staged = &staged{meta: meta, info: info}
+	}
+	st := d.staged
+	if st == nil || st.info != info || len(st.chunks) != int(n) {
+		return 0, fmt.Errorf("%w: chunk %d does not follow what is staged", rp.ErrCorrupt, n)
+	}
+	st.chunks = append(st.chunks, slices.Clone(data))
+	if len(st.chunks) == int(info.Chunks) {
+		all := st.data()
+		if uint64(len(all)) != info.Length || crc32.Checksum(all, castagnoli) != info.Sum ||
+			st.meta.View != meta.View || !slices.Equal(st.meta.Members, meta.Members) {
+			d.staged = nil
+			return 0, fmt.Errorf("%w: the snapshot received at %d fails its checks", rp.ErrCorrupt, info.Index)
+		}
+	}
+	return uint32(len(st.chunks)), nil
+}
+
+func (s simDisk) Staged() (rp.ChunkInfo, uint32, error) {
+	if st := s.r.disk.staged; st != nil {
+		return st.info, uint32(len(st.chunks)), nil
+	}
+	return rp.ChunkInfo{}, 0, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // storeSnapshot puts the snapshot being saved on disk: it replaces the
 // old one and the log entries it covers go.
@@ -419,6 +494,10 @@ func (t simTransport) Send(ms []vr.Message) {
 	r, w := t.r, t.r.w
 	for _, m := range ms {
 		switch m.Type {
+		case vr.MsgSnapshotChunk, vr.MsgSnapshotChunkOK:
+			// The driver's transfer: they repeat the view of the
+			// MsgSnapshot or chunk they follow, not a claim about this
+			// replica's disk.
 		case vr.MsgProbe, vr.MsgProbeReply: // they name the view asked about
 		case vr.MsgPrepare, vr.MsgCommit:
 			// The primary's, sent before its own write (early) or after:
@@ -464,7 +543,10 @@ func (m *machine) Apply(index uint64, entry []byte) any {
 	return res
 }
 
-func (m *machine) Snapshot() []byte { return m.st.Snapshot() }
+func (m *machine) Snapshot() func() ([]byte, error) {
+	b := m.st.Snapshot()
+	return func() ([]byte, error) { return b, nil }
+}
 
 func (m *machine) Restore(index uint64, b []byte) error {
 	st, err := fs.Restore(b, fs.DefaultLimits())

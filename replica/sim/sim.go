@@ -178,6 +178,8 @@ func (h *eventHeap) Pop() any {
 }
 
 type world struct {
+	chunkBytes int // snapshot chunk size of the simulated disks
+
 	opt    Options
 	rng    *rand.Rand
 	now    int64
@@ -354,6 +356,10 @@ func (w *world) setup() {
 	w.net = newNetwork(w)
 	w.check = newChecker(w)
 	snapEvery := uint64([]int{8, 20, 50, 1000}[w.intn(4)])
+	// Snapshots are stored and sent in chunks of 64 bytes to 1 KiB, so a
+	// transfer of a few KiB is cut by the faults at every point. Taken
+	// from the seed, not the stream, so older seeds replay as before.
+	w.chunkBytes = 64 << (w.opt.Seed % 5)
 	for i := range o.Replicas {
 		r := newReplica(w, uint64(i+1), snapEvery)
 		w.replicas = append(w.replicas, r)

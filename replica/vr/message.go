@@ -49,6 +49,20 @@ const (
 	// SnapshotData (filled by the driver), for a replica whose missing
 	// entries were compacted away. Commit as in MsgPrepare.
 	MsgSnapshot
+	// MsgSnapshotChunk (driver → driver): chunk Chunk.N of the stored
+	// snapshot described by Snapshot and Chunk, in SnapshotData; View,
+	// Commit and Stamp are those of the MsgSnapshot the sender's core
+	// asked for. The bytes of a snapshot travel this way, a bounded
+	// window of chunks at a time, and the receiving driver hands its core
+	// a MsgSnapshot without data once it has stored them all (see
+	// replica's snapshot transfer). Op counts the sender's go-backs.
+	// Node.Step ignores it.
+	MsgSnapshotChunk
+	// MsgSnapshotChunkOK (driver → driver): the receiver has stored the
+	// chunks before Chunk.N of the snapshot at Snapshot.Index and wants
+	// Chunk.N next; Reject says a chunk did not fit (send from Chunk.N);
+	// Op echoes the chunk's. Node.Step ignores it.
+	MsgSnapshotChunkOK
 
 	msgTypeEnd
 )
@@ -65,6 +79,8 @@ var msgNames = [...]string{
 	MsgGetLog:          "GetLog",
 	MsgLog:             "Log",
 	MsgSnapshot:        "Snapshot",
+	MsgSnapshotChunk:   "SnapshotChunk",
+	MsgSnapshotChunkOK: "SnapshotChunkOK",
 }
 
 func (t MsgType) String() string {
@@ -108,6 +124,7 @@ type Message struct {
 	Runs         []Run
 	Snapshot     *SnapshotMeta
 	SnapshotData []byte
+	Chunk        *SnapshotChunk
 }
 
 func (m *Message) String() string {
@@ -127,9 +144,12 @@ func (m *Message) String() string {
 		s += fmt.Sprintf(" start=%d commit=%d prev=%d runs=%d final=%v", m.StartOp, m.Commit, m.PrevOp, len(m.Runs), m.Final)
 	case MsgGetLog:
 		s += fmt.Sprintf(" from=%d", m.Op)
-	case MsgSnapshot:
+	case MsgSnapshot, MsgSnapshotChunk, MsgSnapshotChunkOK:
 		if m.Snapshot != nil {
 			s += fmt.Sprintf(" index=%d/%d", m.Snapshot.Index, m.Snapshot.View)
+		}
+		if c := m.Chunk; c != nil {
+			s += fmt.Sprintf(" chunk=%d/%d reject=%v", c.N, c.Chunks, m.Reject)
 		}
 	}
 	return s

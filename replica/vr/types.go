@@ -187,10 +187,20 @@ type SnapshotMeta struct {
 }
 
 // Snapshot is a snapshot to install: its metadata and the application's
-// bytes.
+// bytes. Data is nil when the driver received the snapshot in chunks and
+// holds it on its disk already (MsgSnapshot without SnapshotData).
 type Snapshot struct {
 	Meta SnapshotMeta
 	Data []byte
+}
+
+// SnapshotChunk places one chunk of a snapshot transfer between drivers
+// (MsgSnapshotChunk, MsgSnapshotChunkOK). The core never acts on one.
+type SnapshotChunk struct {
+	N      uint32 // this chunk's number; in an OK, the next chunk wanted
+	Chunks uint32 // how many chunks the stored snapshot has
+	Length uint64 // its length in bytes, all chunks together
+	Sum    uint32 // CRC-32C of those bytes
 }
 
 // Status is a replica's protocol status in its view.

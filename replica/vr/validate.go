@@ -9,6 +9,8 @@ func (n *Node) validate(m *Message) string {
 	switch {
 	case m.Type == 0 || m.Type >= msgTypeEnd:
 		return "unknown message type"
+	case m.Type == MsgSnapshotChunk || m.Type == MsgSnapshotChunkOK:
+		return "a snapshot transfer message, for the driver"
 	case m.To != n.id:
 		return "addressed to another replica"
 	case m.From == n.id:

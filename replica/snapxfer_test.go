@@ -1,0 +1,72 @@
+package replica
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+// A snapshot transfer cut at random points — chunks and acknowledgements
+// lost, the receiver restarted mid-way — resumes where the receiver's disk
+// stands: every chunk is stored once, and the replica catches up.
+func TestSnapshotTransferResumes(t *testing.T) {
+	midway := 0 // receivers restarted with part of the snapshot staged
+	defer func() {
+		if midway == 0 {
+			t.Error("no receiver was restarted in the middle of a transfer")
+		}
+	}()
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			c := newClusterSnap(t, 3, 20, nil)
+			c.run(100 * time.Millisecond)
+			c.crash(3)
+			for i := range 60 {
+				c.propose(fmt.Sprintf("entry-%02d-of-the-state-to-ship", i)) // ~2 KiB: ~260 chunks
+			}
+			c.run(100 * time.Millisecond)
+			loss := 0.02 + rng.Float64()*0.2
+			c.drop = func(m vr.Message) bool {
+				return (m.Type == vr.MsgSnapshotChunk || m.Type == vr.MsgSnapshotChunkOK) && rng.Float64() < loss
+			}
+			c.perStep = 3
+			c.start(c.nodes[3])
+			stored := uint64(0)
+			for range 2 + rng.IntN(3) {
+				c.run(time.Duration(5+rng.IntN(400)) * time.Millisecond)
+				if c.nodes[3].n().Info().SnapshotIndex > 0 {
+					break
+				}
+				stored += c.nodes[3].d.TransferStats().ChunksStored
+				if _, n, _ := c.nodes[3].disk.Staged(); n > 0 {
+					midway++
+				}
+				c.crash(3)
+				c.run(time.Duration(rng.IntN(20)) * time.Millisecond)
+				c.start(c.nodes[3])
+			}
+			// A stall (the last chunk or acknowledgement of a window
+			// lost) costs a resend interval, 1 s.
+			c.run(120 * time.Second)
+			c.drop, c.perStep = nil, 0
+			c.run(100 * time.Millisecond)
+			got := c.nodes[3].n().Info()
+			if got.Applied != 61 || got.Status != vr.StatusNormal {
+				t.Fatalf("replica 3 after catch-up: %+v", got)
+			}
+			c.checkAgree()
+			stored += c.nodes[3].d.TransferStats().ChunksStored
+			_, info, err := c.nodes[1].disk.ReadSnapshotChunk(c.nodes[1].disk.snap.Index, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored != uint64(info.Chunks) && c.nodes[1].disk.snap.Index == got.SnapshotIndex {
+				t.Fatalf("%d chunks stored for a snapshot of %d: the transfer did not resume", stored, info.Chunks)
+			}
+		})
+	}
+}
