@@ -471,7 +471,7 @@ func TestRestartKeepsState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := tc.s.m.Snapshot()
+	before := stateBytes(tc.s.m)
 	epoch := tc.s.Epoch()
 	tc.stop()
 
@@ -479,7 +479,7 @@ func TestRestartKeepsState(t *testing.T) {
 	if tc2.s.Epoch() != epoch+1 {
 		t.Fatalf("epoch %d after restart, was %d", tc2.s.Epoch(), epoch)
 	}
-	if string(tc2.s.m.Snapshot()) != string(before) {
+	if string(stateBytes(tc2.s.m)) != string(before) {
 		t.Fatal("state after restart differs from the state before")
 	}
 	h := tc2.open(s, "/b", chubby.CreateMode_OPEN_EXISTING, false)

@@ -20,6 +20,7 @@ type machine struct {
 	mu      sync.RWMutex
 	st      *fs.State
 	applied uint64
+	sh      *shadow // the copy snapshots are encoded from
 
 	waitMu  sync.Mutex
 	waiters map[int64]*rpc.Deferred[*chubby.Sequencer] // handle id → its parked Acquire
@@ -35,6 +36,7 @@ func newMachine(l fs.Limits, maxWaiters int) *machine {
 	return &machine{
 		limits:  l,
 		st:      fs.New(l),
+		sh:      newShadow(l),
 		waiters: make(map[int64]*rpc.Deferred[*chubby.Sequencer]),
 		maxWait: maxWaiters,
 	}
@@ -47,6 +49,7 @@ func (m *machine) Apply(index uint64, entry []byte) any {
 	m.applied = index
 	next, hasTimer := m.st.NextTimer()
 	m.mu.Unlock()
+	m.sh.apply(entry)
 	if err != nil {
 		// Only entries this process encoded reach the log, so this is a
 		// bug or a corrupt disk; the state is unchanged either way.
@@ -59,12 +62,22 @@ func (m *machine) Apply(index uint64, entry []byte) any {
 	return res
 }
 
-// Snapshot implements replica.StateMachine.
-func (m *machine) Snapshot() []byte {
+// Snapshot implements replica.StateMachine: the shadow encodes the state
+// as it is now while the loop goes on. If the shadow was dropped, the
+// state is encoded here, once, and the shadow rebuilt from it.
+func (m *machine) Snapshot() func() ([]byte, error) {
+	if wait, ok := m.sh.snapshot(); ok {
+		return wait
+	}
 	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.st.Snapshot()
+	b := m.st.Snapshot()
+	m.mu.RUnlock()
+	m.sh.restore(b)
+	return func() ([]byte, error) { return b, nil }
 }
+
+// close stops the shadow.
+func (m *machine) close() { m.sh.close() }
 
 // Restore implements replica.StateMachine.
 func (m *machine) Restore(index uint64, b []byte) error {
@@ -75,6 +88,7 @@ func (m *machine) Restore(index uint64, b []byte) error {
 	m.mu.Lock()
 	m.st, m.applied = st, index
 	m.mu.Unlock()
+	m.sh.restore(b)
 	return nil
 }
 

@@ -343,6 +343,9 @@ func (s *Server) closeAll() {
 		s.log.Close()
 		failed = s.log.Err() != nil
 	}
+	if s.m != nil {
+		s.m.close() // after the log: nothing applies any more
+	}
 	if s.st != nil && !failed {
 		// After a disk failure Badger is not closed: it would retry its
 		// flush for closeWait, and v4.9.6 panics on reads after a failed

@@ -24,9 +24,10 @@ type stagedRecord struct {
 	ChunkInfo
 	next uint32 // chunks stored
 	crc  uint32 // CRC-32C of chunks 0..next-1
+	have uint64 // their length
 }
 
-const stagedRecordBytes = 8 + 4 + 8 + 4 + 4 + 4
+const stagedRecordBytes = 8 + 4 + 8 + 4 + 4 + 4 + 8
 
 func (r stagedRecord) encode() []byte {
 	b := binary.BigEndian.AppendUint64(nil, r.Index)
@@ -34,7 +35,8 @@ func (r stagedRecord) encode() []byte {
 	b = binary.BigEndian.AppendUint64(b, r.Length)
 	b = binary.BigEndian.AppendUint32(b, r.Sum)
 	b = binary.BigEndian.AppendUint32(b, r.next)
-	return binary.BigEndian.AppendUint32(b, r.crc)
+	b = binary.BigEndian.AppendUint32(b, r.crc)
+	return binary.BigEndian.AppendUint64(b, r.have)
 }
 
 func decodeStaged(v []byte) (stagedRecord, error) {
@@ -48,7 +50,8 @@ func decodeStaged(v []byte) (stagedRecord, error) {
 	r.Sum = binary.BigEndian.Uint32(v[20:])
 	r.next = binary.BigEndian.Uint32(v[24:])
 	r.crc = binary.BigEndian.Uint32(v[28:])
-	if r.next > r.Chunks || r.Length > MaxSnapshotBytes {
+	r.have = binary.BigEndian.Uint64(v[32:])
+	if r.next > r.Chunks || r.Length > MaxSnapshotBytes || r.have > r.Length {
 		return r, fmt.Errorf("%w: staged snapshot record %d/%d chunks, %d bytes", ErrCorrupt, r.next, r.Chunks, r.Length)
 	}
 	return r, nil
@@ -112,7 +115,11 @@ func (s *Storage) StageSnapshotChunk(meta vr.SnapshotMeta, info ChunkInfo, n uin
 	}
 	r.next = n + 1
 	r.crc = crc32.Update(r.crc, castagnoli, data)
-	if r.next == r.Chunks && r.crc != r.Sum {
+	r.have += uint64(len(data))
+	switch {
+	case r.have > r.Length || (r.next == r.Chunks && r.have != r.Length):
+		return 0, s.refuseStaged(r, "its length")
+	case r.next == r.Chunks && r.crc != r.Sum:
 		return 0, s.refuseStaged(r, "its checksum")
 	}
 	err := s.db.Update(func(txn *badger.Txn) error {
@@ -132,34 +139,27 @@ func (s *Storage) StageSnapshotChunk(meta vr.SnapshotMeta, info ChunkInfo, n uin
 	return r.next, nil
 }
 
-// checkStaged checks the complete staged snapshot: its length, and that
-// its envelope is meta's (the view and configuration the core installs).
+// checkStaged checks that the complete staged snapshot's envelope is
+// meta's (the view and configuration the core installs).
 func (s *Storage) checkStaged(r stagedRecord, meta vr.SnapshotMeta) error {
-	var length uint64
 	var head []byte
 	err := s.db.View(func(txn *badger.Txn) error {
-		for c := uint32(0); c < r.Chunks; c++ {
+		for c := uint32(0); c < r.Chunks && len(head) < envelopeMax; c++ {
 			item, err := txn.Get(stageKey(r.Index, c))
 			if err != nil {
-				return fmt.Errorf("%w: staged chunk %d: %v", ErrCorrupt, c, err)
+				return fmt.Errorf("staged chunk %d: %w", c, err)
 			}
-			length += uint64(item.ValueSize())
-			if len(head) < envelopeMax {
-				if err := item.Value(func(v []byte) error {
-					head = append(head, v...)
-					return nil
-				}); err != nil {
-					return err
-				}
+			if err := item.Value(func(v []byte) error {
+				head = append(head, v...)
+				return nil
+			}); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		return err
-	}
-	if length != r.Length {
-		return s.refuseStaged(r, "its length")
 	}
 	got, _, err := decodeSnapshot(r.Index, head)
 	if err != nil || got.View != meta.View || !slices.Equal(got.Members, meta.Members) {
