@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,10 @@ type metrics struct {
 	commands     *prometheus.CounterVec
 	batchEntries prometheus.Histogram
 	fsync        prometheus.Histogram
+	// loopPause is how long the replica's loop took over each input: while
+	// it runs, no command, lease renewal or message is handled.
+	loopPause prometheus.Histogram
+	maxPause  atomic.Int64 // longest since the start, ns
 	parkedAcq    prometheus.Gauge
 	eventsSent   prometheus.Counter
 	// invalidationWait is how long changes waited for caching sessions to
@@ -41,6 +46,11 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			Name:    "chubby_log_append_seconds",
 			Help:    "Time to write and fsync one batch of log entries.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}),
+		loopPause: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "chubby_replica_loop_input_seconds",
+			Help:    "Time the replica's loop spent on one input (a message batch, a tick, a proposal batch, a disk completion); nothing else reaches the replica meanwhile.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 		parkedAcq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "chubby_parked_acquires",
@@ -72,6 +82,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Name: "chubby_parked_keepalives",
 		Help: "KeepAlive calls parked until their leases need extending.",
 	}, func() float64 { _, n := s.leases.count(); return float64(n) })
+	longest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chubby_replica_loop_longest_input_seconds",
+		Help: "The longest time the replica's loop spent on one input since the process started.",
+	}, func() float64 { return time.Duration(m.maxPause.Load()).Seconds() })
 	applied := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chubby_applied_index",
 		Help: "Index of the last log entry applied.",
@@ -102,8 +116,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.parkedAcq, m.eventsSent, m.invalidationWait,
-		m.leaseRefusals, cached, sessions, parkedKA, applied, queued, diskFailed, master} {
+	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.loopPause, m.parkedAcq, m.eventsSent, m.invalidationWait,
+		m.leaseRefusals, cached, sessions, parkedKA, applied, longest, queued, diskFailed, master} {
 		reg.MustRegister(c)
 	}
 	return m
@@ -112,6 +126,16 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 func (m *metrics) observeBatch(entries, _ int, d time.Duration) {
 	m.batchEntries.Observe(float64(entries))
 	m.fsync.Observe(d.Seconds())
+}
+
+func (m *metrics) observePause(d time.Duration) {
+	m.loopPause.Observe(d.Seconds())
+	for {
+		old := m.maxPause.Load()
+		if int64(d) <= old || m.maxPause.CompareAndSwap(old, int64(d)) {
+			return
+		}
+	}
 }
 
 func (m *metrics) parkedAcquire(delta float64) { m.parkedAcq.Add(delta) }

@@ -173,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		SnapshotEvery: cfg.SnapshotEvery,
 		Logger:        cfg.Logger,
 		OnBatch:       s.metrics.observeBatch,
+		OnPause:       s.metrics.observePause,
 		OnRole:        s.roleChanged,
 	})
 	if err != nil {

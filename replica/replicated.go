@@ -47,6 +47,10 @@ type ReplicatedConfig struct {
 	// the normal primary, with the view; a replica whose disk failed stops
 	// being the primary. It must not block.
 	OnRole func(view uint64, primary bool)
+	// OnPause, if set, is told after every input the loop carried out how
+	// long the longest one took (Driver.LongestPause): while it runs,
+	// nothing else reaches the replica. It must not block.
+	OnPause func(d time.Duration)
 }
 
 // NotMasterError says this replica is not the normal primary; Primary is
@@ -412,6 +416,9 @@ func (r *Replicated) run() {
 			}
 		case res := <-r.disk.snapDone:
 			d.SnapshotSaved(res)
+		}
+		if r.cfg.OnPause != nil {
+			r.cfg.OnPause(d.LongestPause())
 		}
 		r.applied.Store(d.Applied())
 		r.publish()

@@ -70,3 +70,26 @@ func TestSnapshotTransferResumes(t *testing.T) {
 		})
 	}
 }
+
+// The size limits along the way from a command to a peer's disk fit one
+// inside the other.
+func TestLimitsAreConsistent(t *testing.T) {
+	chain := []struct {
+		what         string
+		inner, outer int64
+	}{
+		{"a stored snapshot chunk within what a receiver accepts", SnapshotChunkBytes, MaxSnapshotChunkBytes},
+		{"a snapshot chunk within a Deliver batch", MaxSnapshotChunkBytes + 4096, maxDeliverBytes},
+		{"a Prepare within a Deliver batch", vr.MaxMessageBytes + 64*vr.MaxMessageEntries, maxDeliverBytes},
+		{"a log entry within a Prepare", vr.MaxEntryBytes, vr.MaxMessageBytes},
+		{"a stored log entry within the protocol's entry", MaxEntryBytes, vr.MaxEntryBytes},
+		{"a Deliver batch and one more message within the server's payload bound", maxDeliverBytes + vr.MaxMessageBytes + 64*vr.MaxMessageEntries, MaxPeerPayloadBytes},
+		{"the answers riding back within the payload bound", maxReplyBytes + vr.MaxMessageBytes, MaxPeerPayloadBytes},
+		{"a chunk count of a largest snapshot within 32 bits", MaxSnapshotBytes / SnapshotChunkBytes, 1<<32 - 1},
+	}
+	for _, c := range chain {
+		if c.inner > c.outer {
+			t.Errorf("%s: %d > %d", c.what, c.inner, c.outer)
+		}
+	}
+}

@@ -26,10 +26,15 @@ const (
 	peerQueue = 256
 	// maxDeliver bounds the messages of one Deliver call.
 	maxDeliver = 256
-	// MaxPeerPayloadBytes bounds one Deliver request. A snapshot travels in
-	// one message, so this bounds the state a cell can hold (fs's total
-	// content limit is 1 GiB; a snapshot of 100,000 small files is ~22 MB).
-	MaxPeerPayloadBytes = 512 << 20
+	// maxDeliverBytes bounds the messages of one Deliver call, by
+	// msgBytes; a batch always takes one message, and no message is
+	// larger than vr.MaxMessageBytes (entries) or MaxSnapshotChunkBytes
+	// (a snapshot chunk) plus its fields.
+	maxDeliverBytes = 16 << 20
+	// MaxPeerPayloadBytes bounds one Deliver request on the server: a
+	// batch of maxDeliverBytes plus a message's worth, with room for the
+	// framing. Snapshots travel in chunks, so this bounds no state.
+	MaxPeerPayloadBytes = 32 << 20
 	deliverTimeout      = 2 * time.Second
 	// replyWait bounds how long a Deliver waits for the receiver to
 	// process what it brought, so that the answers ride back on it.
@@ -157,6 +162,14 @@ func (t *PeerTransport) reply(to uint64, ms []vr.Message) bool {
 	return true
 }
 
+func batchBytes(ms []vr.Message) int {
+	n := 0
+	for i := range ms {
+		n += msgBytes(&ms[i])
+	}
+	return n
+}
+
 // msgBytes approximates a message's size by its payload.
 func msgBytes(m *vr.Message) int {
 	n := 64 + len(m.SnapshotData) + 16*len(m.Runs)
@@ -208,11 +221,13 @@ func (t *PeerTransport) sendLoop(p *peerSender) {
 		case ms := <-p.queue:
 			batch = append(batch, ms...)
 		}
+		size := batchBytes(batch)
 	more:
-		for len(batch) < maxDeliver {
+		for len(batch) < maxDeliver && size < maxDeliverBytes {
 			select {
 			case ms := <-p.queue:
 				batch = append(batch, ms...)
+				size += batchBytes(ms)
 			default:
 				break more
 			}

@@ -32,8 +32,9 @@ const (
 	MaxEntryBytes = 1 << 20
 	// MaxMessageEntries bounds the entries of one message.
 	MaxMessageEntries = 4096
-	// MaxMessageBytes bounds the entry bytes of one message (snapshot
-	// data excepted: the transport streams it).
+	// MaxMessageBytes bounds the entry bytes of one message. Snapshot
+	// bytes travel between the drivers in chunks, each in a message of
+	// its own (MsgSnapshotChunk).
 	MaxMessageBytes = 8 << 20
 	// MaxRuns bounds the runs of a log shape in one message.
 	MaxRuns = 1024

@@ -38,6 +38,7 @@ type options struct {
 	replicas                                                                   int
 	lease                                                                      time.Duration
 	maxConns                                                                   int
+	snapshotEvery                                                              uint64
 	explicit                                                                   map[string]bool
 }
 
@@ -131,6 +132,7 @@ func addFlags(c *cobra.Command, o *options, listen, data, httpListen string) {
 	f.StringVar(&o.httpListen, "http", httpListen, "address for /status, /metrics and /healthz (empty: off)")
 	f.StringVar(&o.data, "data", data, "data directory (Badger log and snapshots)")
 	f.DurationVar(&o.lease, "lease", 12*time.Second, "session lease")
+	f.Uint64Var(&o.snapshotEvery, "snapshot-every", 50000, "take a snapshot (and drop the log it covers) after this many log entries")
 	f.IntVar(&o.maxConns, "max-connections", 15000, "client connections accepted at once (this machine allows 20,000 open files per process)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -226,6 +228,7 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 		DataDir:        data,
 		Lease:          o.lease,
 		MaxConnections: o.maxConns,
+		SnapshotEvery:  o.snapshotEvery,
 		Logger:         logger.With("replica", o.id),
 	})
 	if err != nil {
@@ -283,7 +286,7 @@ func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.L
 		}
 		s, err := cell.New(cell.Config{
 			ID: p.ID, Cell: o.cellName, Peers: peers, Listen: p.Addr, HTTPListen: httpAddr,
-			DataDir: dir, Lease: o.lease, MaxConnections: o.maxConns, Logger: logger.With("replica", p.ID),
+			DataDir: dir, Lease: o.lease, MaxConnections: o.maxConns, SnapshotEvery: o.snapshotEvery, Logger: logger.With("replica", p.ID),
 		})
 		if err != nil {
 			for _, s := range servers {

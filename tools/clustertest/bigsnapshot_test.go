@@ -1,0 +1,199 @@
+package clustertest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/client/callopt"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+)
+
+// TestBigSnapshotCatchUp: a backup that was down while the cell took in
+// CHUBBY_BIG_SNAPSHOT_MIB MiB of file contents (and compacted its log)
+// catches up by a snapshot of that size, shipped in chunks. It reports
+// the catch-up time and the peak memory (VmHWM) of the backup and of the
+// primary that sent it. Behind the variable: it writes that much.
+func TestBigSnapshotCatchUp(t *testing.T) {
+	mib, _ := strconv.Atoi(os.Getenv("CHUBBY_BIG_SNAPSHOT_MIB"))
+	if mib <= 0 {
+		t.Skip("set CHUBBY_BIG_SNAPSHOT_MIB=600 to ship a 600 MiB snapshot")
+	}
+	bin := buildChubbyd(t)
+	ports := freePorts(t, 9)
+	var spec []string
+	for i := range 3 {
+		spec = append(spec, fmt.Sprintf("%d=%s/%s", i+1, ports[i], ports[3+i]))
+	}
+	peers := strings.Join(spec, ",")
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	procs := make([]*exec.Cmd, 3)
+	logs := make([]*syncBuf, 3)
+	spawn := make(chan *exec.Cmd)
+	started := make(chan error)
+	go func() { // Pdeathsig follows the thread that started the child
+		runtime.LockOSThread()
+		for cmd := range spawn {
+			started <- cmd.Start()
+		}
+	}()
+	start := func(i int) {
+		cmd := exec.Command(bin, "serve", "--id", strconv.Itoa(i+1), "--peers", peers, "--data", dirs[i],
+			"--http", ports[6+i], "--lease", "5m", "--snapshot-every", "200", "--log-level", "info")
+		if logs[i] == nil {
+			logs[i] = &syncBuf{}
+		}
+		cmd.Stdout, cmd.Stderr = logs[i], logs[i]
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		spawn <- cmd
+		if err := <-started; err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = cmd
+	}
+	kill := func(i int) {
+		if procs[i] != nil {
+			procs[i].Process.Signal(syscall.SIGKILL)
+			procs[i].Wait()
+			procs[i] = nil
+		}
+	}
+	t.Cleanup(func() {
+		for i := range procs {
+			kill(i)
+		}
+		close(spawn)
+		if t.Failed() {
+			for i, l := range logs {
+				t.Logf("replica %d log (tail):\n%s", i+1, tail(l.String(), 3000))
+			}
+		}
+	})
+	for i := range 3 {
+		start(i)
+	}
+	c := newConn(t, ports[:3])
+	sess := mustDo(t, c, func(ctx context.Context, o callopt.Option) (*chubby.CreateSessionResponse, error) {
+		return c.cli.CreateSession(ctx, &chubby.CreateSessionRequest{ClientName: "big"}, o)
+	}).Session
+	kill(2)
+
+	files := mib * 4 // 256 KiB each
+	content := bytes.Repeat([]byte("0123456789abcdef"), 256<<10/16)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			yes := true
+			for i := w; i < files; i += 8 {
+				mustDo(t, c, func(ctx context.Context, o callopt.Option) (*chubby.Stat, error) {
+					return c.cli.CreateFile(ctx, &chubby.CreateFileRequest{Session: sess, Path: fmt.Sprintf("/big/%d/f%05d", i%16, i),
+						Content: content, MakeParents: &yes}, o)
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("wrote %d MiB in %d files in %v", mib, files, time.Since(t0).Round(time.Millisecond))
+	primary := -1
+	var target float64
+	for i := range 2 {
+		if v, err := metric(ports[6+i], "chubby_is_master"); err == nil && v == 1 {
+			primary = i
+			target, _ = metric(ports[6+i], "chubby_applied_index")
+		}
+	}
+	if primary < 0 {
+		t.Fatal("no master among the replicas up")
+	}
+	// Let the last snapshot covering the writes be stored.
+	time.Sleep(3 * time.Second)
+
+	t1 := time.Now()
+	start(2)
+	for {
+		v, err := metric(ports[8], "chubby_applied_index")
+		if err == nil && v >= target {
+			break
+		}
+		if time.Since(t1) > 10*time.Minute {
+			t.Fatalf("replica 3 did not catch up within 10 minutes (applied %v of %v)", v, target)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	catchUp := time.Since(t1)
+	if !strings.Contains(logs[2].String(), "snapshot received") {
+		t.Fatalf("replica 3 caught up without a snapshot:\n%s", tail(logs[2].String(), 3000))
+	}
+	t.Logf("replica 3 caught up (applied index %v) in %v by snapshot; peak memory: backup %d MiB, primary %d MiB",
+		target, catchUp.Round(time.Millisecond), vmHWM(t, procs[2].Process.Pid)>>10, vmHWM(t, procs[primary].Process.Pid)>>10)
+	for _, l := range strings.Split(logs[2].String(), "\n") {
+		if strings.Contains(l, "snapshot received") || strings.Contains(l, "installing a snapshot") {
+			t.Log(l)
+		}
+	}
+}
+
+// metric reads one gauge from a replica's /metrics.
+func metric(addr, name string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+			return strconv.ParseFloat(f[1], 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s", name)
+}
+
+// vmHWM is a process's peak resident memory, KiB.
+func vmHWM(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	return 0
+}
+
+// syncBuf is a log buffer written by a child process and read by the test.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
