@@ -19,10 +19,10 @@ type metrics struct {
 	fsync        prometheus.Histogram
 	// loopPause is how long the replica's loop took over each input: while
 	// it runs, no command, lease renewal or message is handled.
-	loopPause prometheus.Histogram
-	maxPause  atomic.Int64 // longest since the start, ns
-	parkedAcq    prometheus.Gauge
-	eventsSent   prometheus.Counter
+	loopPause  prometheus.Histogram
+	maxPause   atomic.Int64 // longest since the start, ns
+	parkedAcq  prometheus.Gauge
+	eventsSent prometheus.Counter
 	// invalidationWait is how long changes waited for caching sessions to
 	// acknowledge invalidations.
 	invalidationWait prometheus.Histogram
