@@ -170,16 +170,29 @@
 // vr.SnapshotMeta (index, view, configuration), and calls Compact with that
 // metadata; the core drops the entries up to it from memory (keeping
 // CompactMargin of them). The core goes on between SnapshotMeta and
-// Compact: Replicated serializes the state on its loop and stores it (two
-// fsyncs, then the covered log keys deleted in paced batches) on a
-// goroutine of its own, one snapshot at a time; before it installs a
-// received snapshot it waits for that store to finish. Storing on the
-// loop stalled every command for 100-400 ms every 50,000 entries.
-// A backup that needs compacted entries gets the snapshot (MsgSnapshot;
-// the transport attaches the stored data), installs it through Ready (the
-// whole log is replaced: every entry after a differing or missing index
-// differs too), and continues by entries. A snapshot is never installed
-// over a log that already holds its last entry.
+// Compact: StateMachine.Snapshot only captures the state (the cell keeps a
+// shadow copy of it a few entries behind, on a goroutine of its own, and
+// encodes that), and the encoding and the store (two fsyncs, then the
+// covered log keys deleted in paced batches) run on a goroutine of their
+// own, one snapshot at a time; before it installs a received snapshot the
+// driver waits for that store to finish. Encoding on the loop stopped it
+// for seconds at a million nodes; storing on it stalled every command for
+// 100-400 ms every 50,000 entries.
+//
+// A backup that needs compacted entries gets the snapshot: the core says
+// so with a MsgSnapshot that carries only metadata, and the drivers move
+// the bytes as the sender's disk stores them, in chunks, a window at a
+// time, staged on the receiver's disk as they come, so that a cut transfer
+// resumes where the receiver's disk stands and memory holds a window, not
+// a state (snapxfer.go). Once the last chunk is in and checked (length,
+// CRC-32C, the envelope against the metadata), the receiving core gets
+// the MsgSnapshot, installs it through Ready (the whole log is replaced:
+// every entry after a differing or missing index differs too; the staged
+// chunks become the stored snapshot by one metadata write), and continues
+// by entries. A snapshot is never installed over a log that already holds
+// its last entry. While it sends a snapshot a replica takes no new one
+// unless its log grew to four snapshot intervals, so the chunks it reads
+// and the entries the receiver needs next stay.
 //
 // # Master lease
 //
