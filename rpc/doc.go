@@ -71,6 +71,14 @@
 // default, dial with a 1 s timeout, and cap calls in flight (each holds a
 // connection with Kitex's default pool).
 //
+// Servers run on Kitex's netpoll transport, but with a listener of this
+// package in place of netpoll's own: on Stop, netpoll's closes the number
+// of its duplicate of the listening descriptor twice and, about 100 ms
+// later, netpoll removes that number from its epoll set and closes it a
+// third time, when it usually belongs to a file or connection opened
+// meanwhile. Ours closes each descriptor once and keeps the number taken
+// (by /dev/null) until netpoll is done with it (Linux only).
+//
 // Kitex and netpoll log through process-wide loggers; main should route
 // them to slog, rate-limited, with [InstallProcessLoggers]. When a process
 // runs out of descriptors netpoll logs a failed accept every few

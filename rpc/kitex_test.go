@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -692,6 +693,100 @@ func BenchmarkEchoRoundTripParallel(b *testing.B) {
 		mu.Unlock()
 	})
 	reportPercentiles(b, lat)
+}
+
+// parkSignal is an Echo service whose Park hands each call's Deferred to
+// the benchmark, which resolves it.
+type parkSignal struct{ parked chan *rpc.Deferred[string] }
+
+func (p *parkSignal) Echo(ctx context.Context, msg string) (string, error) { return msg, nil }
+
+func (p *parkSignal) Park(ctx context.Context, key string, maxMs int64) (string, error) {
+	d := rpc.NewDeferred[string]()
+	p.parked <- d
+	return d.Park(ctx, time.Duration(maxMs)*time.Millisecond)
+}
+
+// BenchmarkParkedCall measures one caller's Park call that the server
+// parks on a Deferred and another goroutine resolves: the round trip of a
+// parked call through ServerOptions and ClientOptions (TTHeader).
+func BenchmarkParkedCall(b *testing.B) {
+	h := &parkSignal{parked: make(chan *rpc.Deferred[string], 1)}
+	addr := startServer(b, h, rpc.ServerConfig{})
+	c := newClient(b, rpc.ClientConfig{Addrs: []string{addr}})
+	ctx := context.Background()
+	call := func() {
+		f := rpc.Go(ctx, func(ctx context.Context) (string, error) { return c.Park(ctx, "k", 10_000) })
+		(<-h.parked).Resolve("v")
+		if v, err := f.Wait(ctx); v != "v" || err != nil {
+			b.Fatalf("Park = %q, %v", v, err)
+		}
+	}
+	call() // warm up
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		call()
+		lat = append(lat, time.Since(start))
+	}
+	reportPercentiles(b, lat)
+}
+
+// BenchmarkParkedCallMemory parks 1,000 calls at once (one connection
+// each, as the default client pool does) and reports the heap and stack
+// they hold while parked, connections included, client and server together
+// (both live in this process; TestTenThousandParkedCalls measures the
+// server alone). Only the first round is measured: later rounds reuse the
+// pooled connections of the first.
+func BenchmarkParkedCallMemory(b *testing.B) {
+	const n = 1000
+	h := &parkSignal{parked: make(chan *rpc.Deferred[string], n)}
+	addr := startServer(b, h, rpc.ServerConfig{})
+	c := newClient(b, rpc.ClientConfig{Addrs: []string{addr}})
+	ctx := context.Background()
+	mem := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc + m.StackInuse
+	}
+	before := mem()
+	var perCall float64
+	for b.Loop() {
+		fs := make([]*rpc.Future[string], n)
+		for i := range fs {
+			fs[i] = rpc.Go(ctx, func(ctx context.Context) (string, error) { return c.Park(ctx, "k", 30_000) })
+		}
+		ds := make([]*rpc.Deferred[string], n)
+		for i := range ds {
+			ds[i] = <-h.parked
+		}
+		if perCall == 0 {
+			perCall = float64(mem()-before) / n
+		}
+		for _, d := range ds {
+			d.Resolve("v")
+		}
+		for _, f := range fs {
+			if _, err := f.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(perCall, "B/parked-call(client+server)")
+}
+
+// BenchmarkConnectAndCall measures a new connection's accept and first
+// call: a plain framed Thrift client dials, makes one Echo call and
+// closes.
+func BenchmarkConnectAndCall(b *testing.B) {
+	addr := startServer(b, newEchoHandler(false), rpc.ServerConfig{})
+	for b.Loop() {
+		if err := framedEcho(addr, "ping"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func reportPercentiles(b *testing.B, lat []time.Duration) {

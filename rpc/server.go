@@ -46,7 +46,8 @@ type ServerConfig struct {
 	Listen string
 	// Listener, if set, is served instead of listening on Listen: a test
 	// listens on 127.0.0.1:0 and learns the port from it. It must be a
-	// *net.TCPListener or *net.UnixListener (netpoll takes over its file).
+	// *net.TCPListener or *net.UnixListener: the server serves a duplicate
+	// of its descriptor, and closes both when it stops.
 	Listener net.Listener
 	// MaxConnections caps open client connections; more are accepted and
 	// closed at once. Default DefaultMaxConnections. The cap is what keeps
@@ -82,7 +83,9 @@ type ServerConfig struct {
 // generated NewServer (they may be followed by more options, except a
 // second server.WithLimitReporter). The server they make:
 //
-//   - listens on cfg.Listen or serves cfg.Listener;
+//   - listens on cfg.Listen or serves cfg.Listener, on Kitex's netpoll
+//     transport with a listener whose Stop closes only the server's own
+//     descriptors;
 //   - caps connections and, if asked, calls per second (Kitex limiters),
 //     counting and logging refusals;
 //   - reads TTHeader metadata and turns the caller's RPC timeout into the
@@ -122,6 +125,9 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 
 	var opts []server.Option
 	if cfg.Listener != nil {
+		if err := checkListener(cfg.Listener); err != nil {
+			return nil, err
+		}
 		opts = append(opts, server.WithListener(cfg.Listener))
 	} else {
 		if cfg.Listen == "" {
@@ -143,6 +149,12 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 	}
 
 	opts = append(opts,
+		// Kitex's netpoll transport, serving a listener of ours: stopping
+		// a server with netpoll's own listener closes its descriptor
+		// number three times, the last about 100 ms later, when the
+		// number belongs to another file or connection (see
+		// listener_linux.go).
+		server.WithTransServerFactory(transServerFactory{}),
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(cfg.MaxConnections)),
 		server.WithLimitReporter(&limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}),
 		server.WithMetaHandler(transmeta.ServerTTHeaderHandler),

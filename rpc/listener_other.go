@@ -1,0 +1,25 @@
+//go:build !linux
+
+package rpc
+
+import (
+	"net"
+
+	"github.com/cloudwego/kitex/pkg/remote"
+	knetpoll "github.com/cloudwego/kitex/pkg/remote/trans/netpoll"
+)
+
+// transServerFactory is Kitex's netpoll transport unchanged: the listener
+// that keeps its descriptor number reserved until netpoll is done with it
+// (listener_linux.go) is written for Linux only, so elsewhere stopping a
+// server still closes the number netpoll's own listener holds more than
+// once.
+type transServerFactory struct{}
+
+func (transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.ServerTransHandler) remote.TransServer {
+	return knetpoll.NewTransServerFactory().NewTransServer(opt, h)
+}
+
+// checkListener accepts any listener; netpoll refuses the ones it cannot
+// serve when the server starts.
+func checkListener(net.Listener) error { return nil }
