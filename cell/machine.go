@@ -17,9 +17,8 @@ import (
 type machine struct {
 	limits fs.Limits
 
-	mu      sync.RWMutex
-	st      *fs.State
-	applied uint64
+	mu sync.RWMutex
+	st *fs.State
 
 	waitMu  sync.Mutex
 	waiters map[int64]*rpc.Deferred[*chubby.Sequencer] // handle id → its parked Acquire
@@ -44,7 +43,6 @@ func newMachine(l fs.Limits, maxWaiters int) *machine {
 func (m *machine) Apply(index uint64, entry []byte) any {
 	m.mu.Lock()
 	res, fx, err := m.st.ApplyBytes(entry)
-	m.applied = index
 	next, hasTimer := m.st.NextTimer()
 	m.mu.Unlock()
 	if err != nil {
@@ -73,7 +71,7 @@ func (m *machine) Restore(index uint64, b []byte) error {
 		return fmt.Errorf("restore fs snapshot: %w", err)
 	}
 	m.mu.Lock()
-	m.st, m.applied = st, index
+	m.st = st
 	m.mu.Unlock()
 	return nil
 }

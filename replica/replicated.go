@@ -176,14 +176,11 @@ func (r *Replicated) now() int64 { return int64(time.Since(r.start)) }
 // compare it with ReadsAllowedUntil.
 func (r *Replicated) Now() int64 { return r.now() }
 
-// Step hands messages that arrived from other replicas to the loop. It
-// never blocks: when the loop is that far behind, they are dropped.
-func (r *Replicated) Step(msgs []vr.Message) { r.Receive(msgs, nil) }
-
-// Receive is Step that calls done (if not nil) once the messages have been
-// processed: stepped, and the Ready that followed carried out, so whatever
-// they caused (a PrepareOK after the fsync) has been sent. It never blocks;
-// done is called at once when the messages are dropped.
+// Receive hands messages that arrived from other replicas to the loop and
+// calls done (if not nil) once they have been processed: stepped, and the
+// Ready that followed carried out, so whatever they caused (a PrepareOK
+// after the fsync) has been sent. It never blocks: when the loop is that
+// far behind, the messages are dropped and done is called at once.
 func (r *Replicated) Receive(msgs []vr.Message, done func()) {
 	select {
 	case r.inbox <- inbound{msgs, done}:
