@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -22,8 +23,8 @@ import (
 //     the state holds everything any earlier master acknowledged. It waits
 //     as long as it is the primary of that view: a primary that gets no
 //     lease steps down (vr), and then this ends;
-//  2. take epoch v+1 (views only grow and are on disk, so epochs never go
-//     back, across failovers and restarts alike);
+//  2. take epoch master.Epoch(v) = v+1 (views only grow and are on disk,
+//     so epochs never go back, across failovers and restarts alike);
 //  3. give every session in the state the recovered lease from now —
 //     longer than any earlier master can have promised, clock drift
 //     included (package master, the lease rule) — so that clients ride
@@ -93,7 +94,7 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	epoch := int64(view) + 1
+	epoch := master.Epoch(view)
 	var sessions, caching []chubby.SessionID
 	var timer int64
 	var hasTimer bool
@@ -152,7 +153,7 @@ func (s *Server) notMasterError(nm *replica.NotMasterError) *chubby.ChubbyError 
 	if nm.Known {
 		client, _ := splitMemberAddr(nm.Addr)
 		e.MasterAddress = &client
-		ep := int64(nm.View) + 1
+		ep := master.Epoch(nm.View)
 		e.Epoch = &ep
 		e.Message = fmt.Sprintf("replica %d is not the master; replica %d at %s is", s.cfg.ID, nm.Primary, client)
 	}
@@ -266,7 +267,7 @@ func (s *Server) status() *chubby.CellStatus {
 			st.MasterId = rs.Id
 			st.MasterAddress = client
 			if st.Epoch == 0 {
-				st.Epoch = int64(info.View) + 1
+				st.Epoch = master.Epoch(info.View)
 			}
 		}
 		st.Replicas = append(st.Replicas, rs)

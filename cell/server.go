@@ -58,8 +58,8 @@ type Server struct {
 	started time.Time
 
 	// Mastership: serving is true only once this replica is the normal
-	// primary and has done the failover duties of its epoch (epoch =
-	// view + 1, so it grows with every view and survives restarts).
+	// primary and has done the failover duties of its epoch
+	// (master.Epoch: it grows with every view and survives restarts).
 	roleMu   sync.Mutex
 	roleGen  uint64
 	stopping bool // set (under roleMu) before shutdown waits for background work

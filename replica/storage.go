@@ -18,6 +18,8 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+
+	"github.com/chubbygo/chubby/replica/vr"
 )
 
 // Storage is a replica's disk: the log of committed-or-proposed entries,
@@ -52,10 +54,12 @@ type StorageOptions struct {
 	Logger       *slog.Logger
 }
 
-// Limits of one stored value. A log entry is one command (a file's content
-// is at most 256 KiB) plus its envelope.
+// MaxEntryBytes bounds a single log entry: one command (a file's content
+// is at most 256 KiB) plus its envelope. It is the protocol's bound.
+const MaxEntryBytes = vr.MaxEntryBytes
+
+// Limits of one stored value.
 const (
-	MaxEntryBytes     = 1 << 20   // a single log entry
 	snapshotChunkSize = 256 << 10 // snapshot chunk size on disk
 	MaxSnapshotBytes  = 4 << 30   // refuse to store or load a larger snapshot
 )
