@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/chubbygo/chubby/fs"
@@ -195,14 +194,4 @@ func validatePeers(self uint64, ps []Peer) error {
 		return fmt.Errorf("this replica's id %d is not in the configuration", self)
 	}
 	return nil
-}
-
-// memberAddr is how a replica's addresses are kept in the replicated
-// configuration (vr.Member.Addr is opaque to the protocol): "client|peer".
-func memberAddr(p Peer) string { return p.Addr + "|" + p.PeerAddr }
-
-// splitMemberAddr returns the client and peer addresses of a member.
-func splitMemberAddr(a string) (client, peer string) {
-	client, peer, _ = strings.Cut(a, "|")
-	return client, peer
 }

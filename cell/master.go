@@ -151,7 +151,7 @@ func (s *Server) notMasterError(nm *replica.NotMasterError) *chubby.ChubbyError 
 		return e
 	}
 	if nm.Known {
-		client, _ := splitMemberAddr(nm.Addr)
+		client := nm.Addr
 		e.MasterAddress = &client
 		ep := master.Epoch(nm.View)
 		e.Epoch = &ep
@@ -183,7 +183,7 @@ func (s *Server) awaitMaster(ctx context.Context, suspect string) {
 		changed := s.log.Changed()
 		nm := s.log.NotMaster()
 		if nm != nil && nm.Known {
-			if client, _ := splitMemberAddr(nm.Addr); suspect == "" || client != suspect {
+			if suspect == "" || nm.Addr != suspect {
 				return
 			}
 		}
@@ -254,7 +254,7 @@ func (s *Server) status() *chubby.CellStatus {
 		Version:     Version,
 	}
 	for _, mb := range info.Members {
-		client, _ := splitMemberAddr(mb.Addr)
+		client := mb.ClientAddr
 		rs := &chubby.ReplicaStatus{Id: strconv.FormatUint(mb.ID, 10), Address: client, Role: chubby.ReplicaRole_REPLICA, CommittedOp: -1}
 		if mb.ID == s.cfg.ID {
 			rs.CommittedOp = applied

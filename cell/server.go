@@ -121,7 +121,7 @@ func New(cfg Config) (*Server, error) {
 	var members vr.Members
 	peerAddrs := map[uint64]string{}
 	for _, p := range peers {
-		members = append(members, vr.Member{ID: p.ID, Addr: memberAddr(p)})
+		members = append(members, vr.Member{ID: p.ID, ClientAddr: p.Addr, PeerAddr: p.PeerAddr})
 		peerAddrs[p.ID] = p.PeerAddr
 	}
 	slices.SortFunc(members, func(a, b vr.Member) int { return cmp.Compare(a.ID, b.ID) })

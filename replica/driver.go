@@ -322,7 +322,7 @@ func notMaster(self uint64, info vr.Info) *NotMasterError {
 	}
 	for _, m := range info.Members {
 		if m.ID == e.Primary {
-			e.Addr = m.Addr
+			e.Addr = m.ClientAddr
 		}
 	}
 	return e

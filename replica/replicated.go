@@ -50,7 +50,8 @@ type ReplicatedConfig struct {
 }
 
 // NotMasterError says this replica is not the normal primary; Primary is
-// the one it believes in when Known, Addr its configured address.
+// the one it believes in when Known, Addr its configured client address
+// (vr.Member.ClientAddr).
 type NotMasterError struct {
 	View    uint64
 	Primary uint64

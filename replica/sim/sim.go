@@ -329,7 +329,7 @@ func (w *world) setup() {
 
 	var members vr.Members
 	for i := 1; i <= o.Replicas; i++ {
-		members = append(members, vr.Member{ID: uint64(i), Addr: fmt.Sprintf("r%d:7000", i)})
+		members = append(members, vr.Member{ID: uint64(i), ClientAddr: fmt.Sprintf("r%d:7000", i)})
 	}
 	w.cfg = vr.Config{InitialMembers: members}
 	// Exercise the limits now and then: tiny Prepares, shallow pipelines,
