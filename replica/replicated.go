@@ -19,7 +19,8 @@ type Transport interface {
 	Send(msgs []vr.Message)
 }
 
-// ReplicatedConfig configures a replicated log. Zero fields take defaults.
+// ReplicatedConfig configures a replicated log. Zero fields take the
+// defaults of DefaultReplicatedConfig.
 type ReplicatedConfig struct {
 	// ID is this replica; Members the configuration a new cell starts with
 	// (ignored when the replica has state on disk: the configuration is in
@@ -107,20 +108,21 @@ type inbound struct {
 // StartReplicated restores the replica from storage (snapshot into the
 // state machine, log entries into the core) and starts its loop.
 func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedConfig) (*Replicated, error) {
+	def := DefaultReplicatedConfig()
 	if cfg.TickInterval <= 0 {
-		cfg.TickInterval = 5 * time.Millisecond
+		cfg.TickInterval = def.TickInterval
 	}
 	if cfg.SnapshotEvery == 0 {
-		cfg.SnapshotEvery = 50000
+		cfg.SnapshotEvery = def.SnapshotEvery
 	}
 	if cfg.MaxQueue <= 0 {
-		cfg.MaxQueue = 16384
+		cfg.MaxQueue = def.MaxQueue
 	}
 	if cfg.MaxProposalBatch <= 0 {
-		cfg.MaxProposalBatch = 1024
+		cfg.MaxProposalBatch = def.MaxProposalBatch
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = def.Logger
 	}
 	p, app, err := st.loadVR()
 	if err != nil {
