@@ -274,3 +274,25 @@ func (s *Server) status() *chubby.CellStatus {
 	}
 	return st
 }
+
+// statusView is a CellStatus as the HTTP /status page shows it: the same
+// fields, with each replica's role by name (MASTER, REPLICA or
+// RECOVERING, the names chubbyfs status --json gives too) rather than the
+// enum's number.
+type statusView struct {
+	*chubby.CellStatus
+	Replicas []replicaView `json:"replicas"` // shadows CellStatus.Replicas
+}
+
+type replicaView struct {
+	*chubby.ReplicaStatus
+	Role string `json:"role"` // shadows ReplicaStatus.Role
+}
+
+func statusJSON(st *chubby.CellStatus) statusView {
+	v := statusView{CellStatus: st, Replicas: make([]replicaView, 0, len(st.Replicas))}
+	for _, r := range st.Replicas {
+		v.Replicas = append(v.Replicas, replicaView{ReplicaStatus: r, Role: r.Role.String()})
+	}
+	return v
+}
