@@ -5,16 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/replica"
 	"github.com/chubbygo/chubby/replica/vr"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Config is one replica's configuration. Zero fields take the documented
-// defaults (see Defaults).
+// Config is one replica's configuration. Zero fields take the defaults of
+// DefaultConfig.
 type Config struct {
 	// ID is this replica's id in the cell's configuration (1, 2, ...).
 	// Default 1.
@@ -94,66 +95,111 @@ type Config struct {
 	Now func() time.Time
 }
 
+// DefaultConfig returns the defaults: ID 1, Cell "local", Listen
+// 127.0.0.1:7000, Lease 12 s (master.DefaultLeaseConfig's), KeepAliveMargin
+// 3 s (for the default Lease; see Config.KeepAliveMargin), Limits
+// fs.DefaultLimits(), MaxConnections 15,000, MaxParkedAcquires 50,000,
+// MaxParkedKeepAlives 20,000 (master.DefaultLeaseConfig's MaxParked),
+// SnapshotEvery 50,000 (replica.DefaultReplicatedConfig's),
+// EventTrimInterval 1 s, MaxCachedPerSession DefaultMaxCachedPerSession
+// (10,000), MaxCachedPerCell DefaultMaxCachedPerCell (1,000,000),
+// Replication vr.DefaultConfig() (heartbeat 50 ms, view-change timeout
+// 300 ms, master lease 240 ms), Logger slog.Default(), Now time.Now.
+// Peers (a cell of this replica alone), PeerListen (this replica's
+// PeerAddr) and Advertise (the listening address) are filled in by New;
+// DataDir has no default.
+//
+// New gives each zero field its value here (MaxCachedPerSession and
+// MaxCachedPerCell also when negative; Listen only without a Listener; a
+// zero KeepAliveMargin is derived from the Lease given).
+func DefaultConfig() Config {
+	lease := master.DefaultLeaseConfig().Lease
+	l := fs.DefaultLimits()
+	return Config{
+		ID:                  1,
+		Replication:         vr.DefaultConfig(),
+		Cell:                "local",
+		Listen:              "127.0.0.1:7000",
+		Lease:               lease,
+		KeepAliveMargin:     defaultKeepAliveMargin(lease),
+		Limits:              &l,
+		MaxConnections:      15000,
+		MaxParkedAcquires:   50000,
+		MaxParkedKeepAlives: master.DefaultLeaseConfig().MaxParked,
+		SnapshotEvery:       replica.DefaultReplicatedConfig().SnapshotEvery,
+		EventTrimInterval:   time.Second,
+		MaxCachedPerSession: DefaultMaxCachedPerSession,
+		MaxCachedPerCell:    DefaultMaxCachedPerCell,
+		Logger:              slog.Default(),
+		Now:                 time.Now,
+	}
+}
+
+// defaultKeepAliveMargin is the KeepAliveMargin of a lease: a quarter of
+// it, but at least half a second (or half a short lease): the reply and
+// the client's next KeepAlive must cross a loaded machine within it.
+func defaultKeepAliveMargin(lease time.Duration) time.Duration {
+	return max(lease/4, min(500*time.Millisecond, lease/2))
+}
+
 func (c *Config) setDefaults() error {
+	d := DefaultConfig()
 	if c.ID == 0 {
-		c.ID = 1
+		c.ID = d.ID
 	}
 	if err := validatePeers(c.ID, c.Peers); err != nil {
 		return err
 	}
 	if c.Cell == "" {
-		c.Cell = "local"
+		c.Cell = d.Cell
 	}
 	if c.Listen == "" && c.Listener == nil {
-		c.Listen = "127.0.0.1:7000"
+		c.Listen = d.Listen
 	}
 	if c.MaxCachedPerSession <= 0 {
-		c.MaxCachedPerSession = DefaultMaxCachedPerSession
+		c.MaxCachedPerSession = d.MaxCachedPerSession
 	}
 	if c.MaxCachedPerCell <= 0 {
-		c.MaxCachedPerCell = DefaultMaxCachedPerCell
+		c.MaxCachedPerCell = d.MaxCachedPerCell
 	}
 	if c.Lease == 0 {
-		c.Lease = 12 * time.Second
+		c.Lease = d.Lease
 	}
 	if c.Lease < 200*time.Millisecond || c.Lease > 10*time.Minute {
 		return fmt.Errorf("lease %v outside [200ms, 10m]", c.Lease)
 	}
 	if c.KeepAliveMargin == 0 {
-		// At least half a second (or half a short lease): the reply and the
-		// client's next KeepAlive must cross a loaded machine within it.
-		c.KeepAliveMargin = max(c.Lease/4, min(500*time.Millisecond, c.Lease/2))
+		c.KeepAliveMargin = defaultKeepAliveMargin(c.Lease)
 	}
 	if c.KeepAliveMargin <= 0 || c.KeepAliveMargin >= c.Lease {
 		return fmt.Errorf("keep-alive margin %v must be in (0, lease %v)", c.KeepAliveMargin, c.Lease)
 	}
 	if c.Limits == nil {
-		l := fs.DefaultLimits()
-		c.Limits = &l
+		c.Limits = d.Limits
 	}
 	if c.MaxConnections == 0 {
-		c.MaxConnections = 15000
+		c.MaxConnections = d.MaxConnections
 	}
 	if c.MaxParkedAcquires == 0 {
-		c.MaxParkedAcquires = 50000
+		c.MaxParkedAcquires = d.MaxParkedAcquires
 	}
 	if c.MaxParkedKeepAlives == 0 {
-		c.MaxParkedKeepAlives = 20000
+		c.MaxParkedKeepAlives = d.MaxParkedKeepAlives
 	}
 	if c.SnapshotEvery == 0 {
-		c.SnapshotEvery = 50000
+		c.SnapshotEvery = d.SnapshotEvery
 	}
 	if c.EventTrimInterval == 0 {
-		c.EventTrimInterval = time.Second
+		c.EventTrimInterval = d.EventTrimInterval
 	}
 	if c.EventTrimInterval < time.Millisecond || c.EventTrimInterval > time.Minute {
 		return fmt.Errorf("event trim interval %v outside [1ms, 1m]", c.EventTrimInterval)
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = d.Logger
 	}
 	if c.Now == nil {
-		c.Now = time.Now
+		c.Now = d.Now
 	}
 	if c.DataDir == "" && !c.InMemory {
 		return errors.New("a data directory is required")
@@ -195,14 +241,4 @@ func validatePeers(self uint64, ps []Peer) error {
 		return fmt.Errorf("this replica's id %d is not in the configuration", self)
 	}
 	return nil
-}
-
-// memberAddr is how a replica's addresses are kept in the replicated
-// configuration (vr.Member.Addr is opaque to the protocol): "client|peer".
-func memberAddr(p Peer) string { return p.Addr + "|" + p.PeerAddr }
-
-// splitMemberAddr returns the client and peer addresses of a member.
-func splitMemberAddr(a string) (client, peer string) {
-	client, peer, _ = strings.Cut(a, "|")
-	return client, peer
 }

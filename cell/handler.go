@@ -635,8 +635,7 @@ func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (
 	if nm == nil || !nm.Known {
 		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no master right now (a view change is under way); retry shortly")
 	}
-	client, _ := splitMemberAddr(nm.Addr)
-	return &chubby.GetMasterResponse{MasterAddress: client, Epoch: int64(nm.View) + 1, MasterId: strconv.FormatUint(nm.Primary, 10)}, nil
+	return &chubby.GetMasterResponse{MasterAddress: nm.Addr, Epoch: master.Epoch(nm.View), MasterId: strconv.FormatUint(nm.Primary, 10)}, nil
 }
 
 // maxAddrBytes bounds an address a client sends (GetMaster's unreachable).

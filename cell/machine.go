@@ -17,10 +17,9 @@ import (
 type machine struct {
 	limits fs.Limits
 
-	mu      sync.RWMutex
-	st      *fs.State
-	applied uint64
-	sh      *shadow // the copy snapshots are encoded from
+	mu sync.RWMutex
+	st *fs.State
+	sh *shadow // the copy snapshots are encoded from
 
 	waitMu  sync.Mutex
 	waiters map[int64]*rpc.Deferred[*chubby.Sequencer] // handle id → its parked Acquire
@@ -46,7 +45,6 @@ func newMachine(l fs.Limits, maxWaiters int) *machine {
 func (m *machine) Apply(index uint64, entry []byte) any {
 	m.mu.Lock()
 	res, fx, err := m.st.ApplyBytes(entry)
-	m.applied = index
 	next, hasTimer := m.st.NextTimer()
 	m.mu.Unlock()
 	m.sh.apply(entry)
@@ -86,7 +84,7 @@ func (m *machine) Restore(index uint64, b []byte) error {
 		return fmt.Errorf("restore fs snapshot: %w", err)
 	}
 	m.mu.Lock()
-	m.st, m.applied = st, index
+	m.st = st
 	m.mu.Unlock()
 	m.sh.restore(b)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -22,8 +23,8 @@ import (
 //     the state holds everything any earlier master acknowledged. It waits
 //     as long as it is the primary of that view: a primary that gets no
 //     lease steps down (vr), and then this ends;
-//  2. take epoch v+1 (views only grow and are on disk, so epochs never go
-//     back, across failovers and restarts alike);
+//  2. take epoch master.Epoch(v) = v+1 (views only grow and are on disk,
+//     so epochs never go back, across failovers and restarts alike);
 //  3. give every session in the state the recovered lease from now —
 //     longer than any earlier master can have promised, clock drift
 //     included (package master, the lease rule) — so that clients ride
@@ -93,7 +94,7 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	epoch := int64(view) + 1
+	epoch := master.Epoch(view)
 	var sessions, caching []chubby.SessionID
 	var timer int64
 	var hasTimer bool
@@ -150,9 +151,9 @@ func (s *Server) notMasterError(nm *replica.NotMasterError) *chubby.ChubbyError 
 		return e
 	}
 	if nm.Known {
-		client, _ := splitMemberAddr(nm.Addr)
+		client := nm.Addr
 		e.MasterAddress = &client
-		ep := int64(nm.View) + 1
+		ep := master.Epoch(nm.View)
 		e.Epoch = &ep
 		e.Message = fmt.Sprintf("replica %d is not the master; replica %d at %s is", s.cfg.ID, nm.Primary, client)
 	}
@@ -182,7 +183,7 @@ func (s *Server) awaitMaster(ctx context.Context, suspect string) {
 		changed := s.log.Changed()
 		nm := s.log.NotMaster()
 		if nm != nil && nm.Known {
-			if client, _ := splitMemberAddr(nm.Addr); suspect == "" || client != suspect {
+			if suspect == "" || nm.Addr != suspect {
 				return
 			}
 		}
@@ -253,7 +254,7 @@ func (s *Server) status() *chubby.CellStatus {
 		Version:     Version,
 	}
 	for _, mb := range info.Members {
-		client, _ := splitMemberAddr(mb.Addr)
+		client := mb.ClientAddr
 		rs := &chubby.ReplicaStatus{Id: strconv.FormatUint(mb.ID, 10), Address: client, Role: chubby.ReplicaRole_REPLICA, CommittedOp: -1}
 		if mb.ID == s.cfg.ID {
 			rs.CommittedOp = applied
@@ -266,10 +267,32 @@ func (s *Server) status() *chubby.CellStatus {
 			st.MasterId = rs.Id
 			st.MasterAddress = client
 			if st.Epoch == 0 {
-				st.Epoch = int64(info.View) + 1
+				st.Epoch = master.Epoch(info.View)
 			}
 		}
 		st.Replicas = append(st.Replicas, rs)
 	}
 	return st
+}
+
+// statusView is a CellStatus as the HTTP /status page shows it: the same
+// fields, with each replica's role by name (MASTER, REPLICA or
+// RECOVERING, the names chubbyfs status --json gives too) rather than the
+// enum's number.
+type statusView struct {
+	*chubby.CellStatus
+	Replicas []replicaView `json:"replicas"` // shadows CellStatus.Replicas
+}
+
+type replicaView struct {
+	*chubby.ReplicaStatus
+	Role string `json:"role"` // shadows ReplicaStatus.Role
+}
+
+func statusJSON(st *chubby.CellStatus) statusView {
+	v := statusView{CellStatus: st, Replicas: make([]replicaView, 0, len(st.Replicas))}
+	for _, r := range st.Replicas {
+		v.Replicas = append(v.Replicas, replicaView{ReplicaStatus: r, Role: r.Role.String()})
+	}
+	return v
 }

@@ -58,8 +58,8 @@ type Server struct {
 	started time.Time
 
 	// Mastership: serving is true only once this replica is the normal
-	// primary and has done the failover duties of its epoch (epoch =
-	// view + 1, so it grows with every view and survives restarts).
+	// primary and has done the failover duties of its epoch
+	// (master.Epoch: it grows with every view and survives restarts).
 	roleMu   sync.Mutex
 	roleGen  uint64
 	stopping bool // set (under roleMu) before shutdown waits for background work
@@ -100,35 +100,67 @@ func New(cfg Config) (*Server, error) {
 		}
 	}()
 
-	ln := cfg.Listener
+	if err := s.listenClients(); err != nil {
+		return nil, err
+	}
+	members, peerAddrs := s.initialMembers()
+	if err := s.openState(); err != nil {
+		return nil, err
+	}
+	if err := s.startLog(members, peerAddrs); err != nil {
+		return nil, err
+	}
+	if err := s.startPeerServer(peerAddrs); err != nil {
+		return nil, err
+	}
+	if err := s.prepareServers(reg); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// listenClients opens the client RPC listener (or takes Config.Listener)
+// and settles the address clients are told to use.
+func (s *Server) listenClients() error {
+	ln := s.cfg.Listener
 	if ln == nil {
 		var err error
-		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-			return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		if ln, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+			return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
 		}
 	}
 	s.ln = ln
 	if s.cfg.Advertise == "" {
 		s.cfg.Advertise = ln.Addr().String()
 	}
+	return nil
+}
 
-	// The configuration of a new cell: the peers given, or this replica
-	// alone.
-	peers := cfg.Peers
+// initialMembers returns the configuration of a new cell, the peers given
+// or this replica alone, sorted by id, and every replica's peer address.
+func (s *Server) initialMembers() (vr.Members, map[uint64]string) {
+	peers := s.cfg.Peers
 	if len(peers) == 0 {
-		peers = []Peer{{ID: cfg.ID, Addr: s.cfg.Advertise, PeerAddr: "127.0.0.1:0"}}
+		peers = []Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise, PeerAddr: "127.0.0.1:0"}}
 	}
 	var members vr.Members
 	peerAddrs := map[uint64]string{}
 	for _, p := range peers {
-		members = append(members, vr.Member{ID: p.ID, Addr: memberAddr(p)})
+		members = append(members, vr.Member{ID: p.ID, ClientAddr: p.Addr, PeerAddr: p.PeerAddr})
 		peerAddrs[p.ID] = p.PeerAddr
 	}
 	slices.SortFunc(members, func(a, b vr.Member) int { return cmp.Compare(a.ID, b.ID) })
+	return members, peerAddrs
+}
 
+// openState opens the storage and builds the state machine with the
+// master's session lease and cache tables around it.
+func (s *Server) openState() error {
+	cfg := &s.cfg
 	st, err := replica.OpenStorage(cfg.DataDir, replica.StorageOptions{InMemory: cfg.InMemory, Logger: cfg.Logger})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.st = st
 	s.m = newMachine(*cfg.Limits, cfg.MaxParkedAcquires)
@@ -156,17 +188,24 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.m.onNotify = s.leases.wake
 	s.m.onTimer = s.scheduleTick
+	return nil
+}
 
+// startLog makes the peer transport of a replicated cell and starts the
+// replicated log on the storage, restoring the state machine from it.
+func (s *Server) startLog(members vr.Members, peerAddrs map[uint64]string) error {
+	cfg := &s.cfg
+	var err error
 	if len(cfg.Peers) > 1 {
 		if s.tr, err = replica.NewPeerTransport(cfg.Cell, cfg.ID, peerAddrs, cfg.Logger); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	var tr replica.Transport = noTransport{}
 	if s.tr != nil {
 		tr = s.tr
 	}
-	s.log, err = replica.StartReplicated(st, s.m, tr, replica.ReplicatedConfig{
+	s.log, err = replica.StartReplicated(s.st, s.m, tr, replica.ReplicatedConfig{
 		ID:            cfg.ID,
 		Members:       members,
 		Core:          cfg.Replication,
@@ -177,50 +216,65 @@ func New(cfg Config) (*Server, error) {
 		OnRole:        s.roleChanged,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("start log: %w", err)
+		return fmt.Errorf("start log: %w", err)
 	}
 	close(s.logReady)
-	if s.tr != nil {
-		s.tr.SetReceiver(s.log.Receive)
-		pl := cfg.PeerListener
-		if pl == nil {
-			addr := cfg.PeerListen
-			if addr == "" {
-				addr = peerAddrs[cfg.ID]
-			}
-			if pl, err = net.Listen("tcp", addr); err != nil {
-				return nil, fmt.Errorf("listen for peers on %s: %w", addr, err)
-			}
+	return nil
+}
+
+// startPeerServer, in a replicated cell, listens for the other replicas
+// (Config.PeerListener, or PeerListen, or this replica's peer address) and
+// prepares the server that hands their messages to the log.
+func (s *Server) startPeerServer(peerAddrs map[uint64]string) error {
+	if s.tr == nil {
+		return nil
+	}
+	cfg := &s.cfg
+	s.tr.SetReceiver(s.log.Receive)
+	var err error
+	pl := cfg.PeerListener
+	if pl == nil {
+		addr := cfg.PeerListen
+		if addr == "" {
+			addr = peerAddrs[cfg.ID]
 		}
-		s.peerSrv, err = replica.NewPeerServer(replica.PeerServerConfig{
-			Cell: cfg.Cell, Listener: pl, Logger: cfg.Logger, Deliver: s.log.Receive, Transport: s.tr,
-			Known: func(id uint64) bool { _, ok := peerAddrs[id]; return ok },
-		})
-		if err != nil {
-			pl.Close()
-			return nil, err
+		if pl, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen for peers on %s: %w", addr, err)
 		}
 	}
+	s.peerSrv, err = replica.NewPeerServer(replica.PeerServerConfig{
+		Cell: cfg.Cell, Listener: pl, Logger: cfg.Logger, Deliver: s.log.Receive, Transport: s.tr,
+		Known: func(id uint64) bool { _, ok := peerAddrs[id]; return ok },
+	})
+	if err != nil {
+		pl.Close()
+		return err
+	}
+	return nil
+}
 
+// prepareServers builds the client RPC server on the listener and, if
+// asked for, opens the HTTP listener of /status, /metrics and /healthz.
+func (s *Server) prepareServers(reg prometheus.Registerer) error {
+	cfg := &s.cfg
 	opts, err := rpc.ServerOptions(rpc.ServerConfig{
-		Listener:       ln,
+		Listener:       s.ln,
 		MaxConnections: cfg.MaxConnections,
 		Logger:         cfg.Logger,
 		Registerer:     reg,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.svr = combineservice.NewServer(&handler{s}, opts...)
 
 	if cfg.HTTPListen != "" {
 		if s.httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
-			return nil, fmt.Errorf("listen http %s: %w", cfg.HTTPListen, err)
+			return fmt.Errorf("listen http %s: %w", cfg.HTTPListen, err)
 		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
-	ok = true
-	return s, nil
+	return nil
 }
 
 // noTransport is the transport of a one-replica cell: there is nobody to
@@ -552,7 +606,7 @@ func (s *Server) httpHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(s.status())
+		enc.Encode(statusJSON(s.status()))
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.log.Err(); err != nil {

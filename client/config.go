@@ -39,7 +39,8 @@ const (
 )
 
 // Config says how to reach a cell. The zero value is usable: it connects to
-// CHUBBY_CELL, or to DefaultAddr when that is unset.
+// CHUBBY_CELL, or to DefaultAddr when that is unset. Zero fields take the
+// defaults of DefaultConfig.
 type Config struct {
 	// Addrs lists the cell's replicas as host:port. If empty, the
 	// comma-separated list in the CHUBBY_CELL environment variable is used,
@@ -78,9 +79,29 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// withDefaults returns cfg with every zero field filled in and the addresses
-// validated. getenv is os.Getenv outside tests.
+// DefaultConfig returns the defaults Connect gives the fields of a Config
+// left at their zero value: ConnectTimeout DefaultConnectTimeout (1 s),
+// CallTimeout DefaultCallTimeout (10 s), GracePeriod DefaultGracePeriod
+// (45 s), CacheMaxEntries DefaultCacheMaxEntries (10,000), the cache on,
+// Logger one that discards everything. Addrs and ClientName are left
+// empty, as Connect resolves them when it is called: Addrs from
+// CHUBBY_CELL, or DefaultAddr when that is unset; ClientName
+// "<program>@<host>:<pid>".
+func DefaultConfig() Config {
+	return Config{
+		ConnectTimeout:  DefaultConnectTimeout,
+		CallTimeout:     DefaultCallTimeout,
+		GracePeriod:     DefaultGracePeriod,
+		CacheMaxEntries: DefaultCacheMaxEntries,
+		Logger:          slog.New(slog.DiscardHandler),
+	}
+}
+
+// withDefaults returns cfg with every zero field filled in (from
+// DefaultConfig) and the addresses validated. getenv is os.Getenv outside
+// tests.
 func (cfg Config) withDefaults(getenv func(string) string) (Config, error) {
+	d := DefaultConfig()
 	if len(cfg.Addrs) == 0 {
 		if env := strings.TrimSpace(getenv(EnvCell)); env != "" {
 			addrs, err := ParseAddrs(env)
@@ -109,19 +130,19 @@ func (cfg Config) withDefaults(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("chubby: Config timeouts must not be negative")
 	}
 	if cfg.CacheMaxEntries <= 0 {
-		cfg.CacheMaxEntries = DefaultCacheMaxEntries
+		cfg.CacheMaxEntries = d.CacheMaxEntries
 	}
 	if cfg.GracePeriod == 0 {
-		cfg.GracePeriod = DefaultGracePeriod
+		cfg.GracePeriod = d.GracePeriod
 	}
 	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = DefaultConnectTimeout
+		cfg.ConnectTimeout = d.ConnectTimeout
 	}
 	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = DefaultCallTimeout
+		cfg.CallTimeout = d.CallTimeout
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = d.Logger
 	}
 	return cfg, nil
 }

@@ -221,3 +221,20 @@ func TestLockOptions(t *testing.T) {
 		t.Errorf("ceilMs overflowed: %d", got)
 	}
 }
+
+// TestDefaultConfig: DefaultConfig holds the documented values, and a
+// Config made from it still resolves its addresses when Connect runs.
+func TestDefaultConfig(t *testing.T) {
+	d := DefaultConfig()
+	if d.ConnectTimeout != time.Second || d.CallTimeout != 10*time.Second || d.GracePeriod != 45*time.Second ||
+		d.CacheMaxEntries != 10000 || d.DisableCache || d.Logger == nil || d.Addrs != nil || d.ClientName != "" {
+		t.Fatalf("DefaultConfig() = %+v", d)
+	}
+	cfg, err := d.withDefaults(env(map[string]string{EnvCell: "h1:1,h2:2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Addrs, []string{"h1:1", "h2:2"}) || cfg.ClientName == "" {
+		t.Errorf("from DefaultConfig: Addrs %v, ClientName %q", cfg.Addrs, cfg.ClientName)
+	}
+}

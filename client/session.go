@@ -382,167 +382,205 @@ type kaAttempt struct {
 // (a locate round by its own timeout).
 func (s *Session) keepAliveLoop() {
 	defer close(s.loopDone)
-	var (
-		cur      *kaAttempt      // the KeepAlive in flight, or nil
-		retryAt  time.Time       // when cur is nil: when to send the next one
-		failures int             // failed attempts in a row, for the backoff
-		quick    int             // immediate resends in a row (maxQuickKeepAlives)
-		locating <-chan struct{} // a locate round the loop waits for, or nil
-		probeAt  time.Time       // in jeopardy: when to start the next locate round
-		// lost is the replica the last KeepAlive failed at without
-		// learning where the master is ("" after a reply); lostRefused: it
-		// answered NOT_MASTER (it is alive: a round naming it means it has
-		// become the master). roundWait: the next KeepAlive waits for the
-		// round in locating to end. wakes counts the KeepAlives a round
-		// sent before their backoff ended, since the last reply.
-		lost        string
-		lostRefused bool
-		roundWait   bool
-		wakes       int
-	)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	l := &kaLoop{s: s, multi: len(s.c.master.addrs) > 1, timer: time.NewTimer(time.Hour)}
+	defer l.timer.Stop()
 	defer func() {
-		if cur != nil {
-			cur.cancel()
+		if l.cur != nil {
+			l.cur.cancel()
 		}
 	}()
-	multi := len(s.c.master.addrs) > 1
-	// roundOver handles the end of a locate round: ours (the loop waited
-	// for it) or anyone's.
-	roundOver := func(ours bool) {
-		if locating != nil {
-			select {
-			case <-locating:
-				locating, ours = nil, true
-			default:
-			}
-		}
-		if locating == nil {
-			roundWait = false
-		}
-		loc := s.c.master.lastLocated()
-		switch {
-		case loc.addr == "":
-		case cur != nil && ours && loc.addr != cur.addr:
-			// The replicas say the master is elsewhere: go there
-			// rather than wait for a reply that may never come.
-			s.log.Debug("chubby: master located elsewhere; resending KeepAlive",
-				"from", cur.addr, "to", loc.addr, "epoch", loc.epoch)
-			cur.cancel()
-			cur, retryAt = nil, time.Time{}
-		case cur == nil && lost != "" && (loc.addr != lost || lostRefused || loc.epoch > s.Epoch()) &&
-			retryAt.After(time.Now()) && wakes < maxQuickKeepAlives:
-			// Found where the KeepAlive failed to go: go there now.
-			s.log.Debug("chubby: master located; sending KeepAlive without waiting out the backoff",
-				"failed_at", lost, "to", loc.addr, "epoch", loc.epoch, "backoff_left", time.Until(retryAt))
-			wakes++
-			retryAt = time.Time{}
-		}
+	for l.turn() {
 	}
-	for {
-		if s.ctx.Err() != nil {
-			return
-		}
-		// Taken before anything is decided: a round that ends from here on
-		// wakes this turn.
-		ended := s.c.master.roundEnded()
-		now := time.Now()
-		s.mu.Lock()
-		if s.err != nil {
-			s.mu.Unlock()
-			return // ended
-		}
-		tr := s.ll.Step(now)
-		state := s.stateLocked(now)
-		leaseEnd, graceEnd, granted := s.ll.LeaseEnd(), s.ll.GraceEnd(), s.ll.Lease()
-		s.mu.Unlock()
-		switch tr {
-		case lease.EnteredJeopardy:
-			s.enterJeopardy(leaseEnd, graceEnd)
-			probeAt = now // look for the master at once
-			continue
-		case lease.GraceOver:
-			s.end(fmt.Errorf("%w: no KeepAlive reply within the grace period (%v) after the local lease ended at %s",
-				ErrSessionExpired, s.grace, leaseEnd.Format(time.RFC3339Nano)))
-			return
-		}
-		held := roundWait && locating != nil // the next KeepAlive waits for the round
-		if cur == nil && !held && !now.Before(retryAt) {
-			cur = s.sendKeepAlive(granted)
-		}
-		if state == StateJeopardy && cur != nil && locating == nil && !now.Before(probeAt) {
-			locating = s.c.master.locate()
-			probeAt = now.Add(jeopardyProbeInterval)
-		}
+}
 
-		wake := leaseEnd
-		if state == StateJeopardy {
-			wake = graceEnd
-		}
-		if cur == nil && !held && retryAt.Before(wake) {
-			wake = retryAt
-		}
-		if state == StateJeopardy && cur != nil && locating == nil && probeAt.Before(wake) {
-			wake = probeAt
-		}
-		timer.Reset(max(time.Until(wake), 0))
-		var replied <-chan struct{}
-		if cur != nil {
-			replied = cur.f.Done()
-		}
+// kaLoop is the state of a session's keepAliveLoop.
+type kaLoop struct {
+	s     *Session
+	multi bool // the cell has several replicas to ask where the master is
+	timer *time.Timer
+
+	cur      *kaAttempt      // the KeepAlive in flight, or nil
+	retryAt  time.Time       // when cur is nil: when to send the next one
+	failures int             // failed attempts in a row, for the backoff
+	quick    int             // immediate resends in a row (maxQuickKeepAlives)
+	locating <-chan struct{} // a locate round the loop waits for, or nil
+	probeAt  time.Time       // in jeopardy: when to start the next locate round
+	// lost is the replica the last KeepAlive failed at without learning
+	// where the master is ("" after a reply); lostRefused: it answered
+	// NOT_MASTER (it is alive: a round naming it means it has become the
+	// master). roundWait: the next KeepAlive waits for the round in
+	// locating to end. wakes counts the KeepAlives a round sent before
+	// their backoff ended, since the last reply.
+	lost        string
+	lostRefused bool
+	roundWait   bool
+	wakes       int
+}
+
+// turn is one turn of the loop: it steps the local lease, sends what is
+// due and waits for a reply, a failure, a timer, a locate round or the
+// session's end. It returns false when the loop is over.
+func (l *kaLoop) turn() bool {
+	s := l.s
+	if s.ctx.Err() != nil {
+		return false
+	}
+	// Taken before anything is decided: a round that ends from here on
+	// wakes this turn.
+	ended := s.c.master.roundEnded()
+	now := time.Now()
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return false // ended
+	}
+	tr := s.ll.Step(now)
+	state := s.stateLocked(now)
+	leaseEnd, graceEnd, granted := s.ll.LeaseEnd(), s.ll.GraceEnd(), s.ll.Lease()
+	s.mu.Unlock()
+	switch tr {
+	case lease.EnteredJeopardy:
+		s.enterJeopardy(leaseEnd, graceEnd)
+		l.probeAt = now // look for the master at once
+		return true
+	case lease.GraceOver:
+		s.end(fmt.Errorf("%w: no KeepAlive reply within the grace period (%v) after the local lease ended at %s",
+			ErrSessionExpired, s.grace, leaseEnd.Format(time.RFC3339Nano)))
+		return false
+	}
+	jeopardy := state == StateJeopardy
+	held := l.roundWait && l.locating != nil // the next KeepAlive waits for the round
+	l.sendDue(now, granted, held, jeopardy)
+	l.timer.Reset(max(time.Until(l.wakeAt(leaseEnd, graceEnd, held, jeopardy)), 0))
+	var replied <-chan struct{}
+	if l.cur != nil {
+		replied = l.cur.f.Done()
+	}
+	select {
+	case <-s.ctx.Done():
+		return false
+	case <-l.timer.C:
+	case <-l.locating:
+		l.roundOver(true)
+	case <-ended:
+		l.roundOver(false)
+	case <-replied:
+		return l.replied(state, leaseEnd)
+	}
+	return true
+}
+
+// sendDue sends the next KeepAlive if it is time and none is in flight or
+// held for a locate round, and in jeopardy starts the locate round that is
+// due while a KeepAlive is in flight.
+func (l *kaLoop) sendDue(now time.Time, granted time.Duration, held, jeopardy bool) {
+	if l.cur == nil && !held && !now.Before(l.retryAt) {
+		l.cur = l.s.sendKeepAlive(granted)
+	}
+	if jeopardy && l.cur != nil && l.locating == nil && !now.Before(l.probeAt) {
+		l.locating = l.s.c.master.locate()
+		l.probeAt = now.Add(jeopardyProbeInterval)
+	}
+}
+
+// wakeAt is when the turn's wait ends at the latest: the lease end (in
+// jeopardy the end of the grace period), or sooner the next send or probe.
+func (l *kaLoop) wakeAt(leaseEnd, graceEnd time.Time, held, jeopardy bool) time.Time {
+	wake := leaseEnd
+	if jeopardy {
+		wake = graceEnd
+	}
+	if l.cur == nil && !held && l.retryAt.Before(wake) {
+		wake = l.retryAt
+	}
+	if jeopardy && l.cur != nil && l.locating == nil && l.probeAt.Before(wake) {
+		wake = l.probeAt
+	}
+	return wake
+}
+
+// roundOver handles the end of a locate round: ours (the loop waited for
+// it) or anyone's.
+func (l *kaLoop) roundOver(ours bool) {
+	s := l.s
+	if l.locating != nil {
 		select {
-		case <-s.ctx.Done():
-			return
-		case <-timer.C:
-		case <-locating:
-			roundOver(true)
-		case <-ended:
-			roundOver(false)
-		case <-replied:
-			a := cur
-			cur = nil
-			a.cancel()
-			r, err, _ := a.f.Result()
-			if err == nil {
-				err = s.applyKeepAlive(a.sent, r)
-			}
-			if err == nil {
-				s.log.Debug("chubby: KeepAlive answered", "addr", a.addr, "epoch", r.GetEpoch(),
-					"took", time.Since(a.sent))
-				failures, quick, wakes, retryAt, lost = 0, 0, 0, time.Time{}, ""
-				continue
-			}
-			if s.ctx.Err() != nil {
-				return
-			}
-			v := s.keepAliveFailed(a.addr, err)
-			if v.fatal {
-				return
-			}
-			if v.resendNow && quick < maxQuickKeepAlives {
-				s.log.Debug("chubby: KeepAlive failed; resending at once", "addr", a.addr,
-					"next", s.c.master.addr(), "err", Describe(err))
-				quick++
-				retryAt = time.Time{}
-				continue
-			}
-			quick = 0
-			d := backoffDelay(keepAliveBackoffBase, keepAliveBackoffMax, failures, jitter())
-			failures++
-			retryAt = time.Now().Add(d)
-			lost, lostRefused, roundWait = "", false, false
-			if v.locate && multi {
-				if locating == nil {
-					locating = s.c.master.locate()
-				}
-				lost, lostRefused, roundWait = a.addr, v.refused, true
-			}
-			s.log.Debug("chubby: KeepAlive failed; retrying", "addr", a.addr, "next", s.c.master.addr(),
-				"delay", d, "wait_for_locate", roundWait, "state", state, "lease_remaining", time.Until(leaseEnd),
-				"err", Describe(err))
+		case <-l.locating:
+			l.locating, ours = nil, true
+		default:
 		}
 	}
+	if l.locating == nil {
+		l.roundWait = false
+	}
+	loc := s.c.master.lastLocated()
+	switch {
+	case loc.addr == "":
+	case l.cur != nil && ours && loc.addr != l.cur.addr:
+		// The replicas say the master is elsewhere: go there rather than
+		// wait for a reply that may never come.
+		s.log.Debug("chubby: master located elsewhere; resending KeepAlive",
+			"from", l.cur.addr, "to", loc.addr, "epoch", loc.epoch)
+		l.cur.cancel()
+		l.cur, l.retryAt = nil, time.Time{}
+	case l.cur == nil && l.lost != "" && (loc.addr != l.lost || l.lostRefused || loc.epoch > s.Epoch()) &&
+		l.retryAt.After(time.Now()) && l.wakes < maxQuickKeepAlives:
+		// Found where the KeepAlive failed to go: go there now.
+		s.log.Debug("chubby: master located; sending KeepAlive without waiting out the backoff",
+			"failed_at", l.lost, "to", loc.addr, "epoch", loc.epoch, "backoff_left", time.Until(l.retryAt))
+		l.wakes++
+		l.retryAt = time.Time{}
+	}
+}
+
+// replied handles the outcome of the KeepAlive in flight: a reply renews
+// the lease; a failure schedules the next attempt (at once, after a
+// backoff, or after a locate round). It returns false when the loop is
+// over.
+func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
+	s := l.s
+	a := l.cur
+	l.cur = nil
+	a.cancel()
+	r, err, _ := a.f.Result()
+	if err == nil {
+		err = s.applyKeepAlive(a.sent, r)
+	}
+	if err == nil {
+		s.log.Debug("chubby: KeepAlive answered", "addr", a.addr, "epoch", r.GetEpoch(),
+			"took", time.Since(a.sent))
+		l.failures, l.quick, l.wakes, l.retryAt, l.lost = 0, 0, 0, time.Time{}, ""
+		return true
+	}
+	if s.ctx.Err() != nil {
+		return false
+	}
+	v := s.keepAliveFailed(a.addr, err)
+	if v.fatal {
+		return false
+	}
+	if v.resendNow && l.quick < maxQuickKeepAlives {
+		s.log.Debug("chubby: KeepAlive failed; resending at once", "addr", a.addr,
+			"next", s.c.master.addr(), "err", Describe(err))
+		l.quick++
+		l.retryAt = time.Time{}
+		return true
+	}
+	l.quick = 0
+	d := backoffDelay(keepAliveBackoffBase, keepAliveBackoffMax, l.failures, jitter())
+	l.failures++
+	l.retryAt = time.Now().Add(d)
+	l.lost, l.lostRefused, l.roundWait = "", false, false
+	if v.locate && l.multi {
+		if l.locating == nil {
+			l.locating = s.c.master.locate()
+		}
+		l.lost, l.lostRefused, l.roundWait = a.addr, v.refused, true
+	}
+	s.log.Debug("chubby: KeepAlive failed; retrying", "addr", a.addr, "next", s.c.master.addr(),
+		"delay", d, "wait_for_locate", l.roundWait, "state", state, "lease_remaining", time.Until(leaseEnd),
+		"err", Describe(err))
+	return true
 }
 
 // sendKeepAlive sends one KeepAlive for the session to the current master

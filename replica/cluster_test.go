@@ -186,7 +186,7 @@ func newClusterSnap(t testing.TB, size int, snapEvery uint64, tweak func(*vr.Con
 	c := &cluster{t: t, nodes: map[uint64]*tnode{}, cut: map[[2]uint64]bool{}, now: 1_000_000_000, snap: snapEvery}
 	var members vr.Members
 	for i := 1; i <= size; i++ {
-		members = append(members, vr.Member{ID: uint64(i), Addr: fmt.Sprintf("r%d", i)})
+		members = append(members, vr.Member{ID: uint64(i), ClientAddr: fmt.Sprintf("r%d", i)})
 		c.ids = append(c.ids, uint64(i))
 	}
 	c.cfg = vr.Config{InitialMembers: members}

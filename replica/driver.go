@@ -57,7 +57,8 @@ type Driver struct {
 	err error // the disk failed: the driver does nothing more
 }
 
-// DriverConfig configures a Driver.
+// DriverConfig configures a Driver. Zero fields take the defaults of
+// DefaultDriverConfig.
 type DriverConfig struct {
 	// ID is this replica.
 	ID uint64
@@ -203,14 +204,15 @@ type pendingProposal struct {
 // application's snapshot bytes app restored into sm) and returns its
 // driver. now is the driver clock, in nanoseconds, monotonic.
 func NewDriver(core vr.Config, p vr.Persisted, app []byte, sm StateMachine, disk Disk, tr Transport, now func() int64, cfg DriverConfig) (*Driver, error) {
+	def := DefaultDriverConfig()
 	if cfg.SnapshotEvery == 0 {
-		cfg.SnapshotEvery = 50000
+		cfg.SnapshotEvery = def.SnapshotEvery
 	}
 	if cfg.SnapshotRetry <= 0 {
-		cfg.SnapshotRetry = int64(snapshotRetry)
+		cfg.SnapshotRetry = def.SnapshotRetry
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = def.Logger
 	}
 	if cfg.SnapshotWindow <= 0 {
 		cfg.SnapshotWindow = defaultSnapshotWindow
@@ -420,7 +422,7 @@ func notMaster(self uint64, info vr.Info) *NotMasterError {
 	}
 	for _, m := range info.Members {
 		if m.ID == e.Primary {
-			e.Addr = m.Addr
+			e.Addr = m.ClientAddr
 		}
 	}
 	return e

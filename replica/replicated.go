@@ -19,7 +19,8 @@ type Transport interface {
 	Send(msgs []vr.Message)
 }
 
-// ReplicatedConfig configures a replicated log. Zero fields take defaults.
+// ReplicatedConfig configures a replicated log. Zero fields take the
+// defaults of DefaultReplicatedConfig.
 type ReplicatedConfig struct {
 	// ID is this replica; Members the configuration a new cell starts with
 	// (ignored when the replica has state on disk: the configuration is in
@@ -54,7 +55,8 @@ type ReplicatedConfig struct {
 }
 
 // NotMasterError says this replica is not the normal primary; Primary is
-// the one it believes in when Known, Addr its configured address.
+// the one it believes in when Known, Addr its configured client address
+// (vr.Member.ClientAddr).
 type NotMasterError struct {
 	View    uint64
 	Primary uint64
@@ -110,20 +112,21 @@ type inbound struct {
 // StartReplicated restores the replica from storage (snapshot into the
 // state machine, log entries into the core) and starts its loop.
 func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedConfig) (*Replicated, error) {
+	def := DefaultReplicatedConfig()
 	if cfg.TickInterval <= 0 {
-		cfg.TickInterval = 5 * time.Millisecond
+		cfg.TickInterval = def.TickInterval
 	}
 	if cfg.SnapshotEvery == 0 {
-		cfg.SnapshotEvery = 50000
+		cfg.SnapshotEvery = def.SnapshotEvery
 	}
 	if cfg.MaxQueue <= 0 {
-		cfg.MaxQueue = 16384
+		cfg.MaxQueue = def.MaxQueue
 	}
 	if cfg.MaxProposalBatch <= 0 {
-		cfg.MaxProposalBatch = 1024
+		cfg.MaxProposalBatch = def.MaxProposalBatch
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = def.Logger
 	}
 	p, app, err := st.loadVR()
 	if err != nil {
@@ -180,14 +183,11 @@ func (r *Replicated) now() int64 { return int64(time.Since(r.start)) }
 // compare it with ReadsAllowedUntil.
 func (r *Replicated) Now() int64 { return r.now() }
 
-// Step hands messages that arrived from other replicas to the loop. It
-// never blocks: when the loop is that far behind, they are dropped.
-func (r *Replicated) Step(msgs []vr.Message) { r.Receive(msgs, nil) }
-
-// Receive is Step that calls done (if not nil) once the messages have been
-// processed: stepped, and the Ready that followed carried out, so whatever
-// they caused (a PrepareOK after the fsync) has been sent. It never blocks;
-// done is called at once when the messages are dropped.
+// Receive hands messages that arrived from other replicas to the loop and
+// calls done (if not nil) once they have been processed: stepped, and the
+// Ready that followed carried out, so whatever they caused (a PrepareOK
+// after the fsync) has been sent. It never blocks: when the loop is that
+// far behind, the messages are dropped and done is called at once.
 func (r *Replicated) Receive(msgs []vr.Message, done func()) {
 	select {
 	case r.inbox <- inbound{msgs, done}:

@@ -51,7 +51,7 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 		id := uint64(i)
 		lns[id] = ln
 		c.peers[id] = ln.Addr().String()
-		c.members = append(c.members, vr.Member{ID: id, Addr: "client-" + fmt.Sprint(id)})
+		c.members = append(c.members, vr.Member{ID: id, ClientAddr: "client-" + fmt.Sprint(id)})
 	}
 	for id, ln := range lns {
 		c.start(id, t.TempDir(), ln)

@@ -33,7 +33,7 @@ func stageFrom(t *testing.T, src, st *Storage, meta vr.SnapshotMeta, from, to ui
 // installed in place: it loads after another restart, and the next local
 // snapshot removes its chunks.
 func TestStorageStageResumeInstall(t *testing.T) {
-	meta := vr.SnapshotMeta{Index: 50, View: 3, Members: vr.Members{{ID: 1, Addr: "a"}, {ID: 2, Addr: "b"}, {ID: 3, Addr: "c"}}}
+	meta := vr.SnapshotMeta{Index: 50, View: 3, Members: vr.Members{{ID: 1, ClientAddr: "a"}, {ID: 2, ClientAddr: "b"}, {ID: 3, ClientAddr: "c"}}}
 	app := bytes.Repeat([]byte("state-"), 5*SnapshotChunkBytes/6+100) // 6 chunks with the envelope
 	src, err := OpenStorage(t.TempDir(), StorageOptions{})
 	if err != nil {
@@ -104,7 +104,7 @@ func TestStorageStageResumeInstall(t *testing.T) {
 // other than the metadata's) are refused at the last chunk, and nothing
 // stays staged.
 func TestStorageStageRefusesWrongBytes(t *testing.T) {
-	meta := vr.SnapshotMeta{Index: 9, View: 2, Members: vr.Members{{ID: 1, Addr: "a"}}}
+	meta := vr.SnapshotMeta{Index: 9, View: 2, Members: vr.Members{{ID: 1, ClientAddr: "a"}}}
 	blob := encodeSnapshot(meta, bytes.Repeat([]byte("z"), SnapshotChunkBytes+10))
 	st, err := OpenStorage(t.TempDir(), StorageOptions{})
 	if err != nil {
@@ -119,7 +119,7 @@ func TestStorageStageRefusesWrongBytes(t *testing.T) {
 	}{
 		{"checksum", ChunkInfo{Index: 9, Chunks: 2, Length: good.Length, Sum: good.Sum + 1}, meta},
 		{"view", good, vr.SnapshotMeta{Index: 9, View: 1, Members: meta.Members}},
-		{"members", good, vr.SnapshotMeta{Index: 9, View: 2, Members: vr.Members{{ID: 2, Addr: "a"}}}},
+		{"members", good, vr.SnapshotMeta{Index: 9, View: 2, Members: vr.Members{{ID: 2, ClientAddr: "a"}}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

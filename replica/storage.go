@@ -18,6 +18,8 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+
+	"github.com/chubbygo/chubby/replica/vr"
 )
 
 // Storage is a replica's disk: the log of committed-or-proposed entries,
@@ -55,15 +57,18 @@ type StorageOptions struct {
 	Logger       *slog.Logger
 }
 
-// Limits of one stored value. A log entry is one command (a file's content
-// is at most 256 KiB) plus its envelope.
+// MaxEntryBytes bounds a single log entry: one command (a file's content
+// is at most 256 KiB) plus its envelope. It is the protocol's bound.
+const MaxEntryBytes = vr.MaxEntryBytes
+
+// Limits of one stored value.
 const (
-	MaxEntryBytes = 1 << 20 // a single log entry
 	// SnapshotChunkBytes is the size of the chunks a snapshot is stored
 	// in, and sent in (one chunk per message).
 	SnapshotChunkBytes = 256 << 10
-	// MaxSnapshotBytes bounds a stored snapshot (a sanity bound on what
-	// its metadata may claim; the state's own limits keep it far below).
+	// MaxSnapshotBytes bounds what a stored snapshot's metadata may claim
+	// (a sanity check against corrupt metadata, far beyond what fits in a
+	// replica's memory); nothing on the way limits a snapshot below it.
 	MaxSnapshotBytes = 64 << 30
 )
 

@@ -394,7 +394,9 @@ func messageToWire(w *gr.Message, m *vr.Message, es []gr.Entry) {
 		s := &gr.SnapshotMeta{Index: int64(m.Snapshot.Index), View: int64(m.Snapshot.View),
 			Members: make([]*gr.Member, len(m.Snapshot.Members))}
 		for i, x := range m.Snapshot.Members {
-			s.Members[i] = &gr.Member{Id: int64(x.ID), Addr: x.Addr}
+			// The peer IDL's Member has one address: both travel packed
+			// in it, as they always have (vr.Member.PackedAddr).
+			s.Members[i] = &gr.Member{Id: int64(x.ID), Addr: x.PackedAddr()}
 		}
 		w.Snapshot = s
 	}
@@ -453,7 +455,8 @@ func messageFromWire(w *gr.Message) (vr.Message, error) {
 			if x == nil || x.Id <= 0 {
 				return vr.Message{}, errPeer
 			}
-			meta.Members = append(meta.Members, vr.Member{ID: uint64(x.Id), Addr: x.Addr})
+			client, peer := vr.UnpackAddr(x.Addr)
+			meta.Members = append(meta.Members, vr.Member{ID: uint64(x.Id), ClientAddr: client, PeerAddr: peer})
 		}
 		m.Snapshot = meta
 	}

@@ -28,7 +28,7 @@ func TestMessagesWireRoundTrip(t *testing.T) {
 		{"start view with runs", []vr.Message{{Type: vr.MsgStartView, From: 1, To: 4, View: 9, StartOp: 30, Commit: 28, PrevOp: 20, PrevView: 8,
 			Runs: []vr.Run{{View: 8, Last: 25}, {View: 9, Last: 30}}, Final: true}}},
 		{"snapshot", []vr.Message{{Type: vr.MsgSnapshot, From: 1, To: 5, View: 9, Commit: 50,
-			Snapshot: &vr.SnapshotMeta{Index: 50, View: 8, Members: vr.Members{{ID: 1, Addr: "a:1"}, {ID: 2, Addr: "b:2"}}}, SnapshotData: []byte("state")}}},
+			Snapshot: &vr.SnapshotMeta{Index: 50, View: 8, Members: vr.Members{{ID: 1, ClientAddr: "a:1", PeerAddr: "a:2"}, {ID: 2, ClientAddr: "b:1"}}}, SnapshotData: []byte("state")}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -75,5 +75,25 @@ func TestMessageFromWireRefusesMalformed(t *testing.T) {
 	}
 	if _, err := messageFromWire(nil); err == nil {
 		t.Error("nil message accepted")
+	}
+}
+
+// TestMemberWireForm: a member's two addresses travel in the peer IDL's one
+// address field in the packed form replicas have always sent, so a peer
+// that sends "client|peer" or a bare address is understood.
+func TestMemberWireForm(t *testing.T) {
+	ms := vr.Members{{ID: 1, ClientAddr: "a:1", PeerAddr: "a:2"}, {ID: 2, ClientAddr: "b:1"}}
+	w := messagesToWire([]vr.Message{{Type: vr.MsgSnapshot, From: 1, To: 2, Snapshot: &vr.SnapshotMeta{Index: 1, Members: ms}}})[0]
+	if a, b := w.Snapshot.Members[0].Addr, w.Snapshot.Members[1].Addr; a != "a:1|a:2" || b != "b:1" {
+		t.Fatalf("wire addresses %q, %q; want \"a:1|a:2\", \"b:1\"", a, b)
+	}
+	w.Snapshot.Members = []*gr.Member{{Id: 1, Addr: "c:1|c:2"}, {Id: 2, Addr: "d:1"}}
+	m, err := messageFromWire(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := vr.Members{{ID: 1, ClientAddr: "c:1", PeerAddr: "c:2"}, {ID: 2, ClientAddr: "d:1"}}
+	if !reflect.DeepEqual(m.Snapshot.Members, want) {
+		t.Fatalf("members %+v, want %+v", m.Snapshot.Members, want)
 	}
 }

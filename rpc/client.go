@@ -94,20 +94,21 @@ func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
 		cfg.MaxIdleGlobal < 0 || cfg.MaxIdleTimeout < 0 || cfg.MaxInFlight < 0 {
 		return nil, fmt.Errorf("rpc: negative limit in client config %+v", cfg)
 	}
+	def := DefaultClientConfig()
 	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = DefaultConnectTimeout
+		cfg.ConnectTimeout = def.ConnectTimeout
 	}
 	if cfg.MaxIdlePerAddress == 0 {
-		cfg.MaxIdlePerAddress = DefaultMaxIdlePerAddress
+		cfg.MaxIdlePerAddress = def.MaxIdlePerAddress
 	}
 	if cfg.MaxIdleGlobal == 0 {
-		cfg.MaxIdleGlobal = DefaultMaxIdleGlobal
+		cfg.MaxIdleGlobal = def.MaxIdleGlobal
 	}
 	if cfg.MaxIdleTimeout == 0 {
-		cfg.MaxIdleTimeout = DefaultMaxIdleTimeout
+		cfg.MaxIdleTimeout = def.MaxIdleTimeout
 	}
 	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
+		cfg.MaxInFlight = def.MaxInFlight
 	}
 
 	opts := []client.Option{

@@ -103,23 +103,24 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 	if cfg.MaxConnections < 0 || cfg.MaxQPS < 0 || cfg.ExitWaitTime < 0 || cfg.MaxConnIdleTime < 0 {
 		return nil, fmt.Errorf("rpc: negative limit in server config %+v", cfg)
 	}
+	def := DefaultServerConfig()
 	if cfg.MaxConnections == 0 {
-		cfg.MaxConnections = DefaultMaxConnections
+		cfg.MaxConnections = def.MaxConnections
 	}
 	if cfg.ExitWaitTime == 0 {
-		cfg.ExitWaitTime = DefaultExitWaitTime
+		cfg.ExitWaitTime = def.ExitWaitTime
 	}
 	if cfg.MaxConnIdleTime == 0 {
-		cfg.MaxConnIdleTime = DefaultMaxConnIdleTime
+		cfg.MaxConnIdleTime = def.MaxConnIdleTime
 	}
 	if cfg.MaxPayloadBytes < 0 {
 		return nil, fmt.Errorf("rpc: negative MaxPayloadBytes %d", cfg.MaxPayloadBytes)
 	}
 	if cfg.MaxPayloadBytes == 0 {
-		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+		cfg.MaxPayloadBytes = def.MaxPayloadBytes
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = def.Logger
 	}
 	log := cfg.Logger.With("component", "rpc")
 

@@ -10,13 +10,14 @@ import (
 
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/chubbygo/chubby/replica/vr"
 )
 
 // Time is a reading of the master's monotonic clock, in nanoseconds.
 type Time = int64
 
-// LeaseConfig configures Leases. Zero fields take the documented
-// defaults.
+// LeaseConfig configures Leases. Zero fields take the defaults of
+// DefaultLeaseConfig.
 type LeaseConfig struct {
 	// Lease is the session lease L. Default 12 s (Chubby's).
 	Lease time.Duration
@@ -32,23 +33,28 @@ type LeaseConfig struct {
 	MaxParked int
 }
 
-// DefaultLeaseConfig returns the defaults.
+// DefaultLeaseConfig returns the defaults: Lease 12 s, Margin Lease/4
+// (3 s), MaxDrift vr.MaxClockDrift (2%), MaxParked 20,000. NewLeases gives a Lease at or below
+// zero, a MaxDrift outside (0, 0.5) and a MaxParked at or below zero their
+// value here, and a Margin outside (0, Lease) a quarter of the Lease.
 func DefaultLeaseConfig() LeaseConfig {
-	return LeaseConfig{Lease: 12 * time.Second, Margin: 3 * time.Second, MaxDrift: 0.02, MaxParked: 20000}
+	const lease = 12 * time.Second
+	return LeaseConfig{Lease: lease, Margin: lease / 4, MaxDrift: vr.MaxClockDrift, MaxParked: 20000}
 }
 
 func (c *LeaseConfig) setDefaults() {
+	d := DefaultLeaseConfig()
 	if c.Lease <= 0 {
-		c.Lease = 12 * time.Second
+		c.Lease = d.Lease
 	}
 	if c.Margin <= 0 || c.Margin >= c.Lease {
 		c.Margin = c.Lease / 4
 	}
 	if c.MaxDrift <= 0 || c.MaxDrift >= 0.5 {
-		c.MaxDrift = 0.02
+		c.MaxDrift = d.MaxDrift
 	}
 	if c.MaxParked <= 0 {
-		c.MaxParked = 20000
+		c.MaxParked = d.MaxParked
 	}
 }
 

@@ -166,9 +166,8 @@ func (k *checker) cachedRead(c *client, path string, f cachedFile) {
 	}
 }
 
-func (k *checker) addOp(client int, in modelInput, call int64, out modelOutput, ret int64) int {
+func (k *checker) addOp(client int, in modelInput, call int64, out modelOutput, ret int64) {
 	k.hist = append(k.hist, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
-	return len(k.hist) - 1
 }
 
 // final runs the end-of-run checks.
@@ -262,14 +261,20 @@ func (in modelInput) String() string {
 	return fmt.Sprintf("%v(%s)", in.kind, in.key)
 }
 
+// modelOutput is what the client was told. A refusal (ok false) of a
+// command is definite: fs saves the answer of a sequenced command whether
+// it succeeded or was refused, and returns that saved answer to every
+// later copy of it, so the first application, which refused it and changed
+// nothing, decided every attempt's outcome (see fs's package
+// documentation, # Exactly-once).
 type modelOutput struct {
-	ok        bool
-	code      chubby.ErrorCode
-	value     string
-	gen       int64
-	ambiguous bool
+	ok    bool
+	code  chubby.ErrorCode
+	value string
+	gen   int64
 	// unknown: the client never learned the outcome (its session ended
-	// with the call in flight): it may or may not have taken effect.
+	// with the call in flight, or the call was refused SESSION_EXPIRED,
+	// which fs does not save): it may or may not have taken effect.
 	unknown bool
 }
 
@@ -280,9 +285,6 @@ func (o modelOutput) String() string {
 	}
 	if o.value != "" || o.gen != 0 {
 		s += fmt.Sprintf(" %q gen=%d", o.value, o.gen)
-	}
-	if o.ambiguous {
-		s += " (ambiguous)"
 	}
 	if o.unknown {
 		s = "unknown"
@@ -344,8 +346,10 @@ func model() porcupine.Model {
 }
 
 // step returns the states the operation can lead to from s given what the
-// client saw (none: impossible). An ambiguous refusal may also have
-// succeeded.
+// client saw (none: impossible). A refusal took effect as a no-op at one
+// instant of its call: it leaves s as it is, and only where s explains it
+// (a CAS refused GENERATION_MISMATCH only where the generation is not the
+// expected one, and so on).
 func step(s modelState, in modelInput, out modelOutput) []any {
 	if out.unknown {
 		return unknownStep(s, in)
@@ -362,9 +366,6 @@ func step(s modelState, in modelInput, out modelOutput) []any {
 		}
 		if !out.ok {
 			next = append(next, s)
-			if out.ambiguous {
-				next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
-			}
 		}
 	case opCAS:
 		switch {
@@ -373,11 +374,8 @@ func step(s modelState, in modelInput, out modelOutput) []any {
 				next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
 			}
 		case out.code == chubby.ErrorCode_GENERATION_MISMATCH:
-			if s.gen != in.expected || out.ambiguous {
+			if s.gen != in.expected {
 				next = append(next, s)
-			}
-			if out.ambiguous && s.gen == in.expected {
-				next = append(next, modelState{value: in.value, gen: s.gen + 1, holder: -1})
 			}
 		}
 	case opCreate:
@@ -387,8 +385,8 @@ func step(s modelState, in modelInput, out modelOutput) []any {
 				next = append(next, modelState{exists: true, holder: -1})
 			}
 		case out.code == chubby.ErrorCode_EXISTS:
-			if s.exists || out.ambiguous {
-				next = append(next, modelState{exists: true, holder: -1})
+			if s.exists {
+				next = append(next, s)
 			}
 		}
 	case opAcquire:
@@ -398,11 +396,8 @@ func step(s modelState, in modelInput, out modelOutput) []any {
 				next = append(next, modelState{holder: in.client, gen: out.gen})
 			}
 		case out.code == chubby.ErrorCode_LOCK_HELD:
-			if s.holder != -1 || out.ambiguous {
+			if s.holder != -1 {
 				next = append(next, s)
-			}
-			if out.ambiguous && s.holder == -1 {
-				next = append(next, modelState{holder: in.client, gen: s.gen + 1})
 			}
 		}
 	case opRelease:
@@ -412,11 +407,8 @@ func step(s modelState, in modelInput, out modelOutput) []any {
 				next = append(next, modelState{holder: -1, gen: s.gen})
 			}
 		case out.code == chubby.ErrorCode_LOCK_NOT_HELD:
-			if s.holder != in.client || out.ambiguous {
+			if s.holder != in.client {
 				next = append(next, s)
-			}
-			if out.ambiguous && s.holder == in.client {
-				next = append(next, modelState{holder: -1, gen: s.gen})
 			}
 		}
 	}

@@ -67,7 +67,6 @@ type csession struct {
 	files   [nFiles]*chubby.Handle
 	locks   [nLocks]*chubby.Handle
 	holding [nLocks]*chubby.Sequencer // believed held, with its sequencer
-	unsure  [nLocks]bool              // an unknown acquire: release to be sure
 	ready   bool                      // the handles are open
 	over    bool
 
@@ -114,8 +113,6 @@ type client struct {
 
 	stopping bool
 	finished bool
-
-	pendingAmbiguous []int // history indexes whose return waits for a later success
 }
 
 func newClient(w *world, id int) *client {
@@ -268,12 +265,11 @@ func (c *client) nextOp() {
 		o.in = modelInput{kind: opCAS, key: filePath(i), value: v, expected: exp}
 	case k < 90:
 		i := w.intn(nLocks)
-		if s.holding[i] != nil || s.unsure[i] {
+		if s.holding[i] != nil {
 			*o = op{kind: opRelease, idx: i}
 			o.cmd = c.command(&fsm.Op{Release: &chubby.HandleRequest{Handle: s.locks[i]}})
 			// The belief ends when the release is sent.
 			s.holding[i] = nil
-			s.unsure[i] = false
 		} else {
 			*o = op{kind: opAcquire, idx: i}
 			// Lock-delay is a second line of defence; often none, so that
@@ -484,11 +480,11 @@ func (c *client) record(o *op, rep reply) {
 		}
 	} else if e := rep.res.Err; e != nil {
 		out.ok, out.code = false, e.Code
-		// A refusal is the saved answer of the session's command, but a
-		// command sent more than once may have been answered differently
-		// before a failover lost the saved answer with an uncommitted
-		// entry; outcome unknown until the session's next success.
-		out.ambiguous = o.attempts > 1 && !w.opt.StrictRefusals
+		// Any other refusal is the saved answer of the session's command,
+		// the outcome of every attempt of it (modelOutput). SESSION_EXPIRED
+		// is not saved: the session ended before this copy applied, and an
+		// earlier copy, applied before that, may have succeeded.
+		out.unknown = e.Code == chubby.ErrorCode_SESSION_EXPIRED
 	} else {
 		if rep.res.Stat != nil {
 			out.gen = rep.res.Stat.ContentGeneration
@@ -519,8 +515,6 @@ func (c *client) record(o *op, rep reply) {
 			s.holding[o.idx] = rep.res.Sequencer
 			w.res.Beliefs++
 			w.check.beliefStarts(c, o.idx)
-		case out.ambiguous:
-			s.unsure[o.idx] = true
 		}
 	}
 	if w.killedAt > 0 && w.res.Failover == 0 && o.call >= w.killedAt {
@@ -539,23 +533,11 @@ func (c *client) addHistory(o *op, out modelOutput) {
 		return
 	}
 	ret := w.now
-	if out.ambiguous || out.unknown {
+	if out.unknown {
 		ret = farFuture
 		w.res.Ambiguous++
 	}
-	idx := w.check.addOp(c.id, o.in, o.call, out, ret)
-	switch {
-	case out.unknown:
-	case out.ambiguous:
-		c.pendingAmbiguous = append(c.pendingAmbiguous, idx)
-	case o.cmd != nil && out.ok:
-		// This success moved the session's sequence past every earlier
-		// command: their stray retries are stale from now on.
-		for _, i := range c.pendingAmbiguous {
-			w.check.hist[i].Return = w.now
-		}
-		c.pendingAmbiguous = c.pendingAmbiguous[:0]
-	}
+	w.check.addOp(c.id, o.in, o.call, out, ret)
 }
 
 // --- the session's KeepAlive loop ---

@@ -27,24 +27,6 @@ func TestDebugMessages(t *testing.T) {
 	t.Log(res.String())
 }
 
-func TestStrictRefusals(t *testing.T) {
-	if os.Getenv("SIM_STRICT") == "" {
-		t.Skip("set SIM_STRICT=N")
-	}
-	n, _ := strconv.Atoi(os.Getenv("SIM_STRICT"))
-	fails := 0
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		res := Run(Options{Seed: seed, StrictRefusals: true})
-		if res.Err != nil {
-			fails++
-			if fails <= 3 {
-				t.Logf("seed %d: %.300s", seed, res.Err)
-			}
-		}
-	}
-	t.Logf("%d of %d seeds fail with strict refusals", fails, n)
-}
-
 // TestDebugFailover prints the trace of one seed of TestFailoverLatency
 // (env SIM_DEBUG_FAILOVER=seed).
 func TestDebugFailover(t *testing.T) {

@@ -178,12 +178,12 @@ func (m *masterSim) poll() {
 	}
 }
 
-// become completes the failover: epoch view+1, every session in the state
+// become completes the failover: epoch master.Epoch(view), every session in the state
 // gets the recovered lease, every caching session must flush.
 func (m *masterSim) become() {
 	st := m.r.sm.st
 	m.becoming = false
-	m.epoch = int64(m.view) + 1
+	m.epoch = master.Epoch(m.view)
 	m.leases.Start(m.now(), m.epoch, st.Sessions())
 	m.cache.Reset(m.epoch, st.CachingSessions())
 	m.serving = true

@@ -61,7 +61,11 @@
 //     faults ending;
 //   - at the end: every replica normal in one view, at the same index and
 //     the same fs state as the oracle; the client history linearizable
-//     (porcupine, per key, cached reads included).
+//     (porcupine, per key, cached reads included). A refusal a client was
+//     given is a definite outcome, a no-op within its call, however many
+//     times the command was sent: fs saves refusals for exactly-once as it
+//     saves successes. Only a call whose session ended (SESSION_EXPIRED, or
+//     the grace period ran out with it in flight) is of unknown outcome.
 //
 // # Running
 //
@@ -101,11 +105,6 @@ type Options struct {
 	Trace io.Writer
 	// NoFaults disables fault injection (a baseline run).
 	NoFaults bool
-	// StrictRefusals makes the checker trust every refusal a client
-	// receives, even when other attempts of the same command may still be
-	// applied. The fs keeps the answers of sequenced commands, so this
-	// holds unless a session ended in between.
-	StrictRefusals bool
 	// KillPrimaryAt, with NoFaults, crashes the primary once at that time
 	// (it restarts when the faults end) and measures Result.Failover.
 	KillPrimaryAt time.Duration
@@ -332,7 +331,7 @@ func (w *world) setup() {
 
 	var members vr.Members
 	for i := 1; i <= o.Replicas; i++ {
-		members = append(members, vr.Member{ID: uint64(i), Addr: fmt.Sprintf("r%d:7000", i)})
+		members = append(members, vr.Member{ID: uint64(i), ClientAddr: fmt.Sprintf("r%d:7000", i)})
 	}
 	w.cfg = vr.Config{InitialMembers: members}
 	// Exercise the limits now and then: tiny Prepares, shallow pipelines,

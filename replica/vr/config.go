@@ -44,7 +44,8 @@ const (
 	maxIndex = 1 << 62
 )
 
-// Config configures a Node. Zero fields take the defaults.
+// Config configures a Node. Zero fields take the defaults of
+// DefaultConfig.
 type Config struct {
 	// ID is this replica's id; it must be in the configuration.
 	ID uint64
@@ -103,7 +104,28 @@ type Hooks struct {
 	Event func(msg string, args ...any)
 }
 
+// DefaultConfig returns the defaults: HeartbeatInterval 50 ms,
+// ViewChangeTimeout 300 ms, LeaseDuration 240 ms, MaxPrepareEntries 1024,
+// MaxPrepareBytes 4 MiB, MaxInflightPrepares 8, MaxUncommittedEntries
+// 8192, MaxUncommittedBytes 64 MiB, MaxApplyBytes 16 MiB, CompactMargin 0.
+// ID and InitialMembers have no default.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatInterval:     50 * time.Millisecond,
+		ViewChangeTimeout:     300 * time.Millisecond,
+		LeaseDuration:         240 * time.Millisecond,
+		MaxPrepareEntries:     1024,
+		MaxPrepareBytes:       4 << 20,
+		MaxInflightPrepares:   8,
+		MaxUncommittedEntries: 8192,
+		MaxUncommittedBytes:   64 << 20,
+		MaxApplyBytes:         16 << 20,
+	}
+}
+
+// setDefaults gives every field at zero or below its DefaultConfig value.
 func (c *Config) setDefaults() {
+	d := DefaultConfig()
 	def := func(p *time.Duration, v time.Duration) {
 		if *p <= 0 {
 			*p = v
@@ -114,15 +136,15 @@ func (c *Config) setDefaults() {
 			*p = v
 		}
 	}
-	def(&c.HeartbeatInterval, 50*time.Millisecond)
-	def(&c.ViewChangeTimeout, 300*time.Millisecond)
-	def(&c.LeaseDuration, 240*time.Millisecond)
-	defInt(&c.MaxPrepareEntries, 1024)
-	defInt(&c.MaxPrepareBytes, 4<<20)
-	defInt(&c.MaxInflightPrepares, 8)
-	defInt(&c.MaxUncommittedEntries, 8192)
-	defInt(&c.MaxUncommittedBytes, 64<<20)
-	defInt(&c.MaxApplyBytes, 16<<20)
+	def(&c.HeartbeatInterval, d.HeartbeatInterval)
+	def(&c.ViewChangeTimeout, d.ViewChangeTimeout)
+	def(&c.LeaseDuration, d.LeaseDuration)
+	defInt(&c.MaxPrepareEntries, d.MaxPrepareEntries)
+	defInt(&c.MaxPrepareBytes, d.MaxPrepareBytes)
+	defInt(&c.MaxInflightPrepares, d.MaxInflightPrepares)
+	defInt(&c.MaxUncommittedEntries, d.MaxUncommittedEntries)
+	defInt(&c.MaxUncommittedBytes, d.MaxUncommittedBytes)
+	defInt(&c.MaxApplyBytes, d.MaxApplyBytes)
 }
 
 func (c *Config) validate() error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // EntryType tells what a log entry carries.
@@ -48,18 +49,44 @@ type Entry struct {
 	Data  []byte
 }
 
-// Member is one replica of a configuration. Addr is opaque to the core: the
-// cell uses it for NOT_MASTER hints and the transport to reach the replica.
+// Member is one replica of a configuration. Its addresses are opaque to
+// the core, which only keeps them with the configuration (in the log and
+// in snapshots): ClientAddr is where clients reach the replica (the cell
+// gives it in NOT_MASTER hints and its status), PeerAddr where the other
+// replicas do. Either may be empty.
 type Member struct {
-	ID   uint64
-	Addr string
+	ID         uint64
+	ClientAddr string
+	PeerAddr   string
+}
+
+// addrSep separates a member's two addresses in its packed form.
+const addrSep = "|"
+
+// PackedAddr returns m's addresses as one string, the form of the formats
+// that carry a single address per member (EncodeMembers, the peer
+// protocol's Member.addr): ClientAddr, then "|" and PeerAddr if PeerAddr is
+// set. These are the bytes those formats held before the two addresses
+// were told apart, so logs and snapshots written then still read.
+func (m Member) PackedAddr() string {
+	if m.PeerAddr == "" {
+		return m.ClientAddr
+	}
+	return m.ClientAddr + addrSep + m.PeerAddr
+}
+
+// UnpackAddr returns the addresses of a PackedAddr string: all of it is
+// ClientAddr when it has no "|".
+func UnpackAddr(packed string) (clientAddr, peerAddr string) {
+	clientAddr, peerAddr, _ = strings.Cut(packed, addrSep)
+	return clientAddr, peerAddr
 }
 
 // Members is a configuration: the replicas, sorted by ID, distinct, ID > 0.
 // A quorum is a majority of them.
 type Members []Member
 
-// Limits of a configuration.
+// Limits of a configuration. MaxMemberAddr bounds a member's PackedAddr.
 const (
 	MaxMembers    = 9
 	MaxMemberAddr = 256
@@ -77,8 +104,11 @@ func (m Members) Validate() error {
 		if i > 0 && m[i-1].ID >= x.ID {
 			return errors.New("vr: configuration ids must be sorted and distinct")
 		}
-		if len(x.Addr) > MaxMemberAddr {
-			return fmt.Errorf("vr: replica %d address of %d bytes, more than %d", x.ID, len(x.Addr), MaxMemberAddr)
+		if strings.Contains(x.ClientAddr, addrSep) {
+			return fmt.Errorf("vr: replica %d client address %q contains %q", x.ID, x.ClientAddr, addrSep)
+		}
+		if n := len(x.PackedAddr()); n > MaxMemberAddr {
+			return fmt.Errorf("vr: replica %d addresses of %d bytes, more than %d", x.ID, n, MaxMemberAddr)
 		}
 	}
 	return nil
@@ -113,14 +143,15 @@ func (m Members) Clone() Members { return slices.Clone(m) }
 const membersVersion = 1
 
 // EncodeMembers returns the EntryConfig payload of m: version byte, count,
-// then per member its id and length-prefixed address.
+// then per member its id and length-prefixed PackedAddr.
 func EncodeMembers(m Members) []byte {
 	b := []byte{membersVersion}
 	b = binary.AppendUvarint(b, uint64(len(m)))
 	for _, x := range m {
+		a := x.PackedAddr()
 		b = binary.AppendUvarint(b, x.ID)
-		b = binary.AppendUvarint(b, uint64(len(x.Addr)))
-		b = append(b, x.Addr...)
+		b = binary.AppendUvarint(b, uint64(len(a)))
+		b = append(b, a...)
 	}
 	return b
 }
@@ -149,7 +180,8 @@ func DecodeMembers(b []byte) (Members, error) {
 			return nil, bad
 		}
 		b = b[k:]
-		m = append(m, Member{ID: id, Addr: string(b[:l])})
+		client, peer := UnpackAddr(string(b[:l]))
+		m = append(m, Member{ID: id, ClientAddr: client, PeerAddr: peer})
 		b = b[l:]
 	}
 	if len(b) != 0 {

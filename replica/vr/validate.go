@@ -5,7 +5,24 @@ package vr
 // message says on its own (and against the configuration), never the
 // node's protocol state: a stale but well-formed message is acceptable and
 // the handlers ignore it. Nothing a peer sends can make the node panic.
+//
+// The checks come in three steps, each only when the one before passed:
+// what every message must satisfy, who may send or receive its type, and
+// what its type asks of its content.
 func (n *Node) validate(m *Message) string {
+	if r := n.validHeader(m); r != "" {
+		return r
+	}
+	if r := validRole(m, n.primaryOf(m.View)); r != "" {
+		return r
+	}
+	return n.validBody(m)
+}
+
+// validHeader checks what every message must satisfy whatever its type:
+// a known type, addressed to this replica from another member, numbers in
+// range, no view after its own, and bounded entries and runs.
+func (n *Node) validHeader(m *Message) string {
 	switch {
 	case m.Type == 0 || m.Type >= msgTypeEnd:
 		return "unknown message type"
@@ -28,27 +45,20 @@ func (n *Node) validate(m *Message) string {
 	case len(m.Runs) > MaxRuns:
 		return "too many runs"
 	}
-	primary := n.primaryOf(m.View)
+	return ""
+}
+
+// validRole checks that m travels from or to the primary of its view
+// (primary) as its type requires.
+func validRole(m *Message, primary uint64) string {
 	switch m.Type {
 	case MsgPrepare:
 		if m.From != primary {
 			return "prepare from a replica that is not the view's primary"
 		}
-		if len(m.Entries) == 0 {
-			return "prepare without entries"
-		}
-		return n.validEntries(m)
 	case MsgLog:
 		if m.To != primary {
 			return "log sent to a replica that is not the view's primary"
-		}
-		if len(m.Entries) > 0 {
-			if r := n.validEntries(m); r != "" {
-				return r
-			}
-		}
-		if m.Op < m.PrevOp+uint64(len(m.Entries)) {
-			return "log longer than its sender's"
 		}
 	case MsgCommit:
 		if m.From != primary {
@@ -58,53 +68,92 @@ func (n *Node) validate(m *Message) string {
 		if m.To != primary {
 			return "prepare-ok sent to a replica that is not the view's primary"
 		}
-	case MsgProbe, MsgStartViewChange:
-		if m.View == 0 {
-			return "view 0 never needs a change"
-		}
 	case MsgDoViewChange:
 		if m.To != primary {
 			return "do-view-change sent to a replica that is not the view's new primary"
 		}
-		// (Its log may end with entries of View itself: a replica that
-		// was recovering in View and restarted sends DoViewChange again;
-		// only a primary already normal in View gets it.)
-		if m.View == 0 || m.LastNormalView >= m.View {
-			return "do-view-change names a view it cannot have been normal in"
-		}
-		if m.Commit > m.Op || m.PrevOp != m.Commit {
-			return "do-view-change shape does not start at its commit number"
-		}
-		return validRuns(m.PrevOp, m.PrevView, m.Runs, m.Final, m.Op, m.OpView)
 	case MsgStartView:
 		if m.From != primary {
 			return "start-view from a replica that is not the view's primary"
 		}
-		return validRuns(m.PrevOp, m.PrevView, m.Runs, false, 0, 0)
 	case MsgGetLog:
 		if m.From != primary {
 			return "get-log from a replica that is not the view's new primary"
-		}
-		if m.Op == 0 {
-			return "get-log from index 0"
 		}
 	case MsgSnapshot:
 		if m.From != primary && m.To != primary {
 			return "snapshot between two backups"
 		}
-		s := m.Snapshot
-		if s == nil {
-			return "snapshot without metadata"
+	}
+	return ""
+}
+
+// validBody checks what m's type asks of its content: entries, log shape,
+// indexes and snapshot metadata.
+func (n *Node) validBody(m *Message) string {
+	switch m.Type {
+	case MsgPrepare:
+		if len(m.Entries) == 0 {
+			return "prepare without entries"
 		}
-		if s.Index == 0 || s.Index >= maxIndex || s.View > m.View {
-			return "snapshot metadata out of range"
+		return n.validEntries(m)
+	case MsgLog:
+		if len(m.Entries) > 0 {
+			if r := n.validEntries(m); r != "" {
+				return r
+			}
 		}
-		if err := s.Members.Validate(); err != nil {
-			return "snapshot configuration: " + err.Error()
+		if m.Op < m.PrevOp+uint64(len(m.Entries)) {
+			return "log longer than its sender's"
 		}
-		if !s.Members.Contains(n.id) {
-			return "snapshot configuration without this replica"
+	case MsgProbe, MsgStartViewChange:
+		if m.View == 0 {
+			return "view 0 never needs a change"
 		}
+	case MsgDoViewChange:
+		return validDoViewChange(m)
+	case MsgStartView:
+		return validRuns(m.PrevOp, m.PrevView, m.Runs, false, 0, 0)
+	case MsgGetLog:
+		if m.Op == 0 {
+			return "get-log from index 0"
+		}
+	case MsgSnapshot:
+		return n.validSnapshot(m)
+	}
+	return ""
+}
+
+// validDoViewChange checks a DoViewChange's view and log shape, which
+// starts at its commit number.
+func validDoViewChange(m *Message) string {
+	// (Its log may end with entries of View itself: a replica that was
+	// recovering in View and restarted sends DoViewChange again; only a
+	// primary already normal in View gets it.)
+	if m.View == 0 || m.LastNormalView >= m.View {
+		return "do-view-change names a view it cannot have been normal in"
+	}
+	if m.Commit > m.Op || m.PrevOp != m.Commit {
+		return "do-view-change shape does not start at its commit number"
+	}
+	return validRuns(m.PrevOp, m.PrevView, m.Runs, m.Final, m.Op, m.OpView)
+}
+
+// validSnapshot checks a Snapshot's metadata: present, in range, and a
+// valid configuration that includes this replica.
+func (n *Node) validSnapshot(m *Message) string {
+	s := m.Snapshot
+	if s == nil {
+		return "snapshot without metadata"
+	}
+	if s.Index == 0 || s.Index >= maxIndex || s.View > m.View {
+		return "snapshot metadata out of range"
+	}
+	if err := s.Members.Validate(); err != nil {
+		return "snapshot configuration: " + err.Error()
+	}
+	if !s.Members.Contains(n.id) {
+		return "snapshot configuration without this replica"
 	}
 	return ""
 }

@@ -68,12 +68,14 @@ func TestStepRefusesMalformedMessages(t *testing.T) {
 }
 
 func TestMembersEncoding(t *testing.T) {
-	good := Members{{ID: 1, Addr: "a:1"}, {ID: 5, Addr: ""}, {ID: 9, Addr: "host:7000"}}
+	good := Members{{ID: 1, ClientAddr: "a:1"}, {ID: 5}, {ID: 7, PeerAddr: "p:1"}, {ID: 9, ClientAddr: "host:7000", PeerAddr: "host:7001"}}
 	got, err := DecodeMembers(EncodeMembers(good))
 	if err != nil || !reflect.DeepEqual(got, good) {
 		t.Fatalf("round trip: %v, %v", got, err)
 	}
-	bad := []Members{nil, {{ID: 0}}, {{ID: 2}, {ID: 1}}, {{ID: 1}, {ID: 1}}, make(Members, MaxMembers+1)}
+	long := string(make([]byte, MaxMemberAddr/2))
+	bad := []Members{nil, {{ID: 0}}, {{ID: 2}, {ID: 1}}, {{ID: 1}, {ID: 1}}, make(Members, MaxMembers+1),
+		{{ID: 1, ClientAddr: "a|b"}}, {{ID: 1, ClientAddr: long, PeerAddr: long}}}
 	for _, m := range bad {
 		if m.Validate() == nil {
 			t.Errorf("%v validates", m)

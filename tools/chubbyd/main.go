@@ -74,7 +74,7 @@ still there.`,
 			return serve(cmd.Context(), dev, true, stdout, stderr)
 		},
 	}
-	addFlags(devCmd, dev, "127.0.0.1:7000", "./chubby-data", "127.0.0.1:7080")
+	addFlags(devCmd, dev, "./chubby-data", "127.0.0.1:7080")
 	devCmd.Flags().IntVar(&dev.replicas, "replicas", 1, "replicas in the local cell: 1, 3 or 5 (in this one process; replica i listens on --listen's port + i-1, its peer port + 100, its HTTP port + i-1, data in --data/r<i>)")
 
 	srv := &options{}
@@ -101,7 +101,7 @@ new cell must be given the same --peers.`,
 			return serve(cmd.Context(), srv, false, stdout, stderr)
 		},
 	}
-	addFlags(serveCmd, srv, "127.0.0.1:7000", "", "")
+	addFlags(serveCmd, srv, "", "")
 	root.AddCommand(devCmd, serveCmd)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -121,19 +121,22 @@ new cell must be given the same --peers.`,
 
 type usageError struct{ error }
 
-func addFlags(c *cobra.Command, o *options, listen, data, httpListen string) {
+// addFlags adds the flags of dev and serve; those that set a cell.Config
+// field default to cell.DefaultConfig's value.
+func addFlags(c *cobra.Command, o *options, data, httpListen string) {
+	d := cell.DefaultConfig()
 	f := c.Flags()
-	f.Uint64Var(&o.id, "id", 1, "this replica's id in --peers")
+	f.Uint64Var(&o.id, "id", d.ID, "this replica's id in --peers")
 	f.StringVar(&o.peers, "peers", "", "the cell's replicas: id=CLIENT_ADDR[/PEER_ADDR],... (empty: a one-replica cell)")
 	f.StringVar(&o.peerListen, "peer-listen", "", "address for replica traffic (default: this replica's PEER_ADDR in --peers)")
-	f.StringVar(&o.cellName, "cell", "local", "the cell's name")
-	f.StringVar(&o.listen, "listen", listen, "client RPC address (host:port)")
+	f.StringVar(&o.cellName, "cell", d.Cell, "the cell's name")
+	f.StringVar(&o.listen, "listen", d.Listen, "client RPC address (host:port)")
 	f.StringVar(&o.advertise, "advertise", "", "address clients are told to use (default: the listen address)")
 	f.StringVar(&o.httpListen, "http", httpListen, "address for /status, /metrics and /healthz (empty: off)")
 	f.StringVar(&o.data, "data", data, "data directory (Badger log and snapshots)")
-	f.DurationVar(&o.lease, "lease", 12*time.Second, "session lease")
-	f.Uint64Var(&o.snapshotEvery, "snapshot-every", 50000, "take a snapshot (and drop the log it covers) after this many log entries")
-	f.IntVar(&o.maxConns, "max-connections", 15000, "client connections accepted at once (this machine allows 20,000 open files per process)")
+	f.DurationVar(&o.lease, "lease", d.Lease, "session lease")
+	f.Uint64Var(&o.snapshotEvery, "snapshot-every", d.SnapshotEvery, "take a snapshot (and drop the log it covers) after this many log entries")
+	f.IntVar(&o.maxConns, "max-connections", d.MaxConnections, "client connections accepted at once (this machine allows 20,000 open files per process)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 

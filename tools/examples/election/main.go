@@ -1,5 +1,6 @@
 // Command election elects a master with a Chubby lock, the first of the two
-// classic uses in the Chubby paper (issue 4).
+// classic uses in the Chubby paper (Burrows, OSDI 2006) that tools/examples
+// shows; the second, process monitoring, is tools/examples/monitor.
 //
 // Every candidate opens the same file, asking for contents-modified events,
 // and waits for its exclusive lock. The one that gets it is the leader and

@@ -1,6 +1,7 @@
 // Command monitor watches a set of worker processes through a Chubby
 // directory, the second of the two classic uses in the Chubby paper
-// (issue 4).
+// (Burrows, OSDI 2006) that tools/examples shows; the first, master
+// election, is tools/examples/election.
 //
 // Each worker creates an ephemeral file named after itself in the
 // directory, holding its status. The file lives exactly as long as the

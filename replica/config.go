@@ -1,0 +1,37 @@
+package replica
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+// DefaultDriverConfig returns the defaults of DriverConfig: SnapshotEvery
+// 50,000 entries, SnapshotRetry 1 s, Logger slog.Default(). ID and the
+// callbacks have none. NewDriver gives each zero field its value here
+// (SnapshotRetry also when negative).
+func DefaultDriverConfig() DriverConfig {
+	return DriverConfig{
+		SnapshotEvery: 50000,
+		SnapshotRetry: int64(snapshotRetry),
+		Logger:        slog.Default(),
+	}
+}
+
+// DefaultReplicatedConfig returns the defaults of ReplicatedConfig: Core
+// vr.DefaultConfig(), TickInterval 5 ms, SnapshotEvery DefaultDriverConfig's
+// (50,000), MaxQueue 16,384, MaxProposalBatch 1024, Logger slog.Default().
+// ID, Members and the callbacks have none. StartReplicated gives each zero
+// field (TickInterval, MaxQueue and MaxProposalBatch also when negative)
+// its value here; zero fields of Core take vr's defaults in the core.
+func DefaultReplicatedConfig() ReplicatedConfig {
+	return ReplicatedConfig{
+		Core:             vr.DefaultConfig(),
+		TickInterval:     5 * time.Millisecond,
+		SnapshotEvery:    DefaultDriverConfig().SnapshotEvery,
+		MaxQueue:         16384,
+		MaxProposalBatch: 1024,
+		Logger:           slog.Default(),
+	}
+}

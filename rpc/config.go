@@ -1,0 +1,36 @@
+package rpc
+
+import "log/slog"
+
+// DefaultServerConfig returns the defaults ServerOptions gives the fields
+// of a ServerConfig left at zero: MaxConnections DefaultMaxConnections
+// (15,000), MaxPayloadBytes DefaultMaxPayloadBytes, ExitWaitTime
+// DefaultExitWaitTime (1 s), MaxConnIdleTime DefaultMaxConnIdleTime
+// (10 min), Logger slog.Default(). MaxQPS 0 is unlimited; Listen, Listener
+// and Registerer have no default.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		MaxConnections:  DefaultMaxConnections,
+		MaxPayloadBytes: DefaultMaxPayloadBytes,
+		ExitWaitTime:    DefaultExitWaitTime,
+		MaxConnIdleTime: DefaultMaxConnIdleTime,
+		Logger:          slog.Default(),
+	}
+}
+
+// DefaultClientConfig returns the defaults ClientOptions gives the fields
+// of a ClientConfig left at zero: ConnectTimeout DefaultConnectTimeout
+// (1 s), MaxIdlePerAddress DefaultMaxIdlePerAddress (10),
+// MaxIdleGlobal DefaultMaxIdleGlobal (1000), MaxIdleTimeout
+// DefaultMaxIdleTimeout (30 s), MaxInFlight DefaultMaxInFlight (4096),
+// Transport TransportTTHeader. RPCTimeout 0 is none; Addrs has no default.
+func DefaultClientConfig() ClientConfig {
+	return ClientConfig{
+		ConnectTimeout:    DefaultConnectTimeout,
+		Transport:         TransportTTHeader,
+		MaxIdlePerAddress: DefaultMaxIdlePerAddress,
+		MaxIdleGlobal:     DefaultMaxIdleGlobal,
+		MaxIdleTimeout:    DefaultMaxIdleTimeout,
+		MaxInFlight:       DefaultMaxInFlight,
+	}
+}
