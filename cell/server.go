@@ -378,7 +378,11 @@ func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid 
 		}
 		start := time.Now()
 		ictx, icancel := context.WithTimeout(ctx, s.cfg.Lease+time.Second)
-		d, err := s.cache.invalidate(ictx, paths, subtree, all)
+		var trees []string
+		if subtree {
+			trees = paths[:1]
+		}
+		d, err := s.cache.invalidate(ictx, paths, trees, all)
 		icancel()
 		if err != nil {
 			return nil, err

@@ -41,6 +41,7 @@ type Cache struct {
 	cachers    map[string]map[chubby.SessionID]struct{} // path → sessions caching it
 	sessions   map[chubby.SessionID]*cacheSession       // sessions with cached or pending state
 	uncachable map[string]int                           // path → changes in progress
+	trees      map[string]int                           // path → changes in progress to everything under it
 	allChanges int                                      // changes in progress that touch any node
 	total      int                                      // registered (session, path) pairs
 	// unacked holds the sessions with invalidations not yet acknowledged:
@@ -82,6 +83,7 @@ func (t *Cache) Reset(epoch int64, recovered []chubby.SessionID) {
 	t.cachers = make(map[string]map[chubby.SessionID]struct{})
 	t.sessions = make(map[chubby.SessionID]*cacheSession)
 	t.uncachable = make(map[string]int)
+	t.trees = make(map[string]int)
 	t.allChanges = 0
 	t.total = 0
 	t.unacked = make(map[chubby.SessionID]struct{})
@@ -102,7 +104,7 @@ func (t *Cache) Declare(id chubby.SessionID) {
 // the state (so a change either sees the registration or has already made
 // path uncachable). It reports whether the reply may say cacheable.
 func (t *Cache) Register(id chubby.SessionID, path string) bool {
-	if t.uncachable[path] > 0 || t.allChanges > 0 {
+	if t.uncachable[path] > 0 || t.allChanges > 0 || t.underTree(path) {
 		return false
 	}
 	cs, ok := t.sessions[id]
@@ -130,6 +132,19 @@ func (t *Cache) Register(id chubby.SessionID, path string) bool {
 	t.total++
 	return true
 }
+
+// underTree reports whether path is under a tree a change in progress
+// may remove.
+func (t *Cache) underTree(path string) bool {
+	for tree := range t.trees {
+		if strings.HasPrefix(path, treePrefix(tree)) {
+			return true
+		}
+	}
+	return false
+}
+
+func treePrefix(tree string) string { return strings.TrimSuffix(tree, "/") + "/" }
 
 // Forget drops a session (it ended, or is ending: its client no longer
 // serves its cache). Changes waiting for it may be Ready now.
@@ -214,6 +229,7 @@ func (t *Cache) Attach(results []*chubby.LeaseGrant) {
 type Change struct {
 	base  int64
 	paths []string
+	trees []string
 	all   bool
 	waits []cacheWait
 	done  bool
@@ -227,21 +243,24 @@ type cacheWait struct {
 	end Time
 }
 
-// Invalidate prepares a change to paths (with their subtrees when subtree
-// is set; every cached node when all is set): it makes them uncachable and
-// queues invalidations for their cachers. It returns the change, to pass
-// to Ready and Done, and the sessions to wake (answer their parked
-// KeepAlives now). leaseEnd gives a session's lease end at this master
-// (false when it has ended or is ending); it is read once, here: a lease
-// extended later was extended by a reply that carried the invalidation,
-// which the client applies first.
-func (t *Cache) Invalidate(paths []string, subtree, all bool, leaseEnd func(chubby.SessionID) (Time, bool)) (*Change, []chubby.SessionID) {
-	ch := &Change{base: t.base, paths: slices.Clone(paths), all: all}
+// Invalidate prepares a change to paths, to everything under trees, or,
+// when all is set, to every cached node (the reach of a command:
+// fs.State.Reach): it makes them uncachable and queues invalidations for
+// their cachers. It returns the change, to pass to Ready and Done, and the
+// sessions to wake (answer their parked KeepAlives now). leaseEnd gives a
+// session's lease end at this master (false when it has ended or is
+// ending); it is read once, here: a lease extended later was extended by
+// a reply that carried the invalidation, which the client applies first.
+func (t *Cache) Invalidate(paths, trees []string, all bool, leaseEnd func(chubby.SessionID) (Time, bool)) (*Change, []chubby.SessionID) {
+	ch := &Change{base: t.base, paths: slices.Clone(paths), trees: slices.Clone(trees), all: all}
 	if all {
 		t.allChanges++
 	}
 	for _, p := range paths {
 		t.uncachable[p]++
+	}
+	for _, p := range trees {
+		t.trees[p]++
 	}
 	var wake []chubby.SessionID
 	touched := make(map[chubby.SessionID]bool)
@@ -274,8 +293,8 @@ func (t *Cache) Invalidate(paths []string, subtree, all bool, leaseEnd func(chub
 				hit(id, p)
 			}
 		}
-		if subtree && len(paths) > 0 {
-			prefix := strings.TrimSuffix(paths[0], "/") + "/"
+		for _, tree := range trees {
+			prefix := treePrefix(tree)
 			for q, m := range t.cachers {
 				if strings.HasPrefix(q, prefix) {
 					for id := range m {
@@ -340,6 +359,11 @@ func (t *Cache) Done(ch *Change) {
 	for _, p := range ch.paths {
 		if t.uncachable[p]--; t.uncachable[p] <= 0 {
 			delete(t.uncachable, p)
+		}
+	}
+	for _, p := range ch.trees {
+		if t.trees[p]--; t.trees[p] <= 0 {
+			delete(t.trees, p)
 		}
 	}
 }

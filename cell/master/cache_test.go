@@ -24,7 +24,7 @@ func TestChangeWaitsForEveryCacher(t *testing.T) {
 		t.Fatal("Register refused")
 	}
 	ends := map[chubby.SessionID]Time{1: 100, 2: 200, 3: 300}
-	ch, wake := c.Invalidate([]string{"/a", "/"}, false, false, leaseEnds(ends))
+	ch, wake := c.Invalidate([]string{"/a", "/"}, nil, false, leaseEnds(ends))
 	if len(wake) != 2 || wake[0] != 1 || wake[1] != 2 {
 		t.Fatalf("wake %v", wake)
 	}
@@ -54,7 +54,7 @@ func TestChangeWaitsForEveryCacher(t *testing.T) {
 	}
 	// Session 2's old invalidation is still unacknowledged: the next change
 	// waits for it too, even on another node.
-	ch2, _ := c.Invalidate([]string{"/z"}, false, false, leaseEnds(map[chubby.SessionID]Time{2: 400}))
+	ch2, _ := c.Invalidate([]string{"/z"}, nil, false, leaseEnds(map[chubby.SessionID]Time{2: 400}))
 	if ready, _ := c.Ready(ch2, 300); ready {
 		t.Fatal("a change committed while an older invalidation is unacknowledged")
 	}
@@ -70,7 +70,7 @@ func TestNewMasterWaitsForEveryRecoveredCacher(t *testing.T) {
 	if c.Register(7, "/a") {
 		t.Fatal("a session that has not flushed may cache")
 	}
-	ch, _ := c.Invalidate([]string{"/x"}, false, false, leaseEnds(map[chubby.SessionID]Time{7: 50}))
+	ch, _ := c.Invalidate([]string{"/x"}, nil, false, leaseEnds(map[chubby.SessionID]Time{7: 50}))
 	if ready, next := c.Ready(ch, 0); ready || next != 50 {
 		t.Fatalf("ready %v next %d", ready, next)
 	}
@@ -87,6 +87,38 @@ func TestNewMasterWaitsForEveryRecoveredCacher(t *testing.T) {
 	c.Ack([]chubby.SessionID{7}, []int64{5<<32 + 1})
 	if ready, _ := c.Ready(ch, 0); !ready {
 		t.Fatal("not ready after the flush was acknowledged")
+	}
+}
+
+// TestTreeUncachable: while a change may remove everything under a tree
+// (a recursive delete), every node under it is uncachable, not only the
+// ones cached when it began, and their cachers are invalidated.
+func TestTreeUncachable(t *testing.T) {
+	c := NewCache(0, 0)
+	c.Declare(1)
+	if !c.Register(1, "/d/a") || !c.Register(1, "/dx") {
+		t.Fatal("Register refused")
+	}
+	ch, wake := c.Invalidate([]string{"/", "/d"}, []string{"/d"}, false, leaseEnds(map[chubby.SessionID]Time{1: 100}))
+	if len(wake) != 1 {
+		t.Fatalf("wake %v", wake)
+	}
+	gs := []*chubby.LeaseGrant{{Session: 1}}
+	c.Attach(gs)
+	if got := gs[0].Invalidations; len(got) != 1 || got[0] != "/d/a" {
+		t.Fatalf("invalidations %v, want [/d/a]", got)
+	}
+	for _, p := range []string{"/d", "/d/a", "/d/b/c"} {
+		if c.Register(1, p) {
+			t.Errorf("%s is cachable while the tree /d is being removed", p)
+		}
+	}
+	if !c.Register(1, "/dx") {
+		t.Error("/dx, beside the tree, is uncachable")
+	}
+	c.Done(ch)
+	if !c.Register(1, "/d/b/c") {
+		t.Error("not cachable after Done")
 	}
 }
 

@@ -303,7 +303,11 @@ func (m *masterSim) propose(cmd *fsm.Command, done func(*fsm.Result_, error)) {
 	if cmd.Op.EndSession != nil {
 		m.cache.Forget(cmd.Op.EndSession.Session) // its client no longer serves its cache
 	}
-	ch, wake := m.cache.Invalidate(paths, subtree, all, m.leases.LeaseEnd)
+	var trees []string
+	if subtree {
+		trees = paths[:1]
+	}
+	ch, wake := m.cache.Invalidate(paths, trees, all, m.leases.LeaseEnd)
 	m.answerLater(m.leases.Wake(wake))
 	m.changes = append(m.changes, &change{cmd: cmd, ch: ch, done: done})
 	m.later(m.poll)
