@@ -14,6 +14,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	chubbyclient "github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -322,5 +323,187 @@ func TestPoison(t *testing.T) {
 	}
 	if err := h2.Close(ctx); err != nil {
 		t.Fatalf("Close after Poison: %v", err)
+	}
+}
+
+// TestCacheLockDelayEnd: a lock-delay that ends grants the lock to its
+// waiter without a command on the lock's node — by the Tick the master
+// schedules for it, or by the clock of any other command that comes
+// first — and a caching reader's Stat of the lock (its holder, its
+// generation) is not stale afterwards.
+func TestCacheLockDelayEnd(t *testing.T) {
+	tests := []struct {
+		name    string
+		delayMs int64
+		// other: after the reader cached the delayed lock, the cell's clock
+		// jumps past the delay's end and an unrelated write is the first
+		// command stamped after it (the Tick is due only a minute later).
+		other bool
+	}{
+		{"a tick ends the delay", 1000, false},
+		{"another command's clock ends the delay", chubby.MAX_LOCK_DELAY_MS, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var skew atomic.Int64
+			tc := startCell(t, Config{InMemory: true, Lease: time.Second,
+				Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+			// The holder: a raw session that never sends a KeepAlive, so
+			// that its lease runs out and it ends expired, holding the lock.
+			cs := must[*chubby.CreateSessionResponse](t)(tc.cli.CreateSession(ctx, &chubby.CreateSessionRequest{ClientName: "holder"}))
+			or := must[*chubby.OpenResponse](t)(tc.cli.Open(ctx, &chubby.OpenRequest{Session: cs.Session, Path: "/l",
+				Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE}))
+			delay := tt.delayMs
+			if _, err := tc.cli.TryAcquire(ctx, &chubby.TryAcquireRequest{Handle: or.Handle, Mode: chubby.LockMode_EXCLUSIVE, LockDelayMs: &delay}); err != nil {
+				t.Fatal(err)
+			}
+			c, err := chubbyclient.Connect(ctx, chubbyclient.Config{Addrs: []string{tc.s.Addr()}, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			waiter, reader := must[*chubbyclient.Session](t)(c.NewSession(ctx)), must[*chubbyclient.Session](t)(c.NewSession(ctx))
+			wl := must[*chubbyclient.Handle](t)(waiter.Open(ctx, "/l", chubbyclient.OpenOptions{}))
+			wo := must[*chubbyclient.Handle](t)(waiter.Open(ctx, "/other", chubbyclient.OpenOptions{Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE}))
+			rl := must[*chubbyclient.Handle](t)(reader.Open(ctx, "/l", chubbyclient.OpenOptions{}))
+			granted := wl.AcquireAsync(ctx, chubby.LockMode_EXCLUSIVE, 2*time.Minute, chubbyclient.LockOptions{})
+
+			// The holder's session expires: the lock goes into lock-delay
+			// with the waiter queued. The reader caches that.
+			var st *chubby.Stat
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				_, st, err = rl.GetContentsAndStat(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Lock.Mode == nil && st.Lock.DelayRemainingMs > 0 && st.Lock.Waiters == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the lock never went into lock-delay with a waiter: %v", st.Lock)
+				}
+			}
+			hits := reader.CacheStats().Hits
+			if _, err := rl.GetStat(ctx); err != nil || reader.CacheStats().Hits == hits {
+				t.Fatalf("the delayed lock's Stat is not cached (err %v)", err)
+			}
+
+			if tt.other {
+				skew.Add(int64(time.Duration(tt.delayMs+1000) * time.Millisecond))
+				if _, err := wo.SetContents(ctx, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seq, err := granted.Wait(ctx)
+			if err != nil {
+				t.Fatalf("waiter: %v", err)
+			}
+			st, err = rl.GetStat(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.LockGeneration != seq.LockGeneration || st.Lock.Mode == nil || st.Lock.Waiters != 0 {
+				t.Fatalf("stale cached Stat: lock generation %d, lock %v; the waiter holds generation %d",
+					st.LockGeneration, st.Lock, seq.LockGeneration)
+			}
+		})
+	}
+}
+
+// TestCacheSessionEndExact: a session's end invalidates what it changes —
+// the locks it held, its ephemeral nodes and their directory — and nothing
+// else: a caching reader's copy of an unrelated file survives it.
+func TestCacheSessionEndExact(t *testing.T) {
+	tests := []struct {
+		name    string
+		expires bool // the lease runs out (else CloseSession)
+	}{
+		{"closed", false},
+		{"expired", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := startCell(t, Config{InMemory: true, Lease: time.Second})
+			c, err := chubbyclient.Connect(ctx, chubbyclient.Config{Addrs: []string{tc.s.Addr()}, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			reader := must[*chubbyclient.Session](t)(c.NewSession(ctx))
+			rw := chubbyclient.OpenOptions{Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE}
+			ra := must[*chubbyclient.Handle](t)(reader.Open(ctx, "/a", rw))
+			rl := must[*chubbyclient.Handle](t)(reader.Open(ctx, "/l", rw))
+
+			// The ending session (raw: no KeepAlive unless asked) holds /l
+			// and owns the ephemeral /e.
+			cs := must[*chubby.CreateSessionResponse](t)(tc.cli.CreateSession(ctx, &chubby.CreateSessionRequest{ClientName: "ending"}))
+			or := must[*chubby.OpenResponse](t)(tc.cli.Open(ctx, &chubby.OpenRequest{Session: cs.Session, Path: "/l",
+				Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_EXISTING}))
+			noDelay := int64(0)
+			if _, err := tc.cli.TryAcquire(ctx, &chubby.TryAcquireRequest{Handle: or.Handle, Mode: chubby.LockMode_EXCLUSIVE, LockDelayMs: &noDelay}); err != nil {
+				t.Fatal(err)
+			}
+			eph := true
+			if _, err := tc.cli.CreateFile(ctx, &chubby.CreateFileRequest{Session: cs.Session, Path: "/e", Ephemeral: &eph}); err != nil {
+				t.Fatal(err)
+			}
+
+			// The reader caches all three.
+			root := must[*chubbyclient.Handle](t)(reader.Open(ctx, "/", chubbyclient.OpenOptions{}))
+			for range 2 {
+				if _, _, err := ra.GetContentsAndStat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, _, err := rl.GetContentsAndStat(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := root.ReadDir(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, st, _ := rl.GetContentsAndStat(ctx); st.Lock.Mode == nil {
+				t.Fatalf("the reader does not see /l held: %v", st.Lock)
+			}
+
+			if tt.expires {
+				for deadline := time.Now().Add(10 * time.Second); tc.s.leases.alive(cs.Session); time.Sleep(20 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the session never expired")
+					}
+				}
+			} else if err := tc.cli.CloseSession(ctx, &chubby.CloseSessionRequest{Session: cs.Session}); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				var gone bool
+				tc.s.m.read(func(st *fs.State) { gone = !st.SessionExists(cs.Session) })
+				if gone {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the session never ended")
+				}
+			}
+
+			hits := reader.CacheStats().Hits
+			if _, _, err := ra.GetContentsAndStat(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if reader.CacheStats().Hits == hits {
+				t.Error("the session's end invalidated /a, which it did not touch")
+			}
+			if _, st, _ := rl.GetContentsAndStat(ctx); st.Lock.Mode != nil {
+				t.Errorf("stale /l after its holder's session ended: %v", st.Lock)
+			}
+			es, err := root.ReadDir(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				if e.Name == "e" {
+					t.Errorf("stale listing of /: the ended session's ephemeral /e is still there")
+				}
+			}
+		})
 	}
 }

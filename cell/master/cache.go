@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/chubbygo/chubby/gen/chubby"
-	"github.com/chubbygo/chubby/gen/fsm"
 )
 
 // Cache limits. A read that would pass one is served uncachable instead of
@@ -378,62 +377,4 @@ func sortedIDs[V any](m map[chubby.SessionID]V) []chubby.SessionID {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// Affected lists the paths a command may change the cached view of (a
-// node's contents or Stat, and its parent's listing, which carries the
-// children's Stats), whether their subtrees go too, and whether the
-// command's reach is not known from the request (then every cached node is
-// invalidated: session ends and lock-delay ticks, which touch the locks and
-// ephemeral nodes of sessions the master does not index).
-func Affected(op *fsm.Op) (paths []string, subtree, all bool) {
-	withParent := func(p string) []string {
-		if p == "" {
-			return nil
-		}
-		return []string{p, parentPath(p)}
-	}
-	withAncestors := func(p string) []string {
-		out := []string{p}
-		for p != "/" && p != "" {
-			p = parentPath(p)
-			out = append(out, p)
-		}
-		return out
-	}
-	switch {
-	case op.EndSession != nil, op.Tick != nil:
-		return nil, false, true
-	case op.Open != nil:
-		if op.Open.Create == chubby.CreateMode_OPEN_EXISTING {
-			return nil, false, false
-		}
-		return withAncestors(op.Open.Path), false, false
-	case op.Close != nil:
-		return withParent(op.Close.GetHandle().GetPath()), false, false
-	case op.SetContents != nil:
-		return withParent(op.SetContents.GetHandle().GetPath()), false, false
-	case op.DeleteNode != nil:
-		// An ephemeral directory left empty goes too: ancestors.
-		return withAncestors(op.DeleteNode.GetHandle().GetPath()), true, false
-	case op.Mkdir != nil:
-		return withAncestors(op.Mkdir.Path), false, false
-	case op.CreateFile != nil:
-		return withAncestors(op.CreateFile.Path), false, false
-	case op.Acquire != nil:
-		return withParent(op.Acquire.GetHandle().GetPath()), false, false
-	case op.Release != nil:
-		return withParent(op.Release.GetHandle().GetPath()), false, false
-	case op.CancelWait != nil:
-		return withParent(op.CancelWait.GetHandle().GetPath()), false, false
-	}
-	return nil, false, false // CreateSession, TrimEvents: no node changes
-}
-
-func parentPath(p string) string {
-	i := strings.LastIndexByte(p, '/')
-	if i <= 0 {
-		return "/"
-	}
-	return p[:i]
 }

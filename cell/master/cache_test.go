@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/chubbygo/chubby/gen/chubby"
-	"github.com/chubbygo/chubby/gen/fsm"
 )
 
 func leaseEnds(m map[chubby.SessionID]Time) func(chubby.SessionID) (Time, bool) {
@@ -120,41 +119,4 @@ func TestTreeUncachable(t *testing.T) {
 	if !c.Register(1, "/d/b/c") {
 		t.Error("not cachable after Done")
 	}
-}
-
-func TestAffected(t *testing.T) {
-	h := &chubby.Handle{Path: "/a/b"}
-	cases := []struct {
-		name  string
-		op    *fsm.Op
-		paths []string
-		sub   bool
-		all   bool
-	}{
-		{"set contents", &fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: h}}, []string{"/a/b", "/a"}, false, false},
-		{"delete", &fsm.Op{DeleteNode: &chubby.DeleteRequest{Handle: h}}, []string{"/a/b", "/a", "/"}, true, false},
-		{"create", &fsm.Op{CreateFile: &chubby.CreateFileRequest{Path: "/a/b"}}, []string{"/a/b", "/a", "/"}, false, false},
-		{"open existing", &fsm.Op{Open: &chubby.OpenRequest{Path: "/a/b", Create: chubby.CreateMode_OPEN_EXISTING}}, nil, false, false},
-		{"end session", &fsm.Op{EndSession: &fsm.EndSession{}}, nil, false, true},
-		{"tick", &fsm.Op{Tick: &fsm.Tick{}}, nil, false, true},
-		{"create session", &fsm.Op{CreateSession: &chubby.CreateSessionRequest{}}, nil, false, false},
-	}
-	for _, tc := range cases {
-		paths, sub, all := Affected(tc.op)
-		if !equal(paths, tc.paths) || sub != tc.sub || all != tc.all {
-			t.Errorf("%s: %v %v %v", tc.name, paths, sub, all)
-		}
-	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
