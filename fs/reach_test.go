@@ -258,3 +258,19 @@ func TestReach(t *testing.T) {
 		})
 	}
 }
+
+// TestReachTooLarge: a reach of more than MaxReachPaths paths says All.
+func TestReachTooLarge(t *testing.T) {
+	s := New(DefaultLimits())
+	res, _ := s.Apply(&fsm.Command{TimeMs: 1, Op: opCreateSession("a")})
+	a := *res.Session
+	for i := range MaxReachPaths {
+		c := &fsm.Command{TimeMs: 1, Op: opCreateFile(&chubby.CreateFileRequest{Session: a, Path: fmt.Sprintf("/e%d", i), Ephemeral: ptr(true)})}
+		if res, _ := s.Apply(c); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	if r := s.Reach(&fsm.Command{TimeMs: 1, Op: opEnd(a, false)}); !r.All || r.Paths != nil {
+		t.Fatalf("the end of a session with %d ephemeral files: All %v, %d paths", MaxReachPaths, r.All, len(r.Paths))
+	}
+}
