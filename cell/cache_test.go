@@ -83,7 +83,7 @@ func TestCacheLinearizable(t *testing.T) {
 	}{
 		{"one replica", 1, false, false, 3 * time.Second, 3 * time.Second},
 		{"three replicas with failover", 3, true, false, 3 * time.Second, 6 * time.Second},
-		{"lock state, lock-delays and session expiry", 1, false, true, time.Second, 8 * time.Second},
+		{"lock state, lock-delays and session expiry", 1, false, true, 2 * time.Second, 8 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -562,7 +562,7 @@ func TestCacheLockDelayEnd(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var skew atomic.Int64
-			tc := startCell(t, Config{InMemory: true, Lease: time.Second,
+			tc := startCell(t, Config{InMemory: true, Lease: 2 * time.Second,
 				Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 			// The holder: a raw session that never sends a KeepAlive, so
 			// that its lease runs out and it ends expired, holding the lock.
@@ -639,7 +639,7 @@ func TestCacheSessionEndExact(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tc := startCell(t, Config{InMemory: true, Lease: time.Second})
+			tc := startCell(t, Config{InMemory: true, Lease: 2 * time.Second})
 			c, err := chubbyclient.Connect(ctx, chubbyclient.Config{Addrs: []string{tc.s.Addr()}, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
