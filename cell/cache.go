@@ -101,14 +101,15 @@ func (t *cacheTracker) attach(results []*chubby.LeaseGrant) {
 	t.t.Attach(results)
 }
 
-// invalidate prepares a change to paths (with their subtrees when subtree
-// is set; every cached node when all is set) and waits until it may
-// commit: every caching session has acknowledged or its lease has ended.
+// invalidate prepares a change to paths, to everything under trees, or to
+// every cached node when all is set (a command's fs.Reach), and waits
+// until it may commit: every caching session has acknowledged or its
+// lease has ended.
 // The returned done must be called once the change has been applied
 // (uncertain: its outcome is unknown).
-func (t *cacheTracker) invalidate(ctx context.Context, paths []string, subtree, all bool) (done func(uncertain bool), err error) {
+func (t *cacheTracker) invalidate(ctx context.Context, paths, trees []string, all bool) (done func(uncertain bool), err error) {
 	t.mu.Lock()
-	ch, wake := t.t.Invalidate(paths, subtree, all, t.leaseEnd)
+	ch, wake := t.t.Invalidate(paths, trees, all, t.leaseEnd)
 	t.mu.Unlock()
 	done = func(uncertain bool) {
 		release := func() {

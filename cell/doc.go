@@ -28,7 +28,8 @@
 //     CancelWait; a grant that won the race is honoured), or its handle or
 //     session ends.
 //   - Lock-delay timers: after each command the master asks fs for the next
-//     lock-delay end and proposes a Tick at that time, which grants waiters.
+//     lock-delay end and proposes a Tick at that time, which grants waiters
+//     (their locks' cachers are invalidated first, as for any command).
 //   - Events: fs queues them per session as commands apply
 //     (replicated state; see package fs, "Events"). A KeepAlive names, per
 //     session, the highest event seq the client received (acked_event); it
@@ -50,15 +51,23 @@
 //     change in progress, or a table at its limit (Config.MaxCachedPerSession,
 //     10,000; Config.MaxCachedPerCell, 1,000,000), is served uncachable.
 //     The table is in memory only. Before proposing a command, the master
-//     works out which paths it may change (the node and its parent's
-//     listing; ancestors for creates and deletes; a delete's subtree;
-//     every cached node for session ends and lock-delay ticks, whose
-//     reach it does not index), makes them uncachable, queues an
+//     stamps it and asks fs what it may change of what clients cache
+//     (fs.State.Reach, computed from the state and the command's time:
+//     the locks whose lock-delay its clock ends, a handle's node and its
+//     parent's listing, a creation's directory and its parent, a delete's
+//     subtree and the ephemeral directories it may leave empty, a session
+//     end's locks and ephemeral nodes) with what expired session ends in
+//     flight may put into lock-delay: a superset of what the command
+//     changes, although commands ahead of it apply first (writes.go,
+//     around cell/master.Writes: stamps never decrease in the order
+//     reaches are computed, and a session end waits until its session has
+//     no command in flight and refuses new ones). It makes those paths
+//     uncachable (and everything under a deleted subtree), queues an
 //     invalidation for each of their cachers (answering a parked KeepAlive
 //     at once), and waits until each cacher has acknowledged
 //     (KeepAliveItem.acked_invalidation) or its lease has ended, bounded by
-//     one lease plus 1 s. Only then is the command proposed; the
-//     paths become cachable when it has applied (after a command of unknown
+//     one lease plus 1 s. Only then is the command proposed; the paths
+//     become cachable when it has applied (after a command of unknown
 //     outcome, only after twice the commit timeout). Invalidation seqs of
 //     an epoch start above epoch<<32, so an ack meant for an older master
 //     counts for nothing. A new master knows no cachers: every recovered

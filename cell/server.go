@@ -48,6 +48,7 @@ type Server struct {
 	m       *machine
 	leases  *leases
 	cache   *cacheTracker
+	writes  *writeOrder
 	metrics *metrics
 	reg     *prometheus.Registry
 
@@ -180,6 +181,10 @@ func (s *Server) openState() error {
 	s.leases = newLeases(master.LeaseConfig{Lease: cfg.Lease, Margin: cfg.KeepAliveMargin, MaxDrift: vr.MaxClockDrift,
 		MaxParked: cfg.MaxParkedKeepAlives}, logNow, logUntil, s.expireSession)
 	s.cache = newCacheTracker(cfg.MaxCachedPerSession, cfg.MaxCachedPerCell, s.leases.leaseEnd, s.leases.wake, logNow)
+	// A command in flight waits at most a lease and 1 s for invalidations,
+	// then commitTimeout, then uncertainHold if its outcome is unknown.
+	s.writes = newWriteOrder(s.m, func() int64 { return s.cfg.Now().UnixMilli() },
+		cfg.Lease+time.Second+commitTimeout+uncertainHold)
 	s.m.onEnded = func(ids []chubby.SessionID) {
 		for _, id := range ids {
 			s.cache.forget(id)
@@ -417,7 +422,7 @@ func (s *Server) closeAll() {
 // until it is durable and applied, and returns its result; a refused
 // command's *chubby.ChubbyError is returned as the error.
 func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) {
-	return s.proposeOnce(ctx, 0, nil, op)
+	return s.proposeAt(ctx, 0, nil, op, 0)
 }
 
 // proposeOnce is propose for a client request that may carry a RequestID:
@@ -425,18 +430,34 @@ func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) 
 // state machine applies it at most once however often it is retried
 // (across failovers too: the answers are replicated state).
 func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op) (*fsm.Result_, error) {
+	return s.proposeAt(ctx, session, rid, op, 0)
+}
+
+// proposeAt is proposeOnce with the command stamped at notBefore or later.
+func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op, notBefore int64) (*fsm.Result_, error) {
+	if op.EndSession != nil {
+		// Its client no longer serves its cache, and its commands in
+		// flight, which the EndSession waits for, must not wait for it.
+		s.cache.forget(op.EndSession.Session)
+	}
+	// The command is stamped and fs says what it may change of what
+	// clients cache, from the state and with what is in flight ahead of it
+	// (writeOrder: the reach stays a superset whatever applies first).
+	cmd, reach, writeDone, err := s.writes.begin(ctx, op, notBefore)
+	if err != nil {
+		return nil, err
+	}
+	var uncertain bool
+	defer func() { writeDone(uncertain) }()
 	// Cache invalidation: before the change can commit, every
 	// session caching a node it touches has dropped its copy (or its lease
 	// has ended); the nodes are uncachable until it has applied. The wait
 	// is bounded by a lease (a cacher's lease ends within one).
 	var cacheDone func(uncertain bool)
-	if paths, subtree, all := master.Affected(op); len(paths) > 0 || all {
-		if op.EndSession != nil {
-			s.cache.forget(op.EndSession.Session) // its client no longer serves its cache
-		}
+	if reach.All || len(reach.Paths) > 0 || len(reach.Trees) > 0 {
 		start := time.Now()
 		ictx, icancel := context.WithTimeout(ctx, s.cfg.Lease+time.Second)
-		d, err := s.cache.invalidate(ictx, paths, subtree, all)
+		d, err := s.cache.invalidate(ictx, reach.Paths, reach.Trees, reach.All)
 		icancel()
 		if err != nil {
 			return nil, err
@@ -444,7 +465,6 @@ func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid 
 		s.metrics.invalidationWait.Observe(time.Since(start).Seconds())
 		cacheDone = d
 	}
-	cmd := &fsm.Command{TimeMs: s.cfg.Now().UnixMilli(), Op: op}
 	if rid != nil {
 		cmd.Session, cmd.Seq, cmd.SeqFloor = &session, &rid.Seq, &rid.Floor
 	}
@@ -456,8 +476,9 @@ func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid 
 		defer cancel()
 	}
 	v, err := s.log.Propose(ctx, fs.EncodeCommand(cmd))
+	uncertain = err != nil
 	if cacheDone != nil {
-		cacheDone(err != nil)
+		cacheDone(uncertain)
 	}
 	if err != nil {
 		var nm *replica.NotMasterError
@@ -579,11 +600,12 @@ func (s *Server) scheduleTick(atMs int64) {
 		default:
 		}
 		// The command's time is at least atMs even if the clock lags the
-		// timer, so the lock-delay that asked for it is over when it applies.
-		cmd := &fsm.Command{TimeMs: max(s.cfg.Now().UnixMilli(), atMs), Op: &fsm.Op{Tick: &fsm.Tick{}}}
+		// timer, so the lock-delay that asked for it is over when it
+		// applies. It grants waiters: their locks' cachers are invalidated
+		// first, as for any command.
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		defer cancel()
-		if _, err := s.log.Propose(ctx, fs.EncodeCommand(cmd)); err != nil {
+		if _, err := s.proposeAt(ctx, 0, nil, &fsm.Op{Tick: &fsm.Tick{}}, atMs); err != nil {
 			if !s.serving.Load() {
 				return // the next master schedules its own
 			}

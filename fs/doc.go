@@ -322,6 +322,18 @@
 // it lost, and one that had them all can ignore it. A session's queue ends
 // with the session.
 //
+// # What clients cache
+//
+// Clients cache a file's contents with its Stat and a directory's listing
+// (its children's Stats), by path, and the master invalidates their copies
+// before a change commits. Reach says which a command may change,
+// computed from the state before the command commits: with its time_ms,
+// so the lock-delays its clock ends, whose queues it grants, are in it
+// whatever the command names; a session's end reaches its locks and its
+// ephemeral nodes and nothing else. Commands ahead of it in the log may
+// apply in between; Reach states the two conditions under which it stays
+// a superset all the same, which the master keeps.
+//
 // # Limits
 //
 // Every collection is bounded (Limits, DefaultLimits): nodes, sessions,

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/chubbygo/chubby/gen/chubby"
-	"github.com/chubbygo/chubby/gen/fsm"
 )
 
 // Cache limits. A read that would pass one is served uncachable instead of
@@ -41,6 +40,7 @@ type Cache struct {
 	cachers    map[string]map[chubby.SessionID]struct{} // path → sessions caching it
 	sessions   map[chubby.SessionID]*cacheSession       // sessions with cached or pending state
 	uncachable map[string]int                           // path → changes in progress
+	trees      map[string]int                           // path → changes in progress to everything under it
 	allChanges int                                      // changes in progress that touch any node
 	total      int                                      // registered (session, path) pairs
 	// unacked holds the sessions with invalidations not yet acknowledged:
@@ -82,6 +82,7 @@ func (t *Cache) Reset(epoch int64, recovered []chubby.SessionID) {
 	t.cachers = make(map[string]map[chubby.SessionID]struct{})
 	t.sessions = make(map[chubby.SessionID]*cacheSession)
 	t.uncachable = make(map[string]int)
+	t.trees = make(map[string]int)
 	t.allChanges = 0
 	t.total = 0
 	t.unacked = make(map[chubby.SessionID]struct{})
@@ -102,7 +103,7 @@ func (t *Cache) Declare(id chubby.SessionID) {
 // the state (so a change either sees the registration or has already made
 // path uncachable). It reports whether the reply may say cacheable.
 func (t *Cache) Register(id chubby.SessionID, path string) bool {
-	if t.uncachable[path] > 0 || t.allChanges > 0 {
+	if t.uncachable[path] > 0 || t.allChanges > 0 || t.underTree(path) {
 		return false
 	}
 	cs, ok := t.sessions[id]
@@ -130,6 +131,19 @@ func (t *Cache) Register(id chubby.SessionID, path string) bool {
 	t.total++
 	return true
 }
+
+// underTree reports whether path is under a tree a change in progress
+// may remove.
+func (t *Cache) underTree(path string) bool {
+	for tree := range t.trees {
+		if strings.HasPrefix(path, treePrefix(tree)) {
+			return true
+		}
+	}
+	return false
+}
+
+func treePrefix(tree string) string { return strings.TrimSuffix(tree, "/") + "/" }
 
 // Forget drops a session (it ended, or is ending: its client no longer
 // serves its cache). Changes waiting for it may be Ready now.
@@ -214,6 +228,7 @@ func (t *Cache) Attach(results []*chubby.LeaseGrant) {
 type Change struct {
 	base  int64
 	paths []string
+	trees []string
 	all   bool
 	waits []cacheWait
 	done  bool
@@ -227,21 +242,24 @@ type cacheWait struct {
 	end Time
 }
 
-// Invalidate prepares a change to paths (with their subtrees when subtree
-// is set; every cached node when all is set): it makes them uncachable and
-// queues invalidations for their cachers. It returns the change, to pass
-// to Ready and Done, and the sessions to wake (answer their parked
-// KeepAlives now). leaseEnd gives a session's lease end at this master
-// (false when it has ended or is ending); it is read once, here: a lease
-// extended later was extended by a reply that carried the invalidation,
-// which the client applies first.
-func (t *Cache) Invalidate(paths []string, subtree, all bool, leaseEnd func(chubby.SessionID) (Time, bool)) (*Change, []chubby.SessionID) {
-	ch := &Change{base: t.base, paths: slices.Clone(paths), all: all}
+// Invalidate prepares a change to paths, to everything under trees, or,
+// when all is set, to every cached node (the reach of a command:
+// fs.State.Reach): it makes them uncachable and queues invalidations for
+// their cachers. It returns the change, to pass to Ready and Done, and the
+// sessions to wake (answer their parked KeepAlives now). leaseEnd gives a
+// session's lease end at this master (false when it has ended or is
+// ending); it is read once, here: a lease extended later was extended by
+// a reply that carried the invalidation, which the client applies first.
+func (t *Cache) Invalidate(paths, trees []string, all bool, leaseEnd func(chubby.SessionID) (Time, bool)) (*Change, []chubby.SessionID) {
+	ch := &Change{base: t.base, paths: slices.Clone(paths), trees: slices.Clone(trees), all: all}
 	if all {
 		t.allChanges++
 	}
 	for _, p := range paths {
 		t.uncachable[p]++
+	}
+	for _, p := range trees {
+		t.trees[p]++
 	}
 	var wake []chubby.SessionID
 	touched := make(map[chubby.SessionID]bool)
@@ -274,8 +292,8 @@ func (t *Cache) Invalidate(paths []string, subtree, all bool, leaseEnd func(chub
 				hit(id, p)
 			}
 		}
-		if subtree && len(paths) > 0 {
-			prefix := strings.TrimSuffix(paths[0], "/") + "/"
+		for _, tree := range trees {
+			prefix := treePrefix(tree)
 			for q, m := range t.cachers {
 				if strings.HasPrefix(q, prefix) {
 					for id := range m {
@@ -342,6 +360,11 @@ func (t *Cache) Done(ch *Change) {
 			delete(t.uncachable, p)
 		}
 	}
+	for _, p := range ch.trees {
+		if t.trees[p]--; t.trees[p] <= 0 {
+			delete(t.trees, p)
+		}
+	}
 }
 
 // Stats reports the sessions tracked and the (session, node) pairs cached.
@@ -354,62 +377,4 @@ func sortedIDs[V any](m map[chubby.SessionID]V) []chubby.SessionID {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// Affected lists the paths a command may change the cached view of (a
-// node's contents or Stat, and its parent's listing, which carries the
-// children's Stats), whether their subtrees go too, and whether the
-// command's reach is not known from the request (then every cached node is
-// invalidated: session ends and lock-delay ticks, which touch the locks and
-// ephemeral nodes of sessions the master does not index).
-func Affected(op *fsm.Op) (paths []string, subtree, all bool) {
-	withParent := func(p string) []string {
-		if p == "" {
-			return nil
-		}
-		return []string{p, parentPath(p)}
-	}
-	withAncestors := func(p string) []string {
-		out := []string{p}
-		for p != "/" && p != "" {
-			p = parentPath(p)
-			out = append(out, p)
-		}
-		return out
-	}
-	switch {
-	case op.EndSession != nil, op.Tick != nil:
-		return nil, false, true
-	case op.Open != nil:
-		if op.Open.Create == chubby.CreateMode_OPEN_EXISTING {
-			return nil, false, false
-		}
-		return withAncestors(op.Open.Path), false, false
-	case op.Close != nil:
-		return withParent(op.Close.GetHandle().GetPath()), false, false
-	case op.SetContents != nil:
-		return withParent(op.SetContents.GetHandle().GetPath()), false, false
-	case op.DeleteNode != nil:
-		// An ephemeral directory left empty goes too: ancestors.
-		return withAncestors(op.DeleteNode.GetHandle().GetPath()), true, false
-	case op.Mkdir != nil:
-		return withAncestors(op.Mkdir.Path), false, false
-	case op.CreateFile != nil:
-		return withAncestors(op.CreateFile.Path), false, false
-	case op.Acquire != nil:
-		return withParent(op.Acquire.GetHandle().GetPath()), false, false
-	case op.Release != nil:
-		return withParent(op.Release.GetHandle().GetPath()), false, false
-	case op.CancelWait != nil:
-		return withParent(op.CancelWait.GetHandle().GetPath()), false, false
-	}
-	return nil, false, false // CreateSession, TrimEvents: no node changes
-}
-
-func parentPath(p string) string {
-	i := strings.LastIndexByte(p, '/')
-	if i <= 0 {
-		return "/"
-	}
-	return p[:i]
 }

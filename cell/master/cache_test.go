@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/chubbygo/chubby/gen/chubby"
-	"github.com/chubbygo/chubby/gen/fsm"
 )
 
 func leaseEnds(m map[chubby.SessionID]Time) func(chubby.SessionID) (Time, bool) {
@@ -24,7 +23,7 @@ func TestChangeWaitsForEveryCacher(t *testing.T) {
 		t.Fatal("Register refused")
 	}
 	ends := map[chubby.SessionID]Time{1: 100, 2: 200, 3: 300}
-	ch, wake := c.Invalidate([]string{"/a", "/"}, false, false, leaseEnds(ends))
+	ch, wake := c.Invalidate([]string{"/a", "/"}, nil, false, leaseEnds(ends))
 	if len(wake) != 2 || wake[0] != 1 || wake[1] != 2 {
 		t.Fatalf("wake %v", wake)
 	}
@@ -54,7 +53,7 @@ func TestChangeWaitsForEveryCacher(t *testing.T) {
 	}
 	// Session 2's old invalidation is still unacknowledged: the next change
 	// waits for it too, even on another node.
-	ch2, _ := c.Invalidate([]string{"/z"}, false, false, leaseEnds(map[chubby.SessionID]Time{2: 400}))
+	ch2, _ := c.Invalidate([]string{"/z"}, nil, false, leaseEnds(map[chubby.SessionID]Time{2: 400}))
 	if ready, _ := c.Ready(ch2, 300); ready {
 		t.Fatal("a change committed while an older invalidation is unacknowledged")
 	}
@@ -70,7 +69,7 @@ func TestNewMasterWaitsForEveryRecoveredCacher(t *testing.T) {
 	if c.Register(7, "/a") {
 		t.Fatal("a session that has not flushed may cache")
 	}
-	ch, _ := c.Invalidate([]string{"/x"}, false, false, leaseEnds(map[chubby.SessionID]Time{7: 50}))
+	ch, _ := c.Invalidate([]string{"/x"}, nil, false, leaseEnds(map[chubby.SessionID]Time{7: 50}))
 	if ready, next := c.Ready(ch, 0); ready || next != 50 {
 		t.Fatalf("ready %v next %d", ready, next)
 	}
@@ -90,39 +89,34 @@ func TestNewMasterWaitsForEveryRecoveredCacher(t *testing.T) {
 	}
 }
 
-func TestAffected(t *testing.T) {
-	h := &chubby.Handle{Path: "/a/b"}
-	cases := []struct {
-		name  string
-		op    *fsm.Op
-		paths []string
-		sub   bool
-		all   bool
-	}{
-		{"set contents", &fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: h}}, []string{"/a/b", "/a"}, false, false},
-		{"delete", &fsm.Op{DeleteNode: &chubby.DeleteRequest{Handle: h}}, []string{"/a/b", "/a", "/"}, true, false},
-		{"create", &fsm.Op{CreateFile: &chubby.CreateFileRequest{Path: "/a/b"}}, []string{"/a/b", "/a", "/"}, false, false},
-		{"open existing", &fsm.Op{Open: &chubby.OpenRequest{Path: "/a/b", Create: chubby.CreateMode_OPEN_EXISTING}}, nil, false, false},
-		{"end session", &fsm.Op{EndSession: &fsm.EndSession{}}, nil, false, true},
-		{"tick", &fsm.Op{Tick: &fsm.Tick{}}, nil, false, true},
-		{"create session", &fsm.Op{CreateSession: &chubby.CreateSessionRequest{}}, nil, false, false},
+// TestTreeUncachable: while a change may remove everything under a tree
+// (a recursive delete), every node under it is uncachable, not only the
+// ones cached when it began, and their cachers are invalidated.
+func TestTreeUncachable(t *testing.T) {
+	c := NewCache(0, 0)
+	c.Declare(1)
+	if !c.Register(1, "/d/a") || !c.Register(1, "/dx") {
+		t.Fatal("Register refused")
 	}
-	for _, tc := range cases {
-		paths, sub, all := Affected(tc.op)
-		if !equal(paths, tc.paths) || sub != tc.sub || all != tc.all {
-			t.Errorf("%s: %v %v %v", tc.name, paths, sub, all)
+	ch, wake := c.Invalidate([]string{"/", "/d"}, []string{"/d"}, false, leaseEnds(map[chubby.SessionID]Time{1: 100}))
+	if len(wake) != 1 {
+		t.Fatalf("wake %v", wake)
+	}
+	gs := []*chubby.LeaseGrant{{Session: 1}}
+	c.Attach(gs)
+	if got := gs[0].Invalidations; len(got) != 1 || got[0] != "/d/a" {
+		t.Fatalf("invalidations %v, want [/d/a]", got)
+	}
+	for _, p := range []string{"/d", "/d/a", "/d/b/c"} {
+		if c.Register(1, p) {
+			t.Errorf("%s is cachable while the tree /d is being removed", p)
 		}
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
+	if !c.Register(1, "/dx") {
+		t.Error("/dx, beside the tree, is uncachable")
 	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
+	c.Done(ch)
+	if !c.Register(1, "/d/b/c") {
+		t.Error("not cachable after Done")
 	}
-	return true
 }

@@ -77,4 +77,13 @@
 // cache by then). A new master knows no cachers: every recovered caching
 // session must flush (invalidate_all) before any change commits, or its
 // recovered lease ends.
+//
+// What a change touches is the state machine's to say (fs.State.Reach),
+// computed before the command is in the log, while commands ahead of it
+// may still apply. Writes is the table of the master's commands in flight
+// that keeps the reach a superset of what the command changes all the
+// same: stamps that never decrease in the order reaches are computed, the
+// locks that expired session ends in flight may put into lock-delay added
+// to every reach, and a session end computed only once its session has no
+// command in flight.
 package master

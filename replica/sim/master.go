@@ -27,6 +27,7 @@ type masterSim struct {
 	r      *replica
 	leases *master.Leases
 	cache  *master.Cache
+	writes *master.Writes
 
 	view     uint64
 	epoch    int64
@@ -35,6 +36,7 @@ type masterSim struct {
 	gen      int // bumped when mastership changes: stale timers check it
 
 	changes []*change  // commands waiting for cache invalidations
+	ends    []*change  // EndSessions waiting for their session's commands in flight
 	open    []*request // requests being handled: a crash resets them
 	pollAt  int64      // a poll is scheduled then (local clock), 0: none
 	expAt   int64      // the expiry timer is set for then (local), 0: none
@@ -50,11 +52,14 @@ type simKA struct {
 }
 
 // change is a command waiting until every caching session acknowledged
-// its invalidation (or its lease ended).
+// its invalidation (or its lease ended), or an EndSession waiting until
+// its session has no command in flight.
 type change struct {
-	cmd  *fsm.Command
-	ch   *master.Change
-	done func(*fsm.Result_, error)
+	cmd    *fsm.Command
+	ch     *master.Change
+	wr     *master.Write
+	ending chubby.SessionID // an EndSession's session
+	done   func(*fsm.Result_, error)
 }
 
 func newMasterSim(r *replica) *masterSim {
@@ -62,6 +67,7 @@ func newMasterSim(r *replica) *masterSim {
 	return &masterSim{r: r,
 		leases: master.NewLeases(master.LeaseConfig{Lease: l, Margin: l / 4, MaxDrift: vr.MaxClockDrift, MaxParked: 1000}),
 		cache:  master.NewCache(0, 0),
+		writes: master.NewWrites(),
 	}
 }
 
@@ -111,9 +117,14 @@ func (m *masterSim) lose() {
 	}
 	for _, c := range m.changes {
 		m.cache.Done(c.ch)
+		m.writeDone(c)
 		c.done(nil, errNotMaster)
 	}
-	m.changes = nil
+	for _, c := range m.ends {
+		m.writes.Unending(c.ending)
+		c.done(nil, errNotMaster)
+	}
+	m.changes, m.ends = nil, nil
 	m.expAt, m.tickAt, m.pollAt = 0, 0, 0
 	if wasServing {
 		m.r.w.tracef("r%d stops serving as master (view %d)", m.r.id, m.view)
@@ -151,12 +162,22 @@ func (m *masterSim) poll() {
 	if !m.serving {
 		return
 	}
+	ends := m.ends[:0]
+	for _, c := range m.ends {
+		if m.writes.Running(c.ending) == 0 {
+			m.begin(c.cmd, c.ending, c.done)
+			continue
+		}
+		ends = append(ends, c)
+	}
+	clear(m.ends[len(ends):])
+	m.ends = ends
 	var next int64
 	rest := m.changes[:0]
 	for _, c := range m.changes {
 		ready, at := m.cache.Ready(c.ch, now)
 		if ready {
-			m.proposeNow(c.cmd, c.ch, c.done)
+			m.proposeNow(c)
 			continue
 		}
 		if next == 0 || at < next {
@@ -186,6 +207,7 @@ func (m *masterSim) become() {
 	m.epoch = master.Epoch(m.view)
 	m.leases.Start(m.now(), m.epoch, st.Sessions())
 	m.cache.Reset(m.epoch, st.CachingSessions())
+	m.writes.Reset()
 	m.serving = true
 	m.r.w.tracef("r%d master: view %d epoch %d sessions %d", m.r.id, m.view, m.epoch, len(st.Sessions()))
 	m.armExpiry()
@@ -293,58 +315,99 @@ func (m *masterSim) expire(id chubby.SessionID) {
 }
 
 // propose proposes a command once every caching session the change
-// touches has dropped its copy (or its lease has ended).
+// touches has dropped its copy (or its lease has ended). An EndSession
+// first waits until its session has no command in flight (and refuses
+// new ones), as the cell does.
 func (m *masterSim) propose(cmd *fsm.Command, done func(*fsm.Result_, error)) {
-	paths, subtree, all := master.Affected(cmd.Op)
-	if len(paths) == 0 && !all {
-		m.proposeNow(cmd, nil, done)
+	if es := cmd.Op.EndSession; es != nil {
+		m.cache.Forget(es.Session) // its client no longer serves its cache
+		m.writes.Ending(es.Session)
+		m.ends = append(m.ends, &change{cmd: cmd, ending: es.Session, done: done})
+		m.later(m.poll)
 		return
 	}
-	if cmd.Op.EndSession != nil {
-		m.cache.Forget(cmd.Op.EndSession.Session) // its client no longer serves its cache
+	m.begin(cmd, 0, done)
+}
+
+// begin stamps the command (at cmd.TimeMs or later), computes what it may
+// change of what clients cache (fs.State.Reach, with the lock-delays of
+// expired EndSessions in flight) and invalidates that.
+func (m *masterSim) begin(cmd *fsm.Command, ending chubby.SessionID, done func(*fsm.Result_, error)) {
+	session, _ := fs.OpSession(cmd.Op)
+	if ending != 0 {
+		session = 0
 	}
-	ch, wake := m.cache.Invalidate(paths, subtree, all, m.leases.LeaseEnd)
+	wr, delayed := m.writes.Begin(session, m.r.wallMs(), cmd.TimeMs)
+	if wr == nil {
+		done(&fsm.Result_{Err: fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d is being ended", session)}, nil)
+		return
+	}
+	c := *cmd
+	c.TimeMs = wr.TimeMs
+	reach := m.r.sm.st.Reach(&c)
+	m.writes.Delays(wr, reach.Delayed)
+	if !reach.All {
+		reach.Paths = append(reach.Paths, delayed...)
+	}
+	ch := &change{cmd: &c, wr: wr, ending: ending, done: done}
+	if !reach.All && len(reach.Paths) == 0 && len(reach.Trees) == 0 {
+		m.proposeNow(ch)
+		return
+	}
+	var wake []chubby.SessionID
+	ch.ch, wake = m.cache.Invalidate(reach.Paths, reach.Trees, reach.All, m.leases.LeaseEnd)
 	m.answerLater(m.leases.Wake(wake))
-	m.changes = append(m.changes, &change{cmd: cmd, ch: ch, done: done})
+	m.changes = append(m.changes, ch)
 	m.later(m.poll)
 }
 
-// proposeNow hands the command to the driver, stamped with the master's
-// clock; done hears the outcome. The paths it made uncachable become
-// cachable once it applied (a while later if its outcome is unknown).
-func (m *masterSim) proposeNow(cmd *fsm.Command, ch *master.Change, done func(*fsm.Result_, error)) {
+// writeDone ends a change's part in the write table.
+func (m *masterSim) writeDone(c *change) {
+	m.writes.Done(c.wr)
+	if c.ending != 0 {
+		m.writes.Unending(c.ending)
+	}
+	m.later(m.poll) // an EndSession waiting for the change's session may go
+}
+
+// proposeNow hands the command (stamped) to the driver; done hears the
+// outcome. The paths it made uncachable become cachable once it applied
+// (a while later if its outcome is unknown), and so its write ends.
+func (m *masterSim) proposeNow(c *change) {
 	r := m.r
 	if r.w.quiet {
 		return // the run is ending
 	}
-	c := *cmd
-	if c.TimeMs == 0 {
-		c.TimeMs = r.wallMs()
-	}
-	data := fs.EncodeCommand(&c)
+	data := fs.EncodeCommand(c.cmd)
 	gen := m.gen
 	reply := simProposal(func(pr rp.ProposalResult) {
-		if ch != nil && m.gen == gen {
+		if m.gen == gen {
+			release := func() {
+				if c.ch != nil {
+					m.cache.Done(c.ch)
+				}
+				m.writeDone(c)
+			}
 			if pr.Err != nil {
 				r.w.after(r.realAfter(2*int64(r.w.lease)), func() {
 					if m.gen == gen {
-						m.cache.Done(ch)
+						release()
 					}
 				})
 			} else {
-				m.cache.Done(ch)
+				release()
 			}
 		}
 		if pr.Err != nil {
-			done(nil, pr.Err)
+			c.done(nil, pr.Err)
 			return
 		}
 		res, _ := pr.Value.(*fsm.Result_)
 		if res == nil {
-			done(nil, errors.New("no result"))
+			c.done(nil, errors.New("no result"))
 			return
 		}
-		done(res, nil)
+		c.done(res, nil)
 	})
 	m.later(func() { r.d.Propose([][]byte{data}, []rp.Reply{reply}) })
 }
