@@ -255,12 +255,11 @@
 // Commands carry (session, seq); fs remembers the answers of each
 // session's recent commands (successes and refusals) and answers a retried
 // seq with the saved answer, so a client that retries across a failover
-// applies a command once. The simulator still treats a refusal heard after
-// several attempts as unknown until the session's next success: an answer
-// saved by an entry that a view change then cut was never committed, and
-// another attempt may still apply. A command whose session ended before
-// its answer came has an unknown outcome (the session's saved answers end
-// with it).
+// applies a command once. A client hears an answer only from an entry
+// that committed and applied, and every later attempt gets that saved
+// answer, so the simulator checks a refusal as strictly as a success: a
+// no-op within its call. A command whose session ended before its answer
+// came has an unknown outcome (the session's saved answers end with it).
 //
 // # How it is tested
 //
