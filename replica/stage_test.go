@@ -158,3 +158,35 @@ func countKeys(t *testing.T, st *Storage, prefix []byte) int {
 	}
 	return n
 }
+
+// chunksOf cuts the concatenation of its parts exactly as cutting the
+// joined bytes would.
+func TestChunksOf(t *testing.T) {
+	for _, sizes := range [][]int{{}, {0}, {5}, {8}, {3, 5}, {16, 1}, {7, 7, 7}, {0, 20, 0, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}} {
+		var parts [][]byte
+		var joined []byte
+		for i, n := range sizes {
+			p := bytes.Repeat([]byte{byte('a' + i)}, n)
+			parts, joined = append(parts, p), append(joined, p...)
+		}
+		var want [][]byte
+		for off := 0; off < len(joined) || len(want) == 0; off += 8 {
+			want = append(want, joined[off:min(off+8, len(joined))])
+			if off+8 >= len(joined) {
+				break
+			}
+		}
+		var got [][]byte
+		for c := range chunksOf(parts, 8) {
+			got = append(got, bytes.Clone(c))
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%v: %d chunks, want %d", sizes, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("%v: chunk %d is %q, want %q", sizes, i, got[i], want[i])
+			}
+		}
+	}
+}

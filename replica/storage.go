@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -595,8 +596,20 @@ func (r snapRecord) key(c uint32) []byte {
 }
 
 func (s *Storage) saveSnapshot(index uint64, data []byte, replaceLog bool) error {
-	if int64(len(data)) > MaxSnapshotBytes {
-		return fmt.Errorf("snapshot of %d bytes over the %d limit", len(data), int64(MaxSnapshotBytes))
+	return s.saveSnapshotParts(index, [][]byte{data}, replaceLog)
+}
+
+// saveSnapshotParts stores the concatenation of parts without making it:
+// a snapshot is the protocol's envelope and the application's bytes, and
+// copying hundreds of megabytes to join them doubled the memory a save
+// takes.
+func (s *Storage) saveSnapshotParts(index uint64, parts [][]byte, replaceLog bool) error {
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	if int64(total) > MaxSnapshotBytes {
+		return fmt.Errorf("snapshot of %d bytes over the %d limit", total, int64(MaxSnapshotBytes))
 	}
 	old, err := s.snapshotMeta()
 	if err != nil {
@@ -611,15 +624,13 @@ func (s *Storage) saveSnapshot(index uint64, data []byte, replaceLog bool) error
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	chunks := uint32(0)
-	for off := 0; off < len(data) || chunks == 0; off += SnapshotChunkBytes {
-		end := min(off+SnapshotChunkBytes, len(data))
-		if err := wb.Set(snapKey(index, chunks), data[off:end]); err != nil {
+	sum := uint32(0)
+	for c := range chunksOf(parts, SnapshotChunkBytes) {
+		if err := wb.Set(snapKey(index, chunks), c); err != nil {
 			return fmt.Errorf("save snapshot: %w", err)
 		}
+		sum = crc32.Update(sum, castagnoli, c)
 		chunks++
-		if end == len(data) {
-			break
-		}
 	}
 	if err := wb.Flush(); err != nil {
 		return fmt.Errorf("save snapshot: %w", err)
@@ -627,9 +638,40 @@ func (s *Storage) saveSnapshot(index uint64, data []byte, replaceLog bool) error
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("save snapshot: sync: %w", err)
 	}
-	rec := snapRecord{ChunkInfo: ChunkInfo{Index: index, Chunks: chunks, Length: uint64(len(data)),
-		Sum: crc32.Checksum(data, castagnoli)}}
+	rec := snapRecord{ChunkInfo: ChunkInfo{Index: index, Chunks: chunks, Length: uint64(total), Sum: sum}}
 	return s.switchSnapshot(old, rec, replaceLog, nil)
+}
+
+// chunksOf yields the concatenation of parts in pieces of size bytes (the
+// last one shorter, and one empty piece for nothing at all); a piece that
+// spans two parts is a copy, the others are slices of the parts.
+func chunksOf(parts [][]byte, size int) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		var buf []byte
+		yielded := false
+		for _, p := range parts {
+			for len(p) > 0 {
+				if len(buf) == 0 && len(p) >= size {
+					if !yield(p[:size]) {
+						return
+					}
+					yielded, p = true, p[size:]
+					continue
+				}
+				n := min(size-len(buf), len(p))
+				buf, p = append(buf, p[:n]...), p[n:]
+				if len(buf) == size {
+					if !yield(buf) {
+						return
+					}
+					yielded, buf = true, nil
+				}
+			}
+		}
+		if len(buf) > 0 || !yielded {
+			yield(buf)
+		}
+	}
 }
 
 // switchSnapshot makes rec, whose chunks are durable, the current

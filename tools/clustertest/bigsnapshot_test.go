@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -99,15 +100,24 @@ func TestBigSnapshotCatchUp(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			yes := true
-			for i := w; i < files; i += 8 {
-				mustDo(t, c, func(ctx context.Context, o callopt.Option) (*chubby.Stat, error) {
+			for i := w; i < files && !t.Failed(); i += 8 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				_, err := do(ctx, c, func(ctx context.Context, o callopt.Option) (*chubby.Stat, error) {
 					return c.cli.CreateFile(ctx, &chubby.CreateFileRequest{Session: sess, Path: fmt.Sprintf("/big/%d/f%05d", i%16, i),
 						Content: content, MakeParents: &yes}, o)
 				})
+				cancel()
+				var ce *chubby.ChubbyError
+				if err != nil && !(errors.As(err, &ce) && ce.Code == chubby.ErrorCode_EXISTS) { // EXISTS: an attempt that timed out did it
+					t.Errorf("create file %d: %v", i, err)
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	if t.Failed() {
+		return
+	}
 	t.Logf("wrote %d MiB in %d files in %v", mib, files, time.Since(t0).Round(time.Millisecond))
 	primary := -1
 	var target float64
