@@ -77,6 +77,9 @@ func (e *NotMasterError) Error() string {
 // retry safe.
 var ErrUnknownOutcome = errors.New("replica: lost mastership before the command committed; it may or may not take effect")
 
+// stallWarning: an input that keeps the loop longer than this is logged.
+const stallWarning = 500 * time.Millisecond
+
 // Replicated is the replicated log of one replica: the protocol core
 // (vr.Node) carried by a Driver on one goroutine that ticks it, feeds it
 // messages and proposals, and hands its writes to a disk writer on
@@ -372,12 +375,15 @@ func (r *Replicated) run() {
 		if !d.Busy() {
 			inbox, props, tickC = r.inbox, r.props, tick.C
 		}
+		var what string // the input, for the stall warning
 		select {
 		case <-r.stop:
 			return
 		case <-tickC:
+			what = "tick"
 			d.Tick()
 		case in := <-inbox:
+			what = "messages"
 			d.Step(in.msgs)
 			if in.done != nil {
 				dones = append(dones, in.done)
@@ -398,6 +404,7 @@ func (r *Replicated) run() {
 				}
 			}
 		case p := <-props:
+			what = "proposals"
 			entries, replies = append(entries[:0], p.entry), append(replies[:0], Reply(p))
 		more:
 			for len(entries) < r.cfg.MaxProposalBatch {
@@ -411,14 +418,20 @@ func (r *Replicated) run() {
 			d.Propose(entries, replies)
 			clear(replies)
 		case <-r.disk.note:
+			what = "disk completions"
 			for _, c := range r.disk.take() {
 				d.Written(c.w, c.err)
 			}
 		case res := <-r.disk.snapDone:
+			what = "snapshot saved"
 			d.SnapshotSaved(res)
 		}
+		pause := d.LongestPause()
+		if pause > stallWarning {
+			r.cfg.Logger.Warn("replica loop stalled: nothing else reached the replica meanwhile", "input", what, "took", pause)
+		}
 		if r.cfg.OnPause != nil {
-			r.cfg.OnPause(d.LongestPause())
+			r.cfg.OnPause(pause)
 		}
 		r.applied.Store(d.Applied())
 		r.publish()

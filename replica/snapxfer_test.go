@@ -84,6 +84,7 @@ func TestLimitsAreConsistent(t *testing.T) {
 		{"a log entry within a Prepare", vr.MaxEntryBytes, vr.MaxMessageBytes},
 		{"a stored log entry within the protocol's entry", MaxEntryBytes, vr.MaxEntryBytes},
 		{"a Deliver batch and one more message within the server's payload bound", maxDeliverBytes + vr.MaxMessageBytes + 64*vr.MaxMessageEntries, MaxPeerPayloadBytes},
+		{"the largest default Prepare within a Deliver batch", int64(vr.DefaultConfig().MaxPrepareBytes) + 64*vr.MaxMessageEntries, maxDeliverBytes},
 		{"the answers riding back within the payload bound", maxReplyBytes + vr.MaxMessageBytes, MaxPeerPayloadBytes},
 		{"a chunk count of a largest snapshot within 32 bits", MaxSnapshotBytes / SnapshotChunkBytes, 1<<32 - 1},
 	}

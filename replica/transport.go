@@ -101,7 +101,8 @@ func NewPeerTransport(cell string, self uint64, peers map[uint64]string, log *sl
 		if id == self {
 			continue
 		}
-		opts, err := rpc.ClientOptions(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4})
+		opts, err := rpc.ClientOptions(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4,
+			MaxPayloadBytes: MaxPeerPayloadBytes})
 		if err != nil {
 			return nil, fmt.Errorf("peer %d at %s: %w", id, addr, err)
 		}
@@ -232,20 +233,37 @@ func (t *PeerTransport) sendLoop(p *peerSender) {
 				break more
 			}
 		}
-		wire := messagesToWire(batch)
-		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
-		// Naming the host per call skips Kitex's dial-retry loop (and its
-		// warnings): a peer that is down just misses this batch.
-		answers, err := p.cli.Deliver(ctx, t.cell, int64(t.self), wire, callopt.WithRPCTimeout(deliverTimeout), callopt.WithHostPort(p.addr))
-		cancel()
-		if err == nil && len(answers) > 0 {
-			t.receive(p.id, answers)
+		// One Ready's messages for a peer can exceed a call's bound on
+		// their own (eight Prepares of 4 MiB): send them in calls of at
+		// most maxDeliverBytes (and one message more).
+		for rest := batch; len(rest) > 0; {
+			n, size := 0, 0
+			for n < len(rest) && (n == 0 || size+msgBytes(&rest[n]) <= maxDeliverBytes) {
+				size += msgBytes(&rest[n])
+				n++
+			}
+			t.deliver(p, rest[:n], &lastErr)
+			rest = rest[n:]
 		}
-		if err != nil && time.Since(lastErr) > 5*time.Second {
-			lastErr = time.Now()
-			t.log.Debug("replica transport: deliver failed (messages dropped; the protocol retransmits)",
-				"peer", p.id, "addr", p.addr, "err", err)
-		}
+	}
+}
+
+// deliver sends one batch to p and hands the answers that ride back to
+// the local replica.
+func (t *PeerTransport) deliver(p *peerSender, batch []vr.Message, lastErr *time.Time) {
+	wire := messagesToWire(batch)
+	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+	// Naming the host per call skips Kitex's dial-retry loop (and its
+	// warnings): a peer that is down just misses this batch.
+	answers, err := p.cli.Deliver(ctx, t.cell, int64(t.self), wire, callopt.WithRPCTimeout(deliverTimeout), callopt.WithHostPort(p.addr))
+	cancel()
+	if err == nil && len(answers) > 0 {
+		t.receive(p.id, answers)
+	}
+	if err != nil && time.Since(*lastErr) > 5*time.Second {
+		*lastErr = time.Now()
+		t.log.Debug("replica transport: deliver failed (messages dropped; the protocol retransmits)",
+			"peer", p.id, "addr", p.addr, "err", err)
 	}
 }
 

@@ -81,6 +81,10 @@ type ClientConfig struct {
 	// DefaultMaxInFlight. A call beyond it waits for a slot until its
 	// context or RPC timeout ends.
 	MaxInFlight int
+	// MaxPayloadBytes bounds one framed request sent and one reply
+	// received, default DefaultMaxPayloadBytes; it should match the
+	// server's (ServerConfig.MaxPayloadBytes).
+	MaxPayloadBytes int
 }
 
 // ClientOptions returns the Kitex client options for cfg, to pass to a
@@ -91,7 +95,7 @@ func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
 		return nil, errors.New("rpc: client config needs at least one address")
 	}
 	if cfg.ConnectTimeout < 0 || cfg.RPCTimeout < 0 || cfg.MaxIdlePerAddress < 0 ||
-		cfg.MaxIdleGlobal < 0 || cfg.MaxIdleTimeout < 0 || cfg.MaxInFlight < 0 {
+		cfg.MaxIdleGlobal < 0 || cfg.MaxIdleTimeout < 0 || cfg.MaxInFlight < 0 || cfg.MaxPayloadBytes < 0 {
 		return nil, fmt.Errorf("rpc: negative limit in client config %+v", cfg)
 	}
 	def := DefaultClientConfig()
@@ -110,6 +114,9 @@ func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = def.MaxInFlight
 	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = def.MaxPayloadBytes
+	}
 
 	opts := []client.Option{
 		client.WithHostPorts(cfg.Addrs...),
@@ -122,7 +129,7 @@ func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
 		client.WithMiddleware(inFlightLimit(cfg.MaxInFlight)),
 		// Replies are checked like requests (see guardedCodec): a broken or
 		// hostile server must not be able to crash a client either.
-		client.WithCodec(codec.NewDefaultCodecWithSizeLimit(DefaultMaxPayloadBytes)),
+		client.WithCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxPayloadBytes)),
 		client.WithPayloadCodec(newGuardedCodec()),
 	}
 	if cfg.RPCTimeout > 0 {

@@ -23,7 +23,7 @@ func DefaultServerConfig() ServerConfig {
 // (1 s), MaxIdlePerAddress DefaultMaxIdlePerAddress (10),
 // MaxIdleGlobal DefaultMaxIdleGlobal (1000), MaxIdleTimeout
 // DefaultMaxIdleTimeout (30 s), MaxInFlight DefaultMaxInFlight (4096),
-// Transport TransportTTHeader. RPCTimeout 0 is none; Addrs has no default.
+// MaxPayloadBytes DefaultMaxPayloadBytes (4 MiB), Transport TransportTTHeader. RPCTimeout 0 is none; Addrs has no default.
 func DefaultClientConfig() ClientConfig {
 	return ClientConfig{
 		ConnectTimeout:    DefaultConnectTimeout,
@@ -32,5 +32,6 @@ func DefaultClientConfig() ClientConfig {
 		MaxIdleGlobal:     DefaultMaxIdleGlobal,
 		MaxIdleTimeout:    DefaultMaxIdleTimeout,
 		MaxInFlight:       DefaultMaxInFlight,
+		MaxPayloadBytes:   DefaultMaxPayloadBytes,
 	}
 }
