@@ -621,19 +621,40 @@ func (s *Storage) saveSnapshotParts(index uint64, parts [][]byte, replaceLog boo
 	if index == old.Index && old.Chunks > 0 {
 		return s.TruncateFrom(index + 1) // the same snapshot: only the log goes
 	}
-	wb := s.db.NewWriteBatch()
-	defer wb.Cancel()
+	// In transactions of snapshotWriteChunks chunks, one after the other:
+	// Badger carries out writes in order through one writer, and one
+	// batch of a 600 MB snapshot held the log appends queued behind it
+	// for seconds (long enough for the primary to lose its quorum).
 	chunks := uint32(0)
 	sum := uint32(0)
+	var group [][]byte
+	write := func() error {
+		first := chunks - uint32(len(group))
+		err := s.db.Update(func(txn *badger.Txn) error {
+			for i, c := range group {
+				if err := txn.Set(snapKey(index, first+uint32(i)), c); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		group = group[:0]
+		return err
+	}
 	for c := range chunksOf(parts, SnapshotChunkBytes) {
-		if err := wb.Set(snapKey(index, chunks), c); err != nil {
-			return fmt.Errorf("save snapshot: %w", err)
-		}
+		group = append(group, c)
 		sum = crc32.Update(sum, castagnoli, c)
 		chunks++
+		if len(group) == snapshotWriteChunks {
+			if err := write(); err != nil {
+				return fmt.Errorf("save snapshot: %w", err)
+			}
+		}
 	}
-	if err := wb.Flush(); err != nil {
-		return fmt.Errorf("save snapshot: %w", err)
+	if len(group) > 0 {
+		if err := write(); err != nil {
+			return fmt.Errorf("save snapshot: %w", err)
+		}
 	}
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("save snapshot: sync: %w", err)
@@ -641,6 +662,10 @@ func (s *Storage) saveSnapshotParts(index uint64, parts [][]byte, replaceLog boo
 	rec := snapRecord{ChunkInfo: ChunkInfo{Index: index, Chunks: chunks, Length: uint64(total), Sum: sum}}
 	return s.switchSnapshot(old, rec, replaceLog, nil)
 }
+
+// snapshotWriteChunks is how many chunks (2 MiB) one transaction of a
+// snapshot save writes.
+const snapshotWriteChunks = 8
 
 // chunksOf yields the concatenation of parts in pieces of size bytes (the
 // last one shorter, and one empty piece for nothing at all); a piece that
