@@ -440,10 +440,16 @@ func framedParkRequest(key string, maxMs int64) []byte {
 	body := make([]byte, args.BLength())
 	args.FastWrite(body)
 
+	return framedCall("Park", body)
+}
+
+// framedCall is a framed Thrift binary CALL of method with the encoded
+// arguments body, sequence id 1.
+func framedCall(method string, body []byte) []byte {
 	var msg []byte
 	msg = binary.BigEndian.AppendUint32(msg, 0x80010000|1) // version 1, CALL
-	msg = binary.BigEndian.AppendUint32(msg, uint32(len("Park")))
-	msg = append(msg, "Park"...)
+	msg = binary.BigEndian.AppendUint32(msg, uint32(len(method)))
+	msg = append(msg, method...)
 	msg = binary.BigEndian.AppendUint32(msg, 1) // sequence id
 	msg = append(msg, body...)
 	return append(binary.BigEndian.AppendUint32(nil, uint32(len(msg))), msg...)

@@ -334,13 +334,7 @@ func framedEcho(addr, msg string) error {
 	args.Msg = msg
 	body := make([]byte, args.BLength())
 	args.FastWrite(body)
-	var req []byte
-	req = binary.BigEndian.AppendUint32(req, 0x80010000|1) // version 1, CALL
-	req = binary.BigEndian.AppendUint32(req, uint32(len("Echo")))
-	req = append(req, "Echo"...)
-	req = binary.BigEndian.AppendUint32(req, 1) // sequence id
-	req = append(req, body...)
-	req = append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)
+	req := framedCall("Echo", body)
 
 	deadline := time.Now().Add(5 * time.Second)
 	for {

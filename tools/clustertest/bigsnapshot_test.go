@@ -46,7 +46,7 @@ func TestBigSnapshotCatchUp(t *testing.T) {
 	peers := strings.Join(spec, ",")
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	procs := make([]*exec.Cmd, 3)
-	logs := make([]*syncBuf, 3)
+	logs := make([]*lockedBuffer, 3)
 	spawn := make(chan *exec.Cmd)
 	started := make(chan error)
 	go func() { // Pdeathsig follows the thread that started the child
@@ -60,7 +60,7 @@ func TestBigSnapshotCatchUp(t *testing.T) {
 		cmd := exec.Command(bin, "serve", "--id", strconv.Itoa(i+1), "--peers", peers, "--data", dirs[i],
 			"--http", ports[6+i], "--lease", "5m", "--snapshot-every", "200", "--log-level", level)
 		if logs[i] == nil {
-			logs[i] = &syncBuf{}
+			logs[i] = &lockedBuffer{}
 		}
 		var out io.Writer = logs[i]
 		if dir := os.Getenv("CHUBBY_BIG_SNAPSHOT_LOGS"); dir != "" {
@@ -203,22 +203,4 @@ func vmHWM(t *testing.T, pid int) int {
 		}
 	}
 	return 0
-}
-
-// syncBuf is a log buffer written by a child process and read by the test.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
