@@ -150,7 +150,41 @@ func decodeSnapshot(b []byte) (*fsm.Snapshot, error) {
 	return snap, nil
 }
 
+// restore rebuilds a State from a decoded snapshot, in steps: the header
+// (version, clock, id counters), the nodes, the sessions, the handles, the
+// locks that link nodes and handles, the ephemeral owners; then every
+// invariant is checked.
 func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
+	s, err := restoreHeader(snap, l)
+	if err != nil {
+		return nil, err
+	}
+	byPath, err := s.restoreNodes(snap)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.restoreSessions(snap); err != nil {
+		return nil, err
+	}
+	held, waiting, err := s.restoreHandles(snap, byPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.restoreLocks(snap, byPath, held, waiting); err != nil {
+		return nil, err
+	}
+	if err := s.restoreOwners(byPath); err != nil {
+		return nil, err
+	}
+	if err := s.checkInvariants(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// restoreHeader checks the snapshot's version, clock and id counters and
+// returns the empty state they start.
+func restoreHeader(snap *fsm.Snapshot, l Limits) (*State, error) {
 	if snap.Version != snapshotVersion && snap.Version != 2 {
 		return nil, fmt.Errorf("snapshot version %d, want %d (or 2)", snap.Version, snapshotVersion)
 	}
@@ -166,7 +200,12 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 	s.nextHandle = snap.NextHandle
 	s.nextInstance = snap.NextInstance
 
-	// Nodes: parents first.
+	return s, nil
+}
+
+// restoreNodes restores the namespace, parents first, and returns the
+// nodes by path.
+func (s *State) restoreNodes(snap *fsm.Snapshot) (map[string]*node, error) {
 	byPath := make(map[string]*node, len(snap.Nodes))
 	instances := make(map[int64]bool, len(snap.Nodes))
 	for i, sn := range snap.Nodes {
@@ -183,25 +222,30 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		return nil, fmt.Errorf("no root directory")
 	}
 
-	// Sessions.
+	return byPath, nil
+}
+
+// restoreSessions restores the sessions with their saved answers and
+// queued events.
+func (s *State) restoreSessions(snap *fsm.Snapshot) error {
 	for i, ss := range snap.Sessions {
 		if ss == nil {
-			return nil, fmt.Errorf("session %d missing", i)
+			return fmt.Errorf("session %d missing", i)
 		}
 		if ss.Id < 1 || ss.Id >= s.nextSession {
-			return nil, fmt.Errorf("session id %d out of range", ss.Id)
+			return fmt.Errorf("session id %d out of range", ss.Id)
 		}
 		if i > 0 && ss.Id <= snap.Sessions[i-1].Id {
-			return nil, fmt.Errorf("sessions not in ascending order at %d", ss.Id)
+			return fmt.Errorf("sessions not in ascending order at %d", ss.Id)
 		}
 		if len(ss.ClientName) > int(chubby.MAX_CLIENT_NAME_BYTES) {
-			return nil, fmt.Errorf("session %d: client name too long", ss.Id)
+			return fmt.Errorf("session %d: client name too long", ss.Id)
 		}
 		if ss.CreateTimeMs < 0 || ss.CreateTimeMs > s.now {
-			return nil, fmt.Errorf("session %d: create time %d out of range", ss.Id, ss.CreateTimeMs)
+			return fmt.Errorf("session %d: create time %d out of range", ss.Id, ss.CreateTimeMs)
 		}
 		if ss.SeqFloor < 1 {
-			return nil, fmt.Errorf("session %d: request floor %d < 1", ss.Id, ss.SeqFloor)
+			return fmt.Errorf("session %d: request floor %d < 1", ss.Id, ss.SeqFloor)
 		}
 		sess := &session{
 			id:         ss.Id,
@@ -216,55 +260,60 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		for j, a := range ss.Answers {
 			switch {
 			case a == nil || a.Result_ == nil:
-				return nil, fmt.Errorf("session %d: saved answer %d missing", ss.Id, j)
+				return fmt.Errorf("session %d: saved answer %d missing", ss.Id, j)
 			case a.Seq < ss.SeqFloor:
-				return nil, fmt.Errorf("session %d: saved answer of request %d below the floor %d", ss.Id, a.Seq, ss.SeqFloor)
+				return fmt.Errorf("session %d: saved answer of request %d below the floor %d", ss.Id, a.Seq, ss.SeqFloor)
 			case j > 0 && a.Seq <= ss.Answers[j-1].Seq:
-				return nil, fmt.Errorf("session %d: saved answers not in ascending order at %d", ss.Id, a.Seq)
+				return fmt.Errorf("session %d: saved answers not in ascending order at %d", ss.Id, a.Seq)
 			}
 			// A saved answer may be a refusal (apply saves those too), but
 			// then it carries nothing else.
 			if err := checkAnswer(a.Result_); err != nil {
-				return nil, fmt.Errorf("session %d: saved answer of request %d: %w", ss.Id, a.Seq, err)
+				return fmt.Errorf("session %d: saved answer of request %d: %w", ss.Id, a.Seq, err)
 			}
 			sess.answers = append(sess.answers, answer{seq: a.Seq, res: a.Result_})
 		}
 		if snap.Version == 2 && (ss.IsSetLastEventSeq() || len(ss.Events) > 0) {
-			return nil, fmt.Errorf("session %d: events in a version 2 snapshot", ss.Id)
+			return fmt.Errorf("session %d: events in a version 2 snapshot", ss.Id)
 		}
 		if err := s.restoreEvents(sess, ss); err != nil {
-			return nil, fmt.Errorf("session %d: %w", ss.Id, err)
+			return fmt.Errorf("session %d: %w", ss.Id, err)
 		}
 		s.sessions[ss.Id] = sess
 	}
 
-	// Handles.
-	held, waiting := 0, 0
+	return nil
+}
+
+// restoreHandles restores the handles, linked to their sessions and (when
+// it still exists) their node, and counts those holding and waiting for a
+// lock.
+func (s *State) restoreHandles(snap *fsm.Snapshot, byPath map[string]*node) (held, waiting int, err error) {
 	for i, sh := range snap.Handles {
 		if sh == nil {
-			return nil, fmt.Errorf("handle %d missing", i)
+			return 0, 0, fmt.Errorf("handle %d missing", i)
 		}
 		if sh.Id < 1 || sh.Id >= s.nextHandle {
-			return nil, fmt.Errorf("handle id %d out of range", sh.Id)
+			return 0, 0, fmt.Errorf("handle id %d out of range", sh.Id)
 		}
 		if i > 0 && sh.Id <= snap.Handles[i-1].Id {
-			return nil, fmt.Errorf("handles not in ascending order at %d", sh.Id)
+			return 0, 0, fmt.Errorf("handles not in ascending order at %d", sh.Id)
 		}
 		sess := s.sessions[sh.Session]
 		if sess == nil {
-			return nil, fmt.Errorf("handle %d: session %d does not exist", sh.Id, sh.Session)
+			return 0, 0, fmt.Errorf("handle %d: session %d does not exist", sh.Id, sh.Session)
 		}
 		if _, err := parsePath(sh.Path); err != nil {
-			return nil, fmt.Errorf("handle %d: %s", sh.Id, err.Message)
+			return 0, 0, fmt.Errorf("handle %d: %s", sh.Id, err.Message)
 		}
 		if sh.Instance < 1 || sh.Instance >= s.nextInstance {
-			return nil, fmt.Errorf("handle %d: instance %d out of range", sh.Id, sh.Instance)
+			return 0, 0, fmt.Errorf("handle %d: instance %d out of range", sh.Id, sh.Instance)
 		}
 		if sh.Mode != chubby.OpenMode_READ && sh.Mode != chubby.OpenMode_READ_WRITE {
-			return nil, fmt.Errorf("handle %d: open mode %d", sh.Id, sh.Mode)
+			return 0, 0, fmt.Errorf("handle %d: open mode %d", sh.Id, sh.Mode)
 		}
 		if snap.Version != 2 && sh.EventMask&^chubby.EVENT_MASK_ALL != 0 {
-			return nil, fmt.Errorf("handle %d: event mask %#x", sh.Id, sh.EventMask)
+			return 0, 0, fmt.Errorf("handle %d: event mask %#x", sh.Id, sh.EventMask)
 		}
 		h := &handle{
 			id:        sh.Id,
@@ -283,21 +332,21 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		}
 		if sh.HeldMode != nil {
 			if !validMode(*sh.HeldMode) || h.node == nil || sh.WaitMode != nil {
-				return nil, fmt.Errorf("handle %d: bad held lock", sh.Id)
+				return 0, 0, fmt.Errorf("handle %d: bad held lock", sh.Id)
 			}
 			h.held = *sh.HeldMode
 			held++
 		}
 		if sh.WaitMode != nil {
 			if !validMode(*sh.WaitMode) || h.node == nil {
-				return nil, fmt.Errorf("handle %d: bad lock wait", sh.Id)
+				return 0, 0, fmt.Errorf("handle %d: bad lock wait", sh.Id)
 			}
 			h.wait = *sh.WaitMode
 			waiting++
 		}
 		if !validDelay(sh.HeldLockDelayMs) || !validDelay(sh.WaitLockDelayMs) ||
 			h.held == 0 && sh.HeldLockDelayMs != 0 || h.wait == 0 && sh.WaitLockDelayMs != 0 {
-			return nil, fmt.Errorf("handle %d: bad lock-delay", sh.Id)
+			return 0, 0, fmt.Errorf("handle %d: bad lock-delay", sh.Id)
 		}
 		h.heldDelay = sh.HeldLockDelayMs
 		h.waitDelay = sh.WaitLockDelayMs
@@ -305,7 +354,13 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		sess.handles[h.id] = h
 	}
 
-	// Locks: link holders and waiters to the handles that claim them.
+	return held, waiting, nil
+}
+
+// restoreLocks links every lock's holders and waiters to the handles that
+// claim them (as many as the handles say), and rebuilds the lock-delay
+// heap.
+func (s *State) restoreLocks(snap *fsm.Snapshot, byPath map[string]*node, held, waiting int) error {
 	linkedHeld, linkedWaiting := 0, 0
 	for _, sn := range snap.Nodes {
 		n := byPath[sn.Path]
@@ -315,7 +370,7 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		lk := s.lockOf(n)
 		if sn.LockMode != nil {
 			if !validMode(*sn.LockMode) {
-				return nil, fmt.Errorf("%s: lock mode %d", n.path, *sn.LockMode)
+				return fmt.Errorf("%s: lock mode %d", n.path, *sn.LockMode)
 			}
 			lk.mode = *sn.LockMode
 			s.locksHeld++
@@ -323,7 +378,7 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		for i, id := range sn.LockHolders {
 			h := s.handles[id]
 			if h == nil || h.node != n || h.held == 0 || h.held != lk.mode || h.holdIdx >= 0 || i > 0 && id <= sn.LockHolders[i-1] {
-				return nil, fmt.Errorf("%s: bad lock holder %d", n.path, id)
+				return fmt.Errorf("%s: bad lock holder %d", n.path, id)
 			}
 			h.holdIdx = len(lk.holders)
 			lk.holders = append(lk.holders, h)
@@ -332,14 +387,14 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		for _, id := range sn.LockWaiters {
 			h := s.handles[id]
 			if h == nil || h.node != n || h.wait == 0 || h.waitPrev != nil || lk.waitHead == h {
-				return nil, fmt.Errorf("%s: bad lock waiter %d", n.path, id)
+				return fmt.Errorf("%s: bad lock waiter %d", n.path, id)
 			}
 			s.enqueueRestored(lk, h)
 		}
 		linkedWaiting += lk.nwait
 		if d := sn.LockDelayUntilMs; d != 0 {
 			if d <= s.now || d > s.now+chubby.MAX_LOCK_DELAY_MS {
-				return nil, fmt.Errorf("%s: lock-delay end %d out of range (now %d)", n.path, d, s.now)
+				return fmt.Errorf("%s: lock-delay end %d out of range (now %d)", n.path, d, s.now)
 			}
 			lk.delayUntil = d
 			s.delays = append(s.delays, n)
@@ -347,27 +402,28 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 		}
 	}
 	if linkedHeld != held || linkedWaiting != waiting {
-		return nil, fmt.Errorf("%d holding and %d waiting handles, but locks list %d and %d", held, waiting, linkedHeld, linkedWaiting)
+		return fmt.Errorf("%d holding and %d waiting handles, but locks list %d and %d", held, waiting, linkedHeld, linkedWaiting)
 	}
 	heap.Init(&s.delays)
 
-	// Ephemeral ownership.
+	return nil
+}
+
+// restoreOwners gives each live session its ephemeral nodes.
+func (s *State) restoreOwners(byPath map[string]*node) error {
 	for _, n := range byPath {
 		if n.owner == 0 {
 			continue
 		}
 		if n.owner < 0 || n.owner >= s.nextSession {
-			return nil, fmt.Errorf("%s: ephemeral owner %d out of range", n.path, n.owner)
+			return fmt.Errorf("%s: ephemeral owner %d out of range", n.path, n.owner)
 		}
 		if sess := s.sessions[n.owner]; sess != nil {
 			sess.ephemerals[n] = struct{}{}
 		}
 	}
 
-	if err := s.checkInvariants(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil
 }
 
 // enqueueRestored appends h to the wait queue of lk, for Restore.
