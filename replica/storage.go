@@ -460,39 +460,8 @@ func (s *Storage) Bounds() (first, last uint64) {
 	return s.first, s.last
 }
 
-// Append writes entries at indexes last+1, last+2, ... and fsyncs once.
-// It returns when all of them are durable.
-func (s *Storage) Append(entries [][]byte) error {
-	if len(entries) == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	next := s.last + 1
-	s.mu.Unlock()
-	wb := s.db.NewWriteBatch()
-	defer wb.Cancel()
-	for i, e := range entries {
-		if len(e) > MaxEntryBytes {
-			return fmt.Errorf("append: entry of %d bytes over the %d limit", len(e), MaxEntryBytes)
-		}
-		if err := wb.Set(logKey(next+uint64(i)), e); err != nil {
-			return fmt.Errorf("append: %w", err)
-		}
-	}
-	if err := wb.Flush(); err != nil {
-		return fmt.Errorf("append: flush: %w", err)
-	}
-	if err := s.db.Sync(); err != nil {
-		return fmt.Errorf("append: sync: %w", err)
-	}
-	s.mu.Lock()
-	s.last = next + uint64(len(entries)) - 1
-	s.mu.Unlock()
-	return nil
-}
-
 // TruncateFrom deletes the log entries with index >= from, durably, so
-// that the next Append writes at from. The replicated log uses it when a
+// that the next entry written is at from. The replicated log uses it when a
 // replica's unverified suffix differs from the primary's log. Entries the
 // snapshot covers cannot be truncated (from must be after the snapshot);
 // from past the last entry changes nothing.
