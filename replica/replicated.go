@@ -499,3 +499,13 @@ func (r *Replicated) publish() {
 	}
 	r.mu.Unlock()
 }
+
+// proposal is one Propose call waiting for the loop; its outcome comes
+// back on reply.
+type proposal struct {
+	entry []byte
+	reply chan ProposalResult
+}
+
+// Answer implements Reply.
+func (p *proposal) Answer(res ProposalResult) { p.reply <- res }

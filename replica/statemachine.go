@@ -26,13 +26,3 @@ var (
 	// ErrStopped: the log is closed or failed; nothing more is accepted.
 	ErrStopped = errors.New("replica: log stopped")
 )
-
-// proposal is one Propose call waiting for the loop; its outcome comes
-// back on reply.
-type proposal struct {
-	entry []byte
-	reply chan ProposalResult
-}
-
-// Answer implements Reply.
-func (p *proposal) Answer(res ProposalResult) { p.reply <- res }
