@@ -85,13 +85,20 @@ var (
 // ErrCorrupt reports stored data that fails its checks.
 var ErrCorrupt = errors.New("replica storage: corrupt data")
 
+// DefaultStorageOptions returns the defaults OpenStorage gives the fields
+// left at zero: on disk, MemTableSize 16 MiB, Logger slog.Default().
+func DefaultStorageOptions() StorageOptions {
+	return StorageOptions{MemTableSize: 16 << 20, Logger: slog.Default()}
+}
+
 // OpenStorage opens (creating if needed) the storage in dir.
 func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
+	def := DefaultStorageOptions()
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 16 << 20
+		o.MemTableSize = def.MemTableSize
 	}
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = def.Logger
 	}
 	opts := badger.DefaultOptions(dir).
 		WithInMemory(o.InMemory).
