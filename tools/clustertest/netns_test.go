@@ -381,11 +381,21 @@ func (tr *nsTrial) settle(extraPaths ...string) {
 		tr.c1.wait(30*time.Second, func(e agentEvent) bool { return e.Ev == "released" || e.Ev == "release-error" })
 	}
 	deadline := time.Now().Add(20 * time.Second)
+	var asked int64 // when the last Acquire was asked: events of calls from then on
 	for {
-		e, ok := tr.c2.cur().wait(time.Until(deadline), acquireDone)
+		e, ok := tr.c2.cur().wait(time.Until(deadline), func(e agentEvent) bool { return acquireDone(e) && e.Call >= asked })
 		if ok && e.Ev == "acquire-error" && e.Code == "SESSION_EXPIRED" && len(tr.c2.agents) < 3 {
 			tr.replace(tr.c2, "C2's Acquire failed: session expired")
+			asked = 0
 			tr.c2.cur().send("acquire /lock 20000 %d", lockDelayMs())
+			continue
+		}
+		if ok && e.Ev == "acquire-error" && slices.Contains([]string{"TIMED_OUT", "UNAVAILABLE", "NOT_MASTER"}, e.Code) && time.Until(deadline) > time.Second {
+			// A failover withdraws the Acquires left waiting; a client
+			// asks again, as this one does.
+			t.Logf("C2's Acquire ended with %s (%s); asking again", e.Code, e.Err)
+			asked = now()
+			tr.c2.cur().send("acquire /lock %d %d", time.Until(deadline).Milliseconds(), lockDelayMs())
 			continue
 		}
 		if !ok || e.Ev != "acquired" {
