@@ -25,7 +25,9 @@ import (
 // the next snapshot is encoded on the loop once, from which the shadow is
 // rebuilt.
 type shadow struct {
-	limits fs.Limits
+	limits   fs.Limits
+	maxQueue int // shadowMaxQueue; tests lower it
+	maxBytes int // shadowMaxQueueBytes
 
 	mu     sync.Mutex
 	wake   *sync.Cond
@@ -58,7 +60,7 @@ const (
 var errShadowDropped = errors.New("cell: the snapshot copy of the state fell behind and was dropped")
 
 func newShadow(l fs.Limits) *shadow {
-	sh := &shadow{limits: l, done: make(chan struct{})}
+	sh := &shadow{limits: l, maxQueue: shadowMaxQueue, maxBytes: shadowMaxQueueBytes, done: make(chan struct{})}
 	sh.wake = sync.NewCond(&sh.mu)
 	go sh.run(fs.New(l))
 	return sh
@@ -68,28 +70,17 @@ func newShadow(l fs.Limits) *shadow {
 func (sh *shadow) apply(entry []byte) { sh.push(shadowItem{entry: entry}, len(entry)) }
 
 // restore queues a state replacement (the loop restored b).
-func (sh *shadow) restore(b []byte) {
-	sh.mu.Lock()
-	if sh.broken {
-		sh.broken = false // rebuilt from here on
-	}
-	sh.mu.Unlock()
-	sh.push(shadowItem{restore: b}, 0)
-}
+func (sh *shadow) restore(b []byte) { sh.push(shadowItem{restore: b}, 0) }
 
 // snapshot queues an encoding of the state after the entries queued so
 // far and returns a function that waits for it. ok is false when the
 // shadow is dropped: the caller encodes on its own and restores the shadow
 // from that.
 func (sh *shadow) snapshot() (wait func() ([]byte, error), ok bool) {
-	sh.mu.Lock()
-	broken := sh.broken
-	sh.mu.Unlock()
-	if broken {
+	ch := make(chan snapResult, 1)
+	if !sh.push(shadowItem{snap: ch}, 0) {
 		return nil, false
 	}
-	ch := make(chan snapResult, 1)
-	sh.push(shadowItem{snap: ch}, 0)
 	return func() ([]byte, error) {
 		select {
 		case r := <-ch:
@@ -100,19 +91,26 @@ func (sh *shadow) snapshot() (wait func() ([]byte, error), ok bool) {
 	}, true
 }
 
-func (sh *shadow) push(it shadowItem, n int) {
+// push queues it and reports whether it did: not when the shadow is
+// closed, dropped (a restore excepted: the shadow is rebuilt from it), or
+// its queue is full (then it is dropped).
+func (sh *shadow) push(it shadowItem, n int) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed || (sh.broken && it.restore == nil) {
-		return
+		return false
 	}
-	if len(sh.queue) >= shadowMaxQueue || sh.bytes+n > shadowMaxQueueBytes {
+	if len(sh.queue) >= sh.maxQueue || sh.bytes+n > sh.maxBytes {
 		sh.dropLocked()
-		return
+		return false
+	}
+	if it.restore != nil {
+		sh.broken = false
 	}
 	sh.queue = append(sh.queue, it)
 	sh.bytes += n
 	sh.wake.Signal()
+	return true
 }
 
 // dropLocked gives the shadow up until the next restore.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -74,5 +75,34 @@ func TestShadowDroppedAndRebuilt(t *testing.T) {
 	want = stateBytes(m)
 	if got, err = m.Snapshot()(); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("snapshot of the rebuilt shadow: %v, equal %v", err, bytes.Equal(got, want))
+	}
+}
+
+// A snapshot asked for when the shadow's queue is full is not left
+// waiting for an encoding that will never come: it is encoded from the
+// served state, and the shadow rebuilt.
+func TestShadowFullQueueSnapshot(t *testing.T) {
+	m := newMachine(fs.DefaultLimits(), 10)
+	defer m.close()
+	m.Apply(1, fs.EncodeCommand(&fsm.Command{TimeMs: 1_700_000_000_000, Op: &fsm.Op{CreateSession: &chubby.CreateSessionRequest{ClientName: "t"}}}))
+	m.sh.mu.Lock()
+	m.sh.maxQueue = 0 // as if the shadow were that far behind
+	m.sh.mu.Unlock()
+	want := stateBytes(m)
+	done := make(chan []byte, 1)
+	go func() {
+		b, err := m.Snapshot()()
+		if err != nil {
+			t.Error(err)
+		}
+		done <- b
+	}()
+	select {
+	case got := <-done:
+		if !bytes.Equal(got, want) {
+			t.Fatal("the snapshot differs from the state")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a snapshot asked for with the shadow's queue full never came")
 	}
 }
