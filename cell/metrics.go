@@ -9,6 +9,7 @@ import (
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/chubbygo/chubby/replica"
 )
 
 // metrics are the cell's Prometheus metrics (the rpc layer adds per-method
@@ -86,6 +87,21 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Name: "chubby_replica_loop_longest_input_seconds",
 		Help: "The longest time the replica's loop spent on one input since the process started.",
 	}, func() float64 { return time.Duration(m.maxPause.Load()).Seconds() })
+	xfer := func(f func(replica.TransferStats) uint64) func() float64 {
+		return func() float64 { return float64(f(s.log.TransferStats())) }
+	}
+	chunksSent := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chubby_snapshot_chunks_sent_total",
+		Help: "Snapshot chunks sent to replicas catching up, resends included.",
+	}, xfer(func(x replica.TransferStats) uint64 { return x.ChunksSent }))
+	chunksStored := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chubby_snapshot_chunks_stored_total",
+		Help: "Snapshot chunks received from another replica and stored.",
+	}, xfer(func(x replica.TransferStats) uint64 { return x.ChunksStored }))
+	chunkResends := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chubby_snapshot_transfer_resends_total",
+		Help: "Times a snapshot transfer went back to the last chunk acknowledged after its receiver fell silent.",
+	}, xfer(func(x replica.TransferStats) uint64 { return x.ChunkResends }))
 	applied := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chubby_applied_index",
 		Help: "Index of the last log entry applied.",
@@ -117,7 +133,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		return 0
 	})
 	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.loopPause, m.parkedAcq, m.eventsSent, m.invalidationWait,
-		m.leaseRefusals, cached, sessions, parkedKA, applied, longest, queued, diskFailed, master} {
+		m.leaseRefusals, cached, sessions, parkedKA, applied, longest, chunksSent, chunksStored, chunkResends, queued, diskFailed, master} {
 		reg.MustRegister(c)
 	}
 	return m

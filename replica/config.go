@@ -8,14 +8,18 @@ import (
 )
 
 // DefaultDriverConfig returns the defaults of DriverConfig: SnapshotEvery
-// 50,000 entries, SnapshotRetry 1 s, Logger slog.Default(). ID and the
+// 50,000 entries, SnapshotRetry 1 s, Logger slog.Default(), SnapshotWindow
+// 8 chunks, SnapshotResend 500 ms, SnapshotAbandon 30 s. ID and the
 // callbacks have none. NewDriver gives each zero field its value here
-// (SnapshotRetry also when negative).
+// (the durations and the window also when negative).
 func DefaultDriverConfig() DriverConfig {
 	return DriverConfig{
-		SnapshotEvery: 50000,
-		SnapshotRetry: int64(snapshotRetry),
-		Logger:        slog.Default(),
+		SnapshotEvery:   50000,
+		SnapshotRetry:   int64(snapshotRetry),
+		Logger:          slog.Default(),
+		SnapshotWindow:  8,
+		SnapshotResend:  int64(500 * time.Millisecond),
+		SnapshotAbandon: int64(30 * time.Second),
 	}
 }
 

@@ -215,13 +215,13 @@ func NewDriver(core vr.Config, p vr.Persisted, app []byte, sm StateMachine, disk
 		cfg.Logger = def.Logger
 	}
 	if cfg.SnapshotWindow <= 0 {
-		cfg.SnapshotWindow = defaultSnapshotWindow
+		cfg.SnapshotWindow = def.SnapshotWindow
 	}
 	if cfg.SnapshotResend <= 0 {
-		cfg.SnapshotResend = defaultSnapshotResend
+		cfg.SnapshotResend = def.SnapshotResend
 	}
 	if cfg.SnapshotAbandon <= 0 {
-		cfg.SnapshotAbandon = defaultSnapshotAbandon
+		cfg.SnapshotAbandon = def.SnapshotAbandon
 	}
 	info, staged, err := disk.Staged()
 	if err != nil {
@@ -397,6 +397,7 @@ func (d *Driver) persisted(w *Write) {
 
 // SnapshotSaved reports the outcome of Disk.SaveSnapshot.
 func (d *Driver) SnapshotSaved(res SnapshotResult) {
+	defer d.timed(d.clock())
 	d.snapSaving = false
 	if d.err != nil {
 		return

@@ -99,6 +99,7 @@ type Replicated struct {
 	readUntil atomic.Int64 // driver-clock ns; reads are allowed before it
 	mu        sync.Mutex
 	info      vr.Info
+	xfer      TransferStats // as of the loop's last iteration
 	err       error
 	changed   chan struct{} // closed when View, Status or IsPrimary next change
 	renewed   chan struct{} // closed when readUntil next moves forward
@@ -305,6 +306,14 @@ func (r *Replicated) Err() error {
 // Applied returns the index of the last entry applied.
 func (r *Replicated) Applied() uint64 { return r.applied.Load() }
 
+// TransferStats returns the snapshot transfer counters as of the loop's
+// last iteration.
+func (r *Replicated) TransferStats() TransferStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.xfer
+}
+
 // Info returns the protocol state as of the loop's last iteration.
 func (r *Replicated) Info() vr.Info {
 	r.mu.Lock()
@@ -489,6 +498,7 @@ func (r *Replicated) publish() {
 	r.mu.Lock()
 	prev := r.info
 	r.info = info
+	r.xfer = r.d.TransferStats()
 	if r.changed != nil && (prev.View != info.View || prev.Status != info.Status || prev.IsPrimary != info.IsPrimary) {
 		close(r.changed)
 		r.changed = nil

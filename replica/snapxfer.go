@@ -37,15 +37,9 @@ import (
 	"github.com/chubbygo/chubby/replica/vr"
 )
 
-// Snapshot transfer defaults (DriverConfig).
-const (
-	defaultSnapshotWindow  = 8
-	defaultSnapshotResend  = int64(500e6) // 500 ms
-	defaultSnapshotAbandon = int64(30e9)  // 30 s
-	// MaxSnapshotChunkBytes bounds one chunk a replica accepts; Storage
-	// stores snapshots in chunks of SnapshotChunkBytes.
-	MaxSnapshotChunkBytes = 1 << 20
-)
+// MaxSnapshotChunkBytes bounds one chunk a replica accepts; Storage stores
+// snapshots in chunks of SnapshotChunkBytes.
+const MaxSnapshotChunkBytes = 1 << 20
 
 // ChunkInfo describes a stored snapshot as its disk holds it: Chunks
 // pieces, Length bytes in all, with CRC-32C Sum. Two replicas' snapshots
@@ -136,7 +130,7 @@ func (d *Driver) pump(o *outgoing) {
 // onChunkOK takes a receiver's acknowledgement.
 func (d *Driver) onChunkOK(m *vr.Message) {
 	o := d.out[m.From]
-	if o == nil || m.Snapshot == nil || m.Chunk == nil || m.Snapshot.Index != o.info.Index || m.Chunk.N > o.info.Chunks {
+	if o == nil || m.Snapshot.Index != o.info.Index || m.Chunk.N > o.info.Chunks { // validChunk checked the rest
 		return
 	}
 	n := m.Chunk.N
