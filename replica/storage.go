@@ -534,11 +534,7 @@ func (s *Storage) Entries(from, to uint64) ([][]byte, error) {
 // index, then drops the log entries it covers and the older snapshot. The
 // new snapshot is durable before anything old is removed.
 func (s *Storage) SaveSnapshot(index uint64, data []byte) error {
-	_, last := s.Bounds()
-	if index > last {
-		return fmt.Errorf("snapshot at %d beyond the log end %d", index, last)
-	}
-	return s.saveSnapshot(index, data, false)
+	return s.storeSnapshot(index, [][]byte{data}, false)
 }
 
 // InstallSnapshot stores data, a snapshot received from another replica,
@@ -550,10 +546,22 @@ func (s *Storage) SaveSnapshot(index uint64, data []byte) error {
 // index). A crash leaves either the old snapshot with a prefix of the old
 // log, or the new snapshot with no log.
 func (s *Storage) InstallSnapshot(index uint64, data []byte) error {
-	if first, _ := s.Bounds(); index+1 < first {
+	return s.storeSnapshot(index, [][]byte{data}, true)
+}
+
+// storeSnapshot is SaveSnapshot (replaceLog false) and InstallSnapshot
+// (true) of the concatenation of parts, which it does not make: a
+// snapshot is the protocol's envelope and the application's bytes, and
+// joining hundreds of megabytes doubled the memory a save takes.
+func (s *Storage) storeSnapshot(index uint64, parts [][]byte, replaceLog bool) error {
+	first, last := s.Bounds()
+	switch {
+	case !replaceLog && index > last:
+		return fmt.Errorf("snapshot at %d beyond the log end %d", index, last)
+	case replaceLog && index+1 < first:
 		return fmt.Errorf("install snapshot at %d: older than the current one at %d", index, first-1)
 	}
-	return s.saveSnapshot(index, data, true)
+	return s.saveSnapshotParts(index, parts, replaceLog)
 }
 
 // snapRecord is a snapshot's metadata record: where its chunks are (under
@@ -571,14 +579,6 @@ func (r snapRecord) key(c uint32) []byte {
 	return snapKey(r.Index, c)
 }
 
-func (s *Storage) saveSnapshot(index uint64, data []byte, replaceLog bool) error {
-	return s.saveSnapshotParts(index, [][]byte{data}, replaceLog)
-}
-
-// saveSnapshotParts stores the concatenation of parts without making it:
-// a snapshot is the protocol's envelope and the application's bytes, and
-// copying hundreds of megabytes to join them doubled the memory a save
-// takes.
 func (s *Storage) saveSnapshotParts(index uint64, parts [][]byte, replaceLog bool) error {
 	total := 0
 	for _, p := range parts {

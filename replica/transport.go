@@ -145,13 +145,7 @@ func (t *PeerTransport) Send(msgs []vr.Message) {
 // reply puts ms in the reply slot of peer to, if a Deliver from it is being
 // processed and the answer has room; it reports whether it did.
 func (t *PeerTransport) reply(to uint64, ms []vr.Message) bool {
-	n := 0
-	for i := range ms {
-		if ms[i].Type == vr.MsgSnapshot {
-			return false
-		}
-		n += msgBytes(&ms[i])
-	}
+	n := batchBytes(ms)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	slot := t.waiting[to]

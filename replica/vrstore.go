@@ -58,12 +58,6 @@ func decodeHardState(b []byte) (vr.HardState, error) {
 	}, nil
 }
 
-// encodeSnapshot puts the protocol metadata in front of the application's
-// snapshot bytes.
-func encodeSnapshot(meta vr.SnapshotMeta, app []byte) []byte {
-	return append(snapshotEnvelope(meta), app...)
-}
-
 // snapshotEnvelope is what a stored snapshot holds before the
 // application's bytes.
 func snapshotEnvelope(meta vr.SnapshotMeta) []byte {
@@ -189,19 +183,13 @@ func (s *Storage) persistReady(truncFrom uint64, entries []vr.Entry, hs *vr.Hard
 // crash in between never leaves a shortened log under an old snapshot
 // (which a replica that claims its last-normal view must never have).
 func (s *Storage) installSnapshot(meta vr.SnapshotMeta, app []byte) error {
-	if first, _ := s.Bounds(); meta.Index+1 < first {
-		return fmt.Errorf("install snapshot at %d: older than the current one at %d", meta.Index, first-1)
-	}
-	return s.saveSnapshotParts(meta.Index, [][]byte{snapshotEnvelope(meta), app}, true)
+	return s.storeSnapshot(meta.Index, [][]byte{snapshotEnvelope(meta), app}, true)
 }
 
 // saveVRSnapshot stores the application's snapshot at meta.Index (which is
 // in the log) and truncates the log up to it.
 func (s *Storage) saveVRSnapshot(meta vr.SnapshotMeta, app []byte) error {
-	if _, last := s.Bounds(); meta.Index > last {
-		return fmt.Errorf("snapshot at %d beyond the log end %d", meta.Index, last)
-	}
-	return s.saveSnapshotParts(meta.Index, [][]byte{snapshotEnvelope(meta), app}, false)
+	return s.storeSnapshot(meta.Index, [][]byte{snapshotEnvelope(meta), app}, false)
 }
 
 // loadVRSnapshot returns the application bytes of the stored snapshot if

@@ -1,6 +1,10 @@
 package replica
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/chubbygo/chubby/replica/vr"
+)
 
 // Append writes raw entries at indexes last+1, last+2, ... and fsyncs once:
 // the tests' way to fill a log (the replica writes through persistReady).
@@ -31,4 +35,10 @@ func (s *Storage) Append(entries [][]byte) error {
 	s.last = next + uint64(len(entries)) - 1
 	s.mu.Unlock()
 	return nil
+}
+
+// encodeSnapshot puts the protocol metadata in front of the application's
+// snapshot bytes.
+func encodeSnapshot(meta vr.SnapshotMeta, app []byte) []byte {
+	return append(snapshotEnvelope(meta), app...)
 }
