@@ -3,20 +3,14 @@ package clustertest
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,81 +24,17 @@ import (
 // catches up by a snapshot of that size, shipped in chunks. It reports
 // the catch-up time and the peak memory (VmHWM) of the backup and of the
 // primary that sent it. Behind the variable: it writes that much.
-// CHUBBY_BIG_SNAPSHOT_LOGS names a directory to keep the replicas' logs in,
-// CHUBBY_BIG_SNAPSHOT_LOG_LEVEL their level (default info).
 func TestBigSnapshotCatchUp(t *testing.T) {
 	mib, _ := strconv.Atoi(os.Getenv("CHUBBY_BIG_SNAPSHOT_MIB"))
 	if mib <= 0 {
 		t.Skip("set CHUBBY_BIG_SNAPSHOT_MIB=600 to ship a 600 MiB snapshot")
 	}
-	bin := buildChubbyd(t)
-	ports := freePorts(t, 9)
-	var spec []string
-	for i := range 3 {
-		spec = append(spec, fmt.Sprintf("%d=%s/%s", i+1, ports[i], ports[3+i]))
-	}
-	peers := strings.Join(spec, ",")
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	procs := make([]*exec.Cmd, 3)
-	logs := make([]*lockedBuffer, 3)
-	spawn := make(chan *exec.Cmd)
-	started := make(chan error)
-	go func() { // Pdeathsig follows the thread that started the child
-		runtime.LockOSThread()
-		for cmd := range spawn {
-			started <- cmd.Start()
-		}
-	}()
-	level := cmp.Or(os.Getenv("CHUBBY_BIG_SNAPSHOT_LOG_LEVEL"), "info")
-	start := func(i int) {
-		cmd := exec.Command(bin, "serve", "--id", strconv.Itoa(i+1), "--peers", peers, "--data", dirs[i],
-			"--http", ports[6+i], "--lease", "5m", "--snapshot-every", "200", "--log-level", level)
-		if logs[i] == nil {
-			logs[i] = &lockedBuffer{}
-		}
-		var out io.Writer = logs[i]
-		if dir := os.Getenv("CHUBBY_BIG_SNAPSHOT_LOGS"); dir != "" {
-			f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("r%d.log", i+1)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.Close() })
-			out = io.MultiWriter(logs[i], f)
-		}
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		spawn <- cmd
-		if err := <-started; err != nil {
-			t.Fatal(err)
-		}
-		procs[i] = cmd
-	}
-	kill := func(i int) {
-		if procs[i] != nil {
-			procs[i].Process.Signal(syscall.SIGKILL)
-			procs[i].Wait()
-			procs[i] = nil
-		}
-	}
-	t.Cleanup(func() {
-		for i := range procs {
-			kill(i)
-		}
-		close(spawn)
-		if t.Failed() {
-			for i, l := range logs {
-				t.Logf("replica %d log (tail):\n%s", i+1, tail(l.String(), 3000))
-			}
-		}
-	})
-	for i := range 3 {
-		start(i)
-	}
-	c := newConn(t, ports[:3])
+	pc := startProcCellWith(t, 3, procOptions{HTTP: true, Args: []string{"--lease", "5m", "--snapshot-every", "200"}})
+	c := newConn(t, pc.clients)
 	sess := mustDo(t, c, func(ctx context.Context, o callopt.Option) (*chubby.CreateSessionResponse, error) {
 		return c.cli.CreateSession(ctx, &chubby.CreateSessionRequest{ClientName: "big"}, o)
 	}).Session
-	kill(2)
+	pc.kill(2)
 
 	files := mib * 4 // 256 KiB each
 	content := bytes.Repeat([]byte("0123456789abcdef"), 256<<10/16)
@@ -137,9 +67,9 @@ func TestBigSnapshotCatchUp(t *testing.T) {
 	primary := -1
 	var target float64
 	for i := range 2 {
-		if v, err := metric(ports[6+i], "chubby_is_master"); err == nil && v == 1 {
+		if v, err := metric(pc.https[i], "chubby_is_master"); err == nil && v == 1 {
 			primary = i
-			target, _ = metric(ports[6+i], "chubby_applied_index")
+			target, _ = metric(pc.https[i], "chubby_applied_index")
 		}
 	}
 	if primary < 0 {
@@ -149,9 +79,9 @@ func TestBigSnapshotCatchUp(t *testing.T) {
 	time.Sleep(3 * time.Second)
 
 	t1 := time.Now()
-	start(2)
+	pc.start(2)
 	for {
-		v, err := metric(ports[8], "chubby_applied_index")
+		v, err := metric(pc.https[2], "chubby_applied_index")
 		if err == nil && v >= target {
 			break
 		}
@@ -161,13 +91,18 @@ func TestBigSnapshotCatchUp(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	catchUp := time.Since(t1)
-	if !strings.Contains(logs[2].String(), "snapshot received") {
-		t.Fatalf("replica 3 caught up without a snapshot:\n%s", tail(logs[2].String(), 3000))
+	b, err := os.ReadFile(pc.logs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	log3 := string(b)
+	if !strings.Contains(log3, "snapshot received") {
+		t.Fatalf("replica 3 caught up without a snapshot:\n%s", tail(log3, 3000))
 	}
 	t.Logf("replica 3 caught up (applied index %v) in %v by snapshot; peak memory: backup %d MiB, primary %d MiB",
-		target, catchUp.Round(time.Millisecond), vmHWM(t, procs[2].Process.Pid)>>10, vmHWM(t, procs[primary].Process.Pid)>>10)
-	for _, l := range strings.Split(logs[2].String(), "\n") {
-		if strings.Contains(l, "snapshot received") || strings.Contains(l, "installing a snapshot") {
+		target, catchUp.Round(time.Millisecond), vmHWM(t, pc.pid(2))>>10, vmHWM(t, pc.pid(primary))>>10)
+	for _, l := range strings.Split(log3, "\n") {
+		if strings.Contains(l, "snapshot received") || strings.Contains(l, "installing a snapshot") || strings.Contains(l, "stalled") {
 			t.Log(l)
 		}
 	}

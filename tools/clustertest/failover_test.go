@@ -275,13 +275,16 @@ func (v *recorderView) WithAttrs(as []slog.Attr) slog.Handler {
 }
 func (v *recorderView) WithGroup(string) slog.Handler { return v }
 
-// procCell is a cell of chubbyd processes with the default timers, started
-// in their own process groups and killed with the test (Pdeathsig).
+// procCell is a cell of chubbyd processes with the default timers (and
+// procOptions' flags), started in their own process groups and killed with
+// the test (Pdeathsig). Each logs to a file of its own.
 type procCell struct {
 	t       *testing.T
 	bin     string
+	opts    procOptions
 	peers   string
 	clients []string
+	https   []string // each replica's --http, when opts.HTTP
 	dirs    []string
 	logs    []string
 	raw     combineservice.Client
@@ -296,7 +299,16 @@ type spawnReq struct {
 	reply chan error
 }
 
-func startProcCell(t *testing.T, n int) *procCell {
+// procOptions adds to a procCell's replicas: an HTTP port each (/metrics,
+// /status) and more serve flags.
+type procOptions struct {
+	HTTP bool
+	Args []string
+}
+
+func startProcCell(t *testing.T, n int) *procCell { return startProcCellWith(t, n, procOptions{}) }
+
+func startProcCellWith(t *testing.T, n int, opts procOptions) *procCell {
 	bin := os.Getenv("CHUBBY_FAILOVER_CHUBBYD") // a prebuilt chubbyd, to compare server builds
 	if bin == "" {
 		bin = filepath.Join(t.TempDir(), "chubbyd")
@@ -304,11 +316,14 @@ func startProcCell(t *testing.T, n int) *procCell {
 			t.Fatalf("go build chubbyd: %v\n%s", err, out)
 		}
 	}
-	ports := freePorts(t, 2*n)
-	pc := &procCell{t: t, bin: bin, procs: make([]*exec.Cmd, n), spawn: make(chan spawnReq)}
+	ports := freePorts(t, 3*n)
+	pc := &procCell{t: t, bin: bin, opts: opts, procs: make([]*exec.Cmd, n), spawn: make(chan spawnReq)}
 	var spec []string
 	for i := range n {
 		pc.clients = append(pc.clients, ports[i])
+		if opts.HTTP {
+			pc.https = append(pc.https, ports[2*n+i])
+		}
 		spec = append(spec, fmt.Sprintf("%d=%s/%s", i+1, ports[i], ports[n+i]))
 		pc.dirs = append(pc.dirs, t.TempDir())
 		pc.logs = append(pc.logs, filepath.Join(t.TempDir(), "chubbyd.log"))
@@ -352,8 +367,13 @@ func (pc *procCell) start(i int) {
 		pc.t.Fatal(err)
 	}
 	defer f.Close()
-	cmd := exec.Command(pc.bin, "serve", "--id", strconv.Itoa(i+1), "--peers", pc.peers, "--data", pc.dirs[i],
-		"--http", "", "--log-level", "info")
+	http := ""
+	if pc.opts.HTTP {
+		http = pc.https[i]
+	}
+	args := append([]string{"serve", "--id", strconv.Itoa(i + 1), "--peers", pc.peers, "--data", pc.dirs[i],
+		"--http", http, "--log-level", "info"}, pc.opts.Args...)
+	cmd := exec.Command(pc.bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	reply := make(chan error, 1)
@@ -364,6 +384,16 @@ func (pc *procCell) start(i int) {
 	pc.mu.Lock()
 	pc.procs[i] = cmd
 	pc.mu.Unlock()
+}
+
+// pid is replica i's process id (0 when it is not running).
+func (pc *procCell) pid(i int) int {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.procs[i] == nil {
+		return 0
+	}
+	return pc.procs[i].Process.Pid
 }
 
 // kill sends SIGKILL to replica i's process group (only what we started)
