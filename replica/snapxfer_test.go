@@ -94,3 +94,63 @@ func TestLimitsAreConsistent(t *testing.T) {
 		}
 	}
 }
+
+// Chunk messages a peer may send wrongly are dropped by the driver and
+// change nothing: nothing is staged and no acknowledgement claims progress.
+func TestHostileChunksChangeNothing(t *testing.T) {
+	members := vr.Members{{ID: 1, ClientAddr: "r1"}, {ID: 2, ClientAddr: "r2"}, {ID: 3, ClientAddr: "r3"}}
+	meta := &vr.SnapshotMeta{Index: 50, View: 0, Members: members}
+	good := vr.SnapshotChunk{N: 0, Chunks: 2, Length: 10, Sum: 1}
+	chunk := func(f func(m *vr.Message)) vr.Message {
+		c := good
+		s := *meta
+		m := vr.Message{Type: vr.MsgSnapshotChunk, From: 1, To: 3, Snapshot: &s, Chunk: &c, SnapshotData: []byte("01234")}
+		f(&m)
+		return m
+	}
+	cases := []struct {
+		name string
+		m    vr.Message
+	}{
+		{"no metadata", chunk(func(m *vr.Message) { m.Snapshot = nil })},
+		{"no chunk fields", chunk(func(m *vr.Message) { m.Chunk = nil })},
+		{"addressed elsewhere", chunk(func(m *vr.Message) { m.To = 2 })},
+		{"from itself", chunk(func(m *vr.Message) { m.From = 3 })},
+		{"index 0", chunk(func(m *vr.Message) { m.Snapshot.Index = 0 })},
+		{"snapshot view after the message's", chunk(func(m *vr.Message) { m.Snapshot.View = 5 })},
+		{"bad configuration", chunk(func(m *vr.Message) { m.Snapshot.Members = nil })},
+		{"no chunks", chunk(func(m *vr.Message) { m.Chunk.Chunks = 0 })},
+		{"chunk past the end", chunk(func(m *vr.Message) { m.Chunk.N = 2 })},
+		{"more chunks than bytes", chunk(func(m *vr.Message) { m.Chunk.Chunks = 20 })},
+		{"length over the bound", chunk(func(m *vr.Message) { m.Chunk.Length = MaxSnapshotBytes + 1 })},
+		{"length beyond what the chunks can hold", chunk(func(m *vr.Message) { m.Chunk.Length = 3 * MaxSnapshotChunkBytes })},
+		{"chunk over the size bound", chunk(func(m *vr.Message) { m.SnapshotData = make([]byte, MaxSnapshotChunkBytes+1) })},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if validChunk(&c.m, 3) {
+				t.Fatal("accepted")
+			}
+			cl := newCluster(t, 3, nil)
+			cl.run(50 * time.Millisecond)
+			before := cl.nodes[3].n().Info()
+			cl.queue = nil
+			cl.nodes[3].d.Step([]vr.Message{c.m})
+			if _, n, _ := cl.nodes[3].disk.Staged(); n != 0 {
+				t.Fatalf("%d chunks staged", n)
+			}
+			for _, m := range cl.queue {
+				if m.Type == vr.MsgSnapshotChunkOK {
+					t.Fatalf("answered %v", m.String())
+				}
+			}
+			if after := cl.nodes[3].n().Info(); after.Commit != before.Commit || after.SnapshotIndex != before.SnapshotIndex {
+				t.Fatalf("state changed: %+v → %+v", before, after)
+			}
+		})
+	}
+	// The well-formed one is taken: staged and acknowledged.
+	if m := chunk(func(*vr.Message) {}); !validChunk(&m, 3) {
+		t.Fatal("a well-formed chunk is refused")
+	}
+}
