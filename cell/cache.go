@@ -76,11 +76,11 @@ func (t *cacheTracker) signalLocked() {
 }
 
 // ack records the sessions' acknowledged invalidation seqs (from a
-// KeepAlive).
-func (t *cacheTracker) ack(ids []chubby.SessionID, acks []int64) {
+// KeepAlive naming master epoch epoch; see master.Cache.Ack).
+func (t *cacheTracker) ack(epoch int64, ids []chubby.SessionID, acks []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.t.Ack(ids, acks) {
+	if t.t.Ack(epoch, ids, acks) {
 		t.signalLocked()
 	}
 }

@@ -89,10 +89,41 @@ type Config struct {
 	MaxCachedPerSession int
 	MaxCachedPerCell    int
 
+	// Discovery and self-assembly (membership.go, autopilot.go). Gossip is
+	// on when Join, GossipListen or BootstrapExpect is set: replicas find
+	// each other with memberlist, a new replica joins as a learner, and
+	// the master grows the cell to TargetSize and replaces dead voters.
+	//
+	// Join names the gossip addresses of any members. GossipListen is this
+	// replica's gossip address; default: the client listen host, port + 200.
+	Join         []string
+	GossipListen string
+	// BootstrapExpect, for a replica with nothing on disk: 1, it starts a
+	// new cell of itself and grows; N > 1, it waits until N replicas with
+	// nothing on disk find each other and they form the cell; 0, it waits
+	// to be added to an existing cell.
+	BootstrapExpect int
+	// TargetSize is how many voters the master grows the cell to: 1, 3 or
+	// 5. Default 5.
+	TargetSize int
+	// DeadAfter: a voter memberlist reports dead, with no replica traffic
+	// either, for this long is replaced by a healthy spare. Default 30 s.
+	DeadAfter time.Duration
+	// PromoteAfter: a learner caught up and in contact for this long is
+	// promoted to voter. Default 3 s.
+	PromoteAfter time.Duration
+
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: a private registry, served on HTTPListen
 	// Now is the clock. Default time.Now. Tests only.
 	Now func() time.Time
+
+	join bool // start with an empty log, to be added (New decides)
+}
+
+// gossip reports whether discovery is on.
+func (c *Config) gossip() bool {
+	return len(c.Join) > 0 || c.GossipListen != "" || c.BootstrapExpect > 0
 }
 
 // DefaultConfig returns the defaults: ID 1, Cell "local", Listen
@@ -117,6 +148,9 @@ func DefaultConfig() Config {
 	l := fs.DefaultLimits()
 	return Config{
 		ID:                  1,
+		TargetSize:          5,
+		DeadAfter:           30 * time.Second,
+		PromoteAfter:        3 * time.Second,
 		Replication:         vr.DefaultConfig(),
 		Cell:                "local",
 		Listen:              "127.0.0.1:7000",
@@ -146,6 +180,24 @@ func (c *Config) setDefaults() error {
 	d := DefaultConfig()
 	if c.ID == 0 {
 		c.ID = d.ID
+	}
+	if c.TargetSize == 0 {
+		c.TargetSize = d.TargetSize
+	}
+	if c.TargetSize != 1 && c.TargetSize != 3 && c.TargetSize != 5 {
+		return fmt.Errorf("target size %d: 1, 3 or 5", c.TargetSize)
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = d.DeadAfter
+	}
+	if c.PromoteAfter <= 0 {
+		c.PromoteAfter = d.PromoteAfter
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > vr.MaxMembers {
+		return fmt.Errorf("bootstrap-expect %d outside 0..%d", c.BootstrapExpect, vr.MaxMembers)
+	}
+	if c.gossip() && len(c.Peers) > 0 {
+		return errors.New("a cell is either discovered by gossip (join, bootstrap-expect) or given as a static peer list, not both")
 	}
 	if err := validatePeers(c.ID, c.Peers); err != nil {
 		return err

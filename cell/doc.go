@@ -68,9 +68,9 @@
 //     (KeepAliveItem.acked_invalidation) or its lease has ended, bounded by
 //     one lease plus 1 s. Only then is the command proposed; the paths
 //     become cachable when it has applied (after a command of unknown
-//     outcome, only after twice the commit timeout). Invalidation seqs of
-//     an epoch start above epoch<<32, so an ack meant for an older master
-//     counts for nothing. A new master knows no cachers: every recovered
+//     outcome, only after twice the commit timeout). An ack counts only
+//     from a KeepAlive that names this master's epoch (or none), so an ack
+//     meant for another master counts for nothing. A new master knows no cachers: every recovered
 //     caching session gets invalidate_all on its first KeepAlive, and every
 //     change waits until it has acknowledged or its lease has run out.
 //   - Failover and restart: every session in the recovered state gets the

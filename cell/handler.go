@@ -175,7 +175,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		acks = append(acks, it.GetAckedEvent())
 		invAcks = append(invAcks, it.GetAckedInvalidation())
 	}
-	h.s.cache.ack(ids, invAcks)
+	h.s.cache.ack(req.GetEpoch(), ids, invAcks)
 	c, wait, err := h.s.leases.register(ids, acks)
 	if err != nil {
 		if errors.Is(err, master.ErrNotServing) {
@@ -625,7 +625,8 @@ func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (
 		// others (or just resumed from a pause) must not send clients to
 		// itself.
 		if err := h.s.awaitLease(ctx); err == nil {
-			return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch.Load(), MasterId: strconv.FormatUint(h.s.cfg.ID, 10)}, nil
+			return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch.Load(), MasterId: strconv.FormatUint(h.s.cfg.ID, 10),
+				Replicas: h.s.replicaAddrs()}, nil
 		}
 		if h.s.serving.Load() {
 			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d has been the master but holds no master lease now; ask another replica", h.s.cfg.ID)
@@ -635,7 +636,8 @@ func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (
 	if nm == nil || !nm.Known {
 		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no master right now (a view change is under way); retry shortly")
 	}
-	return &chubby.GetMasterResponse{MasterAddress: nm.Addr, Epoch: master.Epoch(nm.View), MasterId: strconv.FormatUint(nm.Primary, 10)}, nil
+	return &chubby.GetMasterResponse{MasterAddress: nm.Addr, Epoch: master.Epoch(nm.View), MasterId: strconv.FormatUint(nm.Primary, 10),
+		Replicas: h.s.replicaAddrs()}, nil
 }
 
 // maxAddrBytes bounds an address a client sends (GetMaster's unreachable).
@@ -643,4 +645,18 @@ const maxAddrBytes = 512
 
 func (h *handler) GetStatus(ctx context.Context) (*chubby.CellStatus, error) {
 	return h.s.status(), nil
+}
+
+func (h *handler) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest) (*chubby.RemoveMemberResponse, error) {
+	if req == nil {
+		return nil, missing("request")
+	}
+	if len(req.Id) > 20 {
+		return nil, invalid("replica id of %d bytes", len(req.Id))
+	}
+	i, err := h.s.removeMember(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return &chubby.RemoveMemberResponse{Index: int64(i)}, nil
 }

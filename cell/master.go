@@ -253,9 +253,14 @@ func (s *Server) status() *chubby.CellStatus {
 		UptimeMs:    s.cfg.Now().Sub(s.started).Milliseconds(),
 		Version:     Version,
 	}
+	epoch, pending, target := int64(info.Epoch), int64(info.PendingConfig), int32(s.cfg.TargetSize)
+	st.ConfigEpoch, st.PendingConfig, st.TargetSize = &epoch, &pending, &target
+	st.Decisions = s.recentDecisions()
+	progress := s.progress()
 	for _, mb := range info.Members {
 		client := mb.ClientAddr
 		rs := &chubby.ReplicaStatus{Id: strconv.FormatUint(mb.ID, 10), Address: client, Role: chubby.ReplicaRole_REPLICA, CommittedOp: -1}
+		s.describeMember(rs, mb, info, progress)
 		if mb.ID == s.cfg.ID {
 			rs.CommittedOp = applied
 			if info.Status == vr.StatusRecovering {
@@ -272,6 +277,7 @@ func (s *Server) status() *chubby.CellStatus {
 		}
 		st.Replicas = append(st.Replicas, rs)
 	}
+	st.Replicas = append(st.Replicas, s.spares(info.Members)...)
 	return st
 }
 

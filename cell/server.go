@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/chubbygo/chubby/cell/discovery"
 	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -67,6 +68,16 @@ type Server struct {
 	serving  atomic.Bool
 	epoch    atomic.Int64
 
+	// members is the configuration in force (onConfig); decisions the
+	// recent membership decisions, newest last.
+	members atomic.Pointer[vr.Members]
+	disc    *discovery.Discovery // nil without gossip
+	dataID  string               // this data directory's identity
+	// peerAdvertise is where other replicas reach this one (gossip only).
+	peerAdvertise string
+	decMu         sync.Mutex
+	decisions     []string
+
 	// logReady is closed once s.log is set: the log may report a role
 	// change from its own goroutine before StartReplicated has returned.
 	logReady chan struct{}
@@ -83,6 +94,7 @@ type Server struct {
 // New opens the replica's storage, rebuilds the state from it, and prepares
 // the RPC servers. Call Serve to start answering.
 func New(cfg Config) (*Server, error) {
+	autoID := cfg.ID == 0 && cfg.gossip()
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("cell config: %w", err)
 	}
@@ -104,9 +116,18 @@ func New(cfg Config) (*Server, error) {
 	if err := s.listenClients(); err != nil {
 		return nil, err
 	}
-	members, peerAddrs := s.initialMembers()
 	if err := s.openState(); err != nil {
 		return nil, err
+	}
+	if err := s.loadIdentity(autoID); err != nil {
+		return nil, err
+	}
+	members, peerAddrs := s.initialMembers()
+	if cfg.gossip() {
+		var err error
+		if members, peerAddrs, err = s.startGossip(); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.startLog(members, peerAddrs); err != nil {
 		return nil, err
@@ -119,6 +140,55 @@ func New(cfg Config) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// startGossip starts discovery and returns how the log starts: the
+// configuration of a new cell, or none (Config.join: wait to be added),
+// and this replica's peer address.
+func (s *Server) startGossip() (vr.Members, map[uint64]string, error) {
+	cfg := &s.cfg
+	var err error
+	if cfg.PeerListen == "" {
+		if cfg.PeerListen, err = portPlus(s.ln.Addr().String(), 100); err != nil {
+			return nil, nil, err
+		}
+	}
+	if s.peerAdvertise, err = advertised(cfg.PeerListen, cfg.Advertise); err != nil {
+		return nil, nil, err
+	}
+	if cfg.GossipListen == "" {
+		if cfg.GossipListen, err = portPlus(s.ln.Addr().String(), 200); err != nil {
+			return nil, nil, err
+		}
+	}
+	empty, err := s.st.Empty()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.startDiscovery(empty); err != nil {
+		return nil, nil, err
+	}
+	members, join, err := s.plan(empty)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.join = join
+	return members, map[uint64]string{cfg.ID: s.peerAdvertise}, nil
+}
+
+// advertised is listen as others reach it: an unspecified host (":7100",
+// "0.0.0.0:7100") takes the host of the client address advertised.
+func advertised(listen, advertise string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if host, _, err = net.SplitHostPort(advertise); err != nil {
+			return "", err
+		}
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // listenClients opens the client RPC listener (or takes Config.Listener)
@@ -201,7 +271,7 @@ func (s *Server) openState() error {
 func (s *Server) startLog(members vr.Members, peerAddrs map[uint64]string) error {
 	cfg := &s.cfg
 	var err error
-	if len(cfg.Peers) > 1 {
+	if len(cfg.Peers) > 1 || cfg.gossip() {
 		if s.tr, err = replica.NewPeerTransport(cfg.Cell, cfg.ID, peerAddrs, cfg.Logger); err != nil {
 			return err
 		}
@@ -219,6 +289,8 @@ func (s *Server) startLog(members vr.Members, peerAddrs map[uint64]string) error
 		OnBatch:       s.metrics.observeBatch,
 		OnPause:       s.metrics.observePause,
 		OnRole:        s.roleChanged,
+		OnConfig:      s.onConfig,
+		Join:          cfg.join,
 	})
 	if err != nil {
 		return fmt.Errorf("start log: %w", err)
@@ -249,7 +321,7 @@ func (s *Server) startPeerServer(peerAddrs map[uint64]string) error {
 	}
 	s.peerSrv, err = replica.NewPeerServer(replica.PeerServerConfig{
 		Cell: cfg.Cell, Listener: pl, Logger: cfg.Logger, Deliver: s.log.Receive, Transport: s.tr,
-		Known: func(id uint64) bool { _, ok := peerAddrs[id]; return ok },
+		Known: s.knownPeer,
 	})
 	if err != nil {
 		pl.Close()
@@ -329,6 +401,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		}()
 	}
 	s.goBackground(s.trimLoop)
+	if s.disc != nil {
+		s.backgroundW.Add(1)
+		go s.runAutopilot()
+	}
 	s.cfg.Logger.Info("cell replica serving", "id", s.cfg.ID, "cell", s.cfg.Cell, "addr", s.Addr(),
 		"http", s.HTTPAddr(), "replicas", len(s.log.Info().Members), "lease", s.cfg.Lease)
 	var err error
@@ -389,12 +465,22 @@ func (s *Server) shutdown() {
 	}
 	s.tickMu.Unlock()
 	s.backgroundW.Wait()
+	if s.disc != nil {
+		// Seen Left rather than Dead: nobody replaces a replica that
+		// said it is going (it is expected back).
+		if err := s.disc.Leave(time.Second); err != nil {
+			s.cfg.Logger.Warn("discovery: leave", "err", err)
+		}
+	}
 	s.closeAll()
 	s.cfg.Logger.Info("cell replica stopped", "id", s.cfg.ID)
 }
 
 // closeAll releases what New acquired, in reverse order.
 func (s *Server) closeAll() {
+	if s.disc != nil {
+		s.disc.Shutdown()
+	}
 	if s.tr != nil {
 		s.tr.Close()
 	}

@@ -215,7 +215,14 @@ func (c *cache) apply(g *chubby.LeaseGrant) {
 			c.invalidations.Add(1)
 		}
 	}
-	c.acked = max(c.acked, g.GetInvalidationSeq())
+	if g.GetInvalidateAll() {
+		// A flush subsumes every invalidation before it, and a new
+		// master's first reply is one: its seqs may be below the old
+		// master's (they are kept apart by the epoch a KeepAlive names).
+		c.acked = g.GetInvalidationSeq()
+	} else {
+		c.acked = max(c.acked, g.GetInvalidationSeq())
+	}
 }
 
 // ackSeq is the acked_invalidation for the next KeepAlive.

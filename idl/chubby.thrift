@@ -432,6 +432,10 @@ struct GetMasterResponse {
     1: required string master_address
     2: required Epoch epoch
     3: required string master_id
+    // replicas: the client addresses of every member of the configuration
+    // in force (voters and learners), so that a client given one address
+    // learns the others and follows the cell as it changes.
+    4: optional list<string> replicas
 }
 
 enum ReplicaRole {
@@ -446,6 +450,18 @@ struct ReplicaStatus {
     2: required string address
     3: required ReplicaRole role
     4: required i64 committed_op
+    // membership: "voter", "learner" (in the configuration, votes in
+    // nothing), "spare" (discovered by gossip, not in the configuration).
+    5: optional string membership
+    // gossip_state: what memberlist says of it ("alive", "suspect",
+    // "dead", "left"; absent without gossip).
+    6: optional string gossip_state
+    // behind: entries the master has committed that it has not
+    // acknowledged; last_contact_ms: since the master last heard from it
+    // (-1: not in this master's view). Set by the master only.
+    7: optional i64 behind
+    8: optional i64 last_contact_ms
+    9: optional string peer_address
 }
 
 struct CellStatus {
@@ -461,6 +477,23 @@ struct CellStatus {
     10: required i64 committed_op
     11: required i64 uptime_ms
     12: required string version
+    // The configuration: its epoch (one per voter change), the log index
+    // of a voter change not yet committed (0: none), the size the master
+    // grows the cell to, and the master's recent membership decisions,
+    // newest last.
+    13: optional i64 config_epoch
+    14: optional i64 pending_config
+    15: optional i32 target_size
+    16: optional list<string> decisions
+}
+
+struct RemoveMemberRequest {
+    1: required string id
+}
+
+struct RemoveMemberResponse {
+    // index: the log index of the configuration change.
+    1: required i64 index
 }
 
 service Cell {
@@ -469,4 +502,9 @@ service Cell {
     // UNAVAILABLE); req may be absent.
     GetMasterResponse GetMaster(1: GetMasterRequest req) throws (1: ChubbyError err)
     CellStatus GetStatus() throws (1: ChubbyError err)
+    // RemoveMember takes a replica out of the configuration (an operator's
+    // forced removal: the master never removes a live voter by itself). A
+    // voter is removed in its own configuration change; the master
+    // refuses to remove the last voter. Answered by the master only.
+    RemoveMemberResponse RemoveMember(1: RemoveMemberRequest req) throws (1: ChubbyError err)
 }

@@ -18,15 +18,22 @@ struct Run {
     2: required i64 last
 }
 
+// addr packs the client and peer addresses ("client|peer"); learner marks
+// a member that receives the log but votes in nothing.
 struct Member {
     1: required i64 id
     2: required string addr
+    3: optional bool learner
 }
 
+// epoch and proposer are those of the configuration the snapshot was
+// taken under (vr.Configuration).
 struct SnapshotMeta {
     1: required i64 index
     2: required i64 view
     3: required list<Member> members
+    4: optional i64 epoch
+    5: optional i64 proposer
 }
 
 // SnapshotChunk places one chunk of a snapshot transfer (message types 12
@@ -75,6 +82,8 @@ service Replica {
     // one round trip per Prepare and acknowledgement instead of two. It
     // waits for that at most a few milliseconds; later replies travel as
     // Deliver calls the other way. cell names the cell, so that a replica
-    // of another cell is refused.
-    list<Message> Deliver(1: string cell, 2: i64 from, 3: list<Message> msgs) throws (1: ReplicaError err)
+    // of another cell is refused. from_addr is the sender's peer address,
+    // so that a replica that does not know the sender yet (one being
+    // added to the cell) can answer it.
+    list<Message> Deliver(1: string cell, 2: i64 from, 3: list<Message> msgs, 4: string from_addr) throws (1: ReplicaError err)
 }

@@ -363,6 +363,30 @@ func (d *Driver) Propose(entries [][]byte, replies []Reply) {
 	d.tick()
 }
 
+// ProposeConfig proposes a configuration change (vr.Node.ProposeConfig)
+// and returns its index. Its outcome shows in the configuration in force
+// (Node().Info()): a change whose entry is cut by a view change is lost
+// and may be proposed again.
+func (d *Driver) ProposeConfig(next vr.Members) (uint64, error) {
+	if d.err != nil {
+		return 0, d.stoppedErr()
+	}
+	if !d.mustBeIdle() {
+		return 0, d.stoppedErr()
+	}
+	defer d.timed(d.clock())
+	i, err := d.node.ProposeConfig(next)
+	var np *vr.NotPrimaryError
+	if errors.As(err, &np) {
+		return 0, d.NotMaster()
+	}
+	if err != nil {
+		return 0, err
+	}
+	d.tick()
+	return i, nil
+}
+
 // Written reports the outcome of a write Disk.Write did not finish at
 // once. Writes are reported in the order they were issued.
 func (d *Driver) Written(w *Write, err error) {

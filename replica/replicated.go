@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,13 @@ type ReplicatedConfig struct {
 	// long the longest one took (Driver.LongestPause): while it runs,
 	// nothing else reaches the replica. It must not block.
 	OnPause func(d time.Duration)
+	// OnConfig, if set, is told (from the loop) the configuration in force
+	// at start and whenever it changes: members and their addresses, the
+	// epoch. It must not block.
+	OnConfig func(members vr.Members, epoch uint64)
+	// Join starts a replica with nothing on disk and no Members as a
+	// learner-to-be of an existing cell (vr.Config.Join).
+	Join bool
 }
 
 // NotMasterError says this replica is not the normal primary; Primary is
@@ -92,6 +100,7 @@ type Replicated struct {
 
 	inbox chan inbound
 	props chan *proposal
+	calls chan func(d *Driver) // run on the loop while the driver is idle
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -102,8 +111,10 @@ type Replicated struct {
 	xfer      TransferStats // as of the loop's last iteration
 	err       error
 	changed   chan struct{} // closed when View, Status or IsPrimary next change
-	renewed   chan struct{} // closed when readUntil next moves forward
-	failed    chan struct{} // closed when the disk failed
+	// configTold: OnConfig has been told the configuration (loop only).
+	configTold bool
+	renewed    chan struct{} // closed when readUntil next moves forward
+	failed     chan struct{} // closed when the disk failed
 }
 
 // inbound is a batch of messages from a peer and what to call once it is
@@ -139,6 +150,7 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 	core := cfg.Core
 	core.ID = cfg.ID
 	core.InitialMembers = cfg.Members
+	core.Join = cfg.Join
 	log := cfg.Logger
 	if core.Hooks.Event == nil {
 		core.Hooks.Event = func(msg string, args ...any) { log.Info("vr: "+msg, args...) }
@@ -152,6 +164,7 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 		cfg: cfg, start: time.Now(),
 		inbox:  make(chan inbound, 1024),
 		props:  make(chan *proposal, cfg.MaxQueue),
+		calls:  make(chan func(*Driver)),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 		failed: make(chan struct{}),
@@ -381,8 +394,9 @@ func (r *Replicated) run() {
 		var inbox <-chan inbound
 		var props <-chan *proposal
 		var tickC <-chan time.Time
+		var calls <-chan func(*Driver)
 		if !d.Busy() {
-			inbox, props, tickC = r.inbox, r.props, tick.C
+			inbox, props, tickC, calls = r.inbox, r.props, tick.C, r.calls
 		}
 		var what string // the input, for the stall warning
 		select {
@@ -434,6 +448,9 @@ func (r *Replicated) run() {
 		case res := <-r.disk.snapDone:
 			what = "snapshot saved"
 			d.SnapshotSaved(res)
+		case f := <-calls:
+			what = "call"
+			f(d)
 		}
 		pause := d.LongestPause()
 		if pause > stallWarning {
@@ -497,6 +514,7 @@ func (r *Replicated) publish() {
 	old := r.readUntil.Swap(until)
 	r.mu.Lock()
 	prev := r.info
+	configChanged := prev.Epoch != info.Epoch || !slices.Equal(prev.Members, info.Members)
 	r.info = info
 	r.xfer = r.d.TransferStats()
 	if r.changed != nil && (prev.View != info.View || prev.Status != info.Status || prev.IsPrimary != info.IsPrimary) {
@@ -508,6 +526,64 @@ func (r *Replicated) publish() {
 		r.renewed = nil
 	}
 	r.mu.Unlock()
+	if (configChanged || !r.configTold) && r.cfg.OnConfig != nil {
+		r.configTold = true
+		r.cfg.OnConfig(info.Members, info.Epoch)
+	}
+}
+
+// call runs f on the loop while the driver is idle and waits for it.
+func (r *Replicated) call(ctx context.Context, f func(d *Driver)) error {
+	done := make(chan struct{})
+	select {
+	case r.calls <- func(d *Driver) { f(d); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return r.stoppedErr()
+	}
+	<-done
+	return nil
+}
+
+// ProposeConfig proposes a configuration change on the primary
+// (vr.Node.ProposeConfig) and returns its log index; off the primary it
+// fails with *NotMasterError. The change is in force once Info shows it.
+func (r *Replicated) ProposeConfig(ctx context.Context, next vr.Members) (uint64, error) {
+	var i uint64
+	var err error
+	if cerr := r.call(ctx, func(d *Driver) { i, err = d.ProposeConfig(next) }); cerr != nil {
+		return 0, cerr
+	}
+	return i, err
+}
+
+// Progress returns what the primary knows of each member (nil off the
+// primary), with LastAck turned into the time since it, and the
+// primary's commit number.
+func (r *Replicated) Progress(ctx context.Context) ([]MemberProgress, uint64, error) {
+	var out []MemberProgress
+	var commit uint64
+	err := r.call(ctx, func(d *Driver) {
+		n := d.Node()
+		now := r.now()
+		commit = n.Info().Commit
+		for _, p := range n.Progress() {
+			mp := MemberProgress{Progress: p, SinceAck: -1}
+			if p.LastAck > 0 {
+				mp.SinceAck = time.Duration(now - p.LastAck)
+			}
+			out = append(out, mp)
+		}
+	})
+	return out, commit, err
+}
+
+// MemberProgress is a member's progress as the primary sees it; SinceAck
+// is the time since its last acknowledgement, -1 if none in this view.
+type MemberProgress struct {
+	vr.Progress
+	SinceAck time.Duration
 }
 
 // proposal is one Propose call waiting for the loop; its outcome comes

@@ -847,6 +847,32 @@ func (s *Storage) GetMeta(name string) ([]byte, error) {
 	return out, nil
 }
 
+// SetMeta stores a named value durably (fsync), beside the log: what the
+// cell keeps about the replica itself, such as its identity.
+func (s *Storage) SetMeta(name string, value []byte) error {
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(name), value) }); err != nil {
+		return fmt.Errorf("set meta %s: %w", name, err)
+	}
+	if err := s.db.Sync(); err != nil {
+		return fmt.Errorf("set meta %s: sync: %w", name, err)
+	}
+	return nil
+}
+
+// Empty reports whether the replica has nothing of a log: no entry, no
+// snapshot, no hard state (a replica that was never part of a cell).
+func (s *Storage) Empty() (bool, error) {
+	first, last := s.Bounds()
+	if last >= first && last > 0 {
+		return false, nil
+	}
+	if rec, err := s.snapshotMeta(); err != nil || rec.Chunks > 0 {
+		return false, err
+	}
+	hs, err := s.GetMeta(metaHardState)
+	return hs == nil, err
+}
+
 // deleteBatch bounds the keys deleted in one write batch. Badger applies
 // a batch's writes in order through one writer: a snapshot's 50,000
 // covered log keys in one go held every log append queued behind them for

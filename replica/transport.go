@@ -58,16 +58,22 @@ type Receiver func(msgs []vr.Message, done func())
 // once it processed the batch (PrepareOK for Prepare): the server side
 // registers a reply slot for the sender while the batch is processed, and
 // Send puts messages for that sender in the slot instead of its queue.
+//
+// The peers follow the configuration (SetPeers); a sender this replica
+// does not know yet names its own address on each Deliver, and the
+// answers to it go there (Learn), which is how a replica being added hears
+// its primary before its log names anyone.
 type PeerTransport struct {
-	cell  string
-	self  uint64
-	log   *slog.Logger
-	peers map[uint64]*peerSender
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	recv  atomic.Pointer[Receiver]
+	cell     string
+	self     uint64
+	selfAddr string
+	log      *slog.Logger
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	recv     atomic.Pointer[Receiver]
 
 	mu      sync.Mutex
+	peers   map[uint64]*peerSender
 	waiting map[uint64]*replySlot // by sender: a Deliver being processed
 }
 
@@ -87,35 +93,92 @@ type peerSender struct {
 	addr  string
 	cli   replica.Client
 	queue chan []vr.Message
+	quit  chan struct{} // closed when the peer leaves the transport
 }
 
+// maxLearned bounds the peers a transport knows beyond a configuration's.
+const maxLearned = vr.MaxMembers
+
 // NewPeerTransport makes a transport from replica self to peers (id → peer
-// address; self may be in it and is skipped).
+// address; self's own address, if in it, is named to the others so that
+// a replica that does not know self yet can answer).
 func NewPeerTransport(cell string, self uint64, peers map[uint64]string, log *slog.Logger) (*PeerTransport, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &PeerTransport{cell: cell, self: self, log: log, peers: make(map[uint64]*peerSender), stop: make(chan struct{}),
-		waiting: make(map[uint64]*replySlot)}
-	for id, addr := range peers {
-		if id == self {
-			continue
-		}
-		opts, err := rpc.ClientOptions(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4,
-			MaxPayloadBytes: MaxPeerPayloadBytes})
-		if err != nil {
-			return nil, fmt.Errorf("peer %d at %s: %w", id, addr, err)
-		}
-		cli, err := replica.NewClient("chubby-replica", opts...)
-		if err != nil {
-			return nil, fmt.Errorf("peer %d at %s: %w", id, addr, err)
-		}
-		p := &peerSender{id: id, addr: addr, cli: cli, queue: make(chan []vr.Message, peerQueue)}
-		t.peers[id] = p
-		t.wg.Add(1)
-		go t.sendLoop(p)
+	t := &PeerTransport{cell: cell, self: self, selfAddr: peers[self], log: log, peers: make(map[uint64]*peerSender),
+		stop: make(chan struct{}), waiting: make(map[uint64]*replySlot)}
+	if err := t.SetPeers(peers); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// SetPeers makes the transport's peers exactly peers (self skipped): new
+// ones get a sender, gone ones lose theirs (their queued messages are
+// dropped), and a changed address gets a new sender.
+func (t *PeerTransport) SetPeers(peers map[uint64]string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, p := range t.peers {
+		if addr, ok := peers[id]; !ok || addr != p.addr {
+			close(p.quit)
+			delete(t.peers, id)
+		}
+	}
+	for id, addr := range peers {
+		if id == t.self || t.peers[id] != nil || addr == "" {
+			continue
+		}
+		if err := t.addLocked(id, addr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Learn adds peer id at addr unless the transport knows it already: a
+// sender outside the configuration this replica knows (see PeerTransport).
+func (t *PeerTransport) Learn(id uint64, addr string) {
+	if id == 0 || id == t.self || addr == "" || len(addr) > vr.MaxMemberAddr {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.peers[id] != nil || len(t.peers) >= vr.MaxMembers+maxLearned {
+		return
+	}
+	if err := t.addLocked(id, addr); err != nil {
+		t.log.Warn("replica transport: cannot reach a new peer", "peer", id, "addr", addr, "err", err)
+	}
+}
+
+func (t *PeerTransport) addLocked(id uint64, addr string) error {
+	opts, err := rpc.ClientOptions(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4,
+		MaxPayloadBytes: MaxPeerPayloadBytes})
+	if err != nil {
+		return fmt.Errorf("peer %d at %s: %w", id, addr, err)
+	}
+	cli, err := replica.NewClient("chubby-replica", opts...)
+	if err != nil {
+		return fmt.Errorf("peer %d at %s: %w", id, addr, err)
+	}
+	p := &peerSender{id: id, addr: addr, cli: cli, queue: make(chan []vr.Message, peerQueue), quit: make(chan struct{})}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go t.sendLoop(p)
+	return nil
+}
+
+// Peers returns the transport's peers and their addresses.
+func (t *PeerTransport) Peers() map[uint64]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[uint64]string, len(t.peers))
+	for id, p := range t.peers {
+		out[id] = p.addr
+	}
+	return out
 }
 
 // Send implements Transport.
@@ -128,7 +191,9 @@ func (t *PeerTransport) Send(msgs []vr.Message) {
 		by[m.To] = append(by[m.To], m)
 	}
 	for to, ms := range by {
+		t.mu.Lock()
 		p, ok := t.peers[to]
+		t.mu.Unlock()
 		if !ok {
 			continue
 		}
@@ -213,6 +278,8 @@ func (t *PeerTransport) sendLoop(p *peerSender) {
 		select {
 		case <-t.stop:
 			return
+		case <-p.quit:
+			return
 		case ms := <-p.queue:
 			batch = append(batch, ms...)
 		}
@@ -249,7 +316,7 @@ func (t *PeerTransport) deliver(p *peerSender, batch []vr.Message, lastErr *time
 	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 	// Naming the host per call skips Kitex's dial-retry loop (and its
 	// warnings): a peer that is down just misses this batch.
-	answers, err := p.cli.Deliver(ctx, t.cell, int64(t.self), wire, callopt.WithRPCTimeout(deliverTimeout), callopt.WithHostPort(p.addr))
+	answers, err := p.cli.Deliver(ctx, t.cell, int64(t.self), wire, t.selfAddr, callopt.WithRPCTimeout(deliverTimeout), callopt.WithHostPort(p.addr))
 	cancel()
 	if err == nil && len(answers) > 0 {
 		t.receive(p.id, answers)
@@ -299,8 +366,9 @@ type PeerServerConfig struct {
 	// Transport, if set, is this replica's transport: the answers to a
 	// Deliver ride back on it (see PeerTransport).
 	Transport *PeerTransport
-	// Known reports whether an id is a member (messages from others are
-	// refused).
+	// Known reports whether messages from an id are taken (others are
+	// refused): a member's, or anyone's on a replica that cannot judge
+	// yet (one being added).
 	Known func(id uint64) bool
 }
 
@@ -324,7 +392,7 @@ type peerHandler struct{ cfg PeerServerConfig }
 
 var errPeer = errors.New("replica: refused")
 
-func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs []*gr.Message) ([]*gr.Message, error) {
+func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs []*gr.Message, fromAddr string) ([]*gr.Message, error) {
 	if cell != h.cfg.Cell {
 		return nil, &gr.ReplicaError{Message: fmt.Sprintf("this replica belongs to cell %q, not %q", h.cfg.Cell, cell)}
 	}
@@ -339,6 +407,9 @@ func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs
 		return nil, nil
 	}
 	t := h.cfg.Transport
+	if t != nil {
+		t.Learn(uint64(from), fromAddr)
+	}
 	var slot *replySlot
 	if t != nil {
 		slot = t.openSlot(uint64(from))
@@ -403,12 +474,16 @@ func messageToWire(w *gr.Message, m *vr.Message, es []gr.Entry) {
 		}
 	}
 	if m.Snapshot != nil {
+		epoch, proposer := int64(m.Snapshot.Epoch), int64(m.Snapshot.Proposer)
 		s := &gr.SnapshotMeta{Index: int64(m.Snapshot.Index), View: int64(m.Snapshot.View),
-			Members: make([]*gr.Member, len(m.Snapshot.Members))}
+			Members: make([]*gr.Member, len(m.Snapshot.Members)), Epoch: &epoch, Proposer: &proposer}
 		for i, x := range m.Snapshot.Members {
 			// The peer IDL's Member has one address: both travel packed
 			// in it, as they always have (vr.Member.PackedAddr).
 			s.Members[i] = &gr.Member{Id: int64(x.ID), Addr: x.PackedAddr()}
+			if x.Learner {
+				s.Members[i].Learner = &x.Learner
+			}
 		}
 		w.Snapshot = s
 	}
@@ -459,16 +534,16 @@ func messageFromWire(w *gr.Message) (vr.Message, error) {
 		}
 	}
 	if s := w.Snapshot; s != nil {
-		if s.Index < 0 || s.View < 0 {
+		if s.Index < 0 || s.View < 0 || s.GetEpoch() < 0 || s.GetProposer() < 0 || len(s.Members) > vr.MaxMembers {
 			return vr.Message{}, errPeer
 		}
-		meta := &vr.SnapshotMeta{Index: uint64(s.Index), View: uint64(s.View)}
+		meta := &vr.SnapshotMeta{Index: uint64(s.Index), View: uint64(s.View), Epoch: uint64(s.GetEpoch()), Proposer: uint64(s.GetProposer())}
 		for _, x := range s.Members {
 			if x == nil || x.Id <= 0 {
 				return vr.Message{}, errPeer
 			}
 			client, peer := vr.UnpackAddr(x.Addr)
-			meta.Members = append(meta.Members, vr.Member{ID: uint64(x.Id), ClientAddr: client, PeerAddr: peer})
+			meta.Members = append(meta.Members, vr.Member{ID: uint64(x.Id), ClientAddr: client, PeerAddr: peer, Learner: x.GetLearner()})
 		}
 		m.Snapshot = meta
 	}

@@ -61,7 +61,7 @@ func decodeHardState(b []byte) (vr.HardState, error) {
 // snapshotEnvelope is what a stored snapshot holds before the
 // application's bytes.
 func snapshotEnvelope(meta vr.SnapshotMeta) []byte {
-	members := vr.EncodeMembers(meta.Members)
+	members := vr.EncodeConfig(meta.Config())
 	b := binary.BigEndian.AppendUint32(nil, snapMagic)
 	b = binary.BigEndian.AppendUint64(b, meta.View)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(members)))
@@ -78,11 +78,11 @@ func decodeSnapshot(index uint64, b []byte) (vr.SnapshotMeta, []byte, error) {
 	if ml > len(b)-16 {
 		return vr.SnapshotMeta{}, nil, bad
 	}
-	members, err := vr.DecodeMembers(b[16 : 16+ml])
+	c, err := vr.DecodeConfig(b[16 : 16+ml])
 	if err != nil {
 		return vr.SnapshotMeta{}, nil, fmt.Errorf("%w: %v", bad, err)
 	}
-	return vr.SnapshotMeta{Index: index, View: view, Members: members}, b[16+ml:], nil
+	return vr.SnapshotMeta{Index: index, View: view, Members: c.Members, Epoch: c.Epoch, Proposer: c.Proposer}, b[16+ml:], nil
 }
 
 // loadVR reads what the protocol needs at start: hard state, snapshot

@@ -36,6 +36,7 @@ const (
 type Cache struct {
 	maxPerSession, maxPerCell int
 
+	epoch      int64                                    // the master epoch of the table
 	base       int64                                    // seqs of this epoch are above it
 	cachers    map[string]map[chubby.SessionID]struct{} // path → sessions caching it
 	sessions   map[chubby.SessionID]*cacheSession       // sessions with cached or pending state
@@ -75,10 +76,15 @@ func NewCache(perSession, perCell int) *Cache {
 // Reset starts the table of a new master epoch: the recovered caching
 // sessions may cache anything from the old master, so each must flush
 // (invalidate_all) before a change commits. Seqs of an epoch start above
-// epoch<<32, so an acknowledgement meant for an older master never counts
-// for this one.
+// (epoch mod 2^31)<<32, and an acknowledgement counts only when its
+// KeepAlive names this epoch (or none: a client that never heard of one),
+// so one meant for another master never counts for this one. (Master
+// epochs follow views, which carry the configuration epoch in their high
+// bits: past the first reconfiguration they exceed 2^31, and the modulus
+// keeps seqs positive; the epoch check keeps them apart.)
 func (t *Cache) Reset(epoch int64, recovered []chubby.SessionID) {
-	t.base = epoch << 32
+	t.epoch = epoch
+	t.base = (epoch & (1<<31 - 1)) << 32
 	t.cachers = make(map[string]map[chubby.SessionID]struct{})
 	t.sessions = make(map[chubby.SessionID]*cacheSession)
 	t.uncachable = make(map[string]int)
@@ -172,8 +178,12 @@ func (t *Cache) uncache(id chubby.SessionID, p string) {
 }
 
 // Ack records the sessions' acknowledged invalidation seqs (from a
-// KeepAlive) and reports whether any moved (changes waiting may be Ready).
-func (t *Cache) Ack(ids []chubby.SessionID, acks []int64) bool {
+// KeepAlive that named the master epoch epoch, 0 for none) and reports
+// whether any moved (changes waiting may be Ready).
+func (t *Cache) Ack(epoch int64, ids []chubby.SessionID, acks []int64) bool {
+	if epoch != 0 && epoch != t.epoch {
+		return false
+	}
 	moved := false
 	for i, id := range ids {
 		cs, ok := t.sessions[id]

@@ -38,7 +38,7 @@ func TestChangeWaitsForEveryCacher(t *testing.T) {
 	if gs[0].GetInvalidationSeq() == 0 || len(gs[0].Invalidations) != 1 || gs[2].InvalidationSeq != nil {
 		t.Fatalf("attached %+v", gs)
 	}
-	c.Ack([]chubby.SessionID{1}, []int64{gs[0].GetInvalidationSeq()})
+	c.Ack(0, []chubby.SessionID{1}, []int64{gs[0].GetInvalidationSeq()})
 	if ready, next := c.Ready(ch, 10); ready || next != 200 {
 		t.Fatalf("after one ack: ready %v next %d", ready, next)
 	}
@@ -79,11 +79,11 @@ func TestNewMasterWaitsForEveryRecoveredCacher(t *testing.T) {
 		t.Fatalf("attached %+v", gs[0])
 	}
 	// An ack meant for an older master counts for nothing.
-	c.Ack([]chubby.SessionID{7}, []int64{4<<32 + 1})
+	c.Ack(0, []chubby.SessionID{7}, []int64{4<<32 + 1})
 	if ready, _ := c.Ready(ch, 0); ready {
 		t.Fatal("an older epoch's ack counted")
 	}
-	c.Ack([]chubby.SessionID{7}, []int64{5<<32 + 1})
+	c.Ack(0, []chubby.SessionID{7}, []int64{5<<32 + 1})
 	if ready, _ := c.Ready(ch, 0); !ready {
 		t.Fatal("not ready after the flush was acknowledged")
 	}
@@ -118,5 +118,32 @@ func TestTreeUncachable(t *testing.T) {
 	c.Done(ch)
 	if !c.Register(1, "/d/b/c") {
 		t.Error("not cachable after Done")
+	}
+}
+
+// TestEpochsPastTwoToThe31: master epochs follow views, and a view carries
+// its configuration epoch in its high bits, so master epochs pass 2^31
+// after the first reconfiguration. Seqs must stay positive and distinct
+// from every other master's, and an acknowledgement sent to this master
+// with another master's epoch counts for nothing.
+func TestEpochsPastTwoToThe31(t *testing.T) {
+	for _, epoch := range []int64{1<<32 + 1, 3<<32 + 3, 1<<62 + 7} {
+		c := NewCache(0, 0)
+		c.Reset(epoch, []chubby.SessionID{7})
+		gs := []*chubby.LeaseGrant{{Session: 7}}
+		c.Attach(gs)
+		seq := gs[0].GetInvalidationSeq()
+		if seq <= 0 {
+			t.Fatalf("epoch %d: seq %d", epoch, seq)
+		}
+		ch, _ := c.Invalidate([]string{"/x"}, nil, false, leaseEnds(map[chubby.SessionID]Time{7: 50}))
+		c.Ack(epoch-1, []chubby.SessionID{7}, []int64{seq})
+		if ready, _ := c.Ready(ch, 0); ready {
+			t.Fatalf("epoch %d: an ack sent with another epoch counted", epoch)
+		}
+		c.Ack(epoch, []chubby.SessionID{7}, []int64{seq})
+		if ready, _ := c.Ready(ch, 0); !ready {
+			t.Fatalf("epoch %d: not ready after the flush was acknowledged", epoch)
+		}
 	}
 }

@@ -2616,9 +2616,10 @@ var fieldIDToName_GetMasterRequest = map[int16]string{
 }
 
 type GetMasterResponse struct {
-	MasterAddress string `thrift:"master_address,1,required" frugal:"1,required,string" json:"master_address"`
-	Epoch         Epoch  `thrift:"epoch,2,required" frugal:"2,required,i64" json:"epoch"`
-	MasterId      string `thrift:"master_id,3,required" frugal:"3,required,string" json:"master_id"`
+	MasterAddress string   `thrift:"master_address,1,required" frugal:"1,required,string" json:"master_address"`
+	Epoch         Epoch    `thrift:"epoch,2,required" frugal:"2,required,i64" json:"epoch"`
+	MasterId      string   `thrift:"master_id,3,required" frugal:"3,required,string" json:"master_id"`
+	Replicas      []string `thrift:"replicas,4,optional" frugal:"4,optional,list<string>" json:"replicas,omitempty"`
 }
 
 func NewGetMasterResponse() *GetMasterResponse {
@@ -2639,6 +2640,15 @@ func (p *GetMasterResponse) GetEpoch() (v Epoch) {
 func (p *GetMasterResponse) GetMasterId() (v string) {
 	return p.MasterId
 }
+
+var GetMasterResponse_Replicas_DEFAULT []string
+
+func (p *GetMasterResponse) GetReplicas() (v []string) {
+	if !p.IsSetReplicas() {
+		return GetMasterResponse_Replicas_DEFAULT
+	}
+	return p.Replicas
+}
 func (p *GetMasterResponse) SetMasterAddress(val string) {
 	p.MasterAddress = val
 }
@@ -2647,6 +2657,13 @@ func (p *GetMasterResponse) SetEpoch(val Epoch) {
 }
 func (p *GetMasterResponse) SetMasterId(val string) {
 	p.MasterId = val
+}
+func (p *GetMasterResponse) SetReplicas(val []string) {
+	p.Replicas = val
+}
+
+func (p *GetMasterResponse) IsSetReplicas() bool {
+	return p.Replicas != nil
 }
 
 func (p *GetMasterResponse) String() string {
@@ -2660,13 +2677,19 @@ var fieldIDToName_GetMasterResponse = map[int16]string{
 	1: "master_address",
 	2: "epoch",
 	3: "master_id",
+	4: "replicas",
 }
 
 type ReplicaStatus struct {
-	Id          string      `thrift:"id,1,required" frugal:"1,required,string" json:"id"`
-	Address     string      `thrift:"address,2,required" frugal:"2,required,string" json:"address"`
-	Role        ReplicaRole `thrift:"role,3,required" frugal:"3,required,ReplicaRole" json:"role"`
-	CommittedOp int64       `thrift:"committed_op,4,required" frugal:"4,required,i64" json:"committed_op"`
+	Id            string      `thrift:"id,1,required" frugal:"1,required,string" json:"id"`
+	Address       string      `thrift:"address,2,required" frugal:"2,required,string" json:"address"`
+	Role          ReplicaRole `thrift:"role,3,required" frugal:"3,required,ReplicaRole" json:"role"`
+	CommittedOp   int64       `thrift:"committed_op,4,required" frugal:"4,required,i64" json:"committed_op"`
+	Membership    *string     `thrift:"membership,5,optional" frugal:"5,optional,string" json:"membership,omitempty"`
+	GossipState   *string     `thrift:"gossip_state,6,optional" frugal:"6,optional,string" json:"gossip_state,omitempty"`
+	Behind        *int64      `thrift:"behind,7,optional" frugal:"7,optional,i64" json:"behind,omitempty"`
+	LastContactMs *int64      `thrift:"last_contact_ms,8,optional" frugal:"8,optional,i64" json:"last_contact_ms,omitempty"`
+	PeerAddress   *string     `thrift:"peer_address,9,optional" frugal:"9,optional,string" json:"peer_address,omitempty"`
 }
 
 func NewReplicaStatus() *ReplicaStatus {
@@ -2691,6 +2714,51 @@ func (p *ReplicaStatus) GetRole() (v ReplicaRole) {
 func (p *ReplicaStatus) GetCommittedOp() (v int64) {
 	return p.CommittedOp
 }
+
+var ReplicaStatus_Membership_DEFAULT string
+
+func (p *ReplicaStatus) GetMembership() (v string) {
+	if !p.IsSetMembership() {
+		return ReplicaStatus_Membership_DEFAULT
+	}
+	return *p.Membership
+}
+
+var ReplicaStatus_GossipState_DEFAULT string
+
+func (p *ReplicaStatus) GetGossipState() (v string) {
+	if !p.IsSetGossipState() {
+		return ReplicaStatus_GossipState_DEFAULT
+	}
+	return *p.GossipState
+}
+
+var ReplicaStatus_Behind_DEFAULT int64
+
+func (p *ReplicaStatus) GetBehind() (v int64) {
+	if !p.IsSetBehind() {
+		return ReplicaStatus_Behind_DEFAULT
+	}
+	return *p.Behind
+}
+
+var ReplicaStatus_LastContactMs_DEFAULT int64
+
+func (p *ReplicaStatus) GetLastContactMs() (v int64) {
+	if !p.IsSetLastContactMs() {
+		return ReplicaStatus_LastContactMs_DEFAULT
+	}
+	return *p.LastContactMs
+}
+
+var ReplicaStatus_PeerAddress_DEFAULT string
+
+func (p *ReplicaStatus) GetPeerAddress() (v string) {
+	if !p.IsSetPeerAddress() {
+		return ReplicaStatus_PeerAddress_DEFAULT
+	}
+	return *p.PeerAddress
+}
 func (p *ReplicaStatus) SetId(val string) {
 	p.Id = val
 }
@@ -2702,6 +2770,41 @@ func (p *ReplicaStatus) SetRole(val ReplicaRole) {
 }
 func (p *ReplicaStatus) SetCommittedOp(val int64) {
 	p.CommittedOp = val
+}
+func (p *ReplicaStatus) SetMembership(val *string) {
+	p.Membership = val
+}
+func (p *ReplicaStatus) SetGossipState(val *string) {
+	p.GossipState = val
+}
+func (p *ReplicaStatus) SetBehind(val *int64) {
+	p.Behind = val
+}
+func (p *ReplicaStatus) SetLastContactMs(val *int64) {
+	p.LastContactMs = val
+}
+func (p *ReplicaStatus) SetPeerAddress(val *string) {
+	p.PeerAddress = val
+}
+
+func (p *ReplicaStatus) IsSetMembership() bool {
+	return p.Membership != nil
+}
+
+func (p *ReplicaStatus) IsSetGossipState() bool {
+	return p.GossipState != nil
+}
+
+func (p *ReplicaStatus) IsSetBehind() bool {
+	return p.Behind != nil
+}
+
+func (p *ReplicaStatus) IsSetLastContactMs() bool {
+	return p.LastContactMs != nil
+}
+
+func (p *ReplicaStatus) IsSetPeerAddress() bool {
+	return p.PeerAddress != nil
 }
 
 func (p *ReplicaStatus) String() string {
@@ -2716,6 +2819,11 @@ var fieldIDToName_ReplicaStatus = map[int16]string{
 	2: "address",
 	3: "role",
 	4: "committed_op",
+	5: "membership",
+	6: "gossip_state",
+	7: "behind",
+	8: "last_contact_ms",
+	9: "peer_address",
 }
 
 type CellStatus struct {
@@ -2731,6 +2839,10 @@ type CellStatus struct {
 	CommittedOp   int64            `thrift:"committed_op,10,required" frugal:"10,required,i64" json:"committed_op"`
 	UptimeMs      int64            `thrift:"uptime_ms,11,required" frugal:"11,required,i64" json:"uptime_ms"`
 	Version       string           `thrift:"version,12,required" frugal:"12,required,string" json:"version"`
+	ConfigEpoch   *int64           `thrift:"config_epoch,13,optional" frugal:"13,optional,i64" json:"config_epoch,omitempty"`
+	PendingConfig *int64           `thrift:"pending_config,14,optional" frugal:"14,optional,i64" json:"pending_config,omitempty"`
+	TargetSize    *int32           `thrift:"target_size,15,optional" frugal:"15,optional,i32" json:"target_size,omitempty"`
+	Decisions     []string         `thrift:"decisions,16,optional" frugal:"16,optional,list<string>" json:"decisions,omitempty"`
 }
 
 func NewCellStatus() *CellStatus {
@@ -2787,6 +2899,42 @@ func (p *CellStatus) GetUptimeMs() (v int64) {
 func (p *CellStatus) GetVersion() (v string) {
 	return p.Version
 }
+
+var CellStatus_ConfigEpoch_DEFAULT int64
+
+func (p *CellStatus) GetConfigEpoch() (v int64) {
+	if !p.IsSetConfigEpoch() {
+		return CellStatus_ConfigEpoch_DEFAULT
+	}
+	return *p.ConfigEpoch
+}
+
+var CellStatus_PendingConfig_DEFAULT int64
+
+func (p *CellStatus) GetPendingConfig() (v int64) {
+	if !p.IsSetPendingConfig() {
+		return CellStatus_PendingConfig_DEFAULT
+	}
+	return *p.PendingConfig
+}
+
+var CellStatus_TargetSize_DEFAULT int32
+
+func (p *CellStatus) GetTargetSize() (v int32) {
+	if !p.IsSetTargetSize() {
+		return CellStatus_TargetSize_DEFAULT
+	}
+	return *p.TargetSize
+}
+
+var CellStatus_Decisions_DEFAULT []string
+
+func (p *CellStatus) GetDecisions() (v []string) {
+	if !p.IsSetDecisions() {
+		return CellStatus_Decisions_DEFAULT
+	}
+	return p.Decisions
+}
 func (p *CellStatus) SetCell(val string) {
 	p.Cell = val
 }
@@ -2823,6 +2971,34 @@ func (p *CellStatus) SetUptimeMs(val int64) {
 func (p *CellStatus) SetVersion(val string) {
 	p.Version = val
 }
+func (p *CellStatus) SetConfigEpoch(val *int64) {
+	p.ConfigEpoch = val
+}
+func (p *CellStatus) SetPendingConfig(val *int64) {
+	p.PendingConfig = val
+}
+func (p *CellStatus) SetTargetSize(val *int32) {
+	p.TargetSize = val
+}
+func (p *CellStatus) SetDecisions(val []string) {
+	p.Decisions = val
+}
+
+func (p *CellStatus) IsSetConfigEpoch() bool {
+	return p.ConfigEpoch != nil
+}
+
+func (p *CellStatus) IsSetPendingConfig() bool {
+	return p.PendingConfig != nil
+}
+
+func (p *CellStatus) IsSetTargetSize() bool {
+	return p.TargetSize != nil
+}
+
+func (p *CellStatus) IsSetDecisions() bool {
+	return p.Decisions != nil
+}
 
 func (p *CellStatus) String() string {
 	if p == nil {
@@ -2844,6 +3020,68 @@ var fieldIDToName_CellStatus = map[int16]string{
 	10: "committed_op",
 	11: "uptime_ms",
 	12: "version",
+	13: "config_epoch",
+	14: "pending_config",
+	15: "target_size",
+	16: "decisions",
+}
+
+type RemoveMemberRequest struct {
+	Id string `thrift:"id,1,required" frugal:"1,required,string" json:"id"`
+}
+
+func NewRemoveMemberRequest() *RemoveMemberRequest {
+	return &RemoveMemberRequest{}
+}
+
+func (p *RemoveMemberRequest) InitDefault() {
+}
+
+func (p *RemoveMemberRequest) GetId() (v string) {
+	return p.Id
+}
+func (p *RemoveMemberRequest) SetId(val string) {
+	p.Id = val
+}
+
+func (p *RemoveMemberRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("RemoveMemberRequest(%+v)", *p)
+}
+
+var fieldIDToName_RemoveMemberRequest = map[int16]string{
+	1: "id",
+}
+
+type RemoveMemberResponse struct {
+	Index int64 `thrift:"index,1,required" frugal:"1,required,i64" json:"index"`
+}
+
+func NewRemoveMemberResponse() *RemoveMemberResponse {
+	return &RemoveMemberResponse{}
+}
+
+func (p *RemoveMemberResponse) InitDefault() {
+}
+
+func (p *RemoveMemberResponse) GetIndex() (v int64) {
+	return p.Index
+}
+func (p *RemoveMemberResponse) SetIndex(val int64) {
+	p.Index = val
+}
+
+func (p *RemoveMemberResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("RemoveMemberResponse(%+v)", *p)
+}
+
+var fieldIDToName_RemoveMemberResponse = map[int16]string{
+	1: "index",
 }
 
 type ChubbyError struct {
@@ -4493,6 +4731,8 @@ type Cell interface {
 	GetMaster(ctx context.Context, req *GetMasterRequest) (r *GetMasterResponse, err error)
 
 	GetStatus(ctx context.Context) (r *CellStatus, err error)
+
+	RemoveMember(ctx context.Context, req *RemoveMemberRequest) (r *RemoveMemberResponse, err error)
 }
 
 type CellGetMasterArgs struct {
@@ -4660,6 +4900,100 @@ func (p *CellGetStatusResult) String() string {
 }
 
 var fieldIDToName_CellGetStatusResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type CellRemoveMemberArgs struct {
+	Req *RemoveMemberRequest `thrift:"req,1" frugal:"1,default,RemoveMemberRequest" json:"req"`
+}
+
+func NewCellRemoveMemberArgs() *CellRemoveMemberArgs {
+	return &CellRemoveMemberArgs{}
+}
+
+func (p *CellRemoveMemberArgs) InitDefault() {
+}
+
+var CellRemoveMemberArgs_Req_DEFAULT *RemoveMemberRequest
+
+func (p *CellRemoveMemberArgs) GetReq() (v *RemoveMemberRequest) {
+	if !p.IsSetReq() {
+		return CellRemoveMemberArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *CellRemoveMemberArgs) SetReq(val *RemoveMemberRequest) {
+	p.Req = val
+}
+
+func (p *CellRemoveMemberArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *CellRemoveMemberArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CellRemoveMemberArgs(%+v)", *p)
+}
+
+var fieldIDToName_CellRemoveMemberArgs = map[int16]string{
+	1: "req",
+}
+
+type CellRemoveMemberResult struct {
+	Success *RemoveMemberResponse `thrift:"success,0,optional" frugal:"0,optional,RemoveMemberResponse" json:"success,omitempty"`
+	Err     *ChubbyError          `thrift:"err,1,optional" frugal:"1,optional,ChubbyError" json:"err,omitempty"`
+}
+
+func NewCellRemoveMemberResult() *CellRemoveMemberResult {
+	return &CellRemoveMemberResult{}
+}
+
+func (p *CellRemoveMemberResult) InitDefault() {
+}
+
+var CellRemoveMemberResult_Success_DEFAULT *RemoveMemberResponse
+
+func (p *CellRemoveMemberResult) GetSuccess() (v *RemoveMemberResponse) {
+	if !p.IsSetSuccess() {
+		return CellRemoveMemberResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var CellRemoveMemberResult_Err_DEFAULT *ChubbyError
+
+func (p *CellRemoveMemberResult) GetErr() (v *ChubbyError) {
+	if !p.IsSetErr() {
+		return CellRemoveMemberResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *CellRemoveMemberResult) SetSuccess(x interface{}) {
+	p.Success = x.(*RemoveMemberResponse)
+}
+func (p *CellRemoveMemberResult) SetErr(val *ChubbyError) {
+	p.Err = val
+}
+
+func (p *CellRemoveMemberResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *CellRemoveMemberResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *CellRemoveMemberResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CellRemoveMemberResult(%+v)", *p)
+}
+
+var fieldIDToName_CellRemoveMemberResult = map[int16]string{
 	0: "success",
 	1: "err",
 }

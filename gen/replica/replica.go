@@ -102,8 +102,9 @@ var fieldIDToName_Run = map[int16]string{
 }
 
 type Member struct {
-	Id   int64  `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
-	Addr string `thrift:"addr,2,required" frugal:"2,required,string" json:"addr"`
+	Id      int64  `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
+	Addr    string `thrift:"addr,2,required" frugal:"2,required,string" json:"addr"`
+	Learner *bool  `thrift:"learner,3,optional" frugal:"3,optional,bool" json:"learner,omitempty"`
 }
 
 func NewMember() *Member {
@@ -120,11 +121,27 @@ func (p *Member) GetId() (v int64) {
 func (p *Member) GetAddr() (v string) {
 	return p.Addr
 }
+
+var Member_Learner_DEFAULT bool
+
+func (p *Member) GetLearner() (v bool) {
+	if !p.IsSetLearner() {
+		return Member_Learner_DEFAULT
+	}
+	return *p.Learner
+}
 func (p *Member) SetId(val int64) {
 	p.Id = val
 }
 func (p *Member) SetAddr(val string) {
 	p.Addr = val
+}
+func (p *Member) SetLearner(val *bool) {
+	p.Learner = val
+}
+
+func (p *Member) IsSetLearner() bool {
+	return p.Learner != nil
 }
 
 func (p *Member) String() string {
@@ -137,12 +154,15 @@ func (p *Member) String() string {
 var fieldIDToName_Member = map[int16]string{
 	1: "id",
 	2: "addr",
+	3: "learner",
 }
 
 type SnapshotMeta struct {
-	Index   int64     `thrift:"index,1,required" frugal:"1,required,i64" json:"index"`
-	View    int64     `thrift:"view,2,required" frugal:"2,required,i64" json:"view"`
-	Members []*Member `thrift:"members,3,required" frugal:"3,required,list<Member>" json:"members"`
+	Index    int64     `thrift:"index,1,required" frugal:"1,required,i64" json:"index"`
+	View     int64     `thrift:"view,2,required" frugal:"2,required,i64" json:"view"`
+	Members  []*Member `thrift:"members,3,required" frugal:"3,required,list<Member>" json:"members"`
+	Epoch    *int64    `thrift:"epoch,4,optional" frugal:"4,optional,i64" json:"epoch,omitempty"`
+	Proposer *int64    `thrift:"proposer,5,optional" frugal:"5,optional,i64" json:"proposer,omitempty"`
 }
 
 func NewSnapshotMeta() *SnapshotMeta {
@@ -163,6 +183,24 @@ func (p *SnapshotMeta) GetView() (v int64) {
 func (p *SnapshotMeta) GetMembers() (v []*Member) {
 	return p.Members
 }
+
+var SnapshotMeta_Epoch_DEFAULT int64
+
+func (p *SnapshotMeta) GetEpoch() (v int64) {
+	if !p.IsSetEpoch() {
+		return SnapshotMeta_Epoch_DEFAULT
+	}
+	return *p.Epoch
+}
+
+var SnapshotMeta_Proposer_DEFAULT int64
+
+func (p *SnapshotMeta) GetProposer() (v int64) {
+	if !p.IsSetProposer() {
+		return SnapshotMeta_Proposer_DEFAULT
+	}
+	return *p.Proposer
+}
 func (p *SnapshotMeta) SetIndex(val int64) {
 	p.Index = val
 }
@@ -171,6 +209,20 @@ func (p *SnapshotMeta) SetView(val int64) {
 }
 func (p *SnapshotMeta) SetMembers(val []*Member) {
 	p.Members = val
+}
+func (p *SnapshotMeta) SetEpoch(val *int64) {
+	p.Epoch = val
+}
+func (p *SnapshotMeta) SetProposer(val *int64) {
+	p.Proposer = val
+}
+
+func (p *SnapshotMeta) IsSetEpoch() bool {
+	return p.Epoch != nil
+}
+
+func (p *SnapshotMeta) IsSetProposer() bool {
+	return p.Proposer != nil
 }
 
 func (p *SnapshotMeta) String() string {
@@ -184,6 +236,8 @@ var fieldIDToName_SnapshotMeta = map[int16]string{
 	1: "index",
 	2: "view",
 	3: "members",
+	4: "epoch",
+	5: "proposer",
 }
 
 type SnapshotChunk struct {
@@ -511,13 +565,14 @@ var fieldIDToName_ReplicaError = map[int16]string{
 }
 
 type Replica interface {
-	Deliver(ctx context.Context, cell string, from int64, msgs []*Message) (r []*Message, err error)
+	Deliver(ctx context.Context, cell string, from int64, msgs []*Message, fromAddr string) (r []*Message, err error)
 }
 
 type ReplicaDeliverArgs struct {
-	Cell string     `thrift:"cell,1" frugal:"1,default,string" json:"cell"`
-	From int64      `thrift:"from,2" frugal:"2,default,i64" json:"from"`
-	Msgs []*Message `thrift:"msgs,3" frugal:"3,default,list<Message>" json:"msgs"`
+	Cell     string     `thrift:"cell,1" frugal:"1,default,string" json:"cell"`
+	From     int64      `thrift:"from,2" frugal:"2,default,i64" json:"from"`
+	Msgs     []*Message `thrift:"msgs,3" frugal:"3,default,list<Message>" json:"msgs"`
+	FromAddr string     `thrift:"from_addr,4" frugal:"4,default,string" json:"from_addr"`
 }
 
 func NewReplicaDeliverArgs() *ReplicaDeliverArgs {
@@ -538,6 +593,10 @@ func (p *ReplicaDeliverArgs) GetFrom() (v int64) {
 func (p *ReplicaDeliverArgs) GetMsgs() (v []*Message) {
 	return p.Msgs
 }
+
+func (p *ReplicaDeliverArgs) GetFromAddr() (v string) {
+	return p.FromAddr
+}
 func (p *ReplicaDeliverArgs) SetCell(val string) {
 	p.Cell = val
 }
@@ -546,6 +605,9 @@ func (p *ReplicaDeliverArgs) SetFrom(val int64) {
 }
 func (p *ReplicaDeliverArgs) SetMsgs(val []*Message) {
 	p.Msgs = val
+}
+func (p *ReplicaDeliverArgs) SetFromAddr(val string) {
+	p.FromAddr = val
 }
 
 func (p *ReplicaDeliverArgs) String() string {
@@ -559,6 +621,7 @@ var fieldIDToName_ReplicaDeliverArgs = map[int16]string{
 	1: "cell",
 	2: "from",
 	3: "msgs",
+	4: "from_addr",
 }
 
 type ReplicaDeliverResult struct {

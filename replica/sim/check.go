@@ -118,8 +118,16 @@ func (k *checker) onSnapshot(r *replica, index uint64, data []byte) {
 // client may believe, at this instant of real time and by its own clock,
 // that its session is safe and it holds l. Every overlap of two beliefs
 // contains the start of one of them, so checking at every start finds it.
+//
+// A grant that reaches a client whose session is not safe by its clock (a
+// reply delayed past its lease: it is in jeopardy) starts no belief yet:
+// the client believes nothing in jeopardy, and if the session becomes safe
+// again while it holds l, that starts the belief and is checked then.
 func (k *checker) beliefStarts(c *client, l int) {
 	w := k.w
+	if !c.believes(l) {
+		return
+	}
 	for _, o := range w.clients {
 		if o != c && o.believes(l) {
 			w.fail("mutual exclusion: client %d believes it holds %s (session %d safe until %v) while client %d is granted it (session %d)",
@@ -173,10 +181,23 @@ func (k *checker) addOp(client int, in modelInput, call int64, out modelOutput, 
 // final runs the end-of-run checks.
 func (k *checker) final() {
 	w := k.w
-	// Convergence: every replica is up, normal, in one view, at the same
-	// applied index and state as the oracle.
-	var ref []byte
+	// Convergence: every replica of the final configuration is up,
+	// normal, in one view, at the same applied index and state as the
+	// oracle. (Replicas outside it — spares never added, replicas removed
+	// — wait for a primary that adds them.)
+	members := w.finalMembers()
+	if members == nil {
+		w.fail("convergence: no replica knows a configuration at the end: %s", w.describeReplicas())
+		return
+	}
+	var final []*replica
 	for _, r := range w.replicas {
+		if members.Contains(r.id) {
+			final = append(final, r)
+		}
+	}
+	var ref []byte
+	for _, r := range final {
 		if !r.up {
 			w.fail("convergence: replica %d is down at the end", r.id)
 			return
@@ -199,7 +220,7 @@ func (k *checker) final() {
 		return
 	}
 	views := map[uint64]bool{}
-	for _, r := range w.replicas {
+	for _, r := range final {
 		views[r.d.Node().Info().View] = true
 	}
 	if len(views) != 1 {

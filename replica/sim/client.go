@@ -358,7 +358,7 @@ func (c *client) attempt() {
 	c.deliver(c.target, q)
 	w.after(w.between(100*ms, 200*ms), func() {
 		if c.cur == o && o.attempts == att && !c.waiting {
-			c.target = c.target%uint64(len(w.replicas)) + 1
+			c.target = c.nextTarget()
 			c.attempt()
 		}
 	})
@@ -402,7 +402,7 @@ func (c *client) onReply(rep reply) {
 	case replyBusy, replyReset, replyStale:
 		w.after(w.between(5*ms, 30*ms), func() {
 			if c.cur == o && o.attempts == rep.attempt {
-				c.target = c.target%uint64(len(w.replicas)) + 1
+				c.target = c.nextTarget()
 				c.attempt()
 			}
 		})
@@ -565,7 +565,7 @@ func (c *client) sendKeepAlive(s *csession) {
 	}
 	w.after(timeout, func() {
 		if c.sess == s && !s.over && s.kaAttempt == att {
-			c.target = c.target%uint64(len(w.replicas)) + 1
+			c.target = c.nextTarget()
 			c.sendKeepAlive(s)
 		}
 	})
@@ -593,7 +593,7 @@ func (c *client) onKeepAlive(s *csession, rep reply) {
 	case replyBusy, replyReset:
 		w.after(w.between(5*ms, 30*ms), func() {
 			if s.kaAttempt == rep.attempt {
-				c.target = c.target%uint64(len(w.replicas)) + 1
+				c.target = c.nextTarget()
 				c.sendKeepAlive(s)
 			}
 		})
@@ -619,7 +619,11 @@ func (c *client) onKeepAlive(s *csession, rep reply) {
 		for _, p := range g.GetInvalidations() {
 			delete(s.cache, p)
 		}
-		s.invAcked = max(s.invAcked, g.GetInvalidationSeq())
+		if g.GetInvalidateAll() {
+			s.invAcked = g.GetInvalidationSeq() // as client/cache.go does
+		} else {
+			s.invAcked = max(s.invAcked, g.GetInvalidationSeq())
+		}
 	}
 	renewed, safeAgain := s.ll.Renew(time.Unix(0, s.kaSent), time.Duration(g.LeaseMs)*time.Millisecond, c.localTime())
 	if renewed {
@@ -671,7 +675,7 @@ func (c *client) stepLease(s *csession) {
 		clear(s.cache)
 		w.tracef("c%d session %d in jeopardy", c.id, s.id)
 		// Look for the master now rather than wait out the parked call.
-		c.target = c.target%uint64(len(w.replicas)) + 1
+		c.target = c.nextTarget()
 		c.sendKeepAlive(s)
 	case lease.GraceOver:
 		c.sessionOver(s, "grace period over")
@@ -724,4 +728,17 @@ func describeReply(rep reply) string {
 		return fmt.Sprintf("from r%d: read %q gen %d cacheable=%v", rep.from, rep.content, rep.stat.ContentGeneration, rep.cacheOK)
 	}
 	return fmt.Sprintf("from r%d: kind %d", rep.from, rep.kind)
+}
+
+// nextTarget is the replica to try after one that could not serve: the
+// next in turn; in a run with reconfigurations, any at random, since a
+// replica removed from the cell may keep hinting at a primary of its old
+// configuration, and turns alone could bounce a client between it and
+// that primary for ever.
+func (c *client) nextTarget() uint64 {
+	w := c.w
+	if w.reconfig {
+		return uint64(1 + w.rc.IntN(len(w.replicas)))
+	}
+	return c.target%uint64(len(w.replicas)) + 1
 }

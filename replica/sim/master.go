@@ -563,7 +563,7 @@ func (m *masterSim) keepAlive(q *request) {
 		return
 	}
 	ids := []chubby.SessionID{q.session}
-	if m.cache.Ack(ids, []int64{q.ackInv}) {
+	if m.cache.Ack(q.epoch, ids, []int64{q.ackInv}) {
 		m.later(m.poll)
 	}
 	ka := &simKA{q: q}

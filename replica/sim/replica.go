@@ -73,6 +73,9 @@ type replica struct {
 	pausedQ   []func()
 	snapEvery uint64 // DriverConfig.SnapshotEvery
 	stats     vr.Stats
+	// join: a spare, started with an empty log (vr.Config.Join) until a
+	// primary adds it.
+	join bool
 }
 
 // diskJob is one write on the simulated disk: a driver write, or several
@@ -120,6 +123,9 @@ func (r *replica) start() {
 	r.epoch++
 	cfg := w.cfg
 	cfg.ID = r.id
+	if r.join {
+		cfg.InitialMembers, cfg.Join = nil, true
+	}
 	p := vr.Persisted{HardState: r.disk.hs, Entries: slices.Clone(r.disk.entries)}
 	if r.disk.snap != nil {
 		m := *r.disk.snap

@@ -108,6 +108,10 @@ type Options struct {
 	// KillPrimaryAt, with NoFaults, crashes the primary once at that time
 	// (it restarts when the faults end) and measures Result.Failover.
 	KillPrimaryAt time.Duration
+	// NoReconfig turns configuration changes off. Otherwise half the
+	// seeds (chosen from the seed) run with one or two spare replicas and
+	// reconfigurations injected throughout the faults (reconfig.go).
+	NoReconfig bool
 }
 
 // Result summarizes a run. Err is the first checker failure, nil when all
@@ -126,6 +130,8 @@ type Result struct {
 	DiskFails   int
 	Pauses      int
 	Snapshots   uint64 // snapshots installed from peers
+	Reconfigs   int    // configuration changes proposed
+	Epochs      uint64 // the final configuration's epoch
 	Sessions    int    // sessions created
 	Expired     int    // sessions that expired (cell or grace period)
 	Jeopardy    int    // times a session went into jeopardy
@@ -145,6 +151,9 @@ func (r Result) String() string {
 	s := fmt.Sprintf("seed=%d replicas=%d clients=%d lease=%v ops=%d cached-reads=%d ambiguous=%d entries=%d view-changes=%d crashes=%d disk-fails=%d pauses=%d snapshot-installs=%d sessions=%d expired=%d jeopardy=%d beliefs=%d events=%d virtual=%v settle=%v",
 		r.Seed, r.Replicas, r.Clients, r.Lease, r.Ops, r.CachedReads, r.Ambiguous, r.Entries, r.ViewChanges, r.Crashes, r.DiskFails, r.Pauses,
 		r.Snapshots, r.Sessions, r.Expired, r.Jeopardy, r.Beliefs, r.Events, r.VirtualTime, r.Settle)
+	if r.Reconfigs > 0 || r.Epochs > 0 {
+		s += fmt.Sprintf(" reconfigs=%d epoch=%d", r.Reconfigs, r.Epochs)
+	}
 	if r.Err != nil {
 		s += " FAILED: " + r.Err.Error()
 	}
@@ -179,12 +188,17 @@ func (h *eventHeap) Pop() any {
 type world struct {
 	chunkBytes int // snapshot chunk size of the simulated disks
 
-	opt    Options
-	rng    *rand.Rand
-	now    int64
-	events eventHeap
-	seq    uint64
-	nevent int
+	opt Options
+	rng *rand.Rand
+	// rc draws every reconfiguration decision, apart from rng, so that a
+	// run without reconfiguration draws exactly what it drew before they
+	// existed (old seeds replay).
+	rc       *rand.Rand
+	reconfig bool
+	now      int64
+	events   eventHeap
+	seq      uint64
+	nevent   int
 
 	cfg      vr.Config
 	lease    time.Duration
@@ -210,7 +224,8 @@ const ms = int64(time.Millisecond)
 // Run runs one simulation and checks it. A panic inside (a broken
 // invariant) is a failure of the run, not of the caller.
 func Run(opt Options) (res Result) {
-	w := &world{opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15))}
+	w := &world{opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
+		rc: rand.New(rand.NewPCG(opt.Seed^0x5eed, opt.Seed+0x7e57))}
 	defer func() {
 		if p := recover(); p != nil {
 			w.err = nil
@@ -364,6 +379,13 @@ func (w *world) setup() {
 		w.replicas = append(w.replicas, r)
 		r.start()
 	}
+	w.reconfig = !o.NoReconfig && w.rc.IntN(2) == 0
+	if w.reconfig {
+		w.addSpares(snapEvery)
+		// A voter change committed as the faults end is one more master
+		// change after them, with its wait for the recovered leases.
+		w.deadline += 2 * int64(time.Second)
+	}
 	for i := range o.Clients {
 		w.clients = append(w.clients, newClient(w, i))
 	}
@@ -372,6 +394,9 @@ func (w *world) setup() {
 	}
 	if !o.NoFaults {
 		w.scheduleFault()
+	}
+	if w.reconfig {
+		w.scheduleReconfig()
 	}
 	w.at(w.faultsEnd, w.endFaults)
 	if o.KillPrimaryAt > 0 {
@@ -569,7 +594,7 @@ func (w *world) injectFault() {
 		}
 	case k < 97:
 		// A power cut: a majority (or all) crash at once and come back.
-		n := len(w.replicas)/2 + 1 + w.intn(len(w.replicas)/2+1)
+		n := min(len(w.replicas), len(w.replicas)/2+1+w.intn(len(w.replicas)/2+1))
 		w.tracef("fault: power cut of %d replicas", n)
 		for _, i := range w.rng.Perm(len(w.replicas))[:n] {
 			r := w.replicas[i]

@@ -114,33 +114,34 @@ func (s *Result) add(r Result) {
 // simulator may turn one into an ordinary seed; they stay as cheap
 // coverage.)
 var regressions = []struct {
-	seed uint64
-	bug  string
+	seed       uint64
+	bug        string
+	noReconfig bool // found before reconfiguration existed: replayed without it
 }{
-	{10, "a StartView delivered late said the primary's log ended before entries the backup had verified since; the backup cut verified entries (invariant panic)"},
-	{236, "a snapshot answering the new primary's log fetch arrived after its view change was over; the core reported it as malformed instead of ignoring it"},
-	{569214, "a replica recovering in view v (holding entries of view v) crashed, restarted in view change for v and sent DoViewChange(v) ending with an entry of view v; validation refused it as impossible (found after 69,214 clean seeds of the long run)"},
-	{540, "a PrepareOK of view v queued before the replica moved to view v+1 went out after v+1 was on disk: an acknowledgement of an older view (found by the driver-level check that every message's view is on disk)"},
-	{454, "same as 540, replica 1 acknowledging view 2 after moving to 3"},
-	{3000881, "the primary's disk went slow while its writes were async: each queued write paid the slow fsync on its own, a StartView waited behind seconds of them and the old primary never caught up (the simulator's disk writer now joins queued writes as the driver's does)"},
-	{3000729, "same as 3000881, replica 2 recovering behind the queued writes"},
-	{218, "after StartView the primary's optimistic next index stayed past a recovering backup's log and nothing was ever resent to it; commits stalled behind MaxUncommittedEntries (liveness)"},
+	{10, "a StartView delivered late said the primary's log ended before entries the backup had verified since; the backup cut verified entries (invariant panic)", true},
+	{236, "a snapshot answering the new primary's log fetch arrived after its view change was over; the core reported it as malformed instead of ignoring it", true},
+	{569214, "a replica recovering in view v (holding entries of view v) crashed, restarted in view change for v and sent DoViewChange(v) ending with an entry of view v; validation refused it as impossible (found after 69,214 clean seeds of the long run)", true},
+	{540, "a PrepareOK of view v queued before the replica moved to view v+1 went out after v+1 was on disk: an acknowledgement of an older view (found by the driver-level check that every message's view is on disk)", true},
+	{454, "same as 540, replica 1 acknowledging view 2 after moving to 3", true},
+	{3000881, "the primary's disk went slow while its writes were async: each queued write paid the slow fsync on its own, a StartView waited behind seconds of them and the old primary never caught up (the simulator's disk writer now joins queued writes as the driver's does)", true},
+	{3000729, "same as 3000881, replica 2 recovering behind the queued writes", true},
+	{218, "after StartView the primary's optimistic next index stayed past a recovering backup's log and nothing was ever resent to it; commits stalled behind MaxUncommittedEntries (liveness)", true},
 	// Found by the simulator once it ran the shipped driver, master tables
 	// and client lease rules (sessions that expire, caches, partitions
 	// with clients, failing disks, pauses):
-	{5, "an expired session whose EndSession was refused at once (the uncommitted window full) was unmarked and due again at the same instant: the master spun (the simulator's master now retries after a pause, as the cell does)"},
-	{1372, "same as 5 for a lock-delay Tick refused at once"},
-	{12, "a proposal made from inside a driver callback reached the driver while it waited for its disk"},
-	{35, "the driver answered the proposals it failed in map order: a seed did not replay the same (Driver.failPendingUpTo now goes in index order)"},
-	{34, "after a failed write the simulated disk still stored later writes, leaving a gap in the log (a failed disk now stores nothing more)"},
-	{62, "same as 34"},
-	{408, "masters went on expiring sessions while the run ended, so a backup had not heard the last commit at the final check (the run now stops proposals first)"},
+	{5, "an expired session whose EndSession was refused at once (the uncommitted window full) was unmarked and due again at the same instant: the master spun (the simulator's master now retries after a pause, as the cell does)", true},
+	{1372, "same as 5 for a lock-delay Tick refused at once", true},
+	{12, "a proposal made from inside a driver callback reached the driver while it waited for its disk", true},
+	{35, "the driver answered the proposals it failed in map order: a seed did not replay the same (Driver.failPendingUpTo now goes in index order)", true},
+	{34, "after a failed write the simulated disk still stored later writes, leaving a gap in the log (a failed disk now stores nothing more)", true},
+	{62, "same as 34", true},
+	{408, "masters went on expiring sessions while the run ended, so a backup had not heard the last commit at the final check (the run now stops proposals first)", true},
 }
 
 func TestSimRegressions(t *testing.T) {
 	for _, r := range regressions {
 		t.Run(fmt.Sprint(r.seed), func(t *testing.T) {
-			if res := Run(Options{Seed: r.seed}); res.Err != nil {
+			if res := Run(Options{Seed: r.seed, NoReconfig: r.noReconfig}); res.Err != nil {
 				t.Fatalf("regression seed %d (%s) fails again: %v\nreplay: %s", r.seed, r.bug, res.Err, replay(r.seed))
 			}
 		})
@@ -176,7 +177,7 @@ func TestFailoverLatency(t *testing.T) {
 	}
 	var ds []time.Duration
 	for seed := uint64(1); seed <= uint64(n); seed++ {
-		res := Run(Options{Seed: seed, NoFaults: true, FaultTime: 3 * time.Second, KillPrimaryAt: time.Second})
+		res := Run(Options{Seed: seed, NoFaults: true, NoReconfig: true, FaultTime: 3 * time.Second, KillPrimaryAt: time.Second})
 		if res.Err != nil {
 			t.Fatalf("seed %d: %v", seed, res.Err)
 		}

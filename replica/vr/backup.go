@@ -113,7 +113,7 @@ func (n *Node) onSnapshot(m *Message) {
 		n.continueReconcile()
 		return
 	}
-	if m.From != n.primaryOf(m.View) {
+	if n.primaryKnown(m.View) && m.From != n.primaryOf(m.View) {
 		return // an answer to a fetch of a view change we are done with
 	}
 	n.follow(m)
@@ -146,10 +146,9 @@ func (n *Node) installSnapshot(m *Message) bool {
 		}
 	}
 	n.log.reset(s, meta.View)
-	n.snap = SnapshotMeta{Index: s, View: meta.View, Members: meta.Members.Clone()}
-	n.pendingSnap = &Snapshot{Meta: n.snap, Data: m.SnapshotData}
-	n.pendingSnap.Meta.Members = meta.Members.Clone()
-	n.setMembers(meta.Members.Clone())
+	n.snap = meta.Clone()
+	n.pendingSnap = &Snapshot{Meta: meta.Clone(), Data: m.SnapshotData}
+	n.base, n.confs, n.confDirty = meta.Config(), nil, true
 	n.commit, n.applied, n.verified = s, s, s
 	n.truncFrom = 0
 	n.unstableFrom = s + 1
@@ -178,7 +177,7 @@ func (n *Node) mergeEntries(es []Entry) bool {
 			}
 			n.cut(e.Index)
 		}
-		n.log.append(e)
+		n.appendEntry(e)
 		n.verified = max(n.verified, e.Index)
 	}
 	return true

@@ -54,6 +54,11 @@ type Config struct {
 	// becomes log entry 1). Every replica of a new cell must be given the
 	// same one. Ignored when the replica has state on disk.
 	InitialMembers Members
+	// Join starts a new replica with an empty log instead, to be added to
+	// an existing cell: it is passive (a learner-to-be) until a primary
+	// that added it sends it the log. It wins over InitialMembers on an empty
+	// disk.
+	Join bool
 
 	// HeartbeatInterval is how often the primary sends Commit (heartbeat
 	// and lease round) and retransmits. Default 50 ms.

@@ -11,11 +11,27 @@ import (
 // proposals (Propose), and carries out what Ready returns. A Node is not
 // safe for concurrent use.
 type Node struct {
-	cfg     Config
-	id      uint64
-	members Members
-	ids     []uint64
-	quorum  int
+	cfg Config
+	id  uint64
+
+	// The configuration in force (reconfig.go): its voters in order, the
+	// other members (voters and learners) in order, a majority of the
+	// voters, and whether this replica is a voter.
+	conf   Configuration
+	voters []uint64
+	peers  []uint64
+	quorum int
+	voter  bool
+	// base is the configuration at the start of the in-memory log, confs
+	// the configuration entries after it; opened is the entry that opened
+	// the epoch in force and pending a voter change not yet committed
+	// (index 0: none or unknown); confDirty says confs changed since the
+	// configuration was last worked out.
+	base      Configuration
+	confs     []confAt
+	opened    confAt
+	pending   confAt
+	confDirty bool
 
 	// Durations in clock units (nanoseconds).
 	hb, vcTimeout, leaseWait, leaseHold, stepDown int64
@@ -73,6 +89,10 @@ type Node struct {
 	probeGrants map[uint64]bool
 	nextProbe   int64
 
+	// A replica that left the voters announces the new epoch until
+	// announceUntil (enterEpoch).
+	announceUntil, nextAnnounce int64
+
 	// Persistence bookkeeping.
 	hsDisk        HardState
 	mustSync      bool
@@ -113,7 +133,13 @@ type Info struct {
 	Applied        uint64
 	Persisted      uint64 // last entry known durable on this replica's disk
 	SnapshotIndex  uint64
-	Members        Members
+	// Members is the configuration in force, of epoch Epoch; Voter says
+	// this replica is one of its voters. PendingConfig is the index of a
+	// voter change not yet known committed (0: none).
+	Members       Members
+	Epoch         uint64
+	Voter         bool
+	PendingConfig uint64
 }
 
 type progress struct {
@@ -122,6 +148,8 @@ type progress struct {
 	reported    uint64   // the backup's verified index, as last reported
 	normal      bool     // the backup said it is normal in this view
 	ackStamp    uint64   // lease round acknowledged
+	voter       bool     // a voter (counts in quorums), not a learner
+	lastAck     int64    // when its last acknowledgement arrived
 	knownCommit uint64   // the backup's commit, from its DoViewChange
 	inflight    []uint64 // last index of each Prepare not yet acknowledged
 	hbMatch     uint64   // reported at the previous heartbeat
@@ -142,7 +170,9 @@ const stampRing = 64
 
 // NewNode starts a replica from what its disk holds. now is the driver's
 // monotonic clock in nanoseconds. A new replica (empty p) starts from
-// cfg.InitialMembers; its first Ready persists the configuration entry.
+// cfg.InitialMembers, and its first Ready persists the configuration
+// entry; or, with cfg.Join, with an empty log, passive until a primary
+// that added it sends it the log.
 //
 // A replica that held a lease promise before it stopped cannot know when
 // it made it, so it waits a whole lease before joining a new view. A
@@ -163,32 +193,45 @@ func NewNode(cfg Config, p Persisted, now int64) (*Node, error) {
 	n.promiseEnd = now + n.leaseWait
 	n.lastHeard = now
 
-	if p.Empty() {
-		if cfg.InitialMembers == nil {
-			return nil, ErrNotBootstrapped
-		}
-		if err := cfg.InitialMembers.Validate(); err != nil {
+	switch {
+	case !p.Empty():
+		if err := n.restore(p); err != nil {
 			return nil, err
 		}
-		n.setMembers(cfg.InitialMembers.Clone())
-		if !n.members.Contains(n.id) {
-			return nil, fmt.Errorf("vr: replica %d is not in the initial configuration", n.id)
-		}
-		n.log.append(Entry{Index: 1, View: 0, Type: EntryConfig, Data: EncodeMembers(n.members)})
-		n.commit = 1 // the same on every replica by construction
+	case cfg.Join:
 		n.unstableFrom = 1
-		n.verified = 1
-		n.status = StatusNormal
-		n.mustSync = true
-		if n.primaryOf(0) == n.id {
-			n.startOp = 1
-			n.becomePrimaryState()
+		n.status = StatusRecovering
+	case cfg.InitialMembers == nil:
+		return nil, ErrNotBootstrapped
+	default:
+		if err := n.bootstrap(cfg.InitialMembers); err != nil {
+			return nil, err
 		}
-	} else if err := n.restore(p); err != nil {
-		return nil, err
 	}
 	n.checkInvariants()
 	return n, nil
+}
+
+// bootstrap starts a new cell's replica: entry 1 is the configuration.
+func (n *Node) bootstrap(members Members) error {
+	if err := members.Validate(); err != nil {
+		return err
+	}
+	if !members.IsVoter(n.id) {
+		return fmt.Errorf("vr: replica %d is not a voter of the initial configuration", n.id)
+	}
+	n.appendEntry(Entry{Index: 1, View: 0, Type: EntryConfig, Data: EncodeConfig(Configuration{Members: members})})
+	n.commit = 1 // the same on every replica by construction
+	n.settle()
+	n.unstableFrom = 1
+	n.verified = 1
+	n.status = StatusNormal
+	n.mustSync = true
+	if n.primaryOf(0) == n.id {
+		n.startOp = 1
+		n.becomePrimaryState()
+	}
+	return nil
 }
 
 func (n *Node) restore(p Persisted) error {
@@ -196,38 +239,30 @@ func (n *Node) restore(p Persisted) error {
 	if hs.LastNormalView > hs.View || hs.View >= maxView {
 		return fmt.Errorf("vr: corrupt hard state %+v", hs)
 	}
-	var members Members
 	if p.Snapshot != nil {
 		if err := p.Snapshot.Members.Validate(); err != nil {
 			return fmt.Errorf("vr: snapshot: %w", err)
 		}
-		if p.Snapshot.Index == 0 || p.Snapshot.Index >= maxIndex || p.Snapshot.View > hs.View {
+		if p.Snapshot.Index == 0 || p.Snapshot.Index >= maxIndex || p.Snapshot.View > hs.View || p.Snapshot.Epoch >= maxEpoch {
 			return fmt.Errorf("vr: corrupt snapshot meta %+v", *p.Snapshot)
 		}
 		n.log.reset(p.Snapshot.Index, p.Snapshot.View)
-		members = p.Snapshot.Members.Clone()
-		n.snap = *p.Snapshot
-		n.snap.Members = members.Clone()
+		n.snap = p.Snapshot.Clone()
+		n.base = p.Snapshot.Config()
 	}
 	for i, e := range p.Entries {
 		if e.Index != n.log.lastIndex()+1 || e.View < n.log.lastView() || e.View > hs.View || !e.Type.valid() {
 			return fmt.Errorf("vr: corrupt log at entry %d (index %d, view %d)", i, e.Index, e.View)
 		}
 		if e.Type == EntryConfig {
-			m, err := DecodeMembers(e.Data)
-			if err != nil {
+			if _, err := DecodeConfig(e.Data); err != nil {
 				return fmt.Errorf("vr: log entry %d: %w", e.Index, err)
 			}
-			members = m
 		}
-		n.log.append(e)
+		n.appendEntry(e)
 	}
-	if members == nil {
+	if len(n.base.Members) == 0 && len(n.confs) == 0 && (n.log.lastIndex() > 0 || !n.cfg.Join) {
 		return errors.New("vr: no configuration on disk (no snapshot and no configuration entry)")
-	}
-	n.setMembers(members)
-	if !n.members.Contains(n.id) {
-		return fmt.Errorf("vr: replica %d is not in its configuration", n.id)
 	}
 	n.view, n.lnv = hs.View, hs.LastNormalView
 	n.applied = n.log.snapIndex
@@ -236,7 +271,15 @@ func (n *Node) restore(p Persisted) error {
 	n.unstableFrom = n.log.lastIndex() + 1
 	n.hsDisk = hs
 	n.verified = n.commit
+	n.loadConfig()
 	switch {
+	case n.passive():
+		// A learner, a removed replica or one behind its view's epoch
+		// waits for a primary to speak to it.
+		n.status = StatusRecovering
+	case epochOf(n.view) < n.conf.Epoch:
+		n.status = StatusViewChange
+		n.startViewChange(firstView(n.conf))
 	case n.lnv == n.view && n.primaryOf(n.view) == n.id:
 		// We were the primary: entries we sent but had not persisted may
 		// be on backups, so this view cannot go on with us.
@@ -252,15 +295,18 @@ func (n *Node) restore(p Persisted) error {
 	return nil
 }
 
-func (n *Node) setMembers(m Members) {
-	n.members = m
-	n.ids = m.IDs()
-	n.quorum = len(m)/2 + 1
+// primaryOf returns the primary of view v by the configuration in force
+// (meaningful when primaryKnown(v); 0 when there are no voters yet).
+func (n *Node) primaryOf(v uint64) uint64 {
+	if len(n.voters) == 0 {
+		return 0
+	}
+	return n.voters[v%uint64(len(n.voters))]
 }
 
-func (n *Node) primaryOf(v uint64) uint64 { return n.ids[v%uint64(len(n.ids))] }
-
-func (n *Node) isPrimary() bool { return n.status == StatusNormal && n.primaryOf(n.view) == n.id }
+func (n *Node) isPrimary() bool {
+	return n.status == StatusNormal && n.voter && n.primaryOf(n.view) == n.id && epochOf(n.view) == n.conf.Epoch
+}
 
 func (n *Node) event(msg string, args ...any) {
 	if n.cfg.Hooks.Event != nil {
@@ -295,8 +341,10 @@ func (n *Node) forgetOlderViews(w uint64) {
 	n.msgs = kept
 }
 
+// broadcast sends m to the other voters (probes and view changes concern
+// them only).
 func (n *Node) broadcast(m Message) {
-	for _, id := range n.ids {
+	for _, id := range n.voters {
 		if id != n.id {
 			m.To = id
 			n.send(m)
@@ -312,6 +360,9 @@ var ErrInvalidMessage = errors.New("vr: invalid message")
 // wrapping ErrInvalidMessage; the node's state is unchanged by it.
 func (n *Node) Step(m Message) error {
 	n.mustNotBeReady()
+	if n.outsider(&m) {
+		return nil
+	}
 	if reason := n.validate(&m); reason != "" {
 		n.drop(&m, reason)
 		return fmt.Errorf("%w: %s: %s", ErrInvalidMessage, m.String(), reason)
@@ -340,8 +391,19 @@ func (n *Node) Step(m Message) error {
 	case MsgSnapshot:
 		n.onSnapshot(&m)
 	}
+	n.settle()
 	n.checkInvariants()
 	return nil
+}
+
+// outsider reports whether m comes from a replica outside the
+// configuration of m's view's epoch, which this node holds: a replica
+// removed (or not yet added) still sends what it sent before it heard.
+// Such a message is stale, not malformed, and is ignored. (A replica that
+// cannot judge — a learner-to-be, one behind its view's epoch — hears
+// whoever speaks for a newer view.)
+func (n *Node) outsider(m *Message) bool {
+	return !n.passive() && epochOf(m.View) == n.conf.Epoch && !n.conf.Members.Contains(m.From)
 }
 
 // Tick tells the node the time: now is the driver's monotonic clock in
@@ -356,6 +418,12 @@ func (n *Node) Tick(now int64) {
 		n.promiseOwed = false
 	}
 	switch {
+	case n.passive():
+		// Learners, removed replicas and replicas behind their view's
+		// epoch decide nothing: they wait for a primary.
+		if n.now < n.announceUntil && n.now >= n.nextAnnounce && n.now-n.lastHeard >= n.hb {
+			n.announce()
+		}
 	case n.isPrimary() && n.quorumLost():
 		// A primary no quorum answers holds no lease and can serve
 		// nothing; the backups may well hear its heartbeats (it is deaf
@@ -374,6 +442,7 @@ func (n *Node) Tick(now int64) {
 			n.probe()
 		}
 	}
+	n.settle()
 	n.checkInvariants()
 }
 
@@ -386,7 +455,9 @@ func (n *Node) Tick(now int64) {
 // entry at that index means the proposal was lost).
 func (n *Node) Propose(cmds ...[]byte) (first uint64, err error) {
 	n.mustNotBeReady()
-	if !n.isPrimary() {
+	if !n.isPrimary() || n.pending.index != 0 {
+		// With a voter change uncommitted the epoch takes no more entries;
+		// its first view of the next epoch is moments away.
 		return 0, n.notPrimary()
 	}
 	if len(cmds) == 0 {
@@ -405,7 +476,7 @@ func (n *Node) Propose(cmds ...[]byte) (first uint64, err error) {
 	}
 	first = n.log.lastIndex() + 1
 	for i, c := range cmds {
-		n.log.append(Entry{Index: first + uint64(i), View: n.view, Type: EntryCommand, Data: c})
+		n.appendEntry(Entry{Index: first + uint64(i), View: n.view, Type: EntryCommand, Data: c})
 	}
 	n.uncommittedBytes += total
 	n.verified = n.log.lastIndex()
@@ -414,14 +485,18 @@ func (n *Node) Propose(cmds ...[]byte) (first uint64, err error) {
 }
 
 func (n *Node) notPrimary() error {
-	known := n.status != StatusViewChange && !n.isPrimary()
+	_, known := n.PrimaryHint()
 	return &NotPrimaryError{View: n.view, Primary: n.primaryOf(n.view), Known: known}
 }
 
 // PrimaryHint returns the primary this replica believes in, for NOT_MASTER
-// answers; ok is false during a view change.
+// answers: the primary of its view, heard from less than a view-change
+// timeout ago. ok is false during a view change, and when this replica
+// has not heard from it lately: a replica removed from the cell, or cut
+// off, would otherwise send clients to a primary that is gone (two such
+// replicas can send a client back and forth between them for ever).
 func (n *Node) PrimaryHint() (id uint64, ok bool) {
-	if n.status == StatusViewChange {
+	if n.status == StatusViewChange || !n.primaryKnown(n.view) || n.isPrimary() || n.now-n.lastHeard >= n.vcTimeout {
 		return 0, false
 	}
 	return n.primaryOf(n.view), true
@@ -450,7 +525,8 @@ func (n *Node) Info() Info {
 		ID: n.id, View: n.view, LastNormalView: n.lnv, Status: n.status,
 		Primary: n.primaryOf(n.view), IsPrimary: n.isPrimary(),
 		LastOp: n.log.lastIndex(), Commit: n.commit, Applied: n.applied, Persisted: n.persistedLast,
-		SnapshotIndex: n.snap.Index, Members: n.members.Clone(),
+		SnapshotIndex: n.snap.Index, Members: n.conf.Members.Clone(), Epoch: n.conf.Epoch, Voter: n.voter,
+		PendingConfig: n.pending.index,
 	}
 }
 
@@ -472,7 +548,8 @@ func (n *Node) SnapshotMeta(index uint64) (SnapshotMeta, error) {
 	if index > n.applied || !ok {
 		return SnapshotMeta{}, fmt.Errorf("vr: no snapshot at %d: applied %d, log from %d", index, n.applied, n.log.snapIndex)
 	}
-	return SnapshotMeta{Index: index, View: v, Members: n.members.Clone()}, nil
+	c := n.configAt(index)
+	return SnapshotMeta{Index: index, View: v, Members: c.Members, Epoch: c.Epoch, Proposer: c.Proposer}, nil
 }
 
 // Compact tells the node that the application has durably stored a
@@ -495,9 +572,10 @@ func (n *Node) Compact(meta SnapshotMeta) error {
 	if v, ok := n.log.viewAt(index); !ok || v != meta.View {
 		return fmt.Errorf("vr: compact %d: snapshot of view %d, the log has %d (%v)", index, meta.View, v, ok)
 	}
-	n.snap = SnapshotMeta{Index: index, View: meta.View, Members: meta.Members.Clone()}
+	n.snap = meta.Clone()
 	if keep := uint64(n.cfg.CompactMargin); index > keep {
 		n.log.compact(index - keep)
+		n.compactConfs()
 	}
 	n.unstableFrom = max(n.unstableFrom, n.log.snapIndex+1)
 	n.checkInvariants()
@@ -572,6 +650,7 @@ func (n *Node) Persisted(last, view uint64) {
 	}
 	n.persistedLast = last
 	n.maybeCommit()
+	n.settle()
 	n.checkInvariants()
 }
 
@@ -613,6 +692,7 @@ func (n *Node) Advance() {
 	if n.isPrimary() {
 		n.maybeCommit()
 	}
+	n.settle()
 	n.checkInvariants()
 }
 
@@ -632,6 +712,7 @@ func (n *Node) cut(i uint64) {
 		broken("cut at %d: commit %d, verified %d", i, n.commit, n.verified)
 	}
 	n.log.truncateFrom(i)
+	n.dropConfsFrom(i)
 	// Entries handed out to the disk writer may be on disk even if not yet
 	// reported durable: they are deleted too.
 	if i < n.unstableFrom && (n.truncFrom == 0 || i < n.truncFrom) {
@@ -678,6 +759,12 @@ func (n *Node) checkInvariants() {
 		if !(n.startKnown && n.startOp <= last && n.prs != nil) {
 			broken("primary without start op")
 		}
+		if n.pending.index != 0 && n.pending.index != last {
+			broken("primary with entries after the pending voter change %d (last %d)", n.pending.index, last)
+		}
+	}
+	if len(n.voters) > 0 && epochOf(n.view) < n.conf.Epoch {
+		broken("view %d of an epoch before the configuration's %d", n.view, n.conf.Epoch)
 	}
 }
 

@@ -14,11 +14,9 @@ func (n *Node) becomePrimaryState() {
 	n.verified = n.log.lastIndex()
 	n.startOp = n.log.lastIndex()
 	n.startKnown = true
-	n.prs = make(map[uint64]*progress, len(n.ids))
-	for _, id := range n.ids {
-		if id != n.id {
-			n.prs[id] = &progress{next: n.log.lastIndex() + 1}
-		}
+	n.prs = make(map[uint64]*progress, len(n.peers))
+	for _, id := range n.peers {
+		n.prs[id] = &progress{next: n.log.lastIndex() + 1, voter: n.conf.Members.IsVoter(id)}
 	}
 	n.uncommittedBytes = 0
 	for i := n.commit + 1; i <= n.log.lastIndex(); i++ {
@@ -36,11 +34,8 @@ func (n *Node) heartbeat() {
 	n.stampAt[n.stamp%stampRing] = n.now
 	n.promiseEnd = max(n.promiseEnd, n.now+n.leaseWait) // we count in the lease quorum too
 	n.nextHeartbeat = n.now + n.hb
-	for _, id := range n.ids {
+	for _, id := range n.peers {
 		pr := n.prs[id]
-		if pr == nil {
-			continue
-		}
 		// No progress for a whole interval with Prepares outstanding: they
 		// (or their answers) were lost. Send again from what the backup
 		// last reported.
@@ -63,10 +58,8 @@ func (n *Node) flushAppends() {
 	if !n.isPrimary() {
 		return
 	}
-	for _, id := range n.ids {
-		if pr := n.prs[id]; pr != nil {
-			n.sendAppends(id, pr)
-		}
+	for _, id := range n.peers {
+		n.sendAppends(id, n.prs[id])
 	}
 }
 
@@ -95,8 +88,7 @@ func (n *Node) sendAppends(to uint64, pr *progress) {
 }
 
 func (n *Node) sendSnapshot(to uint64, pr *progress) {
-	meta := n.snap
-	meta.Members = meta.Members.Clone()
+	meta := n.snap.Clone()
 	n.send(Message{Type: MsgSnapshot, To: to, View: n.view, Commit: n.commit, Stamp: n.stamp, Snapshot: &meta})
 	pr.snapUntil = n.now + 2*n.vcTimeout // a snapshot may take a while; don't flood
 	pr.inflight = pr.inflight[:0]
@@ -126,6 +118,10 @@ func (n *Node) onPrepareOK(m *Message) {
 		return
 	}
 	pr := n.prs[m.From]
+	if pr == nil {
+		return // a member this primary no longer tracks
+	}
+	pr.lastAck = n.now
 	if m.Op > n.log.lastIndex() {
 		n.drop(m, "acknowledges an index beyond the primary's log")
 		return
@@ -169,13 +165,13 @@ func (n *Node) onPrepareOK(m *Message) {
 }
 
 // maybeCommit advances the commit number to the highest index a quorum
-// holds on disk: the primary itself (what it persisted) and backups that
-// acknowledged as normal in this view.
+// of voters holds on disk: the primary itself (what it persisted) and
+// voters that acknowledged as normal in this view.
 func (n *Node) maybeCommit() {
-	ms := make([]uint64, 0, len(n.ids))
+	ms := make([]uint64, 0, len(n.voters))
 	ms = append(ms, n.persistedLast)
 	for _, pr := range n.prs {
-		if pr.normal {
+		if pr.normal && pr.voter {
 			ms = append(ms, pr.match)
 		}
 	}
@@ -184,6 +180,12 @@ func (n *Node) maybeCommit() {
 	}
 	slices.Sort(ms)
 	c := ms[len(ms)-n.quorum]
+	if k := n.pending.index; k != 0 && c >= k && n.heldBy(n.pending.c.Members.Voters()) < k {
+		// A voter change commits only once a majority of the new voters
+		// holds it too (reconfig.go): then the new epoch's first view can
+		// form from replicas that hold the whole old epoch.
+		c = k - 1
+	}
 	if c <= n.commit {
 		return
 	}
@@ -196,16 +198,33 @@ func (n *Node) maybeCommit() {
 	n.commit = c
 }
 
+// heldBy returns the highest index a majority of voters holds on disk, as
+// acknowledged to this primary (itself counted by what it persisted).
+func (n *Node) heldBy(voters []uint64) uint64 {
+	ms := make([]uint64, 0, len(voters))
+	for _, id := range voters {
+		if id == n.id {
+			ms = append(ms, n.persistedLast)
+		} else if pr := n.prs[id]; pr != nil && pr.normal {
+			ms = append(ms, pr.match)
+		} else {
+			ms = append(ms, 0)
+		}
+	}
+	slices.Sort(ms)
+	return ms[len(ms)-(len(voters)/2+1)]
+}
+
 // leaseStart returns when the newest lease round a quorum acknowledged
 // began.
 func (n *Node) leaseStart() (int64, bool) {
 	if !n.isPrimary() || n.stamp == 0 {
 		return 0, false
 	}
-	stamps := make([]uint64, 0, len(n.ids))
+	stamps := make([]uint64, 0, len(n.voters))
 	stamps = append(stamps, n.stamp)
 	for _, pr := range n.prs {
-		if pr.normal {
+		if pr.normal && pr.voter {
 			stamps = append(stamps, pr.ackStamp)
 		}
 	}

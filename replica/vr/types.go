@@ -15,11 +15,9 @@ const (
 	// EntryCommand is an application command (an encoded fsm.Command in the
 	// cell). The core never looks inside it.
 	EntryCommand EntryType = 1
-	// EntryConfig carries a whole configuration (EncodeMembers). Entry 1 of
-	// every log is the initial configuration. A later configuration entry
-	// replaces the configuration (not implemented yet: Propose accepts
-	// commands only; the type exists so that logs written now stay readable
-	// when configuration changes arrive).
+	// EntryConfig carries a whole configuration (EncodeConfig). Entry 1 of
+	// every log is the initial configuration; a later one, proposed with
+	// Node.ProposeConfig, replaces it (reconfig.go says when).
 	EntryConfig EntryType = 2
 )
 
@@ -53,11 +51,13 @@ type Entry struct {
 // the core, which only keeps them with the configuration (in the log and
 // in snapshots): ClientAddr is where clients reach the replica (the cell
 // gives it in NOT_MASTER hints and its status), PeerAddr where the other
-// replicas do. Either may be empty.
+// replicas do. Either may be empty. A Learner receives the log and
+// snapshots but votes in nothing and counts in no quorum.
 type Member struct {
 	ID         uint64
 	ClientAddr string
 	PeerAddr   string
+	Learner    bool
 }
 
 // addrSep separates a member's two addresses in its packed form.
@@ -82,8 +82,8 @@ func UnpackAddr(packed string) (clientAddr, peerAddr string) {
 	return clientAddr, peerAddr
 }
 
-// Members is a configuration: the replicas, sorted by ID, distinct, ID > 0.
-// A quorum is a majority of them.
+// Members is a configuration's replicas, sorted by ID, distinct, ID > 0,
+// at least one of them a voter. A quorum is a majority of the voters.
 type Members []Member
 
 // Limits of a configuration. MaxMemberAddr bounds a member's PackedAddr.
@@ -110,6 +110,9 @@ func (m Members) Validate() error {
 		if n := len(x.PackedAddr()); n > MaxMemberAddr {
 			return fmt.Errorf("vr: replica %d addresses of %d bytes, more than %d", x.ID, n, MaxMemberAddr)
 		}
+	}
+	if len(m.Voters()) == 0 {
+		return errors.New("vr: configuration without a voter")
 	}
 	return nil
 }
@@ -142,8 +145,10 @@ func (m Members) Clone() Members { return slices.Clone(m) }
 
 const membersVersion = 1
 
-// EncodeMembers returns the EntryConfig payload of m: version byte, count,
-// then per member its id and length-prefixed PackedAddr.
+// EncodeMembers returns the first format of an EntryConfig payload, for a
+// configuration of voters only in epoch 0: version byte, count, then per
+// member its id and length-prefixed PackedAddr. Learner flags are not
+// written; EncodeConfig chooses the format.
 func EncodeMembers(m Members) []byte {
 	b := []byte{membersVersion}
 	b = binary.AppendUvarint(b, uint64(len(m)))
@@ -211,11 +216,25 @@ type HardState struct {
 }
 
 // SnapshotMeta describes an application snapshot: the state after applying
-// every entry up to Index, whose view was View, under configuration Members.
+// every entry up to Index, whose view was View, under the configuration
+// Members of epoch Epoch proposed by Proposer (see Configuration).
 type SnapshotMeta struct {
-	Index   uint64
-	View    uint64
-	Members Members
+	Index    uint64
+	View     uint64
+	Members  Members
+	Epoch    uint64
+	Proposer uint64
+}
+
+// Config returns the configuration the snapshot was taken under.
+func (s SnapshotMeta) Config() Configuration {
+	return Configuration{Epoch: s.Epoch, Proposer: s.Proposer, Members: s.Members.Clone()}
+}
+
+// Clone returns a copy of s.
+func (s SnapshotMeta) Clone() SnapshotMeta {
+	s.Members = s.Members.Clone()
+	return s
 }
 
 // Snapshot is a snapshot to install: its metadata and the application's

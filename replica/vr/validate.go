@@ -13,8 +13,10 @@ func (n *Node) validate(m *Message) string {
 	if r := n.validHeader(m); r != "" {
 		return r
 	}
-	if r := validRole(m, n.primaryOf(m.View)); r != "" {
-		return r
+	if n.primaryKnown(m.View) {
+		if r := validRole(m, n.primaryOf(m.View)); r != "" {
+			return r
+		}
 	}
 	return n.validBody(m)
 }
@@ -32,8 +34,6 @@ func (n *Node) validHeader(m *Message) string {
 		return "addressed to another replica"
 	case m.From == n.id:
 		return "from this replica"
-	case !n.members.Contains(m.From):
-		return "from a replica outside the configuration"
 	case m.View >= maxView:
 		return "view out of range"
 	case m.Op >= maxIndex || m.Commit >= maxIndex || m.PrevOp >= maxIndex || m.StartOp >= maxIndex:
@@ -146,14 +146,11 @@ func (n *Node) validSnapshot(m *Message) string {
 	if s == nil {
 		return "snapshot without metadata"
 	}
-	if s.Index == 0 || s.Index >= maxIndex || s.View > m.View {
+	if s.Index == 0 || s.Index >= maxIndex || s.View > m.View || s.Epoch >= maxEpoch || s.Epoch > epochOf(m.View) {
 		return "snapshot metadata out of range"
 	}
 	if err := s.Members.Validate(); err != nil {
 		return "snapshot configuration: " + err.Error()
-	}
-	if !s.Members.Contains(n.id) {
-		return "snapshot configuration without this replica"
 	}
 	return ""
 }
@@ -172,13 +169,11 @@ func (n *Node) validEntries(m *Message) string {
 			return "entry views decrease or exceed the message view"
 		case !e.Type.valid():
 			return "unknown entry type"
-		case e.Type == EntryConfig && e.Index != 1:
-			return "configuration changes are not supported yet"
 		case len(e.Data) > MaxEntryBytes:
 			return "entry too large"
 		}
 		if e.Type == EntryConfig {
-			if _, err := DecodeMembers(e.Data); err != nil {
+			if _, err := DecodeConfig(e.Data); err != nil {
 				return "configuration entry: " + err.Error()
 			}
 		}

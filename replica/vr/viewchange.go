@@ -23,13 +23,24 @@ func (n *Node) probe() {
 }
 
 func (n *Node) onProbe(m *Message) {
-	grant := m.View > n.view && !n.isPrimary() &&
+	if epochOf(m.View) < n.conf.Epoch && n.opened.index != 0 && epochOf(n.view) == n.conf.Epoch {
+		// A replica still in an older epoch is looking for a primary
+		// that no longer exists: tell it the epoch has moved on (it
+		// learns the change committed if it holds the entry that opened
+		// ours, adoptClosing; otherwise the new primary catches it up).
+		sv := n.startViewChangeMsg()
+		sv.To = m.From
+		n.send(sv)
+		return
+	}
+	grant := m.View > n.view && !n.isPrimary() && !n.passive() && epochOf(m.View) == n.conf.Epoch &&
+		n.conf.Members.IsVoter(m.From) &&
 		(n.status == StatusViewChange || n.now-n.lastHeard >= n.vcTimeout)
 	n.send(Message{Type: MsgProbeReply, To: m.From, View: m.View, Granted: grant})
 }
 
 func (n *Node) onProbeReply(m *Message) {
-	if !m.Granted || m.View != n.probeView || m.View != n.view+1 || n.probeGrants == nil {
+	if !m.Granted || m.View != n.probeView || m.View != n.view+1 || n.probeGrants == nil || !n.conf.Members.IsVoter(m.From) {
 		return
 	}
 	n.probeGrants[m.From] = true
@@ -62,9 +73,16 @@ func (n *Node) startViewChange(w uint64) {
 	n.stats.ViewChanges++
 	n.resetViewChange()
 	n.event("vr: view change", "new_primary", n.primaryOf(w))
-	n.broadcast(Message{Type: MsgStartViewChange, View: w})
+	n.broadcast(n.startViewChangeMsg())
 	n.nextSVC = n.now + n.hb
 	n.maybeSendDVC()
+}
+
+// startViewChangeMsg is this replica's StartViewChange for its view. It
+// names the entry that opened its epoch, when known, so that a replica
+// still holding that entry as pending learns it committed (adoptClosing).
+func (n *Node) startViewChangeMsg() Message {
+	return Message{Type: MsgStartViewChange, View: n.view, PrevOp: n.opened.index, PrevView: n.opened.view}
 }
 
 // resetViewChange clears the view change bookkeeping for the current view.
@@ -88,7 +106,7 @@ func (n *Node) clearViewChange() {
 
 func (n *Node) tickViewChange() {
 	if n.now >= n.nextSVC {
-		n.broadcast(Message{Type: MsgStartViewChange, View: n.view})
+		n.broadcast(n.startViewChangeMsg())
 		n.nextSVC = n.now + n.hb
 	}
 	n.maybeSendDVC()
@@ -101,6 +119,12 @@ func (n *Node) tickViewChange() {
 }
 
 func (n *Node) onStartViewChange(m *Message) {
+	if epochOf(m.View) != n.conf.Epoch && !n.adoptClosing(m) {
+		return // a view of another epoch: only its voters change to it
+	}
+	if n.passive() || !n.conf.Members.IsVoter(m.From) {
+		return
+	}
 	switch {
 	case m.View > n.view:
 		n.startViewChange(m.View)
@@ -108,7 +132,7 @@ func (n *Node) onStartViewChange(m *Message) {
 	case m.View == n.view && n.status == StatusViewChange:
 		n.svcs[m.From] = true
 	case m.View == n.view && n.isPrimary():
-		if pr := n.prs[m.From]; n.now >= pr.nextSV {
+		if pr := n.prs[m.From]; pr != nil && n.now >= pr.nextSV {
 			n.sendStartView(m.From) // it missed our StartView
 		}
 		return
@@ -158,7 +182,7 @@ func (n *Node) ownDVC() *dvcInfo {
 }
 
 func (n *Node) onDoViewChange(m *Message) {
-	if m.View < n.view {
+	if m.View < n.view || n.passive() || epochOf(m.View) != n.conf.Epoch || !n.conf.Members.IsVoter(m.From) {
 		return
 	}
 	if m.View > n.view {
@@ -166,7 +190,7 @@ func (n *Node) onDoViewChange(m *Message) {
 	}
 	switch {
 	case n.isPrimary():
-		if pr := n.prs[m.From]; n.now >= pr.nextSV {
+		if pr := n.prs[m.From]; pr != nil && n.now >= pr.nextSV {
 			n.sendStartView(m.From) // it missed our StartView
 		}
 		return
@@ -252,14 +276,13 @@ func (n *Node) sendGetLog() {
 }
 
 func (n *Node) onGetLog(m *Message) {
-	if m.View != n.view || n.status != StatusViewChange {
+	if m.View != n.view || n.status != StatusViewChange || n.passive() {
 		return
 	}
 	from := m.Op
 	switch {
 	case from <= n.log.snapIndex:
-		meta := n.snap
-		meta.Members = meta.Members.Clone()
+		meta := n.snap.Clone()
 		n.send(Message{Type: MsgSnapshot, To: m.From, View: n.view, Snapshot: &meta})
 		n.stats.SnapshotsSent++
 	case from <= n.log.lastIndex()+1:
@@ -306,9 +329,7 @@ func (n *Node) becomePrimary() {
 		}
 	}
 	n.event("vr: primary", "start_op", n.startOp, "commit", n.commit)
-	for _, id := range n.ids {
-		if id != n.id {
-			n.sendStartView(id)
-		}
+	for _, id := range n.peers {
+		n.sendStartView(id)
 	}
 }

@@ -13,6 +13,7 @@ import (
 type Client interface {
 	GetMaster(ctx context.Context, req *chubby.GetMasterRequest, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error)
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
+	RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -52,4 +53,9 @@ func (p *kCellClient) GetMaster(ctx context.Context, req *chubby.GetMasterReques
 func (p *kCellClient) GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.GetStatus(ctx)
+}
+
+func (p *kCellClient) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.RemoveMember(ctx, req)
 }

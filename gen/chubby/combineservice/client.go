@@ -30,6 +30,7 @@ type Client interface {
 	CheckSequencer(ctx context.Context, req *chubby.CheckSequencerRequest, callOptions ...callopt.Option) (r *chubby.CheckSequencerResponse, err error)
 	GetMaster(ctx context.Context, req *chubby.GetMasterRequest, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error)
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
+	RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -154,4 +155,9 @@ func (p *kCombineServiceClient) GetMaster(ctx context.Context, req *chubby.GetMa
 func (p *kCombineServiceClient) GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.GetStatus(ctx)
+}
+
+func (p *kCombineServiceClient) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.RemoveMember(ctx, req)
 }

@@ -153,6 +153,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"RemoveMember": kitex.NewMethodInfo(
+		removeMemberHandler,
+		newCellRemoveMemberArgs,
+		newCellRemoveMemberResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 }
 
 var (
@@ -673,6 +680,30 @@ func newCellGetStatusResult() interface{} {
 	return chubby.NewCellGetStatusResult()
 }
 
+func removeMemberHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*chubby.CellRemoveMemberArgs)
+	realResult := result.(*chubby.CellRemoveMemberResult)
+	success, err := handler.(chubby.Cell).RemoveMember(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *chubby.ChubbyError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newCellRemoveMemberArgs() interface{} {
+	return chubby.NewCellRemoveMemberArgs()
+}
+
+func newCellRemoveMemberResult() interface{} {
+	return chubby.NewCellRemoveMemberResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -939,6 +970,20 @@ func (p *kClient) GetStatus(ctx context.Context) (r *chubby.CellStatus, err erro
 	var _args chubby.CellGetStatusArgs
 	var _result chubby.CellGetStatusResult
 	if err = p.c.Call(ctx, "GetStatus", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest) (r *chubby.RemoveMemberResponse, err error) {
+	var _args chubby.CellRemoveMemberArgs
+	_args.Req = req
+	var _result chubby.CellRemoveMemberResult
+	if err = p.c.Call(ctx, "RemoveMember", &_args, &_result); err != nil {
 		return
 	}
 	switch {

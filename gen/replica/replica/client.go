@@ -11,7 +11,7 @@ import (
 
 // Client is designed to provide IDL-compatible methods with call-option parameter for kitex framework.
 type Client interface {
-	Deliver(ctx context.Context, cell string, from int64, msgs []*replica.Message, callOptions ...callopt.Option) (r []*replica.Message, err error)
+	Deliver(ctx context.Context, cell string, from int64, msgs []*replica.Message, fromAddr string, callOptions ...callopt.Option) (r []*replica.Message, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -43,7 +43,7 @@ type kReplicaClient struct {
 	*kClient
 }
 
-func (p *kReplicaClient) Deliver(ctx context.Context, cell string, from int64, msgs []*replica.Message, callOptions ...callopt.Option) (r []*replica.Message, err error) {
+func (p *kReplicaClient) Deliver(ctx context.Context, cell string, from int64, msgs []*replica.Message, fromAddr string, callOptions ...callopt.Option) (r []*replica.Message, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
-	return p.kClient.Deliver(ctx, cell, from, msgs)
+	return p.kClient.Deliver(ctx, cell, from, msgs, fromAddr)
 }

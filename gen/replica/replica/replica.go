@@ -89,7 +89,7 @@ func newServiceInfo(hasStreaming bool, keepStreamingMethods bool, keepNonStreami
 func deliverHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
 	realArg := arg.(*replica.ReplicaDeliverArgs)
 	realResult := result.(*replica.ReplicaDeliverResult)
-	success, err := handler.(replica.Replica).Deliver(ctx, realArg.Cell, realArg.From, realArg.Msgs)
+	success, err := handler.(replica.Replica).Deliver(ctx, realArg.Cell, realArg.From, realArg.Msgs, realArg.FromAddr)
 	if err != nil {
 		switch v := err.(type) {
 		case *replica.ReplicaError:
@@ -120,11 +120,12 @@ func newServiceClient(c client.Client) *kClient {
 	}
 }
 
-func (p *kClient) Deliver(ctx context.Context, cell string, from int64, msgs []*replica.Message) (r []*replica.Message, err error) {
+func (p *kClient) Deliver(ctx context.Context, cell string, from int64, msgs []*replica.Message, fromAddr string) (r []*replica.Message, err error) {
 	var _args replica.ReplicaDeliverArgs
 	_args.Cell = cell
 	_args.From = from
 	_args.Msgs = msgs
+	_args.FromAddr = fromAddr
 	var _result replica.ReplicaDeliverResult
 	if err = p.c.Call(ctx, "Deliver", &_args, &_result); err != nil {
 		return

@@ -1,0 +1,266 @@
+package cell
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/chubbygo/chubby/cell/discovery"
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+// The autopilot: the master's membership policy, run every
+// autopilotInterval and whenever gossip changes. It decides at most one
+// configuration change per round, from what gossip says of each replica
+// and what the replication protocol says of each member's progress; the
+// decision itself (nextChange) is a pure function, so that its rules read
+// and test as a table:
+//
+//  1. A learner that is dead (see below) is removed.
+//  2. A learner that has been healthy — alive in gossip, at most
+//     maxBehind entries behind, heard from within healthyContact — for
+//     PromoteAfter is promoted while the cell has fewer healthy voters
+//     than TargetSize.
+//  3. A dead voter is removed once the cell has more voters than
+//     TargetSize (its replacement was promoted first, so a majority is
+//     available at every step), and never below 3 voters by itself.
+//  4. A spare — a replica of this cell that gossip has seen alive for
+//     spareStable and that is in no configuration — is added as a learner
+//     while voters and learners that are not dead number fewer than
+//     TargetSize plus the dead voters to replace. A replica the autopilot
+//     removed is not taken back until it has been alive for DeadAfter
+//     (a flapping machine is not churned).
+//
+// Dead means: memberlist says dead (or left) for DeadAfter, and the
+// master has had no replica traffic from it for DeadAfter either. A
+// voter that only gossip thinks dead (a partition of the gossip port, a
+// slow machine) stays.
+
+const (
+	autopilotInterval = 500 * time.Millisecond
+	maxBehind         = 250 // entries, as Consul's autopilot
+	healthyContact    = time.Second
+	spareStable       = time.Second
+)
+
+// apView is what one round of the autopilot sees.
+type apView struct {
+	now     time.Time
+	self    uint64
+	members vr.Members
+	// gossip by replica id (the members' and the spares'); a replica
+	// gossip does not know is absent.
+	gossip map[uint64]discovery.Peer
+	// progress by member id (not self): entries behind the master's
+	// commit, and the time since its last acknowledgement (-1: none since
+	// this master started, masterFor ago).
+	behind    map[uint64]uint64
+	sinceAck  map[uint64]time.Duration
+	masterFor time.Duration
+
+	target       int
+	deadAfter    time.Duration
+	promoteAfter time.Duration
+	// healthySince: when each learner last became healthy (kept by the
+	// caller across rounds); removedAt: when the autopilot removed each
+	// replica.
+	healthySince map[uint64]time.Time
+	removedAt    map[uint64]time.Time
+}
+
+// dead reports whether replica id is dead by both gossip and traffic.
+func (v *apView) dead(id uint64) bool {
+	g, ok := v.gossip[id]
+	if !ok || (g.State != discovery.Dead && g.State != discovery.Left) || v.now.Sub(g.Since) < v.deadAfter {
+		return false
+	}
+	silent := v.masterFor
+	if d, ok := v.sinceAck[id]; ok && d >= 0 {
+		silent = d
+	}
+	return silent >= v.deadAfter
+}
+
+// healthy reports whether member id is caught up and in contact now.
+func (v *apView) healthy(id uint64) bool {
+	g, ok := v.gossip[id]
+	d, heard := v.sinceAck[id]
+	return ok && g.State == discovery.Alive && heard && d >= 0 && d < healthyContact && v.behind[id] <= maxBehind
+}
+
+// nextChange returns the next configuration to propose, and why, or nil.
+func nextChange(v *apView) (vr.Members, string) {
+	var voters, learners, deadVoters, deadLearners []uint64
+	for _, m := range v.members {
+		switch {
+		case m.Learner && v.dead(m.ID):
+			deadLearners = append(deadLearners, m.ID)
+		case m.Learner:
+			learners = append(learners, m.ID)
+		case m.ID != v.self && v.dead(m.ID):
+			deadVoters = append(deadVoters, m.ID)
+		default:
+			voters = append(voters, m.ID)
+		}
+	}
+	if len(deadLearners) > 0 {
+		id := deadLearners[0]
+		return without(v.members, id), fmt.Sprintf("remove learner %d: dead for %v", id, v.deadAfter)
+	}
+	if len(voters) < v.target {
+		for _, id := range learners {
+			if since, ok := v.healthySince[id]; ok && v.now.Sub(since) >= v.promoteAfter {
+				return setLearner(v.members, id, false), fmt.Sprintf("promote learner %d: caught up and healthy for %v", id, v.promoteAfter)
+			}
+		}
+	}
+	total := len(voters) + len(deadVoters)
+	if len(deadVoters) > 0 && total > v.target && total > 3 {
+		id := deadVoters[0]
+		return without(v.members, id), fmt.Sprintf("remove voter %d: dead for %v and replaced", id, v.deadAfter)
+	}
+	if len(voters)+len(learners) < v.target+len(deadVoters) && len(v.members) < vr.MaxMembers {
+		if sp, ok := v.spare(); ok {
+			next := append(v.members.Clone(), vr.Member{ID: sp.Meta.ID, ClientAddr: sp.Meta.ClientAddr, PeerAddr: sp.Meta.PeerAddr, Learner: true})
+			slices.SortFunc(next, func(a, b vr.Member) int { return cmp.Compare(a.ID, b.ID) })
+			why := fmt.Sprintf("add replica %d (%s) as a learner", sp.Meta.ID, sp.Meta.ClientAddr)
+			if len(deadVoters) > 0 {
+				why += fmt.Sprintf(", to replace voter %d", deadVoters[0])
+			}
+			return next, why
+		}
+	}
+	return nil, ""
+}
+
+// spare returns the spare with the lowest id that may be added now.
+func (v *apView) spare() (discovery.Peer, bool) {
+	ids := make([]uint64, 0, len(v.gossip))
+	for id := range v.gossip {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		g := v.gossip[id]
+		if v.members.Contains(id) || g.State != discovery.Alive || v.now.Sub(g.Since) < spareStable {
+			continue
+		}
+		if at, ok := v.removedAt[id]; ok && (g.Since.Before(at) || v.now.Sub(g.Since) < v.deadAfter) {
+			continue // removed as dead: back only after DeadAfter of life
+		}
+		if g.Meta.ClientAddr == "" || g.Meta.PeerAddr == "" {
+			continue
+		}
+		return g, true
+	}
+	return discovery.Peer{}, false
+}
+
+func setLearner(m vr.Members, id uint64, learner bool) vr.Members {
+	m = m.Clone()
+	for i := range m {
+		if m[i].ID == id {
+			m[i].Learner = learner
+		}
+	}
+	return m
+}
+
+func without(m vr.Members, id uint64) vr.Members {
+	return slices.DeleteFunc(m.Clone(), func(x vr.Member) bool { return x.ID == id })
+}
+
+// autopilot runs the policy on the master until the server stops.
+type autopilot struct {
+	healthySince map[uint64]time.Time
+	removedAt    map[uint64]time.Time
+	masterSince  time.Time
+	wasMaster    bool
+}
+
+func (s *Server) runAutopilot() {
+	defer s.backgroundW.Done()
+	ap := &autopilot{healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}}
+	t := time.NewTicker(autopilotInterval)
+	defer t.Stop()
+	var published *vr.Members
+	for {
+		changed := s.disc.Changed()
+		select {
+		case <-s.closed:
+			return
+		case <-t.C:
+		case <-changed:
+		}
+		if ms := s.members.Load(); ms != nil && ms != published {
+			published = ms
+			s.publishMeta(*ms)
+		}
+		s.autopilotRound(ap)
+	}
+}
+
+// publishMeta tells gossip whether this replica is a spare.
+func (s *Server) publishMeta(ms vr.Members) {
+	m := s.disc.Local().Meta
+	spare := !ms.Contains(s.cfg.ID)
+	if m.Spare == spare {
+		return
+	}
+	m.Spare = spare
+	if err := s.disc.UpdateMeta(m, time.Second); err != nil {
+		s.cfg.Logger.Warn("discovery: cannot gossip this replica's role", "err", err)
+	}
+}
+
+func (s *Server) autopilotRound(ap *autopilot) {
+	now := s.cfg.Now()
+	if !s.serving.Load() {
+		ap.wasMaster = false
+		return
+	}
+	if !ap.wasMaster {
+		ap.wasMaster, ap.masterSince = true, now
+		clear(ap.healthySince)
+	}
+	info := s.log.Info()
+	if info.PendingConfig != 0 {
+		return
+	}
+	v := &apView{now: now, self: s.cfg.ID, members: info.Members, gossip: map[uint64]discovery.Peer{},
+		behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: now.Sub(ap.masterSince),
+		target: s.cfg.TargetSize, deadAfter: s.cfg.DeadAfter, promoteAfter: s.cfg.PromoteAfter,
+		healthySince: ap.healthySince, removedAt: ap.removedAt}
+	for _, p := range s.disc.Members() {
+		if old, ok := v.gossip[p.Meta.ID]; !ok || p.Since.After(old.Since) {
+			v.gossip[p.Meta.ID] = p // a replica's newest incarnation
+		}
+	}
+	for id, p := range s.progress() {
+		v.behind[id], v.sinceAck[id] = uint64(p.Match), p.SinceAck
+	}
+	for _, m := range info.Members {
+		switch {
+		case !m.Learner || !v.healthy(m.ID):
+			delete(ap.healthySince, m.ID)
+		case ap.healthySince[m.ID].IsZero():
+			ap.healthySince[m.ID] = now
+		}
+	}
+	next, why := nextChange(v)
+	if next == nil {
+		return
+	}
+	for _, m := range info.Members {
+		if !next.Contains(m.ID) {
+			ap.removedAt[m.ID] = now
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.proposeConfig(ctx, next, "autopilot: "+why); err != nil {
+		s.cfg.Logger.Warn("membership: autopilot change refused", "change", why, "err", err)
+	}
+}

@@ -1,0 +1,221 @@
+package vr
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Configuration is the membership in force: its voters and learners
+// (Members, with Member.Learner), the epoch it belongs to, and the replica
+// that proposed it (Proposer, 0 for a cell's first configuration), which
+// is the first primary of its epoch when it is a voter of it.
+//
+// A configuration entry whose voters equal those of the configuration in
+// force keeps the epoch (adding, removing or re-addressing a learner, or
+// re-addressing a voter); one whose voters differ, by exactly one, opens
+// the next epoch. See reconfig.go for how and when each takes effect.
+type Configuration struct {
+	Epoch    uint64
+	Proposer uint64
+	Members  Members
+}
+
+// Clone returns a copy of c.
+func (c Configuration) Clone() Configuration {
+	c.Members = c.Members.Clone()
+	return c
+}
+
+// Voters returns the ids of the voters, in order.
+func (m Members) Voters() []uint64 {
+	var ids []uint64
+	for _, x := range m {
+		if !x.Learner {
+			ids = append(ids, x.ID)
+		}
+	}
+	return ids
+}
+
+// Get returns the member with id.
+func (m Members) Get(id uint64) (Member, bool) {
+	for _, x := range m {
+		if x.ID == id {
+			return x, true
+		}
+	}
+	return Member{}, false
+}
+
+// IsVoter reports whether id is a voter of m.
+func (m Members) IsVoter(id uint64) bool {
+	x, ok := m.Get(id)
+	return ok && !x.Learner
+}
+
+// ChangeKind classifies a proposed configuration against the one in force.
+type ChangeKind uint8
+
+const (
+	// ChangeNone: the same members, roles and addresses.
+	ChangeNone ChangeKind = iota
+	// ChangeLearners: the same voters (ids), other learners or addresses.
+	// It takes effect as soon as it is in a replica's log and keeps the
+	// epoch: no quorum depends on it.
+	ChangeLearners
+	// ChangeVoters: exactly one voter added (a new replica or a promoted
+	// learner) or taken out (removed or demoted). It opens the next epoch
+	// once committed.
+	ChangeVoters
+)
+
+// ErrBadConfigChange is returned for a configuration that differs from
+// the one in force by more than one voter, or is not a valid
+// configuration.
+var ErrBadConfigChange = errors.New("vr: configuration change must add or remove at most one voter")
+
+// Classify says what kind of change next is from cur.
+func Classify(cur, next Members) (ChangeKind, error) {
+	if err := next.Validate(); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrBadConfigChange, err)
+	}
+	a, b := cur.Voters(), next.Voters()
+	diff := 0
+	for _, id := range a {
+		if !next.IsVoter(id) {
+			diff++
+		}
+	}
+	for _, id := range b {
+		if !cur.IsVoter(id) {
+			diff++
+		}
+	}
+	switch {
+	case diff > 1:
+		return 0, ErrBadConfigChange
+	case diff == 1:
+		return ChangeVoters, nil
+	case len(cur) == len(next) && equalMembers(cur, next):
+		return ChangeNone, nil
+	}
+	return ChangeLearners, nil
+}
+
+func equalMembers(a, b Members) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+const configVersion = 2
+
+// EncodeConfig returns the EntryConfig payload of c. A configuration
+// without epoch, proposer or learners is written in the first format
+// (EncodeMembers), so a new cell's entry 1 reads as it always did; any
+// other in the second: version 2, epoch, proposer, count, then per member
+// its id, a flags byte (1: learner) and its length-prefixed PackedAddr.
+func EncodeConfig(c Configuration) []byte {
+	learners := len(c.Members.Voters()) != len(c.Members)
+	if c.Epoch == 0 && c.Proposer == 0 && !learners {
+		return EncodeMembers(c.Members)
+	}
+	b := []byte{configVersion}
+	b = binary.AppendUvarint(b, c.Epoch)
+	b = binary.AppendUvarint(b, c.Proposer)
+	b = binary.AppendUvarint(b, uint64(len(c.Members)))
+	for _, x := range c.Members {
+		a := x.PackedAddr()
+		b = binary.AppendUvarint(b, x.ID)
+		var flags byte
+		if x.Learner {
+			flags = 1
+		}
+		b = append(b, flags)
+		b = binary.AppendUvarint(b, uint64(len(a)))
+		b = append(b, a...)
+	}
+	return b
+}
+
+// DecodeConfig decodes and validates an EntryConfig payload of either
+// format.
+func DecodeConfig(b []byte) (Configuration, error) {
+	if len(b) > 0 && b[0] == membersVersion {
+		m, err := DecodeMembers(b)
+		return Configuration{Members: m}, err
+	}
+	bad := errors.New("vr: malformed configuration")
+	if len(b) == 0 || b[0] != configVersion {
+		return Configuration{}, bad
+	}
+	r := reader{b: b[1:]}
+	c := Configuration{Epoch: r.uvarint(), Proposer: r.uvarint()}
+	n := r.uvarint()
+	if r.bad || n == 0 || n > MaxMembers || c.Epoch >= maxEpoch {
+		return Configuration{}, bad
+	}
+	c.Members = make(Members, 0, n)
+	for range n {
+		id := r.uvarint()
+		flags := r.byte()
+		a := r.bytes(MaxMemberAddr)
+		if r.bad || flags > 1 {
+			return Configuration{}, bad
+		}
+		client, peer := UnpackAddr(string(a))
+		c.Members = append(c.Members, Member{ID: id, ClientAddr: client, PeerAddr: peer, Learner: flags == 1})
+	}
+	if r.bad || len(r.b) != 0 {
+		return Configuration{}, bad
+	}
+	if err := c.Members.Validate(); err != nil {
+		return Configuration{}, err
+	}
+	return c, nil
+}
+
+// reader decodes varints and length-prefixed bytes; bad sticks once any
+// read fails.
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) uvarint() uint64 {
+	v, k := binary.Uvarint(r.b)
+	if k <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.bad = true
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes(max uint64) []byte {
+	l := r.uvarint()
+	if r.bad || l > max || uint64(len(r.b)) < l {
+		r.bad = true
+		return nil
+	}
+	v := r.b[:l]
+	r.b = r.b[l:]
+	return v
+}

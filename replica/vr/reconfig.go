@@ -1,0 +1,425 @@
+package vr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Reconfiguration: learners, epochs, and why two configurations never
+// commit conflicting entries.
+//
+// A configuration (Configuration) has voters and learners. Learners get
+// Prepares, Commits, StartViews and snapshots like backups and answer
+// them, but never probe, grant a probe, join a view change, send
+// DoViewChange, or count in a commit or lease quorum: nothing a learner
+// does decides anything. Quorums, the primary of a view (voters[v mod n])
+// and lease promises are all computed from the voters of the
+// configuration in force.
+//
+// Changes are proposed on the normal primary (Node.ProposeConfig), one at
+// a time: only when the primary has committed its view's start log and no
+// configuration entry is uncommitted. Two kinds:
+//
+//   - A learner change (same voters; other learners or addresses) keeps
+//     the epoch and takes effect as soon as the entry is in a replica's
+//     log, committed or not, and is undone if the entry is cut. No quorum
+//     depends on it, so it needs no care.
+//
+//   - A voter change (a learner promoted, a voter removed or demoted: a
+//     new replica always joins as a learner first) opens the next epoch.
+//     Its entry k is the last entry of its epoch: a primary appends
+//     nothing after an uncommitted voter change (Propose answers "not
+//     primary, no known primary" meanwhile). k commits once a majority of
+//     the old voters and a majority of the new voters hold it, so the new
+//     epoch always has a majority that holds the whole old epoch to form
+//     its first view from. It takes effect on a replica only once the
+//     replica knows k committed. Then the
+//     replica moves to the first view of the new epoch — a voter by a view
+//     change to it, anyone else by waiting in it for that view's primary.
+//
+// Views carry their epoch in their high bits (epochOf). The first view of
+// epoch e is e<<32 plus the offset that makes its primary the replica
+// that proposed the change (when it is still a voter), so that the usual
+// case keeps its primary. Every replica computes the same first view from
+// the same entry.
+//
+// A replica whose configuration is older than its view's epoch (it
+// followed a newer primary before its log held the change, or was away)
+// is passive as a learner is, and follows whoever speaks for the newer
+// view; it cannot check who the primary of that view is, and it needs
+// not: it decides nothing until its log holds the change committed, and
+// then it holds the configuration in force. A replica outside the
+// configuration in force (removed) is passive too, and follows a primary
+// of a later epoch that adds it again.
+//
+// # Safety
+//
+// Claim: no two replicas ever commit different entries at one index, and
+// a committed entry is in the log of every later view's primary.
+//
+//  1. Within one epoch the voters are fixed: every view of the epoch, its
+//     view change, its commits and its lease use the same voters. That is
+//     Viewstamped Replication with a fixed configuration (replica/doc.go
+//     argues it), and it holds for the views of each epoch on their own.
+//     Only voters of the epoch act in its views' view changes: a replica
+//     acts in a view change only when the view's epoch equals its
+//     configuration's, and counts StartViewChange, DoViewChange and probe
+//     grants only from its voters.
+//
+//  2. Epoch e commits nothing after its closing entry k. No primary
+//     appends after an uncommitted voter change, so while k is in a log
+//     nothing follows it in epoch e; if k is cut (it was not committed)
+//     the epoch goes on as before. Once k commits in a view of epoch e,
+//     every later view of epoch e starts with k in its start log (1.), so
+//     its primary appends nothing either, and as soon as it commits its
+//     start log it knows k committed and leaves the epoch. A primary of
+//     epoch e never serves a read after k commits: CanServeReads needs
+//     the start log committed, and knowing k committed moves the replica
+//     to the next epoch in the same step.
+//
+//  3. A replica acts as a voter of epoch e+1 only with k committed in its
+//     log, hence with the whole log up to k, which is final (2.) and the
+//     same on every replica that holds k committed (log matching). So
+//     every view change of epoch e+1 finds the log up to k in every
+//     DoViewChange it counts and can only extend it; entries after k are
+//     decided by epoch e+1 alone (1.). By induction over epochs, each
+//     epoch's committed entries extend the previous epoch's and nothing
+//     committed is lost.
+//
+//  4. The master lease across an epoch change. A primary of epoch e holds
+//     its lease only while k is not known committed (2.), and voters of
+//     epoch e+1 that came from epoch e keep the lease promises they made
+//     in it: DoViewChange waits for them as always. Any majority of the
+//     new voters shares a voter with any majority of the old ones (they
+//     differ by one), so the first view of epoch e+1 cannot form before
+//     the old lease ends.
+//
+//  5. Persistence. A replica acts on a configuration only through
+//     messages, which leave after the Ready that persists the entry (and
+//     the view that follows from it). A restarted replica rebuilds the
+//     configuration from its snapshot and log with its persisted commit
+//     number, so it holds exactly the configuration it acted on before.
+//
+// This is the epoch scheme of VR Revisited's reconfiguration section with
+// the epoch folded into the view number, and with learners so that a new
+// replica is caught up before it counts; Raft's single-server changes
+// take effect on append instead and need the extra rule that a leader
+// commits an entry of its term first (Ongaro's fix), because its voters
+// may act on a configuration that a later leader cuts. Here a voter change
+// takes effect only once committed, so it is never cut.
+
+// epochShift places a view's epoch in its number: epoch = view >> 32.
+const epochShift = 32
+
+// maxEpoch bounds epochs so that views stay below maxView.
+const maxEpoch = maxView >> epochShift
+
+func epochOf(v uint64) uint64 { return v >> epochShift }
+
+// EpochOf returns the epoch a view number belongs to.
+func EpochOf(view uint64) uint64 { return epochOf(view) }
+
+// firstView is the first view of c's epoch: its primary is c.Proposer when
+// that is a voter of c, else c's first voter.
+func firstView(c Configuration) uint64 {
+	voters := c.Members.Voters()
+	n := uint64(len(voters))
+	base := c.Epoch << epochShift
+	var pos uint64
+	for i, id := range voters {
+		if id == c.Proposer {
+			pos = uint64(i)
+		}
+	}
+	return base + (pos+n-base%n)%n
+}
+
+// Errors of ProposeConfig.
+var (
+	// ErrConfigInProgress: a configuration entry is not committed yet, or
+	// the primary has not committed its view's start log.
+	ErrConfigInProgress = errors.New("vr: a configuration change is in progress")
+	// ErrNoChange: the proposed configuration is the one in force.
+	ErrNoChange = errors.New("vr: the configuration is already in force")
+)
+
+// confAt is a configuration entry of the in-memory log.
+type confAt struct {
+	index, view uint64
+	c           Configuration
+}
+
+// foldConfig returns the configuration in force after confs (in log order)
+// on top of base, when entries up to commit are known committed: learner
+// changes of the same epoch take effect at once, a voter change opening
+// the next epoch once committed. It also returns the entry that opened
+// the epoch in force (index 0 when base did), and a voter change not yet
+// committed (index 0 when none): nothing after it counts. An entry that
+// is neither is skipped; no correct primary writes one, and skipping is
+// the same on every replica with the same log.
+func foldConfig(base Configuration, confs []confAt, commit uint64) (c Configuration, opened, pending confAt) {
+	c = base
+	for _, e := range confs {
+		if len(c.Members) == 0 {
+			c, opened = e.c, e // a joining replica's log starts here
+			continue
+		}
+		kind, err := Classify(c.Members, e.c.Members)
+		switch {
+		case err != nil:
+		case kind != ChangeVoters && e.c.Epoch == c.Epoch:
+			c = e.c
+		case kind == ChangeVoters && e.c.Epoch == c.Epoch+1:
+			if e.index > commit {
+				return c, opened, e
+			}
+			c, opened = e.c, e
+		}
+	}
+	return c, opened, confAt{}
+}
+
+// ProposeConfig appends a configuration change on the normal primary and
+// returns its index: next must differ from the configuration in force by
+// learners or addresses only, or by exactly one voter. It fails with a
+// *NotPrimaryError off the primary, ErrConfigInProgress while a change is
+// uncommitted (one at a time) or the view's start log is not committed,
+// ErrNoChange, or an error wrapping ErrBadConfigChange.
+func (n *Node) ProposeConfig(next Members) (uint64, error) {
+	n.mustNotBeReady()
+	if !n.isPrimary() {
+		return 0, n.notPrimary()
+	}
+	if n.commit < n.startOp || (len(n.confs) > 0 && n.confs[len(n.confs)-1].index > n.commit) {
+		return 0, ErrConfigInProgress
+	}
+	kind, err := Classify(n.conf.Members, next)
+	switch {
+	case err != nil:
+		return 0, err
+	case kind == ChangeNone:
+		return 0, ErrNoChange
+	}
+	for _, id := range next.Voters() {
+		if !n.conf.Members.Contains(id) {
+			return 0, fmt.Errorf("%w: replica %d must join as a learner before it votes", ErrBadConfigChange, id)
+		}
+	}
+	c := Configuration{Epoch: n.conf.Epoch, Proposer: n.conf.Proposer, Members: next.Clone()}
+	if kind == ChangeVoters {
+		c.Epoch, c.Proposer = c.Epoch+1, n.id
+		if c.Epoch >= maxEpoch {
+			return 0, ErrBadConfigChange
+		}
+	}
+	data := EncodeConfig(c)
+	if n.log.lastIndex()-n.commit+1 > uint64(n.cfg.MaxUncommittedEntries) {
+		return 0, ErrOverloaded
+	}
+	i := n.log.lastIndex() + 1
+	n.appendEntry(Entry{Index: i, View: n.view, Type: EntryConfig, Data: data})
+	n.uncommittedBytes += len(data)
+	n.verified = i
+	n.event("vr: configuration change proposed", "index", i, "epoch", c.Epoch, "voters", c.Members.Voters(), "members", len(c.Members))
+	n.settle()
+	n.checkInvariants()
+	return i, nil
+}
+
+// appendEntry appends e to the log, noting a configuration entry.
+func (n *Node) appendEntry(e Entry) {
+	n.log.append(e)
+	if e.Type == EntryConfig {
+		if c, err := DecodeConfig(e.Data); err == nil {
+			n.confs = append(n.confs, confAt{index: e.Index, view: e.View, c: c})
+			n.confDirty = true
+		}
+	}
+}
+
+// dropConfsFrom forgets the configuration entries at i and after (the log
+// was cut there).
+func (n *Node) dropConfsFrom(i uint64) {
+	k := len(n.confs)
+	for k > 0 && n.confs[k-1].index >= i {
+		k--
+	}
+	if k < len(n.confs) {
+		n.confs = n.confs[:k]
+		n.confDirty = true
+	}
+}
+
+// compactConfs folds the configuration entries up to the log's new start
+// into the base configuration.
+func (n *Node) compactConfs() {
+	k := 0
+	for k < len(n.confs) && n.confs[k].index <= n.log.snapIndex {
+		k++
+	}
+	if k > 0 {
+		n.base, _, _ = foldConfig(n.base, n.confs[:k], n.log.snapIndex)
+		n.confs = append([]confAt(nil), n.confs[k:]...)
+	}
+}
+
+// configAt returns the configuration in force after applying the entries
+// up to index, which must be committed and in memory.
+func (n *Node) configAt(index uint64) Configuration {
+	k := 0
+	for k < len(n.confs) && n.confs[k].index <= index {
+		k++
+	}
+	c, _, _ := foldConfig(n.base, n.confs[:k], index)
+	return c.Clone()
+}
+
+// settle brings the configuration in force up to date with the log and
+// the commit number, and moves the replica into a new epoch it learned of.
+// Every input ends with it.
+func (n *Node) settle() {
+	if !n.confDirty && (n.pending.index == 0 || n.commit < n.pending.index) {
+		return
+	}
+	n.loadConfig()
+	if len(n.voters) > 0 && epochOf(n.view) < n.conf.Epoch {
+		n.enterEpoch()
+	}
+}
+
+// loadConfig works out the configuration in force from the base, the
+// configuration entries and the commit number.
+func (n *Node) loadConfig() {
+	n.confDirty = false
+	c, opened, pending := foldConfig(n.base, n.confs, n.commit)
+	n.opened, n.pending = opened, pending
+	if !equalConfig(c, n.conf) {
+		n.setConfig(c)
+	}
+}
+
+func equalConfig(a, b Configuration) bool {
+	return a.Epoch == b.Epoch && a.Proposer == b.Proposer && equalMembers(a.Members, b.Members)
+}
+
+// setConfig puts c in force. On a primary (a learner change: the epoch
+// and the voters stay) it starts or stops tracking the members' progress.
+func (n *Node) setConfig(c Configuration) {
+	n.conf = c.Clone()
+	n.voters = c.Members.Voters()
+	n.quorum = len(n.voters)/2 + 1
+	n.voter = c.Members.IsVoter(n.id)
+	n.peers = n.peers[:0]
+	for _, m := range c.Members {
+		if m.ID != n.id {
+			n.peers = append(n.peers, m.ID)
+		}
+	}
+	if n.prs != nil {
+		for id := range n.prs {
+			if !c.Members.Contains(id) {
+				delete(n.prs, id)
+			}
+		}
+		for _, id := range n.peers {
+			if n.prs[id] == nil {
+				n.prs[id] = &progress{next: n.log.lastIndex() + 1}
+			}
+			n.prs[id].voter = c.Members.IsVoter(id)
+		}
+	}
+	n.event("vr: configuration in force", "epoch", c.Epoch, "voters", n.voters, "members", len(c.Members))
+}
+
+// enterEpoch moves the replica to the first view of the epoch now in
+// force: a voter starts the view change to it, anyone else waits in it for
+// its primary. Its StartViewChange names the entry that opened the epoch,
+// so the other voters that hold that entry learn it committed and come
+// along without waiting for a timeout (adoptClosing); learners and voters
+// that miss it hear of the epoch from its first primary. (No message of
+// the old view may leave once the new view is on disk, so the old primary
+// cannot just send the old view one last Commit.)
+//
+// A replica that is no voter of the new epoch (a primary that removed
+// itself, say) announces it the same way, with a StartViewChange the
+// voters do not count, for announceFor: it may be the only one that knows
+// the change committed.
+func (n *Node) enterEpoch() {
+	first := firstView(n.conf)
+	n.event("vr: entering a new epoch", "epoch", n.conf.Epoch, "first_view", first, "voter", n.conf.Members.IsVoter(n.id))
+	if n.conf.Members.IsVoter(n.id) {
+		n.startViewChange(first)
+		return
+	}
+	n.enterView(first)
+	n.announceUntil = n.now + announceFor*n.vcTimeout
+	n.announce()
+}
+
+// announceFor is how long, in view-change timeouts, a replica that left
+// the voters keeps announcing the epoch it entered.
+const announceFor = 10
+
+// announce sends the voters this replica's StartViewChange for its view
+// (see enterEpoch).
+func (n *Node) announce() {
+	n.broadcast(n.startViewChangeMsg())
+	n.nextAnnounce = n.now + n.hb
+}
+
+// adoptClosing lets a replica of the previous epoch learn from a
+// StartViewChange of the next epoch that the change it holds pending has
+// committed: the message names the entry that opened the sender's epoch
+// (PrevOp, PrevView), and the same index and view mean the same entry and
+// the same log up to it. It reports whether the replica moved.
+func (n *Node) adoptClosing(m *Message) bool {
+	p := n.pending
+	if p.index == 0 || epochOf(m.View) != p.c.Epoch || m.PrevOp != p.index || m.PrevView != p.view {
+		return false
+	}
+	if v, ok := n.log.viewAt(p.index); !ok || v != p.view {
+		return false
+	}
+	n.verified = max(n.verified, p.index)
+	n.commit = max(n.commit, p.index)
+	n.settle()
+	return epochOf(n.view) == n.conf.Epoch
+}
+
+// passive reports whether this replica only follows primaries: a learner,
+// a replica outside its configuration, or one whose configuration is
+// older than its view's epoch.
+func (n *Node) passive() bool {
+	return !n.voter || epochOf(n.view) != n.conf.Epoch
+}
+
+// primaryKnown reports whether this replica can tell the primary of view
+// v: v is of the epoch of its configuration.
+func (n *Node) primaryKnown(v uint64) bool {
+	return len(n.voters) > 0 && epochOf(v) == n.conf.Epoch
+}
+
+// Progress is what the primary knows of one member.
+type Progress struct {
+	ID     uint64
+	Voter  bool
+	Normal bool   // acknowledged as normal in this view
+	Match  uint64 // last index acknowledged on its disk in this view
+	// LastAck is when its last acknowledgement arrived, on the node's
+	// clock (nanoseconds; 0: none in this view).
+	LastAck int64
+}
+
+// Progress returns the members' progress on the normal primary (nil
+// elsewhere), in id order.
+func (n *Node) Progress() []Progress {
+	if !n.isPrimary() {
+		return nil
+	}
+	out := make([]Progress, 0, len(n.peers))
+	for _, id := range n.peers {
+		pr := n.prs[id]
+		out = append(out, Progress{ID: id, Voter: pr.voter, Normal: pr.normal, Match: pr.match, LastAck: pr.lastAck})
+	}
+	return out
+}
