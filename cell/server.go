@@ -122,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.loadIdentity(autoID); err != nil {
 		return nil, err
 	}
+	s.cfg.Logger = s.cfg.Logger.With("replica", s.cfg.ID)
 	members, peerAddrs := s.initialMembers()
 	if cfg.gossip() {
 		var err error

@@ -40,6 +40,11 @@ type options struct {
 	maxConns                                                                   int
 	snapshotEvery                                                              uint64
 	explicit                                                                   map[string]bool
+
+	// Discovery (cell.Config's Join ... PromoteAfter).
+	join, gossipListen          string
+	bootstrapExpect, targetSize int
+	deadAfter, promoteAfter     time.Duration
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -138,6 +143,23 @@ func addFlags(c *cobra.Command, o *options, data, httpListen string) {
 	f.Uint64Var(&o.snapshotEvery, "snapshot-every", d.SnapshotEvery, "take a snapshot (and drop the log it covers) after this many log entries")
 	f.IntVar(&o.maxConns, "max-connections", d.MaxConnections, "client connections accepted at once (this machine allows 20,000 open files per process)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.join, "join", "", "gossip addresses (host:port) of any members of the cell, comma-separated: find the cell with memberlist and join it as a learner (the replica id then comes from the data directory)")
+	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address (default: --listen's host, port + 200)")
+	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 0, "with nothing on disk: 1 starts a new cell of this replica alone, N > 1 waits until N replicas find each other and they form it; 0 waits to be added to an existing cell")
+	f.IntVar(&o.targetSize, "target-size", d.TargetSize, "voters the master grows the cell to: 1, 3 or 5")
+	f.DurationVar(&o.deadAfter, "dead-after", d.DeadAfter, "replace a voter gossip reports dead, with no replica traffic either, for this long")
+	f.DurationVar(&o.promoteAfter, "promote-after", d.PromoteAfter, "promote a learner caught up and healthy for this long")
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // parsePeers parses --peers: id=CLIENT_ADDR[/PEER_ADDR],...
@@ -220,19 +242,33 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	id := o.id
+	gossip := o.join != "" || o.gossipListen != "" || o.bootstrapExpect > 0
+	if gossip && len(peers) > 0 {
+		return usageError{errors.New("--peers and --join/--bootstrap-expect/--gossip-listen are two ways to make a cell: give one")}
+	}
+	if gossip && !flagSet(o, "id") {
+		id = 0 // from the data directory's identity
+	}
 	s, err := cell.New(cell.Config{
-		ID:             o.id,
-		Cell:           o.cellName,
-		Peers:          peers,
-		PeerListen:     o.peerListen,
-		Listen:         listen,
-		Advertise:      o.advertise,
-		HTTPListen:     o.httpListen,
-		DataDir:        data,
-		Lease:          o.lease,
-		MaxConnections: o.maxConns,
-		SnapshotEvery:  o.snapshotEvery,
-		Logger:         logger.With("replica", o.id),
+		ID:              id,
+		Join:            splitList(o.join),
+		GossipListen:    o.gossipListen,
+		BootstrapExpect: o.bootstrapExpect,
+		TargetSize:      o.targetSize,
+		DeadAfter:       o.deadAfter,
+		PromoteAfter:    o.promoteAfter,
+		Cell:            o.cellName,
+		Peers:           peers,
+		PeerListen:      o.peerListen,
+		Listen:          listen,
+		Advertise:       o.advertise,
+		HTTPListen:      o.httpListen,
+		DataDir:         data,
+		Lease:           o.lease,
+		MaxConnections:  o.maxConns,
+		SnapshotEvery:   o.snapshotEvery,
+		Logger:          logger,
 	})
 	if err != nil {
 		return err
