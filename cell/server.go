@@ -149,6 +149,9 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) startGossip() (vr.Members, map[uint64]string, error) {
 	cfg := &s.cfg
 	var err error
+	if cfg.PeerListener != nil {
+		cfg.PeerListen = cfg.PeerListener.Addr().String()
+	}
 	if cfg.PeerListen == "" {
 		if cfg.PeerListen, err = portPlus(s.ln.Addr().String(), 100); err != nil {
 			return nil, nil, err

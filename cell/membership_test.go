@@ -1,0 +1,140 @@
+package cell
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/chubbygo/chubby/replica/vr"
+)
+
+// gossipReplica is one in-process replica that finds its cell by gossip.
+type gossipReplica struct {
+	s    *Server
+	done chan error
+	once sync.Once
+}
+
+// startGossipReplica starts a replica on loopback: bootstrap (1: alone),
+// or join naming the gossip addresses given.
+func startGossipReplica(t *testing.T, bootstrap int, join []string, dir string) *gossipReplica {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Cell: "gossip-test", ID: 0, Listener: ln, PeerListener: pl, GossipListen: "127.0.0.1:0",
+		Join: join, BootstrapExpect: bootstrap, TargetSize: 3, DeadAfter: 2 * time.Second, PromoteAfter: 300 * time.Millisecond,
+		DataDir: dir, Logger: quietLogger(), Lease: 2 * time.Second}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &gossipReplica{s: s, done: make(chan error, 1)}
+	go func() { r.done <- s.Serve(context.Background()) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *gossipReplica) stop() {
+	r.once.Do(func() {
+		r.s.Stop()
+		<-r.done
+	})
+}
+
+func (r *gossipReplica) gossipAddr() string { return r.s.disc.Local().Addr }
+
+// awaitConfig waits (bounded) until the master's configuration is want:
+// voters and learners by replica.
+func awaitConfig(t *testing.T, rs []*gossipReplica, what string, want func(vr.Members) bool) *Server {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, r := range rs {
+			if r.s.IsMaster() {
+				if i := r.s.log.Info(); i.PendingConfig == 0 && want(i.Members) {
+					return r.s
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, r := range rs {
+		i := r.s.log.Info()
+		t.Logf("replica %d: view %d status %v epoch %d members %+v decisions %q", r.s.cfg.ID, i.View, i.Status, i.Epoch, i.Members, r.s.recentDecisions())
+	}
+	t.Fatalf("no master with %s within 60 s", what)
+	return nil
+}
+
+func voters(ids ...uint64) func(vr.Members) bool {
+	return func(ms vr.Members) bool {
+		if len(ms) != len(ids) {
+			return false
+		}
+		for _, id := range ids {
+			if !ms.IsVoter(id) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// TestGossipCellGrowsAndReplacesDeadVoter: one replica bootstraps alone,
+// two join by gossip and become voters; a voter's process goes for good,
+// a fresh replica joins, and the cell replaces the dead voter with it. A
+// file written at the start is in the new voter's state.
+func TestGossipCellGrowsAndReplacesDeadVoter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("gossip timings")
+	}
+	r1 := startGossipReplica(t, 1, nil, t.TempDir())
+	seed := []string{r1.gossipAddr()}
+	m := awaitConfig(t, []*gossipReplica{r1}, "replica 1 alone", voters(r1.s.cfg.ID))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := m.propose(ctx, &fsm.Op{CreateSession: &chubby.CreateSessionRequest{}}); err != nil {
+		t.Fatalf("create a session: %v", err)
+	}
+	before := m.log.Applied()
+	r2 := startGossipReplica(t, 0, seed, t.TempDir())
+	r3 := startGossipReplica(t, 0, seed, t.TempDir())
+	all := []*gossipReplica{r1, r2, r3}
+	awaitConfig(t, all, "three voters", voters(r1.s.cfg.ID, r2.s.cfg.ID, r3.s.cfg.ID))
+
+	// r3 goes for good (its gossip too); r4 is a fresh machine.
+	r3.stop()
+	r4 := startGossipReplica(t, 0, seed, t.TempDir())
+	all = append(all, r4)
+	m = awaitConfig(t, all, "r3 replaced by r4", voters(r1.s.cfg.ID, r2.s.cfg.ID, r4.s.cfg.ID))
+	// r4 holds what was written before it existed: the same state as the
+	// master once it has applied the master's commit.
+	var want, got []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if r4.s.log.Applied() == m.log.Applied() {
+			m.m.read(func(st *fs.State) { want = st.Snapshot() })
+			r4.s.m.read(func(st *fs.State) { got = st.Snapshot() })
+			if bytes.Equal(want, got) {
+				break
+			}
+		}
+	}
+	if !bytes.Equal(want, got) {
+		t.Fatal("the new voter's state differs from the master's")
+	}
+	if r4.s.log.Applied() <= before {
+		t.Fatalf("the new voter applied up to %d, not past %d (written before it joined)", r4.s.log.Applied(), before)
+	}
+}
