@@ -1,6 +1,8 @@
 package cell
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,10 +135,120 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		return 0
 	})
 	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.loopPause, m.parkedAcq, m.eventsSent, m.invalidationWait,
-		m.leaseRefusals, cached, sessions, parkedKA, applied, longest, chunksSent, chunksStored, chunkResends, queued, diskFailed, master} {
+		m.leaseRefusals, cached, sessions, parkedKA, applied, longest, chunksSent, chunksStored, chunkResends, queued, diskFailed, master,
+		newConfigCollector(s)} {
 		reg.MustRegister(c)
 	}
 	return m
+}
+
+// configCollector is the configuration and its members' progress, read
+// from the cell status at each scrape: a member removed from the
+// configuration has no series in the next scrape.
+type configCollector struct {
+	s                                  *Server
+	epoch, pending, voters, learners   *prometheus.Desc
+	behind, lastContact, decisionsDesc *prometheus.Desc
+
+	mu        sync.Mutex
+	decSeen   []string // the decisions of the last scrape
+	decisions uint64   // decisions counted since the process started
+}
+
+func newConfigCollector(s *Server) *configCollector {
+	return &configCollector{
+		s: s,
+		epoch: prometheus.NewDesc("chubby_config_epoch",
+			"Epoch of the configuration in force on this replica.", nil, nil),
+		pending: prometheus.NewDesc("chubby_config_change_pending",
+			"1 while a voter change of the configuration is not yet known committed.", nil, nil),
+		voters: prometheus.NewDesc("chubby_config_voters",
+			"Voters in the configuration in force.", nil, nil),
+		learners: prometheus.NewDesc("chubby_config_learners",
+			"Learners (members that do not vote yet) in the configuration in force.", nil, nil),
+		behind: prometheus.NewDesc("chubby_member_behind_entries",
+			"Log entries a member is behind the master's commit (on the master only).", []string{"replica"}, nil),
+		lastContact: prometheus.NewDesc("chubby_member_last_contact_seconds",
+			"Time since the master last heard from a member (on the master only; -1: not since this master took over).", []string{"replica"}, nil),
+		decisionsDesc: prometheus.NewDesc("chubby_membership_decisions_total",
+			"Membership decisions this replica made (bootstrap, autopilot and operator configuration changes), as the status page lists them.", nil, nil),
+	}
+}
+
+func (c *configCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.epoch, c.pending, c.voters, c.learners, c.behind, c.lastContact, c.decisionsDesc} {
+		ch <- d
+	}
+}
+
+func (c *configCollector) Collect(ch chan<- prometheus.Metric) {
+	select {
+	case <-c.s.logReady:
+	default:
+		return // no log yet: no configuration
+	}
+	st := c.s.status()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if st.ConfigEpoch != nil {
+		gauge(c.epoch, float64(*st.ConfigEpoch))
+	}
+	if st.PendingConfig != nil {
+		pending := 0.0
+		if *st.PendingConfig != 0 {
+			pending = 1
+		}
+		gauge(c.pending, pending)
+	}
+	var voters, learners int
+	for _, r := range st.Replicas {
+		switch deref(r.Membership) {
+		case "voter":
+			voters++
+		case "learner":
+			learners++
+		}
+		if r.Behind != nil {
+			gauge(c.behind, float64(*r.Behind), r.Id)
+		}
+		if ms := r.LastContactMs; ms != nil {
+			secs := -1.0
+			if *ms >= 0 {
+				secs = (time.Duration(*ms) * time.Millisecond).Seconds()
+			}
+			gauge(c.lastContact, secs, r.Id)
+		}
+	}
+	gauge(c.voters, float64(voters))
+	gauge(c.learners, float64(learners))
+	ch <- prometheus.MustNewConstMetric(c.decisionsDesc, prometheus.CounterValue, float64(c.countDecisions(st.Decisions)))
+}
+
+// countDecisions adds the decisions in cur that the last scrape did not
+// see to the count, and returns it. The server keeps only the newest
+// maxDecisions, a window that slides: what is new is what follows the
+// longest end of the last scrape's window that begins cur. (A count
+// derived so misses decisions when more than maxDecisions come between
+// two scrapes, or when a decision repeats the line before it in the same
+// second; a counter in decide would not.)
+func (c *configCollector) countDecisions(cur []string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.decisions += uint64(len(cur) - windowOverlap(c.decSeen, cur))
+	c.decSeen = cur
+	return c.decisions
+}
+
+// windowOverlap is the length of the longest suffix of prev that is a
+// prefix of cur.
+func windowOverlap(prev, cur []string) int {
+	for k := min(len(prev), len(cur)); k > 0; k-- {
+		if slices.Equal(prev[len(prev)-k:], cur[:k]) {
+			return k
+		}
+	}
+	return 0
 }
 
 func (m *metrics) observeBatch(entries, _ int, d time.Duration) {

@@ -715,6 +715,13 @@ func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+		switch statusFormat(w, r) { // JSON for scripts, HTML for browsers: statuspage.go
+		case "html":
+			serveStatusPage(w, s.status(), s.cfg.ID)
+			return
+		case "":
+			return // refused
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
