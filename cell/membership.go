@@ -127,6 +127,7 @@ func (s *Server) proposeConfig(ctx context.Context, next vr.Members, why string)
 // decide logs a membership decision and keeps it for the status page.
 func (s *Server) decide(msg string) {
 	s.cfg.Logger.Info("membership: " + msg)
+	s.decisionCount.Add(1)
 	s.decMu.Lock()
 	defer s.decMu.Unlock()
 	line := s.cfg.Now().UTC().Format(time.RFC3339) + " " + msg

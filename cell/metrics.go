@@ -1,8 +1,6 @@
 package cell
 
 import (
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,10 +147,6 @@ type configCollector struct {
 	s                                  *Server
 	epoch, pending, voters, learners   *prometheus.Desc
 	behind, lastContact, decisionsDesc *prometheus.Desc
-
-	mu        sync.Mutex
-	decSeen   []string // the decisions of the last scrape
-	decisions uint64   // decisions counted since the process started
 }
 
 func newConfigCollector(s *Server) *configCollector {
@@ -171,7 +165,7 @@ func newConfigCollector(s *Server) *configCollector {
 		lastContact: prometheus.NewDesc("chubby_member_last_contact_seconds",
 			"Time since the master last heard from a member (on the master only; -1: not since this master took over).", []string{"replica"}, nil),
 		decisionsDesc: prometheus.NewDesc("chubby_membership_decisions_total",
-			"Membership decisions this replica made (bootstrap, autopilot and operator configuration changes), as the status page lists them.", nil, nil),
+			"Membership decisions this replica made: bootstrap, and the autopilot's and operators' configuration changes proposed.", nil, nil),
 	}
 }
 
@@ -222,33 +216,7 @@ func (c *configCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.voters, float64(voters))
 	gauge(c.learners, float64(learners))
-	ch <- prometheus.MustNewConstMetric(c.decisionsDesc, prometheus.CounterValue, float64(c.countDecisions(st.Decisions)))
-}
-
-// countDecisions adds the decisions in cur that the last scrape did not
-// see to the count, and returns it. The server keeps only the newest
-// maxDecisions, a window that slides: what is new is what follows the
-// longest end of the last scrape's window that begins cur. (A count
-// derived so misses decisions when more than maxDecisions come between
-// two scrapes, or when a decision repeats the line before it in the same
-// second; a counter in decide would not.)
-func (c *configCollector) countDecisions(cur []string) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.decisions += uint64(len(cur) - windowOverlap(c.decSeen, cur))
-	c.decSeen = cur
-	return c.decisions
-}
-
-// windowOverlap is the length of the longest suffix of prev that is a
-// prefix of cur.
-func windowOverlap(prev, cur []string) int {
-	for k := min(len(prev), len(cur)); k > 0; k-- {
-		if slices.Equal(prev[len(prev)-k:], cur[:k]) {
-			return k
-		}
-	}
-	return 0
+	ch <- prometheus.MustNewConstMetric(c.decisionsDesc, prometheus.CounterValue, float64(c.s.decisionCount.Load()))
 }
 
 func (m *metrics) observeBatch(entries, _ int, d time.Duration) {

@@ -77,6 +77,7 @@ type Server struct {
 	peerAdvertise string
 	decMu         sync.Mutex
 	decisions     []string
+	decisionCount atomic.Uint64
 
 	// logReady is closed once s.log is set: the log may report a role
 	// change from its own goroutine before StartReplicated has returned.

@@ -2,6 +2,7 @@ package cell
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -316,26 +317,18 @@ func scrape(t *testing.T, url string) (string, map[string]string) {
 	return string(body), samples
 }
 
-// TestMetricDecisionsCount: the decisions counter follows the status
-// page's sliding window of decisions across scrapes.
+// TestMetricDecisionsCount: every membership decision counts once, also
+// past the status page's window of recent ones.
 func TestMetricDecisionsCount(t *testing.T) {
-	c := &configCollector{}
-	for i, step := range []struct {
-		window []string
-		want   uint64
-	}{
-		{nil, 0},
-		{[]string{"a"}, 1},
-		{[]string{"a"}, 1},
-		{[]string{"a", "b", "c"}, 3},
-		{[]string{"b", "c", "d"}, 4}, // the window slid by one
-		{[]string{"d", "e", "f"}, 6},
-		{[]string{"x", "y"}, 8}, // nothing in common: all new
-		{[]string{"x", "y", "x"}, 9},
-		{[]string{"y", "x", "y"}, 10},
-	} {
-		if got := c.countDecisions(step.window); got != step.want {
-			t.Fatalf("step %d %v: %d decisions, want %d", i, step.window, got, step.want)
-		}
+	tc := startCell(t, Config{InMemory: true, HTTPListen: "127.0.0.1:0"})
+	for i := range maxDecisions + 10 {
+		tc.s.decide(fmt.Sprintf("decision %d", i))
+	}
+	_, samples := scrape(t, "http://"+tc.s.HTTPAddr()+"/metrics")
+	if got, want := samples["chubby_membership_decisions_total"], fmt.Sprint(maxDecisions+10); got != want {
+		t.Fatalf("chubby_membership_decisions_total %s, want %s", got, want)
+	}
+	if n := len(tc.s.recentDecisions()); n != maxDecisions {
+		t.Fatalf("%d recent decisions kept, want %d", n, maxDecisions)
 	}
 }
