@@ -66,8 +66,17 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Addrs returns the replica addresses the client was configured with.
+// Addrs returns the replica addresses the client was configured with (its
+// seeds: see Replicas for the addresses it asks now).
 func (c *Client) Addrs() []string { return append([]string(nil), c.cfg.Addrs...) }
+
+// Replicas returns the addresses of the cell's replicas as the client
+// knows them now: the members of the cell's configuration as the cell last
+// named them (GetMaster; refreshed every 30 s while the client is used,
+// and by every locate round), with the replica that named them and its
+// master; until an answer names them, the configured addresses (Addrs).
+// At most MaxReplicas. See the package doc, "Finding the master".
+func (c *Client) Replicas() []string { return c.master.replicas() }
 
 // Close ends every session of the client locally (their Err becomes
 // ErrClientClosed and their KeepAlive loops stop) and makes every later call
@@ -83,6 +92,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.master.close()
 	sessions := make([]*Session, 0, len(c.sessions))
 	for s := range c.sessions {
 		sessions = append(sessions, s)
@@ -163,14 +173,45 @@ func (c *Client) GetMaster(ctx context.Context) (*chubby.GetMasterResponse, erro
 // GetMasterAsync is the asynchronous form of GetMaster.
 func (c *Client) GetMasterAsync(ctx context.Context) *rpc.Future[*chubby.GetMasterResponse] {
 	return rpc.Go(ctx, func(ctx context.Context) (*chubby.GetMasterResponse, error) {
-		r, err := call(ctx, c, callSpec{op: "get-master", class: retrySafe, timeout: c.cfg.CallTimeout},
+		var from string
+		r, err := call(ctx, c, callSpec{op: "get-master", class: retrySafe, timeout: c.cfg.CallTimeout, sentTo: &from},
 			func(ctx context.Context, o ...callopt.Option) (*chubby.GetMasterResponse, error) {
 				return c.kc.GetMaster(ctx, &chubby.GetMasterRequest{}, o...)
 			})
 		if err == nil {
 			c.master.learned(r.GetMasterAddress())
+			c.master.adopt(from, r.GetMasterAddress(), r.GetReplicas())
 		}
 		return r, err
+	})
+}
+
+// RemoveMember asks the master to take the replica with the given id out
+// of the cell's configuration (an operator's forced removal; the cell's
+// RemoveMember) and returns the log index of the configuration change. The
+// master refuses to remove the last voter (INVALID_ARGUMENT) and an id not
+// in the configuration (NOT_FOUND); while another change is in progress it
+// answers UNAVAILABLE. It is a change to the cell, so it is sent again only
+// when the earlier attempt certainly did nothing (NOT_MASTER, no
+// connection): a lost reply is reported, and sending it again may then
+// find the replica already gone (NOT_FOUND). The client's own list of
+// replicas (Replicas) is refreshed at its next call.
+func (c *Client) RemoveMember(ctx context.Context, id string) (index int64, err error) {
+	return c.RemoveMemberAsync(ctx, id).Wait(ctx)
+}
+
+// RemoveMemberAsync is the asynchronous form of RemoveMember.
+func (c *Client) RemoveMemberAsync(ctx context.Context, id string) *rpc.Future[int64] {
+	return rpc.Go(ctx, func(ctx context.Context) (int64, error) {
+		r, err := call(ctx, c, callSpec{op: "remove-member", path: id, class: retryUnsent, timeout: c.cfg.CallTimeout},
+			func(ctx context.Context, o ...callopt.Option) (*chubby.RemoveMemberResponse, error) {
+				return c.kc.RemoveMember(ctx, &chubby.RemoveMemberRequest{Id: id}, o...)
+			})
+		if err != nil {
+			return 0, err
+		}
+		c.master.refreshSoon()
+		return r.GetIndex(), nil
 	})
 }
 

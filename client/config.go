@@ -16,7 +16,8 @@ import (
 // Defaults used by Connect for the fields of Config left at their zero value.
 const (
 	// EnvCell names the environment variable read when Config.Addrs is
-	// empty: a comma-separated list of replica addresses (host:port).
+	// empty: a comma-separated list of replica addresses (host:port), of
+	// which one is enough (see Config.Addrs).
 	EnvCell = "CHUBBY_CELL"
 
 	// DefaultAddr is the cell address used when neither Config.Addrs nor
@@ -44,7 +45,9 @@ const (
 type Config struct {
 	// Addrs lists the cell's replicas as host:port. If empty, the
 	// comma-separated list in the CHUBBY_CELL environment variable is used,
-	// and if that is unset or blank, DefaultAddr.
+	// and if that is unset or blank, DefaultAddr. One replica is enough:
+	// the client learns the others from the cell (Client.Replicas) and
+	// comes back to these addresses only when none of those answers.
 	Addrs []string
 
 	// ClientName identifies this client in the cell's status (at most

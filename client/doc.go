@@ -6,7 +6,8 @@
 //
 //   - A [Client] reaches one cell ([Connect]; addresses from [Config.Addrs],
 //     else CHUBBY_CELL, else 127.0.0.1:7000). Calls that need no session
-//     live on it: [Client.Status], [Client.GetMaster], [Client.CheckSequencer].
+//     live on it: [Client.Status], [Client.GetMaster], [Client.CheckSequencer],
+//     [Client.RemoveMember].
 //   - A [Session] ([Client.NewSession]) holds locks, owns ephemeral nodes and
 //     opens handles. A goroutine keeps it alive: it sends one KeepAlive at a
 //     time, which the master parks until shortly before the lease would end;
@@ -168,11 +169,24 @@
 //
 // Calls go to the replica believed to be master. A NOT_MASTER answer with a
 // hint (the master's address) moves them there. NOT_MASTER without a hint or
-// a replica that cannot be reached moves them to the next configured
-// address and, with several replicas configured, starts a locate round:
-// every configured replica is asked GetMaster at once (each bounded by the
-// connect timeout plus 1 s), and the answer with the highest epoch wins.
-// Concurrent calls and sessions share one round.
+// a replica that cannot be reached moves them to the next known replica
+// and, with several replicas known, starts a locate round: every known
+// replica is asked GetMaster at once (each bounded by the connect timeout
+// plus 1 s), and the answer with the highest epoch wins. Concurrent calls
+// and sessions share one round.
+//
+// The known replicas ([Client.Replicas]) follow the cell's configuration,
+// so Config.Addrs (or CHUBBY_CELL) may name a single replica: the client
+// finds the others, follows replicas added later and stops asking replicas
+// removed. They start as the configured addresses; every GetMaster answer
+// that names the configuration's members (the best answer of a locate
+// round, [Client.GetMaster], and one GetMaster to the master every 30 s
+// while the client is used) replaces them, keeping also the replica that
+// answered and the master it named. At most [MaxReplicas] are kept, each
+// a well-formed host:port, so a broken replica cannot make the client ask
+// more. The configured addresses remain the fallback: a locate round in
+// which no known replica answered at all asks the configured ones it did
+// not ask.
 //
 // A call is sent again, at most 6 times with a backoff of 50 ms doubling to
 // 1 s (about 1.5 s of pauses), only when that is safe; when the failure

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,32 +20,81 @@ import (
 // once connected: replicas answer it at once from memory.
 const locateReplyTimeout = time.Second
 
+// The member list a client keeps (see master).
+const (
+	// MaxReplicas bounds the replica addresses a client keeps from the
+	// cell's answers (Client.Replicas): entries past it are ignored.
+	MaxReplicas = 16
+
+	// maxAddrBytes bounds one address taken from an answer (as the cell
+	// bounds the addresses clients send).
+	maxAddrBytes = 512
+
+	// membersRefreshInterval is how often a client in use asks the master
+	// for the configuration's members (GetMaster), to follow replicas
+	// added and removed while the master stays where it is.
+	membersRefreshInterval = 30 * time.Second
+)
+
 // askMasterFunc asks the replica at addr where the master is (GetMaster).
 // suspect, if not empty, is the master this client just failed to reach:
 // a replica that still believes in it holds its answer until its view
-// changes (bounded).
-type askMasterFunc func(ctx context.Context, addr, suspect string) (master string, epoch int64, err error)
+// changes (bounded). replicas are the client addresses of the members of
+// the configuration the replica knows (GetMasterResponse.replicas), as
+// sent: master.adopt validates them.
+type askMasterFunc func(ctx context.Context, addr, suspect string) (master string, epoch int64, replicas []string, err error)
 
-// master tracks which replica the client believes is the master. Every call
-// is sent to that replica (callopt.WithHostPort). Where it moves:
+// master tracks which replica the client believes is the master, and the
+// addresses of the cell's replicas. Every call is sent to the master guess
+// (callopt.WithHostPort). Where the guess moves:
 //
 //   - NOT_MASTER with a hint (master_address): to the hint.
 //   - NOT_MASTER without one, or a replica that cannot be reached: to the
-//     next configured address, round-robin; and, with more than one
-//     replica configured, a locate round asks every configured replica
-//     (GetMaster) and moves to the answer with the highest epoch.
+//     next known member, round-robin; and, with more than one address to
+//     ask, a locate round asks every known member (GetMaster) and moves to
+//     the answer with the highest epoch.
 //   - An authoritative answer (GetMaster): there.
 //
-// With one replica the guess never changes, but the calls are routed
+// The known members (addrs) follow the cell's configuration; the rule:
+//
+//   - They start as the configured addresses (the seeds).
+//   - A GetMaster answer that names the configuration's members
+//     (GetMasterResponse.replicas) replaces them: the configuration is the
+//     truth, so replicas added are asked from then on and replicas removed
+//     no longer are. Two addresses are kept even when the answer leaves
+//     them out: the replica the answer came from (the client reached it
+//     there, perhaps under another name than the one the cell advertises)
+//     and the master it names. Entries that are not host:port, are longer
+//     than maxAddrBytes, or repeat are dropped, and at most MaxReplicas are
+//     kept (the two above first), so a hostile or broken replica can make
+//     the client ask at most MaxReplicas wrong addresses, never allocate
+//     without bound. An answer naming no usable member (an older cell)
+//     changes nothing.
+//   - The answers that count: a locate round's best one (the highest
+//     epoch; on a tie, the master's own), Client.GetMaster's, and a
+//     refresh — every membersRefreshInterval while the client is used (a
+//     call or a KeepAlive is sent), one GetMaster to the master guess.
+//   - The seeds are the fallback: a locate round in which no known member
+//     answered at all (every one unreachable) then asks the seeds it has
+//     not asked yet, so a client whose members all moved away (or whose
+//     list a bad answer spoiled) finds the cell again where it was told to
+//     look.
+//
+// With one address the guess never changes, but the calls are routed
 // through here so that a multi-replica cell only needs to fill in
 // NOT_MASTER's master_address and answer GetMaster on every replica.
 type master struct {
-	addrs   []string      // configured replicas, validated; never empty; immutable
-	ask     askMasterFunc // nil: no locate rounds (unit tests)
-	timeout time.Duration // bounds one locate round
+	seeds   []string      // configured replicas, validated; never empty; immutable
+	ask     askMasterFunc // nil: no locate rounds or refreshes (unit tests)
+	timeout time.Duration // bounds one locate round's asking (twice with the seeds' fallback)
 	log     *slog.Logger  // debug: each round's answers; never nil
+	// refreshEvery is membersRefreshInterval (tests shorten it).
+	refreshEvery time.Duration
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// addrs are the known members, in the order the cell named them:
+	// seeds until an answer names the configuration; never empty.
+	addrs []string
 	cur   string        // current guess
 	next  int           // index in addrs of the address to try when cur fails
 	round chan struct{} // closed when the locate round in progress ends; nil if none
@@ -59,6 +109,14 @@ type master struct {
 	// still name it after their hold, it is alive (the failure was
 	// passing), and a later failure names it again.
 	suspect string
+	// refreshed is when addrs was last brought up to date from an answer,
+	// or a refresh was last started (zero: never); refreshing says one is
+	// in flight.
+	refreshed  time.Time
+	refreshing bool
+	// stop ends a refresh in flight when the client closes.
+	stop       context.Context
+	stopCancel context.CancelFunc
 }
 
 // located is the outcome of one locate round.
@@ -68,15 +126,131 @@ type located struct {
 }
 
 func newMaster(addrs []string, ask askMasterFunc, timeout time.Duration) *master {
-	return &master{addrs: addrs, ask: ask, timeout: timeout, cur: addrs[0], next: 1 % len(addrs),
-		log: slog.New(slog.DiscardHandler), ended: make(chan struct{})}
+	stop, cancel := context.WithCancel(context.Background())
+	return &master{seeds: addrs, addrs: slices.Clone(addrs), ask: ask, timeout: timeout,
+		refreshEvery: membersRefreshInterval, cur: addrs[0], next: 1 % len(addrs),
+		log: slog.New(slog.DiscardHandler), ended: make(chan struct{}), stop: stop, stopCancel: cancel}
 }
+
+// close ends a refresh in flight; none starts after it.
+func (m *master) close() { m.stopCancel() }
 
 // addr returns the address the next call should go to.
 func (m *master) addr() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.cur
+}
+
+// replicas returns the known members' addresses (a copy).
+func (m *master) replicas() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.addrs)
+}
+
+// multi reports whether there is more than one address to ask where the
+// master is: several known members, or a seed that is not the one.
+func (m *master) multi() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.addrs) > 1 {
+		return true
+	}
+	for _, s := range m.seeds {
+		if s != m.addrs[0] {
+			return true
+		}
+	}
+	return false
+}
+
+// adopt brings the known members up to date from a GetMaster answer that
+// the replica at from gave, naming master and the configuration's members
+// replicas (the rule is in master's doc). It reports whether the list
+// changed.
+func (m *master) adopt(from, master string, replicas []string) (changed bool) {
+	list := make([]string, 0, min(len(replicas), MaxReplicas))
+	for _, a := range replicas {
+		if len(list) == MaxReplicas {
+			break
+		}
+		if usableMember(a) && !slices.Contains(list, a) {
+			list = append(list, a)
+		}
+	}
+	if len(list) == 0 {
+		return false // no configuration named: keep what is known
+	}
+	var keep []string
+	for _, a := range []string{from, master} {
+		if usableMember(a) && !slices.Contains(list, a) && !slices.Contains(keep, a) {
+			keep = append(keep, a)
+		}
+	}
+	if n := MaxReplicas - len(keep); len(list) > n {
+		list = list[:n]
+	}
+	list = append(list, keep...)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refreshed = time.Now()
+	if slices.Equal(list, m.addrs) {
+		return false
+	}
+	old := m.addrs
+	m.addrs = list
+	m.next = 0
+	if i := slices.Index(list, m.cur); i >= 0 {
+		m.next = (i + 1) % len(list)
+	}
+	m.log.Debug("chubby: replica list follows the cell's configuration", "from", from, "was", old, "now", list)
+	return true
+}
+
+// usableMember reports whether a replica address from an answer may be kept.
+func usableMember(a string) bool {
+	return a != "" && len(a) <= maxAddrBytes && ValidateAddr(a) == nil
+}
+
+// maybeRefresh starts a refresh of the known members (one GetMaster to the
+// master guess, in the background) if none ran for refreshEvery and none
+// is in flight. The client calls it whenever it sends something, so an
+// idle client asks nothing.
+func (m *master) maybeRefresh() {
+	if m.ask == nil || m.stop.Err() != nil {
+		return
+	}
+	m.mu.Lock()
+	if m.refreshing || (!m.refreshed.IsZero() && time.Since(m.refreshed) < m.refreshEvery) {
+		m.mu.Unlock()
+		return
+	}
+	m.refreshing = true
+	m.refreshed = time.Now()
+	addr := m.cur
+	m.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(m.stop, m.timeout)
+		defer cancel()
+		master, _, replicas, err := m.ask(ctx, addr, "")
+		if err == nil {
+			m.adopt(addr, master, replicas)
+		} else {
+			m.log.Debug("chubby: refreshing the replica list failed", "addr", addr, "err", Describe(err))
+		}
+		m.mu.Lock()
+		m.refreshing = false
+		m.mu.Unlock()
+	}()
+}
+
+// refreshSoon makes the next maybeRefresh ask at once (the configuration
+// has just changed: RemoveMember).
+func (m *master) refreshSoon() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refreshed = time.Time{}
 }
 
 // redirect records that the replica at from is not the master. A valid
@@ -128,18 +302,21 @@ func (m *master) learned(addr string) {
 }
 
 func (m *master) advanceLocked() {
+	m.next %= len(m.addrs)
 	m.cur = m.addrs[m.next]
 	m.next = (m.next + 1) % len(m.addrs)
 }
 
 // locate starts a locate round unless one is running, and returns a
 // channel closed when the round in progress ends; lastLocated then has its
-// outcome. A round asks every configured replica GetMaster at once, each
-// bounded by m.timeout, waits for all answers (so at most m.timeout), and
-// makes the named master with the highest epoch the guess: a deposed master
-// that has not heard of its successor answers with an older epoch. Rounds
-// are shared: however many calls and sessions look for the master at the
-// same time, each replica is asked once.
+// outcome. A round asks every known member GetMaster at once, each bounded
+// by m.timeout, waits for all answers (so at most m.timeout), and makes
+// the named master with the highest epoch the guess: a deposed master that
+// has not heard of its successor answers with an older epoch. If no member
+// answered at all, the seeds not asked yet are asked the same way (at most
+// m.timeout more). The best answer's members become the known members
+// (adopt). Rounds are shared: however many calls and sessions look for the
+// master at the same time, each replica is asked once.
 func (m *master) locate() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -156,32 +333,78 @@ func (m *master) locate() <-chan struct{} {
 	return done
 }
 
-func (m *master) runRound(done chan struct{}) {
+// answer is one replica's answer in a locate round.
+type answer struct {
+	from     string
+	addr     string
+	epoch    int64
+	replicas []string
+	err      error
+	took     time.Duration
+}
+
+// better reports whether a is a better answer than b (which may be the
+// zero answer): it names a master, b does not or names an older epoch; on
+// a tie, a is the master's own answer (its configuration is the newest).
+func (a answer) better(b answer) bool {
+	switch {
+	case b.addr == "":
+		return true
+	case a.epoch != b.epoch:
+		return a.epoch > b.epoch
+	}
+	return a.from == a.addr && b.from != b.addr
+}
+
+// answered reports whether the replica answered (a refusal is an answer;
+// a transport failure is not).
+func (a answer) answered() bool {
+	var ce *chubby.ChubbyError
+	return a.err == nil || errors.As(a.err, &ce)
+}
+
+// askAll asks every address in addrs GetMaster at once, each bounded by
+// m.timeout, and returns every answer.
+func (m *master) askAll(addrs []string, suspect string, start time.Time) []answer {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
-	m.mu.Lock()
-	suspect := m.suspect
-	m.mu.Unlock()
-	type answer struct {
-		from  string
-		addr  string
-		epoch int64
-		err   error
-		took  time.Duration
-	}
-	start := time.Now()
-	answers := make(chan answer, len(m.addrs)) // buffered: no sender ever blocks
-	for _, a := range m.addrs {
+	answers := make(chan answer, len(addrs)) // buffered: no sender ever blocks
+	for _, a := range addrs {
 		go func() {
-			addr, epoch, err := m.ask(ctx, a, suspect)
-			answers <- answer{a, addr, epoch, err, time.Since(start)}
+			addr, epoch, replicas, err := m.ask(ctx, a, suspect)
+			answers <- answer{a, addr, epoch, replicas, err, time.Since(start)}
 		}()
 	}
-	var best located
+	out := make([]answer, 0, len(addrs))
+	for range addrs {
+		out = append(out, <-answers)
+	}
+	return out
+}
+
+func (m *master) runRound(done chan struct{}) {
+	m.mu.Lock()
+	suspect := m.suspect
+	members := slices.Clone(m.addrs)
+	m.mu.Unlock()
+	start := time.Now()
+	answers := m.askAll(members, suspect, start)
+	if !slices.ContainsFunc(answers, answer.answered) {
+		// Nobody there: fall back on where the client was told to look.
+		var seeds []string
+		for _, s := range m.seeds {
+			if !slices.Contains(members, s) {
+				seeds = append(seeds, s)
+			}
+		}
+		if len(seeds) > 0 {
+			answers = append(answers, m.askAll(seeds, suspect, start)...)
+		}
+	}
+	var best answer
 	debug := m.log.Enabled(context.Background(), slog.LevelDebug)
 	var heard []string
-	for range m.addrs {
-		a := <-answers
+	for _, a := range answers {
 		if debug {
 			if a.err != nil {
 				heard = append(heard, fmt.Sprintf("%s: %v after %v", a.from, Describe(a.err), a.took.Round(time.Millisecond)))
@@ -192,9 +415,12 @@ func (m *master) runRound(done chan struct{}) {
 		if a.err != nil || a.addr == "" || ValidateAddr(a.addr) != nil {
 			continue
 		}
-		if best.addr == "" || a.epoch > best.epoch {
-			best = located{addr: a.addr, epoch: a.epoch}
+		if a.better(best) {
+			best = a
 		}
+	}
+	if best.addr != "" {
+		m.adopt(best.from, best.addr, best.replicas)
 	}
 	m.mu.Lock()
 	if best.addr != "" {
@@ -203,7 +429,7 @@ func (m *master) runRound(done chan struct{}) {
 	if m.suspect == suspect {
 		m.suspect = ""
 	}
-	m.last = best
+	m.last = located{addr: best.addr, epoch: best.epoch}
 	m.round = nil
 	ended := m.ended
 	m.ended = make(chan struct{})
@@ -241,16 +467,16 @@ func (m *master) locateWait(ctx context.Context) {
 }
 
 // askMaster is the client's askMasterFunc: GetMaster sent to addr alone.
-func (c *Client) askMaster(ctx context.Context, addr, suspect string) (string, int64, error) {
+func (c *Client) askMaster(ctx context.Context, addr, suspect string) (string, int64, []string, error) {
 	req := &chubby.GetMasterRequest{}
 	if suspect != "" {
 		req.Unreachable = &suspect
 	}
 	r, err := c.kc.GetMaster(ctx, req, callopt.WithHostPort(addr), callopt.WithRPCTimeout(locateReplyTimeout))
 	if err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
-	return r.GetMasterAddress(), r.GetEpoch(), nil
+	return r.GetMasterAddress(), r.GetEpoch(), r.GetReplicas(), nil
 }
 
 // retryClass says which failures of a call may be answered by sending the
@@ -297,6 +523,10 @@ type callSpec struct {
 	// setRID, for a retryOnce call, puts the call's RequestID into its
 	// request before the first send (sessionCall numbers the call).
 	setRID func(*chubby.RequestID)
+
+	// sentTo, if set, receives the address of the replica that answered
+	// (GetMaster: the answer's members are adopted as that replica's).
+	sentTo *string
 }
 
 // call sends fn to the current master guess, retrying as spec.class allows,
@@ -317,6 +547,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 	fn func(context.Context, ...callopt.Option) (T, error)) (v T, err error, retryable bool) {
 	var zero T
 	redirects := 0
+	c.master.maybeRefresh()
 	for attempt := 0; ; attempt++ {
 		if c.isClosed() {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: ErrClientClosed}, false
@@ -327,6 +558,9 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		addr := c.master.addr()
 		v, err := fn(ctx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(spec.timeout))
 		if err == nil {
+			if spec.sentTo != nil {
+				*spec.sentTo = addr
+			}
 			return v, nil, false
 		}
 		retry, hinted, refused, cause := c.classify(ctx, err, addr, spec.class)
@@ -344,7 +578,8 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		// replicas in a view change hold until they know the new master)
 		// is part of the pause, not added to it.
 		resendAt := time.Now().Add(backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter()))
-		if !hinted && len(c.master.addrs) > 1 {
+		multi := c.master.multi()
+		if !hinted && multi {
 			// Nobody said where the master is: ask every replica (a
 			// replica in a view change answers once it knows).
 			c.master.locateWait(ctx)
@@ -356,7 +591,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		// has become the master meanwhile (a replica's own GetMaster
 		// answer waits until it serves).
 		next := c.master.addr()
-		found := next != addr || (refused && !hinted && len(c.master.addrs) > 1)
+		found := next != addr || (refused && !hinted && multi)
 		if found && redirects < maxQuickRedirects {
 			redirects++
 			c.log.Debug("chubby: retrying call at the master", "op", spec.op, "path", spec.path,

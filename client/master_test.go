@@ -205,22 +205,22 @@ func TestLocateRound(t *testing.T) {
 	var mu sync.Mutex
 	asked := map[string]int{}
 	release := make(chan struct{})
-	ask := func(ctx context.Context, addr, _ string) (string, int64, error) {
+	ask := func(ctx context.Context, addr, _ string) (string, int64, []string, error) {
 		mu.Lock()
 		asked[addr]++
 		mu.Unlock()
 		<-release
 		switch addr {
 		case "a:1":
-			return "old:1", 3, nil // a deposed master's view
+			return "old:1", 3, nil, nil // a deposed master's view
 		case "b:1":
-			return "new:1", 4, nil
+			return "new:1", 4, nil, nil
 		case "c:1":
-			return "", 0, errors.New("unreachable")
+			return "", 0, nil, errors.New("unreachable")
 		case "d:1":
-			return "not an address", 9, nil
+			return "not an address", 9, nil, nil
 		}
-		return "", 0, errors.New("unexpected")
+		return "", 0, nil, errors.New("unexpected")
 	}
 	m := newMaster([]string{"a:1", "b:1", "c:1", "d:1"}, ask, time.Second)
 	done1, done2 := m.locate(), m.locate()
@@ -248,8 +248,8 @@ func TestLocateRound(t *testing.T) {
 	mu.Unlock()
 
 	// A round where nobody knows leaves the guess alone.
-	none := newMaster([]string{"a:1", "b:1"}, func(context.Context, string, string) (string, int64, error) {
-		return "", 0, errors.New("down")
+	none := newMaster([]string{"a:1", "b:1"}, func(context.Context, string, string) (string, int64, []string, error) {
+		return "", 0, nil, errors.New("down")
 	}, time.Second)
 	none.learned("b:1")
 	<-none.locate()
@@ -258,9 +258,9 @@ func TestLocateRound(t *testing.T) {
 	}
 
 	// A round is bounded by the timeout even if a replica never answers.
-	hung := newMaster([]string{"a:1"}, func(ctx context.Context, _, _ string) (string, int64, error) {
+	hung := newMaster([]string{"a:1"}, func(ctx context.Context, _, _ string) (string, int64, []string, error) {
 		<-ctx.Done()
-		return "", 0, ctx.Err()
+		return "", 0, nil, ctx.Err()
 	}, 50*time.Millisecond)
 	select {
 	case <-hung.locate():
@@ -277,11 +277,11 @@ func TestLocateRound(t *testing.T) {
 func TestLocateNamesTheUnreachableMasterOnce(t *testing.T) {
 	var mu sync.Mutex
 	var suspects []string
-	ask := func(ctx context.Context, addr, suspect string) (string, int64, error) {
+	ask := func(ctx context.Context, addr, suspect string) (string, int64, []string, error) {
 		mu.Lock()
 		suspects = append(suspects, suspect)
 		mu.Unlock()
-		return "a:1", 5, nil // the replicas still name a:1: it is alive
+		return "a:1", 5, nil, nil // the replicas still name a:1: it is alive
 	}
 	m := newMaster([]string{"a:1"}, ask, time.Second)
 	m.unreachable("a:1")
@@ -307,10 +307,10 @@ func TestLocateNamesTheUnreachableMasterOnce(t *testing.T) {
 func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 	var mu sync.Mutex
 	answer := "a:1"
-	ask := func(context.Context, string, string) (string, int64, error) {
+	ask := func(context.Context, string, string) (string, int64, []string, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return answer, 7, nil
+		return answer, 7, nil, nil
 	}
 	m := newMaster([]string{"a:1", "b:1"}, ask, time.Second)
 	done := make(chan error, 1)
@@ -425,8 +425,8 @@ func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
 // replicas hold until they know the new master, is the way on) until a
 // round has ended with the replicas still naming it.
 func TestHintNamingTheSuspectIsNotFollowed(t *testing.T) {
-	m := newMaster([]string{"a:1", "b:1", "c:1"}, func(context.Context, string, string) (string, int64, error) {
-		return "a:1", 3, nil
+	m := newMaster([]string{"a:1", "b:1", "c:1"}, func(context.Context, string, string) (string, int64, []string, error) {
+		return "a:1", 3, nil, nil
 	}, time.Second)
 	m.unreachable("a:1") // the master: the guess moves to b:1
 	if m.redirect("b:1", "a:1") {

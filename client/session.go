@@ -382,7 +382,7 @@ type kaAttempt struct {
 // (a locate round by its own timeout).
 func (s *Session) keepAliveLoop() {
 	defer close(s.loopDone)
-	l := &kaLoop{s: s, multi: len(s.c.master.addrs) > 1, timer: time.NewTimer(time.Hour)}
+	l := &kaLoop{s: s, timer: time.NewTimer(time.Hour)}
 	defer l.timer.Stop()
 	defer func() {
 		if l.cur != nil {
@@ -396,7 +396,6 @@ func (s *Session) keepAliveLoop() {
 // kaLoop is the state of a session's keepAliveLoop.
 type kaLoop struct {
 	s     *Session
-	multi bool // the cell has several replicas to ask where the master is
 	timer *time.Timer
 
 	cur      *kaAttempt      // the KeepAlive in flight, or nil
@@ -571,7 +570,7 @@ func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
 	l.failures++
 	l.retryAt = time.Now().Add(d)
 	l.lost, l.lostRefused, l.roundWait = "", false, false
-	if v.locate && l.multi {
+	if v.locate && s.c.master.multi() {
 		if l.locating == nil {
 			l.locating = s.c.master.locate()
 		}
@@ -587,6 +586,7 @@ func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
 // guess. The master parks it for up to the lease; Kitex gets the lease plus
 // CallTimeout before it gives up on it.
 func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
+	s.c.master.maybeRefresh()
 	ctx, cancel := context.WithCancel(s.ctx)
 	addr := s.c.master.addr()
 	epoch := s.Epoch()

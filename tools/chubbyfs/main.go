@@ -1,7 +1,8 @@
 // Command chubbyfs is the command-line tool for people to use a Chubby lock
 // cell: list, read and write its files, make directories, hold a lock while
 // a command runs (like flock), watch a file or directory's events, check
-// sequencers and show the cell's status.
+// sequencers, show the cell's status and membership, and remove a replica
+// from the cell's configuration.
 //
 //	chubbyfs [--cell ADDRS] [--timeout D] COMMAND [flags] ARGS
 //
@@ -129,7 +130,8 @@ status of the command it ran.`,
   chubbyfs ls -l /config/app
   chubbyfs lock /config/app/leader -- ./serve.sh   # holds the lock while serve.sh runs
   chubbyfs watch /config/app                       # prints changes as they happen
-  chubbyfs status`,
+  chubbyfs status
+  chubbyfs members                                 # the cell's voters, learners and spares`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
@@ -148,7 +150,7 @@ status of the command it ran.`,
 	root.AddCommand(
 		a.lsCommand(), a.statCommand(), a.catCommand(), a.writeCommand(),
 		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommandWithShow(), a.electionCommand(),
-		a.watchCommand(), a.sequencerCommand(), a.statusCommand(),
+		a.watchCommand(), a.sequencerCommand(), a.statusCommand(), a.membersCommand(),
 	)
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)

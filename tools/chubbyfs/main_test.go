@@ -84,6 +84,13 @@ func TestUsageErrors(t *testing.T) {
 		{"sequencer", "check", "chubby-seq:v1:E:01:1:/a"},
 		{"sequencer", "check", "chubby-seq:v1:E:1:1:/a", "extra"},
 		{"status", "extra"},
+		{"members", "extra"},
+		{"members", "--json", "extra"},
+		{"members", "remove"},
+		{"members", "remove", "1", "2"},
+		{"members", "remove", "abc"},
+		{"members", "remove", "0"},
+		{"members", "remove", "-1"},
 	}
 	for _, args := range tests {
 		r := chubbyfs(t, nil, "", append([]string{"--cell", dead}, args...)...)
@@ -113,20 +120,21 @@ func TestUnreachableCell(t *testing.T) {
 func TestHelpListsFlagsWithDefaults(t *testing.T) {
 	r := chubbyfs(t, nil, "", "--help")
 	want(t, r, exitOK, "--cell", "")
-	for _, s := range []string{"--timeout duration", "(default 30s)", "CHUBBY_CELL", "127.0.0.1:7000", "Exit status"} {
+	for _, s := range []string{"--timeout duration", "(default 30s)", "CHUBBY_CELL", "127.0.0.1:7000", "Exit status", "members"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("--help lacks %q", s)
 		}
 	}
 	for cmd, flags := range map[string][]string{
-		"ls":     {"-l, --long", "default: names only"},
-		"write":  {"--if-generation int", "(default -1)"},
-		"mkdir":  {"-p, --parents", "default: off"},
-		"rm":     {"-r, --recursive", "default: off"},
-		"touch":  {"--ephemeral", "default: permanent", "deleted as soon as chubbyfs exits"},
-		"lock":   {"--shared", "--timeout duration", "default 0: wait as long as it takes", "--lock-delay duration", "(default 15s)", "CHUBBY_SEQUENCER"},
-		"status": {"--json", "default: text"},
-		"watch":  {"--events string", `(default "all")`, "--json", "--count int", "handle-invalid", "master-changed"},
+		"ls":      {"-l, --long", "default: names only"},
+		"write":   {"--if-generation int", "(default -1)"},
+		"mkdir":   {"-p, --parents", "default: off"},
+		"rm":      {"-r, --recursive", "default: off"},
+		"touch":   {"--ephemeral", "default: permanent", "deleted as soon as chubbyfs exits"},
+		"lock":    {"--shared", "--timeout duration", "default 0: wait as long as it takes", "--lock-delay duration", "(default 15s)", "CHUBBY_SEQUENCER"},
+		"status":  {"--json", "default: text"},
+		"members": {"--json", "default: text", "remove", "MEMBERSHIP", "LAST CONTACT", "pending_config"},
+		"watch":   {"--events string", `(default "all")`, "--json", "--count int", "handle-invalid", "master-changed"},
 	} {
 		r := chubbyfs(t, nil, "", cmd, "--help")
 		for _, f := range flags {

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/gen/chubby"
+)
+
+// startStaticCell starts a cell of n in-process replicas (ids 1..n) given
+// their configuration up front (chubbyd's --peers), and returns them; they
+// stop when the test ends.
+func startStaticCell(t *testing.T, n int) []*cell.Server {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: starts a cell (skipped with -short)")
+	}
+	listen := func() net.Listener {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln
+	}
+	var lns, pls []net.Listener
+	var peers []cell.Peer
+	for i := 1; i <= n; i++ {
+		ln, pl := listen(), listen()
+		lns, pls = append(lns, ln), append(pls, pl)
+		peers = append(peers, cell.Peer{ID: uint64(i), Addr: ln.Addr().String(), PeerAddr: pl.Addr().String()})
+	}
+	var servers []*cell.Server
+	for i := range n {
+		s, err := cell.New(cell.Config{ID: uint64(i + 1), Peers: peers, Listener: lns[i], PeerListener: pls[i],
+			DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(context.Background()) }()
+		var once sync.Once
+		t.Cleanup(func() {
+			once.Do(func() {
+				s.Stop()
+				select {
+				case <-done:
+				case <-time.After(time.Minute):
+					t.Errorf("replica %d did not stop within a minute", i+1)
+				}
+			})
+		})
+		servers = append(servers, s)
+	}
+	for deadline := time.Now().Add(20 * time.Second); masterOf(servers) < 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no master within 20s")
+		}
+	}
+	return servers
+}
+
+// masterOf returns the index of the serving master, -1 if none.
+func masterOf(servers []*cell.Server) int {
+	for i, s := range servers {
+		if s.IsMaster() {
+			return i
+		}
+	}
+	return -1
+}
+
+// membersOf runs members --json against addr and parses it.
+func membersOf(t *testing.T, addr string) membersJSON {
+	t.Helper()
+	r := at(t, addr, "", "members", "--json")
+	want(t, r, exitOK, "{", "")
+	var m membersJSON
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		t.Fatalf("members --json: %v\n%s", err, r.stdout)
+	}
+	return m
+}
+
+func countMembers(m membersJSON, membership, role string) int {
+	n := 0
+	for _, r := range m.Members {
+		if (membership == "" || r.Membership == membership) && (role == "" || r.Role == role) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMembers: members on a static three-replica cell, asked of a replica
+// that is not the master, shows three voters, one the MASTER, as the
+// master sees them; members remove of a replica that is not the master
+// leaves two voters; removing an unknown id fails clearly.
+func TestMembers(t *testing.T) {
+	servers := startStaticCell(t, 3)
+	mi := masterOf(servers)
+	other := (mi + 1) % 3 // asked: members finds the master
+	addr := servers[other].Addr()
+
+	r := squeeze(at(t, addr, "", "members"))
+	want(t, r, exitOK, "ID CLIENT ADDRESS PEER ADDRESS MEMBERSHIP ROLE GOSSIP BEHIND LAST CONTACT", "")
+	for _, s := range []string{"cell: local", "master: " + strconv.Itoa(mi+1) + " at " + servers[mi].Addr(),
+		"configuration: epoch ", "pending change none", "target size ", "decisions"} {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("members lacks %q:\n%s", s, r.stdout)
+		}
+	}
+	if n := strings.Count(r.stdout, " voter "); n != 3 {
+		t.Errorf("members shows %d voters, want 3:\n%s", n, r.stdout)
+	}
+	if n := strings.Count(r.stdout, " MASTER "); n != 1 {
+		t.Errorf("members shows %d MASTER, want 1:\n%s", n, r.stdout)
+	}
+	// The master's own line: behind 0, last contact 0s ago.
+	if !strings.Contains(r.stdout, strconv.Itoa(mi+1)+" "+servers[mi].Addr()) ||
+		!strings.Contains(r.stdout, "voter MASTER - 0 0s ago") {
+		t.Errorf("members lacks the master's line:\n%s", r.stdout)
+	}
+
+	m := membersOf(t, addr)
+	if len(m.Members) != 3 || countMembers(m, "voter", "") != 3 || countMembers(m, "", "MASTER") != 1 ||
+		m.MasterAddress != servers[mi].Addr() || m.Epoch <= 0 || m.PendingConfig != 0 || m.Decisions == nil {
+		t.Fatalf("members --json = %+v", m)
+	}
+	for _, r := range m.Members {
+		if r.PeerAddress == "" || r.Address == "" || r.Behind == nil || r.LastContactMs == nil {
+			t.Errorf("member %+v: want addresses, behind and last contact (from the master)", r)
+		}
+	}
+
+	// Remove a replica that is not the master, asking that very replica
+	// (NOT_MASTER leads to the master).
+	victim := (mi + 2) % 3
+	id := strconv.Itoa(victim + 1)
+	r = at(t, servers[victim].Addr(), "", "members", "remove", id)
+	want(t, r, exitOK, "removed replica "+id+": configuration change at log index ", "")
+	// A voter change takes the cell through a view change: wait for the
+	// new configuration under a master.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := at(t, addr, "", "members", "--json")
+		m = membersJSON{}
+		err := json.Unmarshal([]byte(r.stdout), &m)
+		if r.code == 0 && err == nil && countMembers(m, "voter", "") == 2 && len(m.Members) == 2 &&
+			m.PendingConfig == 0 && countMembers(m, "", "MASTER") == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after members remove %s: exit %d, %+v, stderr %q", id, r.code, m, r.stderr)
+		}
+	}
+	for _, r := range m.Members {
+		if r.ID == id {
+			t.Errorf("replica %s still listed: %+v", id, m)
+		}
+	}
+	if !strings.Contains(strings.Join(m.Decisions, "\n"), "operator removes replica "+id) {
+		t.Errorf("decisions %q lack the removal", m.Decisions)
+	}
+	r = squeeze(at(t, addr, "", "members"))
+	if n := strings.Count(r.stdout, " voter "); r.code != 0 || n != 2 {
+		t.Errorf("members after the removal shows %d voters, want 2:\n%s", n, r.stdout)
+	}
+	if !strings.Contains(r.stdout, "operator removes replica "+id) {
+		t.Errorf("members does not show the removal among the decisions:\n%s", r.stdout)
+	}
+
+	// An unknown id, and the one just removed: not found, exit 1.
+	want(t, at(t, addr, "", "members", "remove", "99"), exitRefused, "",
+		"chubbyfs: members remove 99: not found: replica 99 is not in the configuration")
+	want(t, at(t, addr, "", "members", "remove", id), exitRefused, "", "members remove "+id+": not found")
+}
+
+// TestMembersOneReplica: a one-replica cell is one voter, the master.
+func TestMembersOneReplica(t *testing.T) {
+	addr := startCell(t)
+	m := membersOf(t, addr)
+	if len(m.Members) != 1 || m.Members[0].Role != "MASTER" || m.Members[0].Membership != "voter" ||
+		m.Members[0].Address != addr {
+		t.Fatalf("members --json = %+v", m)
+	}
+	// The last voter cannot go.
+	want(t, at(t, addr, "", "members", "remove", m.Members[0].ID), exitRefused, "", "is the last voter")
+}
+
+// TestPrintMembers: the table shows what the master did not report as
+// "-", a replica not heard from as "never", and the last few decisions.
+func TestPrintMembers(t *testing.T) {
+	i64 := func(v int64) *int64 { return &v }
+	str := func(s string) *string { return &s }
+	var decisions []string
+	for i := range 8 {
+		decisions = append(decisions, "decision "+strconv.Itoa(i))
+	}
+	epoch, pending, target := int64(4), int64(77), int32(5)
+	st := &chubby.CellStatus{Cell: "c", MasterId: "1", MasterAddress: "a:1", Epoch: 9,
+		ConfigEpoch: &epoch, PendingConfig: &pending, TargetSize: &target, Decisions: decisions,
+		Replicas: []*chubby.ReplicaStatus{
+			{Id: "1", Address: "a:1", Role: chubby.ReplicaRole_MASTER, Membership: str("voter"), PeerAddress: str("a:2"),
+				GossipState: str("alive"), Behind: i64(0), LastContactMs: i64(0)},
+			{Id: "2", Address: "b:1", Role: chubby.ReplicaRole_REPLICA, Membership: str("learner"), PeerAddress: str("b:2"),
+				GossipState: str("suspect"), Behind: i64(120), LastContactMs: i64(-1)},
+			{Id: "3", Address: "c:1", Role: chubby.ReplicaRole_REPLICA, Membership: str("spare"), GossipState: str("alive")},
+			{Id: "4", Address: "d:1", Role: chubby.ReplicaRole_REPLICA, Behind: i64(3), LastContactMs: i64(1500)},
+		}}
+	var b strings.Builder
+	printMembers(&b, st)
+	out := squeeze(result{stdout: b.String()}).stdout
+	for _, s := range []string{
+		"configuration: epoch 4, pending change at log index 77, target size 5",
+		"1 a:1 a:2 voter MASTER alive 0 0s ago",
+		"2 b:1 b:2 learner REPLICA suspect 120 never",
+		"3 c:1 - spare REPLICA alive - -",
+		"4 d:1 - - REPLICA - 3 1.5s ago",
+		"decisions (the last 5 of 8, newest last; --json for all):",
+		"decision 3", "decision 7",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("table lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "decision 2") {
+		t.Errorf("table shows more than the last 5 decisions:\n%s", out)
+	}
+	j := toMembersJSON(st)
+	if len(j.Decisions) != 8 || j.Members[2].Behind != nil || *j.Members[1].LastContactMs != -1 || j.PendingConfig != 77 {
+		t.Errorf("JSON form %+v", j)
+	}
+	b.Reset()
+	printMembers(&b, &chubby.CellStatus{})
+	if !strings.Contains(b.String(), "decisions:      none") || !strings.Contains(b.String(), "pending change none") {
+		t.Errorf("empty status:\n%s", b.String())
+	}
+}
