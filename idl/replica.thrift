@@ -18,22 +18,20 @@ struct Run {
     2: required i64 last
 }
 
-// addr packs the client and peer addresses ("client|peer"); learner marks
-// a member that receives the log but votes in nothing.
+// addr packs the client and peer addresses ("client|peer").
 struct Member {
     1: required i64 id
     2: required string addr
-    3: optional bool learner
 }
 
-// epoch and proposer are those of the configuration the snapshot was
-// taken under (vr.Configuration).
+// config, when set, is the whole configuration the snapshot was taken
+// under (vr.EncodeConfig: voters and learners, epoch, the entry that
+// opened it) and supersedes members, which then lists the same replicas.
 struct SnapshotMeta {
     1: required i64 index
     2: required i64 view
     3: required list<Member> members
-    4: optional i64 epoch
-    5: optional i64 proposer
+    4: optional binary config
 }
 
 // SnapshotChunk places one chunk of a snapshot transfer (message types 12

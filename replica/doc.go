@@ -65,12 +65,18 @@
 // # Views, configuration, quorum
 //
 // The configuration is a sorted set of replica ids (with addresses, opaque
-// to the core); a quorum is a majority. It is log entry 1 (EntryConfig), the
-// same on every replica of a new cell, so that a later change can be a
-// replicated EntryConfig. Changes are not implemented yet: Propose takes
-// commands only and a configuration entry past index 1 is refused.
+// to the core), each a voter or a learner; a quorum is a majority of the
+// voters. It is log entry 1 (EntryConfig), the same on every replica of a
+// new cell; a change is a later EntryConfig, proposed on the primary one
+// at a time (vr.Node.ProposeConfig). A learner gets the log and
+// snapshots but counts in nothing; a voter change opens a new epoch,
+// carried in the view number's high bits, and takes effect on a replica
+// only once it knows the change committed. Within an epoch the voters are
+// fixed, so what this comment says of views and quorums holds epoch by
+// epoch; replica/vr/reconfig.go argues why two epochs never commit
+// conflicting entries.
 //
-// Views are numbered; the primary of view v is members[v mod n]
+// Views are numbered; the primary of view v is voters[v mod n]
 // (round-robin, as in VRR). The alternative, electing the replica with the
 // most complete log, needs a vote with split votes and randomized retries
 // (raft's election is where etcd's 2 s failover goes). Round-robin makes
@@ -267,7 +273,8 @@
 // in-memory cluster (replication, failover and rejoin, catch-up by
 // snapshot, a deaf backup that must not cause a view change, a deaf
 // primary that must step down, the old lease ending before a new view
-// forms, also when a view change starts at once); replica/vr has a table
+// forms, also when a view change starts at once), and reconfig_test.go
+// every kind of configuration change; replica/vr has a table
 // of malformed messages and FuzzStep (arbitrary messages, ticks and
 // proposals never make a node panic). replica/sim runs the whole cell's
 // code with the real fs under faults and checks agreement, what clients
@@ -277,8 +284,6 @@
 //
 // # Not built yet
 //
-//   - configuration changes (memberlist joins, learners, replacement): a
-//     configuration entry past index 1 is refused;
 //   - reads when the lease has lapsed answered through the log instead of
 //     refused.
 package replica

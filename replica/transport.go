@@ -35,7 +35,10 @@ const (
 	// batch of maxDeliverBytes plus a message's worth, with room for the
 	// framing. Snapshots travel in chunks, so this bounds no state.
 	MaxPeerPayloadBytes = 32 << 20
-	deliverTimeout      = 2 * time.Second
+	// maxConfigBytes bounds an encoded configuration in a snapshot's
+	// metadata: MaxMembers members of MaxMemberAddr bytes and their ids.
+	maxConfigBytes = 64 + vr.MaxMembers*(vr.MaxMemberAddr+16)
+	deliverTimeout = 2 * time.Second
 	// replyWait bounds how long a Deliver waits for the receiver to
 	// process what it brought, so that the answers ride back on it.
 	replyWait = 20 * time.Millisecond
@@ -474,16 +477,12 @@ func messageToWire(w *gr.Message, m *vr.Message, es []gr.Entry) {
 		}
 	}
 	if m.Snapshot != nil {
-		epoch, proposer := int64(m.Snapshot.Epoch), int64(m.Snapshot.Proposer)
 		s := &gr.SnapshotMeta{Index: int64(m.Snapshot.Index), View: int64(m.Snapshot.View),
-			Members: make([]*gr.Member, len(m.Snapshot.Members)), Epoch: &epoch, Proposer: &proposer}
+			Members: make([]*gr.Member, len(m.Snapshot.Members)), Config: vr.EncodeConfig(m.Snapshot.Config())}
 		for i, x := range m.Snapshot.Members {
 			// The peer IDL's Member has one address: both travel packed
 			// in it, as they always have (vr.Member.PackedAddr).
 			s.Members[i] = &gr.Member{Id: int64(x.ID), Addr: x.PackedAddr()}
-			if x.Learner {
-				s.Members[i].Learner = &x.Learner
-			}
 		}
 		w.Snapshot = s
 	}
@@ -534,16 +533,23 @@ func messageFromWire(w *gr.Message) (vr.Message, error) {
 		}
 	}
 	if s := w.Snapshot; s != nil {
-		if s.Index < 0 || s.View < 0 || s.GetEpoch() < 0 || s.GetProposer() < 0 || len(s.Members) > vr.MaxMembers {
+		if s.Index < 0 || s.View < 0 || len(s.Members) > vr.MaxMembers || len(s.Config) > maxConfigBytes {
 			return vr.Message{}, errPeer
 		}
-		meta := &vr.SnapshotMeta{Index: uint64(s.Index), View: uint64(s.View), Epoch: uint64(s.GetEpoch()), Proposer: uint64(s.GetProposer())}
+		meta := &vr.SnapshotMeta{Index: uint64(s.Index), View: uint64(s.View)}
 		for _, x := range s.Members {
 			if x == nil || x.Id <= 0 {
 				return vr.Message{}, errPeer
 			}
 			client, peer := vr.UnpackAddr(x.Addr)
-			meta.Members = append(meta.Members, vr.Member{ID: uint64(x.Id), ClientAddr: client, PeerAddr: peer, Learner: x.GetLearner()})
+			meta.Members = append(meta.Members, vr.Member{ID: uint64(x.Id), ClientAddr: client, PeerAddr: peer})
+		}
+		if s.IsSetConfig() {
+			c, err := vr.DecodeConfig(s.Config)
+			if err != nil {
+				return vr.Message{}, errPeer
+			}
+			meta.SetConfig(c)
 		}
 		m.Snapshot = meta
 	}

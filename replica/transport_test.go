@@ -88,6 +88,7 @@ func TestMemberWireForm(t *testing.T) {
 		t.Fatalf("wire addresses %q, %q; want \"a:1|a:2\", \"b:1\"", a, b)
 	}
 	w.Snapshot.Members = []*gr.Member{{Id: 1, Addr: "c:1|c:2"}, {Id: 2, Addr: "d:1"}}
+	w.Snapshot.Config = nil // a metadata of members only, as before configurations had epochs
 	m, err := messageFromWire(w)
 	if err != nil {
 		t.Fatal(err)
@@ -95,5 +96,26 @@ func TestMemberWireForm(t *testing.T) {
 	want := vr.Members{{ID: 1, ClientAddr: "c:1", PeerAddr: "c:2"}, {ID: 2, ClientAddr: "d:1"}}
 	if !reflect.DeepEqual(m.Snapshot.Members, want) {
 		t.Fatalf("members %+v, want %+v", m.Snapshot.Members, want)
+	}
+}
+
+// TestSnapshotConfigWireForm: a snapshot's whole configuration — learners,
+// epoch, proposer, the entry that opened the epoch — crosses the wire, and
+// a malformed one is refused.
+func TestSnapshotConfigWireForm(t *testing.T) {
+	meta := &vr.SnapshotMeta{Index: 9, View: 1<<32 + 2}
+	meta.SetConfig(vr.Configuration{Epoch: 1, Proposer: 2, OpenIndex: 7, OpenView: 3,
+		Members: vr.Members{{ID: 1, ClientAddr: "a:1"}, {ID: 2, ClientAddr: "b:1"}, {ID: 3, ClientAddr: "c:1", Learner: true}}})
+	w := messagesToWire([]vr.Message{{Type: vr.MsgSnapshot, From: 1, To: 2, View: 1<<32 + 2, Snapshot: meta}})[0]
+	m, err := messageFromWire(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*m.Snapshot, *meta) {
+		t.Fatalf("round trip %+v, want %+v", *m.Snapshot, *meta)
+	}
+	w.Snapshot.Config = []byte{2, 1}
+	if _, err := messageFromWire(w); err == nil {
+		t.Fatal("a malformed configuration accepted")
 	}
 }

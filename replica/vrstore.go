@@ -82,7 +82,9 @@ func decodeSnapshot(index uint64, b []byte) (vr.SnapshotMeta, []byte, error) {
 	if err != nil {
 		return vr.SnapshotMeta{}, nil, fmt.Errorf("%w: %v", bad, err)
 	}
-	return vr.SnapshotMeta{Index: index, View: view, Members: c.Members, Epoch: c.Epoch, Proposer: c.Proposer}, b[16+ml:], nil
+	meta := vr.SnapshotMeta{Index: index, View: view}
+	meta.SetConfig(c)
+	return meta, b[16+ml:], nil
 }
 
 // loadVR reads what the protocol needs at start: hard state, snapshot

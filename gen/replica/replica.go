@@ -102,9 +102,8 @@ var fieldIDToName_Run = map[int16]string{
 }
 
 type Member struct {
-	Id      int64  `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
-	Addr    string `thrift:"addr,2,required" frugal:"2,required,string" json:"addr"`
-	Learner *bool  `thrift:"learner,3,optional" frugal:"3,optional,bool" json:"learner,omitempty"`
+	Id   int64  `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
+	Addr string `thrift:"addr,2,required" frugal:"2,required,string" json:"addr"`
 }
 
 func NewMember() *Member {
@@ -121,27 +120,11 @@ func (p *Member) GetId() (v int64) {
 func (p *Member) GetAddr() (v string) {
 	return p.Addr
 }
-
-var Member_Learner_DEFAULT bool
-
-func (p *Member) GetLearner() (v bool) {
-	if !p.IsSetLearner() {
-		return Member_Learner_DEFAULT
-	}
-	return *p.Learner
-}
 func (p *Member) SetId(val int64) {
 	p.Id = val
 }
 func (p *Member) SetAddr(val string) {
 	p.Addr = val
-}
-func (p *Member) SetLearner(val *bool) {
-	p.Learner = val
-}
-
-func (p *Member) IsSetLearner() bool {
-	return p.Learner != nil
 }
 
 func (p *Member) String() string {
@@ -154,15 +137,13 @@ func (p *Member) String() string {
 var fieldIDToName_Member = map[int16]string{
 	1: "id",
 	2: "addr",
-	3: "learner",
 }
 
 type SnapshotMeta struct {
-	Index    int64     `thrift:"index,1,required" frugal:"1,required,i64" json:"index"`
-	View     int64     `thrift:"view,2,required" frugal:"2,required,i64" json:"view"`
-	Members  []*Member `thrift:"members,3,required" frugal:"3,required,list<Member>" json:"members"`
-	Epoch    *int64    `thrift:"epoch,4,optional" frugal:"4,optional,i64" json:"epoch,omitempty"`
-	Proposer *int64    `thrift:"proposer,5,optional" frugal:"5,optional,i64" json:"proposer,omitempty"`
+	Index   int64     `thrift:"index,1,required" frugal:"1,required,i64" json:"index"`
+	View    int64     `thrift:"view,2,required" frugal:"2,required,i64" json:"view"`
+	Members []*Member `thrift:"members,3,required" frugal:"3,required,list<Member>" json:"members"`
+	Config  []byte    `thrift:"config,4,optional" frugal:"4,optional,binary" json:"config,omitempty"`
 }
 
 func NewSnapshotMeta() *SnapshotMeta {
@@ -184,22 +165,13 @@ func (p *SnapshotMeta) GetMembers() (v []*Member) {
 	return p.Members
 }
 
-var SnapshotMeta_Epoch_DEFAULT int64
+var SnapshotMeta_Config_DEFAULT []byte
 
-func (p *SnapshotMeta) GetEpoch() (v int64) {
-	if !p.IsSetEpoch() {
-		return SnapshotMeta_Epoch_DEFAULT
+func (p *SnapshotMeta) GetConfig() (v []byte) {
+	if !p.IsSetConfig() {
+		return SnapshotMeta_Config_DEFAULT
 	}
-	return *p.Epoch
-}
-
-var SnapshotMeta_Proposer_DEFAULT int64
-
-func (p *SnapshotMeta) GetProposer() (v int64) {
-	if !p.IsSetProposer() {
-		return SnapshotMeta_Proposer_DEFAULT
-	}
-	return *p.Proposer
+	return p.Config
 }
 func (p *SnapshotMeta) SetIndex(val int64) {
 	p.Index = val
@@ -210,19 +182,12 @@ func (p *SnapshotMeta) SetView(val int64) {
 func (p *SnapshotMeta) SetMembers(val []*Member) {
 	p.Members = val
 }
-func (p *SnapshotMeta) SetEpoch(val *int64) {
-	p.Epoch = val
-}
-func (p *SnapshotMeta) SetProposer(val *int64) {
-	p.Proposer = val
+func (p *SnapshotMeta) SetConfig(val []byte) {
+	p.Config = val
 }
 
-func (p *SnapshotMeta) IsSetEpoch() bool {
-	return p.Epoch != nil
-}
-
-func (p *SnapshotMeta) IsSetProposer() bool {
-	return p.Proposer != nil
+func (p *SnapshotMeta) IsSetConfig() bool {
+	return p.Config != nil
 }
 
 func (p *SnapshotMeta) String() string {
@@ -236,8 +201,7 @@ var fieldIDToName_SnapshotMeta = map[int16]string{
 	1: "index",
 	2: "view",
 	3: "members",
-	4: "epoch",
-	5: "proposer",
+	4: "config",
 }
 
 type SnapshotChunk struct {

@@ -214,10 +214,16 @@ func (c *client) command(o *fsm.Op) *fsm.Command {
 
 func (c *client) stopAfterCurrent() {
 	c.stopping = true
-	if c.cur == nil && !c.finished && (c.sess == nil || c.sess.ready) {
+	if c.mayStop() && c.cur == nil && !c.finished && (c.sess == nil || c.sess.ready) {
 		c.finish()
 	}
 }
+
+// mayStop reports whether the client stops once its current operation is
+// over: after the faults end, except client 0 before it has made the
+// files and locks, which every other client waits for (its session may
+// expire during the setup: it then starts a new one and goes on).
+func (c *client) mayStop() bool { return c.stopping && (c.id != 0 || c.w.setupOK) }
 
 func (c *client) finish() {
 	c.finished = true
@@ -226,14 +232,14 @@ func (c *client) finish() {
 }
 
 func (c *client) think() {
-	if c.stopping {
+	if c.mayStop() {
 		c.finish()
 		return
 	}
 	w := c.w
 	w.after(w.between(0, 20*ms), func() {
 		if c.cur == nil && !c.finished {
-			if c.stopping {
+			if c.mayStop() {
 				c.finish()
 				return
 			}
@@ -704,7 +710,7 @@ func (c *client) sessionOver(s *csession, why string) {
 	if c.sess != s {
 		return
 	}
-	if c.stopping {
+	if c.mayStop() {
 		c.sess = nil
 		if c.cur == nil && !c.finished {
 			c.finish()

@@ -30,6 +30,13 @@
 // client retries after a timeout, follows NOT_MASTER hints, and resends a
 // command with the same (session, seq), so fs applies it once.
 //
+// In half the seeds (reconfig.go) one or two more replicas start with an
+// empty log, and every 100–700 ms of the faults the primary is asked for
+// one configuration change — add a learner, promote it, remove a voter
+// (the primary itself a third of the time), demote one, remove a learner
+// — through the shipped Driver.ProposeConfig; the end-of-run checks then
+// concern the members of the final configuration.
+//
 // # Faults
 //
 // For 2–6 s of virtual time: crashes (half of them of the primary) and

@@ -15,10 +15,17 @@ import (
 // force keeps the epoch (adding, removing or re-addressing a learner, or
 // re-addressing a voter); one whose voters differ, by exactly one, opens
 // the next epoch. See reconfig.go for how and when each takes effect.
+//
+// OpenIndex and OpenView name the entry that opened the epoch (0 for a
+// cell's first epoch): a voter change carries its own index and view, so
+// that a replica that holds the configuration only in a snapshot can
+// still tell others which entry committed (reconfig.go, adoptClosing).
 type Configuration struct {
-	Epoch    uint64
-	Proposer uint64
-	Members  Members
+	Epoch     uint64
+	Proposer  uint64
+	OpenIndex uint64
+	OpenView  uint64
+	Members   Members
 }
 
 // Clone returns a copy of c.
@@ -120,16 +127,19 @@ const configVersion = 2
 // EncodeConfig returns the EntryConfig payload of c. A configuration
 // without epoch, proposer or learners is written in the first format
 // (EncodeMembers), so a new cell's entry 1 reads as it always did; any
-// other in the second: version 2, epoch, proposer, count, then per member
-// its id, a flags byte (1: learner) and its length-prefixed PackedAddr.
+// other in the second: version 2, epoch, proposer, the opening entry's
+// index and view, count, then per member its id, a flags byte (1:
+// learner) and its length-prefixed PackedAddr.
 func EncodeConfig(c Configuration) []byte {
 	learners := len(c.Members.Voters()) != len(c.Members)
-	if c.Epoch == 0 && c.Proposer == 0 && !learners {
+	if c.Epoch == 0 && c.Proposer == 0 && c.OpenIndex == 0 && c.OpenView == 0 && !learners {
 		return EncodeMembers(c.Members)
 	}
 	b := []byte{configVersion}
 	b = binary.AppendUvarint(b, c.Epoch)
 	b = binary.AppendUvarint(b, c.Proposer)
+	b = binary.AppendUvarint(b, c.OpenIndex)
+	b = binary.AppendUvarint(b, c.OpenView)
 	b = binary.AppendUvarint(b, uint64(len(c.Members)))
 	for _, x := range c.Members {
 		a := x.PackedAddr()
@@ -157,9 +167,9 @@ func DecodeConfig(b []byte) (Configuration, error) {
 		return Configuration{}, bad
 	}
 	r := reader{b: b[1:]}
-	c := Configuration{Epoch: r.uvarint(), Proposer: r.uvarint()}
+	c := Configuration{Epoch: r.uvarint(), Proposer: r.uvarint(), OpenIndex: r.uvarint(), OpenView: r.uvarint()}
 	n := r.uvarint()
-	if r.bad || n == 0 || n > MaxMembers || c.Epoch >= maxEpoch {
+	if r.bad || n == 0 || n > MaxMembers || c.Epoch >= maxEpoch || c.OpenIndex >= maxIndex || c.OpenView >= maxView {
 		return Configuration{}, bad
 	}
 	c.Members = make(Members, 0, n)

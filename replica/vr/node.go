@@ -23,13 +23,11 @@ type Node struct {
 	quorum int
 	voter  bool
 	// base is the configuration at the start of the in-memory log, confs
-	// the configuration entries after it; opened is the entry that opened
-	// the epoch in force and pending a voter change not yet committed
-	// (index 0: none or unknown); confDirty says confs changed since the
+	// the configuration entries after it; pending a voter change not yet
+	// committed (index 0: none); confDirty says confs changed since the
 	// configuration was last worked out.
 	base      Configuration
 	confs     []confAt
-	opened    confAt
 	pending   confAt
 	confDirty bool
 
@@ -251,7 +249,15 @@ func (n *Node) restore(p Persisted) error {
 		n.base = p.Snapshot.Config()
 	}
 	for i, e := range p.Entries {
-		if e.Index != n.log.lastIndex()+1 || e.View < n.log.lastView() || e.View > hs.View || !e.Type.valid() {
+		if e.View > hs.View && e.Index == n.log.lastIndex()+1 {
+			// A write torn after its entries, before its hard state: the
+			// entries came with a newer view that never reached the disk,
+			// so nothing was acknowledged of them (messages leave after
+			// the whole write). Drop them, here and on disk.
+			n.truncFrom = e.Index
+			break
+		}
+		if e.Index != n.log.lastIndex()+1 || e.View < n.log.lastView() || !e.Type.valid() {
 			return fmt.Errorf("vr: corrupt log at entry %d (index %d, view %d)", i, e.Index, e.View)
 		}
 		if e.Type == EntryConfig {
@@ -548,8 +554,9 @@ func (n *Node) SnapshotMeta(index uint64) (SnapshotMeta, error) {
 	if index > n.applied || !ok {
 		return SnapshotMeta{}, fmt.Errorf("vr: no snapshot at %d: applied %d, log from %d", index, n.applied, n.log.snapIndex)
 	}
-	c := n.configAt(index)
-	return SnapshotMeta{Index: index, View: v, Members: c.Members, Epoch: c.Epoch, Proposer: c.Proposer}, nil
+	meta := SnapshotMeta{Index: index, View: v}
+	meta.SetConfig(n.configAt(index))
+	return meta, nil
 }
 
 // Compact tells the node that the application has durably stored a

@@ -152,31 +152,31 @@ type confAt struct {
 // foldConfig returns the configuration in force after confs (in log order)
 // on top of base, when entries up to commit are known committed: learner
 // changes of the same epoch take effect at once, a voter change opening
-// the next epoch once committed. It also returns the entry that opened
-// the epoch in force (index 0 when base did), and a voter change not yet
+// the next epoch once committed (and naming its own index and view as the
+// epoch's opening entry). It also returns a voter change not yet
 // committed (index 0 when none): nothing after it counts. An entry that
 // is neither is skipped; no correct primary writes one, and skipping is
 // the same on every replica with the same log.
-func foldConfig(base Configuration, confs []confAt, commit uint64) (c Configuration, opened, pending confAt) {
+func foldConfig(base Configuration, confs []confAt, commit uint64) (c Configuration, pending confAt) {
 	c = base
 	for _, e := range confs {
 		if len(c.Members) == 0 {
-			c, opened = e.c, e // a joining replica's log starts here
+			c = e.c // a joining replica's log starts here
 			continue
 		}
 		kind, err := Classify(c.Members, e.c.Members)
 		switch {
 		case err != nil:
-		case kind != ChangeVoters && e.c.Epoch == c.Epoch:
+		case kind != ChangeVoters && e.c.Epoch == c.Epoch && e.c.OpenIndex == c.OpenIndex && e.c.OpenView == c.OpenView:
 			c = e.c
-		case kind == ChangeVoters && e.c.Epoch == c.Epoch+1:
+		case kind == ChangeVoters && e.c.Epoch == c.Epoch+1 && e.c.OpenIndex == e.index && e.c.OpenView == e.view:
 			if e.index > commit {
-				return c, opened, e
+				return c, e
 			}
-			c, opened = e.c, e
+			c = e.c
 		}
 	}
-	return c, opened, confAt{}
+	return c, confAt{}
 }
 
 // ProposeConfig appends a configuration change on the normal primary and
@@ -206,8 +206,10 @@ func (n *Node) ProposeConfig(next Members) (uint64, error) {
 		}
 	}
 	c := Configuration{Epoch: n.conf.Epoch, Proposer: n.conf.Proposer, Members: next.Clone()}
+	i := n.log.lastIndex() + 1
+	c.OpenIndex, c.OpenView = n.conf.OpenIndex, n.conf.OpenView
 	if kind == ChangeVoters {
-		c.Epoch, c.Proposer = c.Epoch+1, n.id
+		c.Epoch, c.Proposer, c.OpenIndex, c.OpenView = c.Epoch+1, n.id, i, n.view
 		if c.Epoch >= maxEpoch {
 			return 0, ErrBadConfigChange
 		}
@@ -216,7 +218,6 @@ func (n *Node) ProposeConfig(next Members) (uint64, error) {
 	if n.log.lastIndex()-n.commit+1 > uint64(n.cfg.MaxUncommittedEntries) {
 		return 0, ErrOverloaded
 	}
-	i := n.log.lastIndex() + 1
 	n.appendEntry(Entry{Index: i, View: n.view, Type: EntryConfig, Data: data})
 	n.uncommittedBytes += len(data)
 	n.verified = i
@@ -258,7 +259,7 @@ func (n *Node) compactConfs() {
 		k++
 	}
 	if k > 0 {
-		n.base, _, _ = foldConfig(n.base, n.confs[:k], n.log.snapIndex)
+		n.base, _ = foldConfig(n.base, n.confs[:k], n.log.snapIndex)
 		n.confs = append([]confAt(nil), n.confs[k:]...)
 	}
 }
@@ -270,7 +271,7 @@ func (n *Node) configAt(index uint64) Configuration {
 	for k < len(n.confs) && n.confs[k].index <= index {
 		k++
 	}
-	c, _, _ := foldConfig(n.base, n.confs[:k], index)
+	c, _ := foldConfig(n.base, n.confs[:k], index)
 	return c.Clone()
 }
 
@@ -291,15 +292,16 @@ func (n *Node) settle() {
 // configuration entries and the commit number.
 func (n *Node) loadConfig() {
 	n.confDirty = false
-	c, opened, pending := foldConfig(n.base, n.confs, n.commit)
-	n.opened, n.pending = opened, pending
+	c, pending := foldConfig(n.base, n.confs, n.commit)
+	n.pending = pending
 	if !equalConfig(c, n.conf) {
 		n.setConfig(c)
 	}
 }
 
 func equalConfig(a, b Configuration) bool {
-	return a.Epoch == b.Epoch && a.Proposer == b.Proposer && equalMembers(a.Members, b.Members)
+	return a.Epoch == b.Epoch && a.Proposer == b.Proposer && a.OpenIndex == b.OpenIndex && a.OpenView == b.OpenView &&
+		equalMembers(a.Members, b.Members)
 }
 
 // setConfig puts c in force. On a primary (a learner change: the epoch

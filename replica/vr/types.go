@@ -217,18 +217,24 @@ type HardState struct {
 
 // SnapshotMeta describes an application snapshot: the state after applying
 // every entry up to Index, whose view was View, under the configuration
-// Members of epoch Epoch proposed by Proposer (see Configuration).
+// Members and the rest of its configuration (see Configuration).
 type SnapshotMeta struct {
-	Index    uint64
-	View     uint64
-	Members  Members
-	Epoch    uint64
-	Proposer uint64
+	Index   uint64
+	View    uint64
+	Members Members
+	// Epoch, Proposer, OpenIndex, OpenView: those of the configuration
+	// (Configuration).
+	Epoch, Proposer, OpenIndex, OpenView uint64
 }
 
 // Config returns the configuration the snapshot was taken under.
 func (s SnapshotMeta) Config() Configuration {
-	return Configuration{Epoch: s.Epoch, Proposer: s.Proposer, Members: s.Members.Clone()}
+	return Configuration{Epoch: s.Epoch, Proposer: s.Proposer, OpenIndex: s.OpenIndex, OpenView: s.OpenView, Members: s.Members.Clone()}
+}
+
+// SetConfig sets the snapshot's configuration.
+func (s *SnapshotMeta) SetConfig(c Configuration) {
+	s.Members, s.Epoch, s.Proposer, s.OpenIndex, s.OpenView = c.Members.Clone(), c.Epoch, c.Proposer, c.OpenIndex, c.OpenView
 }
 
 // Clone returns a copy of s.

@@ -23,7 +23,7 @@ func (n *Node) probe() {
 }
 
 func (n *Node) onProbe(m *Message) {
-	if epochOf(m.View) < n.conf.Epoch && n.opened.index != 0 && epochOf(n.view) == n.conf.Epoch {
+	if epochOf(m.View) < n.conf.Epoch && n.conf.OpenIndex != 0 && epochOf(n.view) == n.conf.Epoch {
 		// A replica still in an older epoch is looking for a primary
 		// that no longer exists: tell it the epoch has moved on (it
 		// learns the change committed if it holds the entry that opened
@@ -79,10 +79,10 @@ func (n *Node) startViewChange(w uint64) {
 }
 
 // startViewChangeMsg is this replica's StartViewChange for its view. It
-// names the entry that opened its epoch, when known, so that a replica
+// names the entry that opened its epoch, so that a replica
 // still holding that entry as pending learns it committed (adoptClosing).
 func (n *Node) startViewChangeMsg() Message {
-	return Message{Type: MsgStartViewChange, View: n.view, PrevOp: n.opened.index, PrevView: n.opened.view}
+	return Message{Type: MsgStartViewChange, View: n.view, PrevOp: n.conf.OpenIndex, PrevView: n.conf.OpenView}
 }
 
 // resetViewChange clears the view change bookkeeping for the current view.
