@@ -146,6 +146,9 @@ func (t *PeerTransport) Learn(id uint64, addr string) {
 	if id == 0 || id == t.self || addr == "" || len(addr) > vr.MaxMemberAddr {
 		return
 	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.peers[id] != nil || len(t.peers) >= vr.MaxMembers+maxLearned {
