@@ -73,6 +73,14 @@
 //     meant for another master counts for nothing. A new master knows no cachers: every recovered
 //     caching session gets invalidate_all on its first KeepAlive, and every
 //     change waits until it has acknowledged or its lease has run out.
+//   - Membership (membership.go, autopilot.go, bootstrap.go): with gossip
+//     (cell/discovery) the master's autopilot adds spares as learners,
+//     promotes learners caught up for PromoteAfter, and replaces voters
+//     dead by gossip and silent for DeadAfter, one configuration change at
+//     a time through the log (replica/vr/reconfig.go); every decision is
+//     logged and listed on the status page. RemoveMember is the operator's
+//     forced removal. GetMaster names every member, so clients follow the
+//     configuration.
 //   - Failover and restart: every session in the recovered state gets the
 //     recovered lease (L·(1+ε)/(1−ε): longer than any earlier master can
 //     have promised, clock drift included), Acquires left waiting by the
