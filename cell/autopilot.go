@@ -107,19 +107,19 @@ func nextChange(v *apView) (vr.Members, string) {
 	}
 	if len(deadLearners) > 0 {
 		id := deadLearners[0]
-		return without(v.members, id), fmt.Sprintf("remove learner %d: dead for %v", id, v.deadAfter)
+		return v.members.Without(id), fmt.Sprintf("remove learner %d: dead for %v", id, v.deadAfter)
 	}
 	if len(voters) < v.target {
 		for _, id := range learners {
 			if since, ok := v.healthySince[id]; ok && v.now.Sub(since) >= v.promoteAfter {
-				return setLearner(v.members, id, false), fmt.Sprintf("promote learner %d: caught up and healthy for %v", id, v.promoteAfter)
+				return v.members.WithRole(id, false), fmt.Sprintf("promote learner %d: caught up and healthy for %v", id, v.promoteAfter)
 			}
 		}
 	}
 	total := len(voters) + len(deadVoters)
 	if len(deadVoters) > 0 && total > v.target && total > 3 {
 		id := deadVoters[0]
-		return without(v.members, id), fmt.Sprintf("remove voter %d: dead for %v and replaced", id, v.deadAfter)
+		return v.members.Without(id), fmt.Sprintf("remove voter %d: dead for %v and replaced", id, v.deadAfter)
 	}
 	if len(voters)+len(learners) < v.target+len(deadVoters) && len(v.members) < vr.MaxMembers {
 		if sp, ok := v.spare(); ok {
@@ -156,20 +156,6 @@ func (v *apView) spare() (discovery.Peer, bool) {
 		return g, true
 	}
 	return discovery.Peer{}, false
-}
-
-func setLearner(m vr.Members, id uint64, learner bool) vr.Members {
-	m = m.Clone()
-	for i := range m {
-		if m[i].ID == id {
-			m[i].Learner = learner
-		}
-	}
-	return m
-}
-
-func without(m vr.Members, id uint64) vr.Members {
-	return slices.DeleteFunc(m.Clone(), func(x vr.Member) bool { return x.ID == id })
 }
 
 // autopilot runs the policy on the master until the server stops.

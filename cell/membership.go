@@ -98,7 +98,7 @@ func (s *Server) removeMember(ctx context.Context, idStr string) (uint64, error)
 	if !m.Learner && len(info.Members.Voters()) == 1 {
 		return 0, fs.Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "replica %d is the last voter; add another first", id)
 	}
-	next := slices.DeleteFunc(info.Members.Clone(), func(x vr.Member) bool { return x.ID == id })
+	next := info.Members.Without(id)
 	i, err := s.proposeConfig(ctx, next, fmt.Sprintf("operator removes replica %d", id))
 	if err != nil {
 		return 0, err

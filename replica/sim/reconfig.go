@@ -86,35 +86,21 @@ func (w *world) nextConfig(cur vr.Members, primary uint64) (vr.Members, string) 
 		return next, fmt.Sprintf("add learner %d", id)
 	case k < 55 && len(learners) > 0 && len(voters) < 5:
 		id := pick(learners)
-		return setLearner(cur, id, false), fmt.Sprintf("promote %d", id)
+		return cur.WithRole(id, false), fmt.Sprintf("promote %d", id)
 	case k < 80 && len(voters) > 1:
 		id := pick(voters)
 		if w.rc.IntN(3) == 0 {
 			id = primary
 		}
-		return without(cur, id), fmt.Sprintf("remove voter %d", id)
+		return cur.Without(id), fmt.Sprintf("remove voter %d", id)
 	case k < 90 && len(learners) > 0:
 		id := pick(learners)
-		return without(cur, id), fmt.Sprintf("remove learner %d", id)
+		return cur.Without(id), fmt.Sprintf("remove learner %d", id)
 	case len(voters) > 1:
 		id := pick(voters)
-		return setLearner(cur, id, true), fmt.Sprintf("demote %d", id)
+		return cur.WithRole(id, true), fmt.Sprintf("demote %d", id)
 	}
 	return nil, ""
-}
-
-func setLearner(m vr.Members, id uint64, learner bool) vr.Members {
-	m = m.Clone()
-	for i := range m {
-		if m[i].ID == id {
-			m[i].Learner = learner
-		}
-	}
-	return m
-}
-
-func without(m vr.Members, id uint64) vr.Members {
-	return slices.DeleteFunc(m.Clone(), func(x vr.Member) bool { return x.ID == id })
 }
 
 // finalMembers returns the configuration the run ends with: the primary's,

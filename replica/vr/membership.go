@@ -229,3 +229,25 @@ func (r *reader) bytes(max uint64) []byte {
 	r.b = r.b[l:]
 	return v
 }
+
+// WithRole returns a copy of m in which member id is a learner or a voter.
+func (m Members) WithRole(id uint64, learner bool) Members {
+	m = m.Clone()
+	for i := range m {
+		if m[i].ID == id {
+			m[i].Learner = learner
+		}
+	}
+	return m
+}
+
+// Without returns a copy of m without member id.
+func (m Members) Without(id uint64) Members {
+	out := make(Members, 0, len(m))
+	for _, x := range m {
+		if x.ID != id {
+			out = append(out, x)
+		}
+	}
+	return out
+}
