@@ -106,10 +106,14 @@ func (t *cacheTracker) attach(results []*chubby.LeaseGrant) {
 // until it may commit: every caching session has acknowledged or its
 // lease has ended.
 // The returned done must be called once the change has been applied
-// (uncertain: its outcome is unknown).
-func (t *cacheTracker) invalidate(ctx context.Context, paths, trees []string, all bool) (done func(uncertain bool), err error) {
+// (uncertain: its outcome is unknown), and the command proposed only in
+// the view of the master epoch returned (Replicated.ProposeInView): a
+// change that waited across a new master epoch is refused (UNAVAILABLE),
+// as one whose master went away.
+func (t *cacheTracker) invalidate(ctx context.Context, paths, trees []string, all bool) (done func(uncertain bool), epoch int64, err error) {
 	t.mu.Lock()
 	ch, wake := t.t.Invalidate(paths, trees, all, t.leaseEnd)
+	epoch = ch.Epoch()
 	t.mu.Unlock()
 	done = func(uncertain bool) {
 		release := func() {
@@ -130,11 +134,16 @@ func (t *cacheTracker) invalidate(ctx context.Context, paths, trees []string, al
 		t.mu.Lock()
 		now := t.now()
 		ready, next := t.t.Ready(ch, now)
+		current := t.t.Current(ch)
 		changed := t.changed
 		waiting := ch.Waiting()
 		t.mu.Unlock()
 		if ready {
-			return done, nil
+			return done, epoch, nil
+		}
+		if !current {
+			done(false)
+			return nil, 0, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the master changed while the change waited for caching clients; retry")
 		}
 		timer := time.NewTimer(time.Duration(next - now))
 		select {
@@ -143,7 +152,7 @@ func (t *cacheTracker) invalidate(ctx context.Context, paths, trees []string, al
 		case <-ctx.Done():
 			timer.Stop()
 			done(false)
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "waiting for %d caching sessions to acknowledge an invalidation: %v", waiting, ctx.Err())
+			return nil, 0, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "waiting for %d caching sessions to acknowledge an invalidation: %v", waiting, ctx.Err())
 		}
 		timer.Stop()
 	}

@@ -545,16 +545,21 @@ func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *c
 	// has ended); the nodes are uncachable until it has applied. The wait
 	// is bounded by a lease (a cacher's lease ends within one).
 	var cacheDone func(uncertain bool)
+	var view uint64 // the view the command must go into, when inView
+	inView := false
 	if reach.All || len(reach.Paths) > 0 || len(reach.Trees) > 0 {
 		start := time.Now()
 		ictx, icancel := context.WithTimeout(ctx, s.cfg.Lease+time.Second)
-		d, err := s.cache.invalidate(ictx, reach.Paths, reach.Trees, reach.All)
+		d, epoch, err := s.cache.invalidate(ictx, reach.Paths, reach.Trees, reach.All)
 		icancel()
 		if err != nil {
 			return nil, err
 		}
 		s.metrics.invalidationWait.Observe(time.Since(start).Seconds())
 		cacheDone = d
+		if epoch > 0 {
+			view, inView = uint64(epoch-1), true // master.Epoch's inverse
+		}
 	}
 	if rid != nil {
 		cmd.Session, cmd.Seq, cmd.SeqFloor = &session, &rid.Seq, &rid.Floor
@@ -566,7 +571,11 @@ func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *c
 		ctx, cancel = context.WithTimeout(ctx, commitTimeout)
 		defer cancel()
 	}
-	v, err := s.log.Propose(ctx, fs.EncodeCommand(cmd))
+	propose := s.log.Propose
+	if inView {
+		propose = func(ctx context.Context, e []byte) (any, error) { return s.log.ProposeInView(ctx, view, e) }
+	}
+	v, err := propose(ctx, fs.EncodeCommand(cmd))
 	uncertain = err != nil
 	if cacheDone != nil {
 		cacheDone(uncertain)

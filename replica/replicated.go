@@ -219,13 +219,27 @@ func (r *Replicated) Receive(msgs []vr.Message, done func()) {
 // machine's result once a majority has it on disk and it is applied here.
 // Off the primary it fails with *NotMasterError.
 func (r *Replicated) Propose(ctx context.Context, entry []byte) (any, error) {
+	return r.propose(ctx, &proposal{entry: entry, reply: make(chan ProposalResult, 1)})
+}
+
+// ProposeInView is Propose, but the entry is proposed only if this replica
+// is still the primary of view when the loop takes it;
+// otherwise it fails with a *NotMasterError and was never proposed. A
+// caller that prepared the command under one master epoch (the cell's
+// cache invalidations) uses it so that the command cannot go into the log
+// of a later view of the same replica.
+func (r *Replicated) ProposeInView(ctx context.Context, view uint64, entry []byte) (any, error) {
+	return r.propose(ctx, &proposal{entry: entry, view: view, inView: true, reply: make(chan ProposalResult, 1)})
+}
+
+func (r *Replicated) propose(ctx context.Context, p *proposal) (any, error) {
+	entry := p.entry
 	if len(entry) > vr.MaxEntryBytes {
 		return nil, fmt.Errorf("propose: entry of %d bytes over the %d limit", len(entry), vr.MaxEntryBytes)
 	}
 	if err := r.checkPrimary(); err != nil {
 		return nil, err
 	}
-	p := &proposal{entry: entry, reply: make(chan ProposalResult, 1)}
 	select {
 	case <-r.done:
 		return nil, r.stoppedErr()
@@ -428,17 +442,20 @@ func (r *Replicated) run() {
 			}
 		case p := <-props:
 			what = "proposals"
-			entries, replies = append(entries[:0], p.entry), append(replies[:0], Reply(p))
+			entries, replies = entries[:0], replies[:0]
+			entries, replies = r.take(d, p, entries, replies)
 		more:
 			for len(entries) < r.cfg.MaxProposalBatch {
 				select {
 				case p := <-r.props:
-					entries, replies = append(entries, p.entry), append(replies, Reply(p))
+					entries, replies = r.take(d, p, entries, replies)
 				default:
 					break more
 				}
 			}
-			d.Propose(entries, replies)
+			if len(entries) > 0 {
+				d.Propose(entries, replies)
+			}
 			clear(replies)
 		case <-r.disk.note:
 			what = "disk completions"
@@ -472,6 +489,16 @@ func (r *Replicated) run() {
 			dones = dones[:0]
 		}
 	}
+}
+
+// take adds p to the batch, or refuses it when it was made for a view the
+// node is no longer in.
+func (r *Replicated) take(d *Driver, p *proposal, entries [][]byte, replies []Reply) ([][]byte, []Reply) {
+	if p.inView && d.Node().View() != p.view {
+		p.Answer(ProposalResult{Err: d.NotMaster()})
+		return entries, replies
+	}
+	return append(entries, p.entry), append(replies, Reply(p))
 }
 
 // roleChanged is the driver's OnRole: proposals still queued for the loop
@@ -589,8 +616,10 @@ type MemberProgress struct {
 // proposal is one Propose call waiting for the loop; its outcome comes
 // back on reply.
 type proposal struct {
-	entry []byte
-	reply chan ProposalResult
+	entry  []byte
+	view   uint64 // with inView: propose only in this view
+	inView bool
+	reply  chan ProposalResult
 }
 
 // Answer implements Reply.

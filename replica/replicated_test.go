@@ -290,3 +290,27 @@ func (c *chainSM) commands() int {
 	defer c.mu.Unlock()
 	return c.n
 }
+
+// TestProposeInView: a command prepared under one view goes into the log
+// only if its replica is still the primary of that view when the loop
+// takes it; otherwise it is refused with NotMasterError and never
+// proposed.
+func TestProposeInView(t *testing.T) {
+	c := newTestCluster(t, 3)
+	p := c.primary()
+	view := p.r.Info().View
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.r.ProposeInView(ctx, view, []byte("in-view")); err != nil {
+		t.Fatalf("a proposal in the primary's view: %v", err)
+	}
+	before := p.r.Info().LastOp
+	_, err := p.r.ProposeInView(ctx, view+1, []byte("other-view"))
+	var nm *NotMasterError
+	if !errors.As(err, &nm) {
+		t.Fatalf("a proposal for another view: %v, want NotMasterError", err)
+	}
+	if after := p.r.Info().LastOp; after != before {
+		t.Fatalf("the refused proposal reached the log: last op %d → %d", before, after)
+	}
+}

@@ -236,6 +236,7 @@ func (t *Cache) Attach(results []*chubby.LeaseGrant) {
 // Change is one change's part in the table: the paths it made uncachable
 // and the sessions it waits for.
 type Change struct {
+	epoch int64 // the master epoch of the table it was prepared in
 	base  int64
 	paths []string
 	trees []string
@@ -261,7 +262,7 @@ type cacheWait struct {
 // ending); it is read once, here: a lease extended later was extended by
 // a reply that carried the invalidation, which the client applies first.
 func (t *Cache) Invalidate(paths, trees []string, all bool, leaseEnd func(chubby.SessionID) (Time, bool)) (*Change, []chubby.SessionID) {
-	ch := &Change{base: t.base, paths: slices.Clone(paths), trees: slices.Clone(trees), all: all}
+	ch := &Change{epoch: t.epoch, base: t.base, paths: slices.Clone(paths), trees: slices.Clone(trees), all: all}
 	if all {
 		t.allChanges++
 	}
@@ -330,12 +331,17 @@ func (t *Cache) Invalidate(paths, trees []string, all bool, leaseEnd func(chubby
 // Ready reports whether the change may commit at now: every session it
 // waits for has acknowledged, ended, or reached its lease end. When not,
 // next is the earliest lease end it still waits for (look again then, or
-// on an Ack or Forget).
+// on an Ack or Forget). A change of another master epoch (Current is
+// false) is never ready: the table it was prepared in is gone, and with
+// it the marks that kept its paths uncachable.
 func (t *Cache) Ready(ch *Change, now Time) (ready bool, next Time) {
+	if !t.Current(ch) {
+		return false, 0
+	}
 	rest := ch.waits[:0]
 	for _, w := range ch.waits {
 		cs, ok := t.sessions[w.id]
-		if !ok || cs.acked >= w.seq || w.end <= now || t.base != ch.base {
+		if !ok || cs.acked >= w.seq || w.end <= now {
 			continue
 		}
 		if next == 0 || w.end < next {
@@ -346,6 +352,15 @@ func (t *Cache) Ready(ch *Change, now Time) (ready bool, next Time) {
 	ch.waits = rest
 	return len(rest) == 0, next
 }
+
+// Current reports whether ch was prepared in this master epoch's table. A
+// change that waited across a Reset must not commit: it must be prepared
+// again in the new table (or refused), or a session that cached one of its
+// paths from the new master would keep the old value.
+func (t *Cache) Current(ch *Change) bool { return ch.epoch == t.epoch && ch.base == t.base }
+
+// Epoch is the master epoch ch was prepared in.
+func (ch *Change) Epoch() int64 { return ch.epoch }
 
 // Waiting is how many sessions the change still waits for (as of the last
 // Ready).
@@ -359,7 +374,7 @@ func (t *Cache) Done(ch *Change) {
 		return
 	}
 	ch.done = true
-	if t.base != ch.base {
+	if !t.Current(ch) {
 		return // a new epoch reset the table
 	}
 	if ch.all {

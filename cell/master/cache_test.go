@@ -147,3 +147,32 @@ func TestEpochsPastTwoToThe31(t *testing.T) {
 		}
 	}
 }
+
+// TestChangeAcrossEpochsNeverReady: a change that was waiting when a new
+// master epoch reset the table is not ready, ever: its marks that kept its
+// paths uncachable are gone with the old table, so a session may cache a
+// path from the new master meanwhile and would keep the old value if the
+// change committed. (It used to count as ready at once: a voter change
+// that kept its primary let such a write commit while a reader served the
+// old value from its cache — found by TestNetnsReconfig.)
+func TestChangeAcrossEpochsNeverReady(t *testing.T) {
+	c := NewCache(0, 0)
+	c.Reset(5, nil)
+	c.Declare(7)
+	if !c.Register(7, "/x") {
+		t.Fatal("a fresh session may not cache")
+	}
+	ch, _ := c.Invalidate([]string{"/x"}, nil, false, leaseEnds(map[chubby.SessionID]Time{7: 1000}))
+	if ready, _ := c.Ready(ch, 0); ready {
+		t.Fatal("ready before the cacher acknowledged")
+	}
+	c.Reset(6, []chubby.SessionID{7})
+	if c.Current(ch) {
+		t.Fatal("a change of epoch 5 is current in epoch 6")
+	}
+	for _, now := range []Time{0, 999, 2000} {
+		if ready, _ := c.Ready(ch, now); ready {
+			t.Fatalf("a change of the old epoch is ready at %d", now)
+		}
+	}
+}
