@@ -31,7 +31,10 @@ import (
 //     while voters and learners that are not dead number fewer than
 //     TargetSize plus the dead voters to replace. A replica the autopilot
 //     removed is not taken back until it has been alive for DeadAfter
-//     (a flapping machine is not churned).
+//     (a flapping machine is not churned), and one an operator removed
+//     (vr.Configuration.Retired, which every later master reads) not at
+//     all: it comes back only as a new replica, on a fresh data
+//     directory.
 //
 // Dead means: memberlist says dead (or left) for DeadAfter, and the
 // master has had no replica traffic from it for DeadAfter either. A
@@ -68,6 +71,8 @@ type apView struct {
 	// replica.
 	healthySince map[uint64]time.Time
 	removedAt    map[uint64]time.Time
+	// retired: replicas an operator took out; never taken back.
+	retired []uint64
 }
 
 // dead reports whether replica id is dead by both gossip and traffic.
@@ -144,7 +149,7 @@ func (v *apView) spare() (discovery.Peer, bool) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		g := v.gossip[id]
-		if v.members.Contains(id) || g.State != discovery.Alive || v.now.Sub(g.Since) < spareStable {
+		if v.members.Contains(id) || g.State != discovery.Alive || v.now.Sub(g.Since) < spareStable || slices.Contains(v.retired, id) {
 			continue
 		}
 		if at, ok := v.removedAt[id]; ok && (g.Since.Before(at) || v.now.Sub(g.Since) < v.deadAfter) {
@@ -218,7 +223,7 @@ func (s *Server) autopilotRound(ap *autopilot) {
 	v := &apView{now: now, self: s.cfg.ID, members: info.Members, gossip: map[uint64]discovery.Peer{},
 		behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: now.Sub(ap.masterSince),
 		target: s.cfg.TargetSize, deadAfter: s.cfg.DeadAfter, promoteAfter: s.cfg.PromoteAfter,
-		healthySince: ap.healthySince, removedAt: ap.removedAt}
+		healthySince: ap.healthySince, removedAt: ap.removedAt, retired: info.Retired}
 	for _, p := range s.disc.Members() {
 		if old, ok := v.gossip[p.Meta.ID]; !ok || p.Since.After(old.Since) {
 			v.gossip[p.Meta.ID] = p // a replica's newest incarnation

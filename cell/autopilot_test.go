@@ -30,6 +30,7 @@ func TestAutopilotPolicy(t *testing.T) {
 		behind   map[uint64]uint64
 		healthy  map[uint64]time.Duration // learner healthy for
 		removed  map[uint64]time.Duration // removed by the autopilot that long ago
+		retired  []uint64                 // removed by an operator
 		target   int
 		wantNone bool
 		want     string // substring of the decision
@@ -80,6 +81,9 @@ func TestAutopilotPolicy(t *testing.T) {
 		{"and is taken back then", view{
 			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, 40*time.Second)},
 			removed: map[uint64]time.Duration{2: time.Minute}, target: 3, want: "add replica 2"}},
+		{"a replica an operator removed is never taken back", view{
+			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
+			retired: []uint64{2}, target: 3, wantNone: true}},
 		{"a lagging learner is not promoted", view{
 			members: vr.Members{voter(1), learner(2)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
 			behind: map[uint64]uint64{2: 10_000}, target: 3, wantNone: true}},
@@ -89,7 +93,7 @@ func TestAutopilotPolicy(t *testing.T) {
 			v := &apView{now: now, self: 1, members: tc.v.members, gossip: map[uint64]discovery.Peer{},
 				behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: time.Hour,
 				target: tc.v.target, deadAfter: 30 * time.Second, promoteAfter: 3 * time.Second,
-				healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}}
+				healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}, retired: tc.v.retired}
 			for _, g := range tc.v.gossip {
 				v.gossip[g.Meta.ID] = g
 			}

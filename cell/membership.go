@@ -99,16 +99,17 @@ func (s *Server) removeMember(ctx context.Context, idStr string) (uint64, error)
 		return 0, fs.Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "replica %d is the last voter; add another first", id)
 	}
 	next := info.Members.Without(id)
-	i, err := s.proposeConfig(ctx, next, fmt.Sprintf("operator removes replica %d", id))
+	i, err := s.proposeConfig(ctx, next, fmt.Sprintf("operator removes replica %d (retired: not taken back unless it starts again on a fresh data directory)", id), id)
 	if err != nil {
 		return 0, err
 	}
 	return i, nil
 }
 
-// proposeConfig proposes a configuration change and records the decision.
-func (s *Server) proposeConfig(ctx context.Context, next vr.Members, why string) (uint64, error) {
-	i, err := s.log.ProposeConfig(ctx, next)
+// proposeConfig proposes a configuration change and records the decision;
+// retire names replicas an operator takes out (vr.Configuration.Retired).
+func (s *Server) proposeConfig(ctx context.Context, next vr.Members, why string, retire ...uint64) (uint64, error) {
+	i, err := s.log.ProposeConfig(ctx, next, retire...)
 	var nm *replica.NotMasterError
 	switch {
 	case errors.As(err, &nm):

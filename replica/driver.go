@@ -367,7 +367,7 @@ func (d *Driver) Propose(entries [][]byte, replies []Reply) {
 // and returns its index. Its outcome shows in the configuration in force
 // (Node().Info()): a change whose entry is cut by a view change is lost
 // and may be proposed again.
-func (d *Driver) ProposeConfig(next vr.Members) (uint64, error) {
+func (d *Driver) ProposeConfig(next vr.Members, retire ...uint64) (uint64, error) {
 	if d.err != nil {
 		return 0, d.stoppedErr()
 	}
@@ -375,7 +375,7 @@ func (d *Driver) ProposeConfig(next vr.Members) (uint64, error) {
 		return 0, d.stoppedErr()
 	}
 	defer d.timed(d.clock())
-	i, err := d.node.ProposeConfig(next)
+	i, err := d.node.ProposeConfig(next, retire...)
 	var np *vr.NotPrimaryError
 	if errors.As(err, &np) {
 		return 0, d.NotMaster()

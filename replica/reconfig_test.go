@@ -189,3 +189,42 @@ func TestVoterChangeWaitsForNewMajority(t *testing.T) {
 		t.Fatalf("the promotion did not commit once the learner held it")
 	}
 }
+
+// TestRetiredTravelsWithTheConfiguration: a replica an operator takes out
+// is named in the configuration from then on — on every replica, through
+// later changes and through a snapshot — so that no later master takes
+// it back by itself.
+func TestRetiredTravelsWithTheConfiguration(t *testing.T) {
+	c := newClusterSnap(t, 3, 10, nil)
+	c.run(200 * time.Millisecond)
+	p := c.primary()
+	var victim uint64
+	for _, id := range c.ids {
+		if id != p.id {
+			victim = id
+		}
+	}
+	if _, err := p.d.ProposeConfig(members("1", "2", "3").Without(victim), victim); err != nil {
+		t.Fatal(err)
+	}
+	c.run(500 * time.Millisecond)
+	for i := range 30 {
+		c.propose(fmt.Sprint("x", i))
+		c.run(5 * time.Millisecond)
+	}
+	c.run(300 * time.Millisecond)
+	for _, id := range c.ids {
+		if got := c.nodes[id].n().Info().Retired; id != victim && fmt.Sprint(got) != fmt.Sprint([]uint64{victim}) {
+			t.Errorf("replica %d: retired %v, want [%d]", id, got, victim)
+		}
+	}
+	q := c.primary()
+	meta, err := q.n().SnapshotMeta(q.d.Applied())
+	if err != nil || fmt.Sprint(meta.Retired) != fmt.Sprint([]uint64{victim}) {
+		t.Fatalf("snapshot metadata retired %v (%v), want [%d]", meta.Retired, err, victim)
+	}
+	cfg, err := vr.DecodeConfig(vr.EncodeConfig(meta.Config()))
+	if err != nil || fmt.Sprint(cfg.Retired) != fmt.Sprint([]uint64{victim}) {
+		t.Fatalf("encoded configuration retired %v (%v)", cfg.Retired, err)
+	}
+}

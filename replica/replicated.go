@@ -576,10 +576,10 @@ func (r *Replicated) call(ctx context.Context, f func(d *Driver)) error {
 // ProposeConfig proposes a configuration change on the primary
 // (vr.Node.ProposeConfig) and returns its log index; off the primary it
 // fails with *NotMasterError. The change is in force once Info shows it.
-func (r *Replicated) ProposeConfig(ctx context.Context, next vr.Members) (uint64, error) {
+func (r *Replicated) ProposeConfig(ctx context.Context, next vr.Members, retire ...uint64) (uint64, error) {
 	var i uint64
 	var err error
-	if cerr := r.call(ctx, func(d *Driver) { i, err = d.ProposeConfig(next) }); cerr != nil {
+	if cerr := r.call(ctx, func(d *Driver) { i, err = d.ProposeConfig(next, retire...) }); cerr != nil {
 		return 0, cerr
 	}
 	return i, err

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Configuration is the membership in force: its voters and learners
@@ -20,18 +21,43 @@ import (
 // cell's first epoch): a voter change carries its own index and view, so
 // that a replica that holds the configuration only in a snapshot can
 // still tell others which entry committed (reconfig.go, adoptClosing).
+//
+// Retired lists replicas an operator took out (at most MaxRetired, the
+// newest last): the core does nothing with it, but it travels with the
+// configuration so that whoever is master later knows not to take them
+// back by itself.
 type Configuration struct {
 	Epoch     uint64
 	Proposer  uint64
 	OpenIndex uint64
 	OpenView  uint64
 	Members   Members
+	Retired   []uint64
 }
+
+// MaxRetired bounds Configuration.Retired.
+const MaxRetired = 16
 
 // Clone returns a copy of c.
 func (c Configuration) Clone() Configuration {
 	c.Members = c.Members.Clone()
+	c.Retired = slices.Clone(c.Retired)
 	return c
+}
+
+// retire returns retired with ids added (newest last, at most MaxRetired)
+// and every id of members dropped.
+func retireIDs(retired []uint64, members Members, ids ...uint64) []uint64 {
+	var out []uint64
+	for _, id := range append(slices.Clone(retired), ids...) {
+		if id != 0 && !members.Contains(id) && !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	if len(out) > MaxRetired {
+		out = out[len(out)-MaxRetired:]
+	}
+	return out
 }
 
 // Voters returns the ids of the voters, in order.
@@ -129,10 +155,11 @@ const configVersion = 2
 // (EncodeMembers), so a new cell's entry 1 reads as it always did; any
 // other in the second: version 2, epoch, proposer, the opening entry's
 // index and view, count, then per member its id, a flags byte (1:
-// learner) and its length-prefixed PackedAddr.
+// learner) and its length-prefixed PackedAddr, then the count of retired
+// ids and the ids.
 func EncodeConfig(c Configuration) []byte {
 	learners := len(c.Members.Voters()) != len(c.Members)
-	if c.Epoch == 0 && c.Proposer == 0 && c.OpenIndex == 0 && c.OpenView == 0 && !learners {
+	if c.Epoch == 0 && c.Proposer == 0 && c.OpenIndex == 0 && c.OpenView == 0 && !learners && len(c.Retired) == 0 {
 		return EncodeMembers(c.Members)
 	}
 	b := []byte{configVersion}
@@ -151,6 +178,10 @@ func EncodeConfig(c Configuration) []byte {
 		b = append(b, flags)
 		b = binary.AppendUvarint(b, uint64(len(a)))
 		b = append(b, a...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Retired)))
+	for _, id := range c.Retired {
+		b = binary.AppendUvarint(b, id)
 	}
 	return b
 }
@@ -182,6 +213,17 @@ func DecodeConfig(b []byte) (Configuration, error) {
 		}
 		client, peer := UnpackAddr(string(a))
 		c.Members = append(c.Members, Member{ID: id, ClientAddr: client, PeerAddr: peer, Learner: flags == 1})
+	}
+	nr := r.uvarint()
+	if r.bad || nr > MaxRetired {
+		return Configuration{}, bad
+	}
+	for range nr {
+		id := r.uvarint()
+		if id == 0 || c.Members.Contains(id) || slices.Contains(c.Retired, id) {
+			return Configuration{}, bad
+		}
+		c.Retired = append(c.Retired, id)
 	}
 	if r.bad || len(r.b) != 0 {
 		return Configuration{}, bad

@@ -138,6 +138,8 @@ type Info struct {
 	Epoch         uint64
 	Voter         bool
 	PendingConfig uint64
+	// Retired: replicas an operator took out (Configuration.Retired).
+	Retired []uint64
 }
 
 type progress struct {
@@ -532,7 +534,7 @@ func (n *Node) Info() Info {
 		Primary: n.primaryOf(n.view), IsPrimary: n.isPrimary(),
 		LastOp: n.log.lastIndex(), Commit: n.commit, Applied: n.applied, Persisted: n.persistedLast,
 		SnapshotIndex: n.snap.Index, Members: n.conf.Members.Clone(), Epoch: n.conf.Epoch, Voter: n.voter,
-		PendingConfig: n.pending.index,
+		PendingConfig: n.pending.index, Retired: slices.Clone(n.conf.Retired),
 	}
 }
 

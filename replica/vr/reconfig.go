@@ -3,6 +3,7 @@ package vr
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Reconfiguration: learners, epochs, and why two configurations never
@@ -185,7 +186,10 @@ func foldConfig(base Configuration, confs []confAt, commit uint64) (c Configurat
 // *NotPrimaryError off the primary, ErrConfigInProgress while a change is
 // uncommitted (one at a time) or the view's start log is not committed,
 // ErrNoChange, or an error wrapping ErrBadConfigChange.
-func (n *Node) ProposeConfig(next Members) (uint64, error) {
+//
+// retire names replicas the change takes out at an operator's request:
+// they join Configuration.Retired (see there).
+func (n *Node) ProposeConfig(next Members, retire ...uint64) (uint64, error) {
 	n.mustNotBeReady()
 	if !n.isPrimary() {
 		return 0, n.notPrimary()
@@ -205,7 +209,7 @@ func (n *Node) ProposeConfig(next Members) (uint64, error) {
 			return 0, fmt.Errorf("%w: replica %d must join as a learner before it votes", ErrBadConfigChange, id)
 		}
 	}
-	c := Configuration{Epoch: n.conf.Epoch, Proposer: n.conf.Proposer, Members: next.Clone()}
+	c := Configuration{Epoch: n.conf.Epoch, Proposer: n.conf.Proposer, Members: next.Clone(), Retired: retireIDs(n.conf.Retired, next, retire...)}
 	i := n.log.lastIndex() + 1
 	c.OpenIndex, c.OpenView = n.conf.OpenIndex, n.conf.OpenView
 	if kind == ChangeVoters {
@@ -301,7 +305,7 @@ func (n *Node) loadConfig() {
 
 func equalConfig(a, b Configuration) bool {
 	return a.Epoch == b.Epoch && a.Proposer == b.Proposer && a.OpenIndex == b.OpenIndex && a.OpenView == b.OpenView &&
-		equalMembers(a.Members, b.Members)
+		equalMembers(a.Members, b.Members) && slices.Equal(a.Retired, b.Retired)
 }
 
 // setConfig puts c in force. On a primary (a learner change: the epoch

@@ -222,24 +222,28 @@ type SnapshotMeta struct {
 	Index   uint64
 	View    uint64
 	Members Members
-	// Epoch, Proposer, OpenIndex, OpenView: those of the configuration
-	// (Configuration).
+	// Epoch, Proposer, OpenIndex, OpenView, Retired: those of the
+	// configuration (Configuration).
 	Epoch, Proposer, OpenIndex, OpenView uint64
+	Retired                              []uint64
 }
 
 // Config returns the configuration the snapshot was taken under.
 func (s SnapshotMeta) Config() Configuration {
-	return Configuration{Epoch: s.Epoch, Proposer: s.Proposer, OpenIndex: s.OpenIndex, OpenView: s.OpenView, Members: s.Members.Clone()}
+	return Configuration{Epoch: s.Epoch, Proposer: s.Proposer, OpenIndex: s.OpenIndex, OpenView: s.OpenView, Members: s.Members.Clone(),
+		Retired: slices.Clone(s.Retired)}
 }
 
 // SetConfig sets the snapshot's configuration.
 func (s *SnapshotMeta) SetConfig(c Configuration) {
 	s.Members, s.Epoch, s.Proposer, s.OpenIndex, s.OpenView = c.Members.Clone(), c.Epoch, c.Proposer, c.OpenIndex, c.OpenView
+	s.Retired = slices.Clone(c.Retired)
 }
 
 // Clone returns a copy of s.
 func (s SnapshotMeta) Clone() SnapshotMeta {
 	s.Members = s.Members.Clone()
+	s.Retired = slices.Clone(s.Retired)
 	return s
 }
 

@@ -127,7 +127,7 @@ func TestRestoreDropsEntriesOfAViewNotOnDisk(t *testing.T) {
 func FuzzDecodeConfig(f *testing.F) {
 	f.Add(EncodeMembers(Members{{ID: 1}, {ID: 2, ClientAddr: "a:1", PeerAddr: "a:2"}}))
 	f.Add(EncodeConfig(Configuration{Epoch: 3, Proposer: 2, OpenIndex: 40, OpenView: 3 << 32,
-		Members: Members{{ID: 1}, {ID: 2}, {ID: 7, ClientAddr: "c:1", Learner: true}}}))
+		Members: Members{{ID: 1}, {ID: 2}, {ID: 7, ClientAddr: "c:1", Learner: true}}, Retired: []uint64{4, 9}}))
 	f.Add([]byte{2, 1, 1, 1, 1, 1, 5, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeConfig(b)
