@@ -114,12 +114,15 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	// flushes its cache (invalidate_all on its first KeepAlive) before a
 	// change commits.
 	s.cache.reset(epoch, caching)
+	withdrawn := make(chan struct{})
+	s.staleWithdrawn.Store(&withdrawn)
 	s.serving.Store(true)
 	s.roleMu.Unlock()
 	if hasTimer {
 		s.scheduleTick(timer)
 	}
 	s.cancelStaleWaits()
+	close(withdrawn)
 	s.cfg.Logger.Info("master", "view", view, "epoch", epoch, "sessions", len(sessions),
 		"took", time.Since(start).Round(time.Microsecond))
 }
@@ -222,7 +225,14 @@ func (s *Server) serveCheck() error {
 
 // cancelStaleWaits fails Acquire requests that were waiting when this
 // replica became master: nobody is parked on them, and a client that
-// retries needs its handle free of the old request.
+// retries needs its handle free of the old request. New Acquires wait
+// until it is done (awaitStaleWithdrawn): a withdrawal wakes whatever is
+// parked on its handle, and an Acquire retried at once (after a voter
+// change the same replica is master again within a few hundred
+// milliseconds) would be parked there, told TIMED_OUT, and its own
+// request left waiting with nobody parked on it — to be granted to a
+// client that was told it did not get the lock (found by
+// TestNetnsReconfig).
 func (s *Server) cancelStaleWaits() {
 	var hs []*chubby.Handle
 	s.m.read(func(st *fs.State) { hs = st.PendingWaits() })

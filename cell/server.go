@@ -71,8 +71,11 @@ type Server struct {
 	// members is the configuration in force (onConfig); decisions the
 	// recent membership decisions, newest last.
 	members atomic.Pointer[vr.Members]
-	disc    *discovery.Discovery // nil without gossip
-	dataID  string               // this data directory's identity
+	// staleWithdrawn is closed once this master has withdrawn the Acquires
+	// left waiting by earlier masters (cancelStaleWaits).
+	staleWithdrawn atomic.Pointer[chan struct{}]
+	disc           *discovery.Discovery // nil without gossip
+	dataID         string               // this data directory's identity
 	// peerAdvertise is where other replicas reach this one (gossip only).
 	peerAdvertise string
 	decMu         sync.Mutex
