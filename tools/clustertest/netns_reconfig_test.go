@@ -44,11 +44,13 @@ package clustertest
 // time no agent had a success), are logged as a table; the goal of a
 // stall under a second is reported, not enforced (a stall is a matter of
 // timing; the checks are not). At the end the checks of TestNetns on the
-// whole history: nothing
-// acknowledged lost and linearizable (porcupine), and no two lock holders
-// at once (each hold from the grant's return to the release's call, cut at
-// the holder's session leaving SAFE, never overlapping another's; lock
-// generations rising in grant order); every session survives.
+// whole history: no read, cached or not, older than a write acknowledged
+// before it began; nothing acknowledged lost and linearizable (porcupine);
+// no two lock holders at once (each hold from the grant's return to the
+// release's call, cut at the holder's session leaving SAFE, never
+// overlapping another's; lock generations rising in grant order). And:
+// an Acquire answered TIMED_OUT (a failover withdrew it) leaves its handle
+// free; every session survives.
 //
 // Needs root and iproute2 (skips otherwise), like TestNetns.
 
@@ -782,11 +784,75 @@ func (rc *reconfig) finish() {
 			rc.h.fail("liveness", "the final read of %s failed: %s", p, e.Err)
 		}
 	}
+	rc.checkStaleReads()
 	rc.h.checkHistory()
 	rc.checkLocks()
 	rc.checkWithdrawn()
 	rc.checkSessions()
 	rc.checkWork()
+}
+
+// checkStaleReads (TestNetns's check (c), on every read): once a write is
+// acknowledged, no read that starts later returns an older value, from the
+// cache or not. Each path has one writer, whose writes are sequential, so
+// older means written earlier by it. (Porcupine says the same of the whole
+// history; this says which read and why.)
+func (rc *reconfig) checkStaleReads() {
+	type write struct {
+		call, ret int64 // ret 0: outcome unknown
+	}
+	writes := map[string][]write{} // path → the writes in order
+	order := map[string]int{}      // path + value → index in writes
+	for _, a := range rc.writers {
+		for _, e := range a.all() {
+			switch e.Ev {
+			case "write":
+				order[e.Path+"\x00"+e.Val] = len(writes[e.Path])
+				writes[e.Path] = append(writes[e.Path], write{e.Call, e.T})
+			case "write-error":
+				order[e.Path+"\x00"+e.Val] = len(writes[e.Path])
+				writes[e.Path] = append(writes[e.Path], write{e.Call, 0})
+			}
+		}
+	}
+	var stale []string
+	n, cached := 0, 0
+	for _, a := range append(append([]*agent(nil), rc.readers...), rc.h.v) {
+		for _, e := range a.all() {
+			if e.Ev != "read" {
+				continue
+			}
+			ws := writes[e.Path]
+			got := -1 // the empty file
+			if k, ok := order[e.Path+"\x00"+e.Val]; ok {
+				got = k
+			}
+			last := -1 // the last write acknowledged before the read began
+			for k, w := range ws {
+				if w.ret != 0 && w.ret < e.Call {
+					last = k
+				}
+			}
+			if got >= last {
+				continue
+			}
+			n++
+			if e.Cached {
+				cached++
+			}
+			if len(stale) < 3 {
+				stale = append(stale, fmt.Sprintf("%s read %s = %q (gen %d, cached=%v, session %s) at %s–%s, after the write of a newer value was acknowledged at %s (%d writes newer)",
+					a.name, e.Path, e.Val, e.Gen, e.Cached, stateAt(a.all(), e.Call), rc.rel(time.Unix(0, e.Call)), rc.rel(time.Unix(0, e.T)),
+					rc.rel(time.Unix(0, ws[last].ret)), last-got))
+			}
+		}
+	}
+	if n > 0 {
+		rc.h.fail("stale reads", "%d reads (%d from the cache) returned a value older than one already acknowledged: %s",
+			n, cached, strings.Join(stale, "; "))
+		return
+	}
+	rc.h.ok("stale reads")
 }
 
 // checkLocks: no two holders of /lock at once, and lock generations rise
