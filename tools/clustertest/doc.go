@@ -13,6 +13,15 @@
 //     two holders at once, no stale cached read, nothing acknowledged lost,
 //     linearizable. It needs root and iproute2 (it skips otherwise);
 //     CHUBBY_NETNS_TRIALS=N runs N trials of each scenario and logs medians.
+//   - TestNetnsReconfig (netns_reconfig_test.go): a cell that finds itself
+//     by gossip (--join, --bootstrap-expect) changing its membership under
+//     writes and lock cycles of agents given one replica address: it grows
+//     from one replica, replaces a voter killed for good, goes through a
+//     removal and a promotion with a voter cut off, and removes its master;
+//     the checks of TestNetns on the whole history, and the longest stall a
+//     client sees at each change. A short form by default;
+//     CHUBBY_NETNS_RECONFIG=full runs every step. Root and iproute2, as
+//     TestNetns.
 //   - TestFailoverTimeline (failover_test.go), on demand
 //     (CHUBBY_FAILOVER_TRIALS=n): kill -9 → next lock cycle of the Go
 //     client, with where the time went in each trial.

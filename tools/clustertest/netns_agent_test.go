@@ -70,6 +70,7 @@ type agentEvent struct {
 	Applied int64          `json:"applied,omitempty"`
 	Session int64          `json:"session,omitempty"`
 	Answers []masterAnswer `json:"answers,omitempty"`
+	Body    string         `json:"body,omitempty"` // "status-json": the page
 }
 
 // masterAnswer is one replica's GetMaster answer.
@@ -308,13 +309,16 @@ const opTimeout = 20 * time.Second
 //	write PATH VALUE [SIZE]             SetContents (padded to SIZE bytes)
 //	read PATH
 //	read-loop PATH INTERVAL_MS          reads until stop-loops
-//	write-loop PREFIX NFILES SIZE       writes NAME-n to PREFIXk, k = n mod NFILES
+//	write-loop PREFIX NFILES SIZE [MS]  writes NAME-n to PREFIXk, k = n mod NFILES (every MS)
+//	lock-loop PATH HOLD_MS LOCKDELAY_MS exclusive lock cycles: Acquire, hold, Release
 //	stop-loops
 //	master                              GetMaster on every replica
 //	getmaster ADDR TIMEOUT_MS           GetMaster on one replica
 //	master-loop INTERVAL_MS             master, repeated until stop-loops
 //	status ADDR                         GetStatus on one replica
 //	healthz HTTPADDR                    GET /healthz
+//	status-json HTTPADDR TIMEOUT_MS     GET /status?format=json
+//	remove-member ADDR ID               RemoveMember on one replica
 func (a *agentProc) run(f []string) {
 	ctx := a.rootCtx
 	switch f[0] {
@@ -394,9 +398,15 @@ func (a *agentProc) run(f []string) {
 		a.loop(every, func(ctx context.Context, _ int) { a.read(ctx, path) })
 	case "write-loop":
 		prefix, files, size := arg(f, 1), atoi(arg(f, 2), 1), atoi(arg(f, 3), 0)
-		a.loop(0, func(ctx context.Context, n int) {
+		every := time.Duration(atoi(arg(f, 4), 0)) * time.Millisecond
+		a.loop(every, func(ctx context.Context, n int) {
 			a.write(ctx, fmt.Sprintf("%s%d", prefix, n%files), fmt.Sprintf("%s-%d", a.name, n), size)
 		})
+	case "lock-loop":
+		path := arg(f, 1)
+		hold := time.Duration(atoi(arg(f, 2), 20)) * time.Millisecond
+		delay := time.Duration(atoi(arg(f, 3), 1000)) * time.Millisecond
+		a.loop(0, func(ctx context.Context, _ int) { a.lockCycle(ctx, path, hold, delay) })
 	case "stop-loops":
 		a.mu.Lock()
 		stop := a.stopLoops
@@ -446,6 +456,32 @@ func (a *agentProc) run(f []string) {
 			resp.Body.Close()
 		}
 		a.emit(e)
+	case "status-json":
+		addr, d := arg(f, 1), time.Duration(atoi(arg(f, 2), 1000))*time.Millisecond
+		e := agentEvent{Ev: "status-json", Call: now(), Addr: addr}
+		hc := &http.Client{Timeout: d}
+		if resp, err := hc.Get("http://" + addr + "/status?format=json"); err != nil {
+			e.Err = err.Error()
+		} else {
+			b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			e.HTTP, e.Body = resp.StatusCode, string(b)
+			if err != nil {
+				e.Err = err.Error()
+			}
+		}
+		a.emit(e)
+	case "remove-member":
+		addr, id := arg(f, 1), arg(f, 2)
+		e := agentEvent{Ev: "remove-member", Call: now(), Addr: addr, Val: id}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := a.kc.RemoveMember(rctx, &chubby.RemoveMemberRequest{Id: id}, callopt.WithHostPort(addr), callopt.WithRPCTimeout(5*time.Second))
+		cancel()
+		e.Err, e.Code = errInfo(err)
+		if err == nil {
+			e.Commit = r.Index
+		}
+		a.emit(e)
 	default:
 		a.emit(agentEvent{Ev: "bad-command", Err: strings.Join(f, " ")})
 	}
@@ -471,6 +507,60 @@ func (a *agentProc) loop(every time.Duration, f func(ctx context.Context, n int)
 			case <-time.After(every):
 			}
 		}
+	}
+}
+
+// lockCycle is one exclusive lock cycle on path: Acquire (waiting up to
+// 10 s), hold, Release. Its events are those of acquire and release; a
+// failed Acquire (whose outcome may be a grant) is followed by a Release to
+// be sure (LOCK_NOT_HELD is harmless), reported as release-error only when
+// it fails otherwise. The Release runs to its end even after stop-loops.
+func (a *agentProc) lockCycle(ctx context.Context, path string, hold, delay time.Duration) {
+	const wait = 10 * time.Second
+	call := now()
+	a.emit(agentEvent{Ev: "acquire-call", T: call, Path: path})
+	actx, cancel := context.WithTimeout(ctx, wait+opTimeout)
+	defer cancel()
+	h, err := a.handle(actx, path)
+	if err == nil {
+		var seq *chubby.Sequencer
+		if seq, err = h.Acquire(actx, chubby.LockMode_EXCLUSIVE, wait, client.LockOptions{LockDelay: delay}); err == nil {
+			a.emit(agentEvent{Ev: "acquired", Call: call, Path: path, Seq: client.FormatSequencer(seq)})
+			select {
+			case <-ctx.Done():
+			case <-time.After(hold):
+			}
+		}
+	}
+	if err != nil {
+		e := agentEvent{Ev: "acquire-error", Call: call, Path: path}
+		e.Err, e.Code = errInfo(err)
+		a.emit(e)
+		if h == nil {
+			return
+		}
+		defer func() { // not in a tight loop while the cell refuses
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}()
+	}
+	rcall := now()
+	if err == nil {
+		a.emit(agentEvent{Ev: "release-call", T: rcall, Path: path})
+	}
+	rctx, rcancel := context.WithTimeout(a.rootCtx, opTimeout)
+	defer rcancel()
+	rerr := h.Release(rctx)
+	if c, _ := client.Code(rerr); rerr != nil && (err == nil || c != chubby.ErrorCode_LOCK_NOT_HELD) {
+		e := agentEvent{Ev: "release-error", Call: rcall, Path: path}
+		e.Err, e.Code = errInfo(rerr)
+		a.emit(e)
+		return
+	}
+	if err == nil {
+		a.emit(agentEvent{Ev: "released", Call: rcall, Path: path})
 	}
 }
 

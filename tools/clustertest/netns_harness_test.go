@@ -423,6 +423,9 @@ type nsCell struct {
 	reps   []*nsReplica
 	agents []*agent
 	mu     sync.Mutex
+	// seeds, if not nil, are the addresses agents are given instead of
+	// every replica's (a client that learns the rest from the cell).
+	seeds []string
 }
 
 func startNsCell(t *testing.T, bin string, n int, lease time.Duration) *nsCell {
@@ -511,7 +514,11 @@ func (c *nsCell) startAgentWith(name string, probe bool, before func(*nsHost)) *
 	if before != nil {
 		before(h)
 	}
-	env := append(os.Environ(), envAgent+"="+name, envCell+"="+strings.Join(c.addrs(), ","))
+	addrs := c.addrs()
+	if c.seeds != nil {
+		addrs = c.seeds
+	}
+	env := append(os.Environ(), envAgent+"="+name, envCell+"="+strings.Join(addrs, ","))
 	if probe {
 		env = append(env, envProbe+"=1")
 	}
