@@ -579,10 +579,20 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		// is part of the pause, not added to it.
 		resendAt := time.Now().Add(backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter()))
 		multi := c.master.multi()
+		known := c.master.lastLocated().epoch
 		if !hinted && multi {
 			// Nobody said where the master is: ask every replica (a
 			// replica in a view change answers once it knows).
 			c.master.locateWait(ctx)
+		}
+		if loc := c.master.lastLocated(); loc.addr != "" && loc.epoch > known && redirects < maxQuickRedirects {
+			// A master of a newer epoch serves — perhaps the same replica,
+			// after a configuration change moved it to a new view: go at
+			// once rather than sleep out the back-off.
+			redirects++
+			c.log.Debug("chubby: retrying call at the new master", "op", spec.op, "path", spec.path,
+				"addr", addr, "next", loc.addr, "epoch", loc.epoch, "attempt", attempt+1, "err", Describe(cause))
+			continue
 		}
 		// Told (or found) where the master is now: go there at once (the
 		// replicas hold their answers during a view change, and redirects
@@ -601,7 +611,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		c.log.Debug("chubby: retrying call", "op", spec.op, "path", spec.path,
 			"addr", addr, "next", c.master.addr(), "attempt", attempt+1, "delay", max(time.Until(resendAt), 0),
 			"err", Describe(cause))
-		if err := c.master.pause(ctx, resendAt, addr, refused); err != nil {
+		if err := c.master.pause(ctx, resendAt, addr, refused, known); err != nil {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, false
 		}
 	}
@@ -611,10 +621,12 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 // else's: a session's KeepAlive loop, another call) ends naming a master
 // other than from, where the call just failed — or naming from itself when
 // from refused the call (NOT_MASTER: it was alive but not the master, and
-// is now named master) — or until ctx ends (then it returns ctx's cause).
+// is now named master), or naming a master of an epoch after known (the
+// same replica may be master again in a newer view) — or until ctx ends
+// (then it returns ctx's cause).
 // Each wake-up costs the caller an attempt, so the retries stay bounded by
 // maxCallAttempts.
-func (m *master) pause(ctx context.Context, until time.Time, from string, refused bool) error {
+func (m *master) pause(ctx context.Context, until time.Time, from string, refused bool, known int64) error {
 	d := time.Until(until)
 	if d <= 0 {
 		return nil
@@ -629,7 +641,7 @@ func (m *master) pause(ctx context.Context, until time.Time, from string, refuse
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-ended:
-			if loc := m.lastLocated(); loc.addr != "" && (loc.addr != from || refused) {
+			if loc := m.lastLocated(); loc.addr != "" && (loc.addr != from || refused || loc.epoch > known) {
 				return nil
 			}
 		}

@@ -303,7 +303,8 @@ func TestLocateNamesTheUnreachableMasterOnce(t *testing.T) {
 // after failing at one replica goes on as soon as a locate round — anyone's
 // — names another master; a round that names the same unreachable replica
 // again does not end the pause early, one that names a replica that
-// refused the call does.
+// refused the call does, and so does one that names the same replica in
+// a newer epoch.
 func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 	var mu sync.Mutex
 	answer := "a:1"
@@ -315,8 +316,8 @@ func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 	m := newMaster([]string{"a:1", "b:1"}, ask, time.Second)
 	done := make(chan error, 1)
 	start := time.Now()
-	go func() { done <- m.pause(context.Background(), start.Add(time.Minute), "a:1", false) }()
-	<-m.locate() // names a:1, where the call failed: the pause goes on
+	go func() { done <- m.pause(context.Background(), start.Add(time.Minute), "a:1", false, 7) }()
+	<-m.locate() // names a:1 of epoch 7, where the call failed: the pause goes on
 	select {
 	case err := <-done:
 		t.Fatalf("pause ended (%v) after a round named the replica the call failed at", err)
@@ -340,7 +341,7 @@ func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 
 	// A replica that refused the call (NOT_MASTER) and that a round then
 	// names has become the master: the pause ends.
-	go func() { done <- m.pause(context.Background(), time.Now().Add(time.Minute), "b:1", true) }()
+	go func() { done <- m.pause(context.Background(), time.Now().Add(time.Minute), "b:1", true, 0) }()
 	time.Sleep(10 * time.Millisecond)
 	<-m.locate()
 	select {
@@ -352,13 +353,30 @@ func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 		t.Fatal("pause after a refusal did not end when a round named the replica that refused")
 	}
 
+	// A round naming the replica the call failed at, in a newer epoch
+	// (it is master again, in a later view), ends the pause.
+	mu.Lock()
+	answer = "a:1"
+	mu.Unlock()
+	go func() { done <- m.pause(context.Background(), time.Now().Add(time.Minute), "a:1", false, 6) }()
+	time.Sleep(10 * time.Millisecond)
+	<-m.locate()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("pause: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("pause did not end when a round named the same replica in a newer epoch")
+	}
+
 	// The context ends a pause; a pause already over returns at once.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := m.pause(ctx, time.Now().Add(time.Minute), "b:1", false); !errors.Is(err, context.Canceled) {
+	if err := m.pause(ctx, time.Now().Add(time.Minute), "b:1", false, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("pause under a cancelled context: %v", err)
 	}
-	if err := m.pause(context.Background(), time.Now().Add(-time.Second), "b:1", false); err != nil {
+	if err := m.pause(context.Background(), time.Now().Add(-time.Second), "b:1", false, 0); err != nil {
 		t.Errorf("pause in the past: %v", err)
 	}
 }
