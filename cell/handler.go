@@ -474,6 +474,9 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if err := checkLockDelay(req.LockDelayMs); err != nil {
 		return nil, err
 	}
+	if err := h.s.awaitStaleWithdrawn(ctx); err != nil {
+		return nil, err
+	}
 	start := h.s.cfg.Now()
 	d, err := h.s.m.park(req.Handle.Id)
 	if err != nil {

@@ -312,3 +312,20 @@ func statusJSON(st *chubby.CellStatus) statusView {
 	}
 	return v
 }
+
+// awaitStaleWithdrawn waits until this master has withdrawn the Acquires
+// earlier masters left waiting (see cancelStaleWaits).
+func (s *Server) awaitStaleWithdrawn(ctx context.Context) error {
+	ch := s.staleWithdrawn.Load()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-*ch:
+		return nil
+	case <-ctx.Done():
+		return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the new master is still withdrawing Acquires left waiting by the old one; retry")
+	case <-s.closed:
+		return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d is shutting down", s.cfg.ID)
+	}
+}
