@@ -220,15 +220,10 @@ func (s *Server) autopilotRound(ap *autopilot) {
 	if info.PendingConfig != 0 {
 		return
 	}
-	v := &apView{now: now, self: s.cfg.ID, members: info.Members, gossip: map[uint64]discovery.Peer{},
+	v := &apView{now: now, self: s.cfg.ID, members: info.Members, gossip: s.gossipPeers(),
 		behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: now.Sub(ap.masterSince),
 		target: s.cfg.TargetSize, deadAfter: s.cfg.DeadAfter, promoteAfter: s.cfg.PromoteAfter,
 		healthySince: ap.healthySince, removedAt: ap.removedAt, retired: info.Retired}
-	for _, p := range s.disc.Members() {
-		if old, ok := v.gossip[p.Meta.ID]; !ok || p.Since.After(old.Since) {
-			v.gossip[p.Meta.ID] = p // a replica's newest incarnation
-		}
-	}
 	for id, p := range s.progress() {
 		v.behind[id], v.sinceAck[id] = uint64(p.Match), p.SinceAck
 	}

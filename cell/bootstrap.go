@@ -74,9 +74,10 @@ func decodeIdentity(b []byte) (uint64, string, error) {
 	return id, dataID, nil
 }
 
-// portPlus returns addr with its port moved by delta (the default gossip
-// and peer ports follow the client port).
-func portPlus(addr string, delta int) (string, error) {
+// ShiftPort returns addr with its port moved by delta (the default peer
+// and gossip ports follow the client port; chubbyd dev lays its replicas
+// out the same way).
+func ShiftPort(addr string, delta int) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", err

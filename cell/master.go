@@ -266,11 +266,11 @@ func (s *Server) status() *chubby.CellStatus {
 	epoch, pending, target := int64(info.Epoch), int64(info.PendingConfig), int32(s.cfg.TargetSize)
 	st.ConfigEpoch, st.PendingConfig, st.TargetSize = &epoch, &pending, &target
 	st.Decisions = s.recentDecisions()
-	progress := s.progress()
+	progress, gossip := s.progress(), s.gossipPeers()
 	for _, mb := range info.Members {
 		client := mb.ClientAddr
 		rs := &chubby.ReplicaStatus{Id: strconv.FormatUint(mb.ID, 10), Address: client, Role: chubby.ReplicaRole_REPLICA, CommittedOp: -1}
-		s.describeMember(rs, mb, info, progress)
+		s.describeMember(rs, mb, gossip, progress)
 		if mb.ID == s.cfg.ID {
 			rs.CommittedOp = applied
 			if info.Status == vr.StatusRecovering {
@@ -287,7 +287,7 @@ func (s *Server) status() *chubby.CellStatus {
 		}
 		st.Replicas = append(st.Replicas, rs)
 	}
-	st.Replicas = append(st.Replicas, s.spares(info.Members)...)
+	st.Replicas = append(st.Replicas, spares(info.Members, gossip)...)
 	return st
 }
 

@@ -171,7 +171,7 @@ func (s *Server) progress() map[uint64]replica.MemberProgress {
 }
 
 // describeMember fills a member's membership fields of its status.
-func (s *Server) describeMember(rs *chubby.ReplicaStatus, mb vr.Member, info vr.Info, progress map[uint64]replica.MemberProgress) {
+func (s *Server) describeMember(rs *chubby.ReplicaStatus, mb vr.Member, gossip map[uint64]discovery.Peer, progress map[uint64]replica.MemberProgress) {
 	role := "voter"
 	if mb.Learner {
 		role = "learner"
@@ -181,7 +181,8 @@ func (s *Server) describeMember(rs *chubby.ReplicaStatus, mb vr.Member, info vr.
 		pa := mb.PeerAddr
 		rs.PeerAddress = &pa
 	}
-	if g := s.gossipState(mb.ID); g != "" {
+	if p, ok := gossip[mb.ID]; ok {
+		g := gossipState(p)
 		rs.GossipState = &g
 	}
 	if p, ok := progress[mb.ID]; ok {
@@ -196,39 +197,38 @@ func (s *Server) describeMember(rs *chubby.ReplicaStatus, mb vr.Member, info vr.
 	}
 }
 
-// gossipState is what memberlist says of replica id ("" without gossip
-// or when it does not know it): its newest incarnation's state.
-func (s *Server) gossipState(id uint64) string {
-	if s.disc == nil {
-		return ""
-	}
-	var best discovery.Peer
-	for _, p := range s.disc.Members() {
-		if p.Meta.ID == id && (best.Meta.ID == 0 || p.Since.After(best.Since)) {
-			best = p
-		}
-	}
-	if best.Meta.ID == 0 {
-		return ""
-	}
-	return strings.ToLower(best.State.String())
-}
-
-// spares returns the status of the replicas gossip knows of in this cell
-// that are not in the configuration.
-func (s *Server) spares(ms vr.Members) []*chubby.ReplicaStatus {
+// gossipPeers returns what gossip knows of each replica of this cell: its
+// newest incarnation (nil without gossip).
+func (s *Server) gossipPeers() map[uint64]discovery.Peer {
 	if s.disc == nil {
 		return nil
 	}
-	var out []*chubby.ReplicaStatus
-	seen := map[uint64]bool{}
+	out := map[uint64]discovery.Peer{}
 	for _, p := range s.disc.Members() {
-		if ms.Contains(p.Meta.ID) || seen[p.Meta.ID] {
-			continue
+		if old, ok := out[p.Meta.ID]; !ok || p.Since.After(old.Since) {
+			out[p.Meta.ID] = p
 		}
-		seen[p.Meta.ID] = true
-		role, state, pa := "spare", s.gossipState(p.Meta.ID), p.Meta.PeerAddr
-		out = append(out, &chubby.ReplicaStatus{Id: strconv.FormatUint(p.Meta.ID, 10), Address: p.Meta.ClientAddr,
+	}
+	return out
+}
+
+func gossipState(p discovery.Peer) string { return strings.ToLower(p.State.String()) }
+
+// spares returns the status of the replicas gossip knows of in this cell
+// that are not in the configuration, in id order.
+func spares(ms vr.Members, gossip map[uint64]discovery.Peer) []*chubby.ReplicaStatus {
+	ids := make([]uint64, 0, len(gossip))
+	for id := range gossip {
+		if !ms.Contains(id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := make([]*chubby.ReplicaStatus, 0, len(ids))
+	for _, id := range ids {
+		p := gossip[id]
+		role, state, pa := "spare", gossipState(p), p.Meta.PeerAddr
+		out = append(out, &chubby.ReplicaStatus{Id: strconv.FormatUint(id, 10), Address: p.Meta.ClientAddr,
 			Role: chubby.ReplicaRole_REPLICA, CommittedOp: -1, Membership: &role, GossipState: &state, PeerAddress: &pa})
 	}
 	return out

@@ -157,7 +157,7 @@ func (s *Server) startGossip() (vr.Members, map[uint64]string, error) {
 		cfg.PeerListen = cfg.PeerListener.Addr().String()
 	}
 	if cfg.PeerListen == "" {
-		if cfg.PeerListen, err = portPlus(s.ln.Addr().String(), 100); err != nil {
+		if cfg.PeerListen, err = ShiftPort(s.ln.Addr().String(), 100); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -165,7 +165,7 @@ func (s *Server) startGossip() (vr.Members, map[uint64]string, error) {
 		return nil, nil, err
 	}
 	if cfg.GossipListen == "" {
-		if cfg.GossipListen, err = portPlus(s.ln.Addr().String(), 200); err != nil {
+		if cfg.GossipListen, err = ShiftPort(s.ln.Addr().String(), 200); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -574,11 +574,12 @@ func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *c
 		ctx, cancel = context.WithTimeout(ctx, commitTimeout)
 		defer cancel()
 	}
-	propose := s.log.Propose
+	var v any
 	if inView {
-		propose = func(ctx context.Context, e []byte) (any, error) { return s.log.ProposeInView(ctx, view, e) }
+		v, err = s.log.ProposeInView(ctx, view, fs.EncodeCommand(cmd))
+	} else {
+		v, err = s.log.Propose(ctx, fs.EncodeCommand(cmd))
 	}
-	v, err := propose(ctx, fs.EncodeCommand(cmd))
 	uncertain = err != nil
 	if cacheDone != nil {
 		cacheDone(uncertain)

@@ -237,7 +237,6 @@ func (t *Cache) Attach(results []*chubby.LeaseGrant) {
 // and the sessions it waits for.
 type Change struct {
 	epoch int64 // the master epoch of the table it was prepared in
-	base  int64
 	paths []string
 	trees []string
 	all   bool
@@ -262,7 +261,7 @@ type cacheWait struct {
 // ending); it is read once, here: a lease extended later was extended by
 // a reply that carried the invalidation, which the client applies first.
 func (t *Cache) Invalidate(paths, trees []string, all bool, leaseEnd func(chubby.SessionID) (Time, bool)) (*Change, []chubby.SessionID) {
-	ch := &Change{epoch: t.epoch, base: t.base, paths: slices.Clone(paths), trees: slices.Clone(trees), all: all}
+	ch := &Change{epoch: t.epoch, paths: slices.Clone(paths), trees: slices.Clone(trees), all: all}
 	if all {
 		t.allChanges++
 	}
@@ -357,7 +356,7 @@ func (t *Cache) Ready(ch *Change, now Time) (ready bool, next Time) {
 // change that waited across a Reset must not commit: it must be prepared
 // again in the new table (or refused), or a session that cached one of its
 // paths from the new master would keep the old value.
-func (t *Cache) Current(ch *Change) bool { return ch.epoch == t.epoch && ch.base == t.base }
+func (t *Cache) Current(ch *Change) bool { return ch.epoch == t.epoch }
 
 // Epoch is the master epoch ch was prepared in.
 func (ch *Change) Epoch() int64 { return ch.epoch }

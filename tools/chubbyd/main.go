@@ -197,19 +197,6 @@ func parsePeers(spec string) ([]cell.Peer, error) {
 	return out, nil
 }
 
-// shiftPort returns addr with its port moved by d.
-func shiftPort(addr string, d int) (string, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", err
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p+d <= 0 || p+d > 65535 {
-		return "", fmt.Errorf("port of %s cannot be shifted by %d", addr, d)
-	}
-	return net.JoinHostPort(host, strconv.Itoa(p+d)), nil
-}
-
 func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -300,11 +287,11 @@ func flagSet(o *options, name string) bool { return o.explicit[name] }
 func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.Logger, stdout io.Writer) error {
 	var peers []cell.Peer
 	for i := 1; i <= o.replicas; i++ {
-		client, err := shiftPort(o.listen, i-1)
+		client, err := cell.ShiftPort(o.listen, i-1)
 		if err != nil {
 			return usageError{err}
 		}
-		peer, err := shiftPort(client, 100)
+		peer, err := cell.ShiftPort(client, 100)
 		if err != nil {
 			return usageError{err}
 		}
@@ -319,7 +306,7 @@ func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.L
 		httpAddr := ""
 		if o.httpListen != "" {
 			var err error
-			if httpAddr, err = shiftPort(o.httpListen, int(p.ID)-1); err != nil {
+			if httpAddr, err = cell.ShiftPort(o.httpListen, int(p.ID)-1); err != nil {
 				return usageError{err}
 			}
 		}
