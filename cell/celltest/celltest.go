@@ -1,7 +1,8 @@
 // Package celltest starts a real cell for end-to-end tests of the packages
 // that talk to one (client, chubbyfs, benchmarks): a one-replica
 // cell.Server in the test's own process, on a loopback port, with its data
-// in a temporary directory. Everything is real — Kitex, Badger with fsync,
+// in a temporary directory (Start), or a replicated cell of such replicas
+// (Replicas: static --peers, or replicas added one by one, by gossip too). Everything is real — Kitex, Badger with fsync,
 // the fs state machine — only the process boundary is missing; tests that
 // need kill -9 of a real process start tools/chubbyd themselves.
 package celltest

@@ -1,69 +1,30 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/cell/celltest"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
 // startStaticCell starts a cell of n in-process replicas (ids 1..n) given
-// their configuration up front (chubbyd's --peers), and returns them; they
-// stop when the test ends.
+// their configuration up front (chubbyd's --peers), waits for its master,
+// and returns them; they stop when the test ends.
 func startStaticCell(t *testing.T, n int) []*cell.Server {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: starts a cell (skipped with -short)")
 	}
-	listen := func() net.Listener {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ln
-	}
-	var lns, pls []net.Listener
-	var peers []cell.Peer
-	for i := 1; i <= n; i++ {
-		ln, pl := listen(), listen()
-		lns, pls = append(lns, ln), append(pls, pl)
-		peers = append(peers, cell.Peer{ID: uint64(i), Addr: ln.Addr().String(), PeerAddr: pl.Addr().String()})
-	}
-	var servers []*cell.Server
+	rc := celltest.StartStatic(t, n)
+	rc.Master()
+	servers := make([]*cell.Server, n)
 	for i := range n {
-		s, err := cell.New(cell.Config{ID: uint64(i + 1), Peers: peers, Listener: lns[i], PeerListener: pls[i],
-			DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(context.Background()) }()
-		var once sync.Once
-		t.Cleanup(func() {
-			once.Do(func() {
-				s.Stop()
-				select {
-				case <-done:
-				case <-time.After(time.Minute):
-					t.Errorf("replica %d did not stop within a minute", i+1)
-				}
-			})
-		})
-		servers = append(servers, s)
-	}
-	for deadline := time.Now().Add(20 * time.Second); masterOf(servers) < 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no master within 20s")
-		}
+		servers[i] = rc.Server(i)
 	}
 	return servers
 }
