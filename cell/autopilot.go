@@ -46,6 +46,9 @@ const (
 	maxBehind         = 250 // entries, as Consul's autopilot
 	healthyContact    = time.Second
 	spareStable       = time.Second
+	// removedMemory is how long the autopilot remembers a replica it
+	// removed (for the flapping rule), or twice DeadAfter if that is longer.
+	removedMemory = time.Hour
 )
 
 // apView is what one round of the autopilot sees.
@@ -215,6 +218,11 @@ func (s *Server) autopilotRound(ap *autopilot) {
 	if !ap.wasMaster {
 		ap.wasMaster, ap.masterSince = true, now
 		clear(ap.healthySince)
+	}
+	for id, at := range ap.removedAt {
+		if now.Sub(at) > max(removedMemory, 2*s.cfg.DeadAfter) {
+			delete(ap.removedAt, id) // bounded: a machine removed long ago is a spare like any
+		}
 	}
 	info := s.log.Info()
 	if info.PendingConfig != 0 {
