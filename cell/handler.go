@@ -663,3 +663,24 @@ func (h *handler) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequ
 	}
 	return &chubby.RemoveMemberResponse{Index: int64(i)}, nil
 }
+
+// ---- ACLs and identity
+
+func (h *handler) SetACL(ctx context.Context, req *chubby.SetACLRequest) (*chubby.Stat, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if req.Acl == nil {
+		return nil, missing("acl")
+	}
+	res, err := h.handleWrite(ctx, req.Handle, req.Rid, &fsm.Op{SetAcl: req})
+	if err != nil {
+		return nil, err
+	}
+	return res.Stat, nil
+}
+
+func (h *handler) WhoAmI(ctx context.Context) (*chubby.WhoAmIResponse, error) {
+	p, tls := h.s.principal(ctx)
+	return &chubby.WhoAmIResponse{Principal: p, Tls: tls}, nil
+}

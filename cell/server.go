@@ -750,3 +750,9 @@ func (s *Server) httpHandler() http.Handler {
 	})
 	return mux
 }
+
+// principal names the caller of the call ctx belongs to, and whether the
+// call came over TLS. Without TLS every caller is anonymous.
+func (s *Server) principal(ctx context.Context) (string, bool) {
+	return fs.Anonymous, false
+}

@@ -8,7 +8,8 @@
 //   FileSystem  Open, Close, GetContentsAndStat, GetStat, ReadDir, SetContents,
 //               Delete, Mkdir, CreateFile
 //   Lock        Acquire, TryAcquire, Release, GetSequencer, CheckSequencer
-//   Cell        GetMaster, GetStatus
+//   FileSystem  ... and SetACL
+//   Cell        GetMaster, GetStatus, RemoveMember, WhoAmI
 //
 // Every call that fails throws ChubbyError with a code. A refused call changes
 // nothing. All durations are milliseconds; all times the server reports are
@@ -31,6 +32,8 @@ const i32 MAX_SESSIONS_PER_KEEPALIVE = 10000 // KeepAliveRequest.sessions
 const i64 MAX_LOCK_DELAY_MS = 60000          // lock-delay upper bound
 const i64 DEFAULT_LOCK_DELAY_MS = 15000      // lock-delay when a request leaves it unset
 const i64 MAX_ACQUIRE_WAIT_MS = 600000       // longest a single Acquire call is parked
+const i32 MAX_PRINCIPAL_BYTES = 128          // a principal's name (see ACLNames)
+const i32 MAX_ACL_ENTRIES = 1000             // principals listed in one ACL file
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -140,6 +143,29 @@ struct Stat {
     11: required bool ephemeral
     12: required SessionID ephemeral_owner  // 0 when permanent
     13: required LockInfo lock
+    // The node's ACL names (see ACLNames); unset only from a cell that
+    // predates ACLs.
+    14: optional ACLNames acl
+}
+
+// ACLNames are a node's three access-control lists, as in Chubby: each is
+// the name of a file in the directory /acl (one path component) that lists
+// the principals holding the right, one per line ("#" starts a comment;
+// "*" is every principal with a certificate; "anonymous" is a client
+// without one). An empty name grants the right to everybody. A name whose
+// file does not exist, or is not a valid ACL file, grants it to nobody.
+// A new node gets its parent's names; SetACL changes them and bumps the
+// node's acl_generation.
+//
+// read:       Open, GetContentsAndStat, GetStat, ReadDir, CheckSequencer,
+//             and the node's events
+// write:      SetContents, Acquire/TryAcquire (locks ask write, as in
+//             Chubby); on a directory: creating and deleting its entries
+// change_acl: SetACL; on "/": RemoveMember
+struct ACLNames {
+    1: required string read
+    2: required string write
+    3: required string change_acl
 }
 
 struct DirEntry {
@@ -362,6 +388,13 @@ struct CreateFileRequest {
     7: optional RequestID rid
 }
 
+struct SetACLRequest {
+    1: required Handle handle
+    2: required ACLNames acl
+    3: optional i64 expected_acl_generation  // compare-and-swap on acl_generation
+    4: optional RequestID rid
+}
+
 service FileSystem {
     OpenResponse Open(1: OpenRequest req) throws (1: ChubbyError err)
     // Close closes a handle; a lock it holds is released and a pending Acquire fails.
@@ -375,6 +408,8 @@ service FileSystem {
     // CreateFile creates a file in one call (no handle); the Stat names the
     // path actually created (with the counter when sequential).
     Stat CreateFile(1: CreateFileRequest req) throws (1: ChubbyError err)
+    // SetACL replaces the node's ACL names (change_acl right on the node).
+    Stat SetACL(1: SetACLRequest req) throws (1: ChubbyError err)
 }
 
 // ---------------------------------------------------------------------------
@@ -485,6 +520,14 @@ struct CellStatus {
     14: optional i64 pending_config
     15: optional i32 target_size
     16: optional list<string> decisions
+    // security: how the client port authenticates ("mutual TLS" or
+    // "PLAINTEXT: ..."), and whether ACLs were initialised (--admin).
+    17: optional string security
+}
+
+struct WhoAmIResponse {
+    1: required string principal  // "anonymous" without a client certificate
+    2: required bool tls          // the call came over TLS
 }
 
 struct RemoveMemberRequest {
@@ -507,4 +550,6 @@ service Cell {
     // voter is removed in its own configuration change; the master
     // refuses to remove the last voter. Answered by the master only.
     RemoveMemberResponse RemoveMember(1: RemoveMemberRequest req) throws (1: ChubbyError err)
+    // WhoAmI says which principal the cell takes the caller for.
+    WhoAmIResponse WhoAmI() throws (1: ChubbyError err)
 }

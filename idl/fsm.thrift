@@ -45,6 +45,14 @@ struct TrimEvents {
     1: required list<EventAck> acks  // at most 10,000
 }
 
+// InitACL gives the cell its first administrator (chubbyd --admin), once:
+// if "/" has no ACL names and /acl does not exist, it creates /acl and the
+// file /acl/admin listing admin, and names "admin" for all three rights of
+// "/" and /acl. Otherwise it changes nothing (not an error).
+struct InitACL {
+    1: required string admin
+}
+
 union Op {
     1: chubby.CreateSessionRequest create_session
     2: EndSession end_session
@@ -59,6 +67,8 @@ union Op {
     11: CancelWait cancel_wait
     12: Tick tick
     13: TrimEvents trim_events
+    14: chubby.SetACLRequest set_acl
+    15: InitACL init_acl
 }
 
 // Command is one log entry. With session and seq it is exactly-once per
@@ -69,6 +79,7 @@ struct Command {
     3: optional i64 seq                  // client request sequence, >0, unique per session (RequestID.seq)
     4: required Op op
     5: optional i64 seq_floor            // RequestID.floor, 1..seq: the session's requests below it are finished, their answers may be forgotten; unset: seq
+    6: optional string principal         // CreateSession only: who the caller is, from its certificate (the master sets it; unset: anonymous)
 }
 
 struct Result {
@@ -103,6 +114,7 @@ struct SnapNode {
     14: required list<i64> lock_holders      // handle ids, ascending
     15: required list<i64> lock_waiters      // handle ids, FIFO order (head first)
     16: required i64 lock_delay_until_ms     // 0: no lock-delay pending
+    17: optional chubby.ACLNames acl         // unset: all three names empty
 }
 
 // SnapAnswer is the saved answer of one sequenced command of a session.
@@ -121,6 +133,7 @@ struct SnapSession {
     6: optional i64 last_event_seq        // seq of the newest event ever queued (unset: 0, none)
     7: optional list<chubby.Event> events // queued events, ascending and gapless, the last at last_event_seq
     8: optional bool cache                // CreateSessionRequest.cache: the client caches
+    9: optional string principal          // unset: anonymous
 }
 
 // SnapHandle is one open handle. Its node is found by path and instance; a

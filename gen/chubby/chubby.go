@@ -28,6 +28,10 @@ const (
 
 	MAX_ACQUIRE_WAIT_MS = 600000
 
+	MAX_PRINCIPAL_BYTES = 128
+
+	MAX_ACL_ENTRIES = 1000
+
 	EVENT_MASK_FILE_CONTENTS_MODIFIED = 1
 
 	EVENT_MASK_CHILD_ADDED = 2
@@ -707,6 +711,7 @@ type Stat struct {
 	Ephemeral         bool      `thrift:"ephemeral,11,required" frugal:"11,required,bool" json:"ephemeral"`
 	EphemeralOwner    SessionID `thrift:"ephemeral_owner,12,required" frugal:"12,required,i64" json:"ephemeral_owner"`
 	Lock              *LockInfo `thrift:"lock,13,required" frugal:"13,required,LockInfo" json:"lock"`
+	Acl               *ACLNames `thrift:"acl,14,optional" frugal:"14,optional,ACLNames" json:"acl,omitempty"`
 }
 
 func NewStat() *Stat {
@@ -772,6 +777,15 @@ func (p *Stat) GetLock() (v *LockInfo) {
 	}
 	return p.Lock
 }
+
+var Stat_Acl_DEFAULT *ACLNames
+
+func (p *Stat) GetAcl() (v *ACLNames) {
+	if !p.IsSetAcl() {
+		return Stat_Acl_DEFAULT
+	}
+	return p.Acl
+}
 func (p *Stat) SetPath(val string) {
 	p.Path = val
 }
@@ -811,9 +825,16 @@ func (p *Stat) SetEphemeralOwner(val SessionID) {
 func (p *Stat) SetLock(val *LockInfo) {
 	p.Lock = val
 }
+func (p *Stat) SetAcl(val *ACLNames) {
+	p.Acl = val
+}
 
 func (p *Stat) IsSetLock() bool {
 	return p.Lock != nil
+}
+
+func (p *Stat) IsSetAcl() bool {
+	return p.Acl != nil
 }
 
 func (p *Stat) String() string {
@@ -837,6 +858,54 @@ var fieldIDToName_Stat = map[int16]string{
 	11: "ephemeral",
 	12: "ephemeral_owner",
 	13: "lock",
+	14: "acl",
+}
+
+type ACLNames struct {
+	Read_     string `thrift:"read,1,required" frugal:"1,required,string" json:"read"`
+	Write_    string `thrift:"write,2,required" frugal:"2,required,string" json:"write"`
+	ChangeAcl string `thrift:"change_acl,3,required" frugal:"3,required,string" json:"change_acl"`
+}
+
+func NewACLNames() *ACLNames {
+	return &ACLNames{}
+}
+
+func (p *ACLNames) InitDefault() {
+}
+
+func (p *ACLNames) GetRead() (v string) {
+	return p.Read_
+}
+
+func (p *ACLNames) GetWrite() (v string) {
+	return p.Write_
+}
+
+func (p *ACLNames) GetChangeAcl() (v string) {
+	return p.ChangeAcl
+}
+func (p *ACLNames) SetRead(val string) {
+	p.Read_ = val
+}
+func (p *ACLNames) SetWrite(val string) {
+	p.Write_ = val
+}
+func (p *ACLNames) SetChangeAcl(val string) {
+	p.ChangeAcl = val
+}
+
+func (p *ACLNames) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("ACLNames(%+v)", *p)
+}
+
+var fieldIDToName_ACLNames = map[int16]string{
+	1: "read",
+	2: "write",
+	3: "change_acl",
 }
 
 type DirEntry struct {
@@ -2326,6 +2395,98 @@ var fieldIDToName_CreateFileRequest = map[int16]string{
 	7: "rid",
 }
 
+type SetACLRequest struct {
+	Handle                *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Acl                   *ACLNames  `thrift:"acl,2,required" frugal:"2,required,ACLNames" json:"acl"`
+	ExpectedAclGeneration *int64     `thrift:"expected_acl_generation,3,optional" frugal:"3,optional,i64" json:"expected_acl_generation,omitempty"`
+	Rid                   *RequestID `thrift:"rid,4,optional" frugal:"4,optional,RequestID" json:"rid,omitempty"`
+}
+
+func NewSetACLRequest() *SetACLRequest {
+	return &SetACLRequest{}
+}
+
+func (p *SetACLRequest) InitDefault() {
+}
+
+var SetACLRequest_Handle_DEFAULT *Handle
+
+func (p *SetACLRequest) GetHandle() (v *Handle) {
+	if !p.IsSetHandle() {
+		return SetACLRequest_Handle_DEFAULT
+	}
+	return p.Handle
+}
+
+var SetACLRequest_Acl_DEFAULT *ACLNames
+
+func (p *SetACLRequest) GetAcl() (v *ACLNames) {
+	if !p.IsSetAcl() {
+		return SetACLRequest_Acl_DEFAULT
+	}
+	return p.Acl
+}
+
+var SetACLRequest_ExpectedAclGeneration_DEFAULT int64
+
+func (p *SetACLRequest) GetExpectedAclGeneration() (v int64) {
+	if !p.IsSetExpectedAclGeneration() {
+		return SetACLRequest_ExpectedAclGeneration_DEFAULT
+	}
+	return *p.ExpectedAclGeneration
+}
+
+var SetACLRequest_Rid_DEFAULT *RequestID
+
+func (p *SetACLRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return SetACLRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
+func (p *SetACLRequest) SetHandle(val *Handle) {
+	p.Handle = val
+}
+func (p *SetACLRequest) SetAcl(val *ACLNames) {
+	p.Acl = val
+}
+func (p *SetACLRequest) SetExpectedAclGeneration(val *int64) {
+	p.ExpectedAclGeneration = val
+}
+func (p *SetACLRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
+
+func (p *SetACLRequest) IsSetHandle() bool {
+	return p.Handle != nil
+}
+
+func (p *SetACLRequest) IsSetAcl() bool {
+	return p.Acl != nil
+}
+
+func (p *SetACLRequest) IsSetExpectedAclGeneration() bool {
+	return p.ExpectedAclGeneration != nil
+}
+
+func (p *SetACLRequest) IsSetRid() bool {
+	return p.Rid != nil
+}
+
+func (p *SetACLRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SetACLRequest(%+v)", *p)
+}
+
+var fieldIDToName_SetACLRequest = map[int16]string{
+	1: "handle",
+	2: "acl",
+	3: "expected_acl_generation",
+	4: "rid",
+}
+
 type AcquireRequest struct {
 	Handle      *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
 	Mode        LockMode   `thrift:"mode,2,required" frugal:"2,required,LockMode" json:"mode"`
@@ -2843,6 +3004,7 @@ type CellStatus struct {
 	PendingConfig *int64           `thrift:"pending_config,14,optional" frugal:"14,optional,i64" json:"pending_config,omitempty"`
 	TargetSize    *int32           `thrift:"target_size,15,optional" frugal:"15,optional,i32" json:"target_size,omitempty"`
 	Decisions     []string         `thrift:"decisions,16,optional" frugal:"16,optional,list<string>" json:"decisions,omitempty"`
+	Security      *string          `thrift:"security,17,optional" frugal:"17,optional,string" json:"security,omitempty"`
 }
 
 func NewCellStatus() *CellStatus {
@@ -2935,6 +3097,15 @@ func (p *CellStatus) GetDecisions() (v []string) {
 	}
 	return p.Decisions
 }
+
+var CellStatus_Security_DEFAULT string
+
+func (p *CellStatus) GetSecurity() (v string) {
+	if !p.IsSetSecurity() {
+		return CellStatus_Security_DEFAULT
+	}
+	return *p.Security
+}
 func (p *CellStatus) SetCell(val string) {
 	p.Cell = val
 }
@@ -2983,6 +3154,9 @@ func (p *CellStatus) SetTargetSize(val *int32) {
 func (p *CellStatus) SetDecisions(val []string) {
 	p.Decisions = val
 }
+func (p *CellStatus) SetSecurity(val *string) {
+	p.Security = val
+}
 
 func (p *CellStatus) IsSetConfigEpoch() bool {
 	return p.ConfigEpoch != nil
@@ -2998,6 +3172,10 @@ func (p *CellStatus) IsSetTargetSize() bool {
 
 func (p *CellStatus) IsSetDecisions() bool {
 	return p.Decisions != nil
+}
+
+func (p *CellStatus) IsSetSecurity() bool {
+	return p.Security != nil
 }
 
 func (p *CellStatus) String() string {
@@ -3024,6 +3202,45 @@ var fieldIDToName_CellStatus = map[int16]string{
 	14: "pending_config",
 	15: "target_size",
 	16: "decisions",
+	17: "security",
+}
+
+type WhoAmIResponse struct {
+	Principal string `thrift:"principal,1,required" frugal:"1,required,string" json:"principal"`
+	Tls       bool   `thrift:"tls,2,required" frugal:"2,required,bool" json:"tls"`
+}
+
+func NewWhoAmIResponse() *WhoAmIResponse {
+	return &WhoAmIResponse{}
+}
+
+func (p *WhoAmIResponse) InitDefault() {
+}
+
+func (p *WhoAmIResponse) GetPrincipal() (v string) {
+	return p.Principal
+}
+
+func (p *WhoAmIResponse) GetTls() (v bool) {
+	return p.Tls
+}
+func (p *WhoAmIResponse) SetPrincipal(val string) {
+	p.Principal = val
+}
+func (p *WhoAmIResponse) SetTls(val bool) {
+	p.Tls = val
+}
+
+func (p *WhoAmIResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("WhoAmIResponse(%+v)", *p)
+}
+
+var fieldIDToName_WhoAmIResponse = map[int16]string{
+	1: "principal",
+	2: "tls",
 }
 
 type RemoveMemberRequest struct {
@@ -3451,6 +3668,8 @@ type FileSystem interface {
 	Mkdir(ctx context.Context, req *MkdirRequest) (r *Stat, err error)
 
 	CreateFile(ctx context.Context, req *CreateFileRequest) (r *Stat, err error)
+
+	SetACL(ctx context.Context, req *SetACLRequest) (r *Stat, err error)
 }
 
 type FileSystemOpenArgs struct {
@@ -4263,6 +4482,100 @@ var fieldIDToName_FileSystemCreateFileResult = map[int16]string{
 	1: "err",
 }
 
+type FileSystemSetACLArgs struct {
+	Req *SetACLRequest `thrift:"req,1" frugal:"1,default,SetACLRequest" json:"req"`
+}
+
+func NewFileSystemSetACLArgs() *FileSystemSetACLArgs {
+	return &FileSystemSetACLArgs{}
+}
+
+func (p *FileSystemSetACLArgs) InitDefault() {
+}
+
+var FileSystemSetACLArgs_Req_DEFAULT *SetACLRequest
+
+func (p *FileSystemSetACLArgs) GetReq() (v *SetACLRequest) {
+	if !p.IsSetReq() {
+		return FileSystemSetACLArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *FileSystemSetACLArgs) SetReq(val *SetACLRequest) {
+	p.Req = val
+}
+
+func (p *FileSystemSetACLArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *FileSystemSetACLArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("FileSystemSetACLArgs(%+v)", *p)
+}
+
+var fieldIDToName_FileSystemSetACLArgs = map[int16]string{
+	1: "req",
+}
+
+type FileSystemSetACLResult struct {
+	Success *Stat        `thrift:"success,0,optional" frugal:"0,optional,Stat" json:"success,omitempty"`
+	Err     *ChubbyError `thrift:"err,1,optional" frugal:"1,optional,ChubbyError" json:"err,omitempty"`
+}
+
+func NewFileSystemSetACLResult() *FileSystemSetACLResult {
+	return &FileSystemSetACLResult{}
+}
+
+func (p *FileSystemSetACLResult) InitDefault() {
+}
+
+var FileSystemSetACLResult_Success_DEFAULT *Stat
+
+func (p *FileSystemSetACLResult) GetSuccess() (v *Stat) {
+	if !p.IsSetSuccess() {
+		return FileSystemSetACLResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var FileSystemSetACLResult_Err_DEFAULT *ChubbyError
+
+func (p *FileSystemSetACLResult) GetErr() (v *ChubbyError) {
+	if !p.IsSetErr() {
+		return FileSystemSetACLResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *FileSystemSetACLResult) SetSuccess(x interface{}) {
+	p.Success = x.(*Stat)
+}
+func (p *FileSystemSetACLResult) SetErr(val *ChubbyError) {
+	p.Err = val
+}
+
+func (p *FileSystemSetACLResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *FileSystemSetACLResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *FileSystemSetACLResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("FileSystemSetACLResult(%+v)", *p)
+}
+
+var fieldIDToName_FileSystemSetACLResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
 type Lock interface {
 	Acquire(ctx context.Context, req *AcquireRequest) (r *Sequencer, err error)
 
@@ -4733,6 +5046,8 @@ type Cell interface {
 	GetStatus(ctx context.Context) (r *CellStatus, err error)
 
 	RemoveMember(ctx context.Context, req *RemoveMemberRequest) (r *RemoveMemberResponse, err error)
+
+	WhoAmI(ctx context.Context) (r *WhoAmIResponse, err error)
 }
 
 type CellGetMasterArgs struct {
@@ -4994,6 +5309,81 @@ func (p *CellRemoveMemberResult) String() string {
 }
 
 var fieldIDToName_CellRemoveMemberResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type CellWhoAmIArgs struct {
+}
+
+func NewCellWhoAmIArgs() *CellWhoAmIArgs {
+	return &CellWhoAmIArgs{}
+}
+
+func (p *CellWhoAmIArgs) InitDefault() {
+}
+
+func (p *CellWhoAmIArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CellWhoAmIArgs(%+v)", *p)
+}
+
+var fieldIDToName_CellWhoAmIArgs = map[int16]string{}
+
+type CellWhoAmIResult struct {
+	Success *WhoAmIResponse `thrift:"success,0,optional" frugal:"0,optional,WhoAmIResponse" json:"success,omitempty"`
+	Err     *ChubbyError    `thrift:"err,1,optional" frugal:"1,optional,ChubbyError" json:"err,omitempty"`
+}
+
+func NewCellWhoAmIResult() *CellWhoAmIResult {
+	return &CellWhoAmIResult{}
+}
+
+func (p *CellWhoAmIResult) InitDefault() {
+}
+
+var CellWhoAmIResult_Success_DEFAULT *WhoAmIResponse
+
+func (p *CellWhoAmIResult) GetSuccess() (v *WhoAmIResponse) {
+	if !p.IsSetSuccess() {
+		return CellWhoAmIResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var CellWhoAmIResult_Err_DEFAULT *ChubbyError
+
+func (p *CellWhoAmIResult) GetErr() (v *ChubbyError) {
+	if !p.IsSetErr() {
+		return CellWhoAmIResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *CellWhoAmIResult) SetSuccess(x interface{}) {
+	p.Success = x.(*WhoAmIResponse)
+}
+func (p *CellWhoAmIResult) SetErr(val *ChubbyError) {
+	p.Err = val
+}
+
+func (p *CellWhoAmIResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *CellWhoAmIResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *CellWhoAmIResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CellWhoAmIResult(%+v)", *p)
+}
+
+var fieldIDToName_CellWhoAmIResult = map[int16]string{
 	0: "success",
 	1: "err",
 }

@@ -234,12 +234,42 @@ var fieldIDToName_TrimEvents = map[int16]string{
 	1: "acks",
 }
 
+type InitACL struct {
+	Admin string `thrift:"admin,1,required" frugal:"1,required,string" json:"admin"`
+}
+
+func NewInitACL() *InitACL {
+	return &InitACL{}
+}
+
+func (p *InitACL) InitDefault() {
+}
+
+func (p *InitACL) GetAdmin() (v string) {
+	return p.Admin
+}
+func (p *InitACL) SetAdmin(val string) {
+	p.Admin = val
+}
+
+func (p *InitACL) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("InitACL(%+v)", *p)
+}
+
+var fieldIDToName_InitACL = map[int16]string{
+	1: "admin",
+}
+
 type Command struct {
-	TimeMs   int64             `thrift:"time_ms,1,required" frugal:"1,required,i64" json:"time_ms"`
-	Session  *chubby.SessionID `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
-	Seq      *int64            `thrift:"seq,3,optional" frugal:"3,optional,i64" json:"seq,omitempty"`
-	Op       *Op               `thrift:"op,4,required" frugal:"4,required,Op" json:"op"`
-	SeqFloor *int64            `thrift:"seq_floor,5,optional" frugal:"5,optional,i64" json:"seq_floor,omitempty"`
+	TimeMs    int64             `thrift:"time_ms,1,required" frugal:"1,required,i64" json:"time_ms"`
+	Session   *chubby.SessionID `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
+	Seq       *int64            `thrift:"seq,3,optional" frugal:"3,optional,i64" json:"seq,omitempty"`
+	Op        *Op               `thrift:"op,4,required" frugal:"4,required,Op" json:"op"`
+	SeqFloor  *int64            `thrift:"seq_floor,5,optional" frugal:"5,optional,i64" json:"seq_floor,omitempty"`
+	Principal *string           `thrift:"principal,6,optional" frugal:"6,optional,string" json:"principal,omitempty"`
 }
 
 func NewCommand() *Command {
@@ -288,6 +318,15 @@ func (p *Command) GetSeqFloor() (v int64) {
 	}
 	return *p.SeqFloor
 }
+
+var Command_Principal_DEFAULT string
+
+func (p *Command) GetPrincipal() (v string) {
+	if !p.IsSetPrincipal() {
+		return Command_Principal_DEFAULT
+	}
+	return *p.Principal
+}
 func (p *Command) SetTimeMs(val int64) {
 	p.TimeMs = val
 }
@@ -302,6 +341,9 @@ func (p *Command) SetOp(val *Op) {
 }
 func (p *Command) SetSeqFloor(val *int64) {
 	p.SeqFloor = val
+}
+func (p *Command) SetPrincipal(val *string) {
+	p.Principal = val
 }
 
 func (p *Command) IsSetSession() bool {
@@ -320,6 +362,10 @@ func (p *Command) IsSetSeqFloor() bool {
 	return p.SeqFloor != nil
 }
 
+func (p *Command) IsSetPrincipal() bool {
+	return p.Principal != nil
+}
+
 func (p *Command) String() string {
 	if p == nil {
 		return "<nil>"
@@ -333,6 +379,7 @@ var fieldIDToName_Command = map[int16]string{
 	3: "seq",
 	4: "op",
 	5: "seq_floor",
+	6: "principal",
 }
 
 type Result_ struct {
@@ -498,6 +545,7 @@ type SnapNode struct {
 	LockHolders       []int64          `thrift:"lock_holders,14,required" frugal:"14,required,list<i64>" json:"lock_holders"`
 	LockWaiters       []int64          `thrift:"lock_waiters,15,required" frugal:"15,required,list<i64>" json:"lock_waiters"`
 	LockDelayUntilMs  int64            `thrift:"lock_delay_until_ms,16,required" frugal:"16,required,i64" json:"lock_delay_until_ms"`
+	Acl               *chubby.ACLNames `thrift:"acl,17,optional" frugal:"17,optional,chubby.ACLNames" json:"acl,omitempty"`
 }
 
 func NewSnapNode() *SnapNode {
@@ -575,6 +623,15 @@ func (p *SnapNode) GetLockWaiters() (v []int64) {
 func (p *SnapNode) GetLockDelayUntilMs() (v int64) {
 	return p.LockDelayUntilMs
 }
+
+var SnapNode_Acl_DEFAULT *chubby.ACLNames
+
+func (p *SnapNode) GetAcl() (v *chubby.ACLNames) {
+	if !p.IsSetAcl() {
+		return SnapNode_Acl_DEFAULT
+	}
+	return p.Acl
+}
 func (p *SnapNode) SetPath(val string) {
 	p.Path = val
 }
@@ -623,9 +680,16 @@ func (p *SnapNode) SetLockWaiters(val []int64) {
 func (p *SnapNode) SetLockDelayUntilMs(val int64) {
 	p.LockDelayUntilMs = val
 }
+func (p *SnapNode) SetAcl(val *chubby.ACLNames) {
+	p.Acl = val
+}
 
 func (p *SnapNode) IsSetLockMode() bool {
 	return p.LockMode != nil
+}
+
+func (p *SnapNode) IsSetAcl() bool {
+	return p.Acl != nil
 }
 
 func (p *SnapNode) String() string {
@@ -652,6 +716,7 @@ var fieldIDToName_SnapNode = map[int16]string{
 	14: "lock_holders",
 	15: "lock_waiters",
 	16: "lock_delay_until_ms",
+	17: "acl",
 }
 
 type SnapAnswer struct {
@@ -710,6 +775,7 @@ type SnapSession struct {
 	LastEventSeq *int64           `thrift:"last_event_seq,6,optional" frugal:"6,optional,i64" json:"last_event_seq,omitempty"`
 	Events       []*chubby.Event  `thrift:"events,7,optional" frugal:"7,optional,list<chubby.Event>" json:"events,omitempty"`
 	Cache        *bool            `thrift:"cache,8,optional" frugal:"8,optional,bool" json:"cache,omitempty"`
+	Principal    *string          `thrift:"principal,9,optional" frugal:"9,optional,string" json:"principal,omitempty"`
 }
 
 func NewSnapSession() *SnapSession {
@@ -765,6 +831,15 @@ func (p *SnapSession) GetCache() (v bool) {
 	}
 	return *p.Cache
 }
+
+var SnapSession_Principal_DEFAULT string
+
+func (p *SnapSession) GetPrincipal() (v string) {
+	if !p.IsSetPrincipal() {
+		return SnapSession_Principal_DEFAULT
+	}
+	return *p.Principal
+}
 func (p *SnapSession) SetId(val chubby.SessionID) {
 	p.Id = val
 }
@@ -789,6 +864,9 @@ func (p *SnapSession) SetEvents(val []*chubby.Event) {
 func (p *SnapSession) SetCache(val *bool) {
 	p.Cache = val
 }
+func (p *SnapSession) SetPrincipal(val *string) {
+	p.Principal = val
+}
 
 func (p *SnapSession) IsSetLastEventSeq() bool {
 	return p.LastEventSeq != nil
@@ -800,6 +878,10 @@ func (p *SnapSession) IsSetEvents() bool {
 
 func (p *SnapSession) IsSetCache() bool {
 	return p.Cache != nil
+}
+
+func (p *SnapSession) IsSetPrincipal() bool {
+	return p.Principal != nil
 }
 
 func (p *SnapSession) String() string {
@@ -818,6 +900,7 @@ var fieldIDToName_SnapSession = map[int16]string{
 	6: "last_event_seq",
 	7: "events",
 	8: "cache",
+	9: "principal",
 }
 
 type SnapHandle struct {
@@ -1054,6 +1137,8 @@ type Op struct {
 	CancelWait    *CancelWait                  `thrift:"cancel_wait,11,optional" frugal:"11,optional,CancelWait" json:"cancel_wait,omitempty"`
 	Tick          *Tick                        `thrift:"tick,12,optional" frugal:"12,optional,Tick" json:"tick,omitempty"`
 	TrimEvents    *TrimEvents                  `thrift:"trim_events,13,optional" frugal:"13,optional,TrimEvents" json:"trim_events,omitempty"`
+	SetAcl        *chubby.SetACLRequest        `thrift:"set_acl,14,optional" frugal:"14,optional,chubby.SetACLRequest" json:"set_acl,omitempty"`
+	InitAcl       *InitACL                     `thrift:"init_acl,15,optional" frugal:"15,optional,InitACL" json:"init_acl,omitempty"`
 }
 
 func NewOp() *Op {
@@ -1179,6 +1264,24 @@ func (p *Op) GetTrimEvents() (v *TrimEvents) {
 	}
 	return p.TrimEvents
 }
+
+var Op_SetAcl_DEFAULT *chubby.SetACLRequest
+
+func (p *Op) GetSetAcl() (v *chubby.SetACLRequest) {
+	if !p.IsSetSetAcl() {
+		return Op_SetAcl_DEFAULT
+	}
+	return p.SetAcl
+}
+
+var Op_InitAcl_DEFAULT *InitACL
+
+func (p *Op) GetInitAcl() (v *InitACL) {
+	if !p.IsSetInitAcl() {
+		return Op_InitAcl_DEFAULT
+	}
+	return p.InitAcl
+}
 func (p *Op) SetCreateSession(val *chubby.CreateSessionRequest) {
 	p.CreateSession = val
 }
@@ -1217,6 +1320,12 @@ func (p *Op) SetTick(val *Tick) {
 }
 func (p *Op) SetTrimEvents(val *TrimEvents) {
 	p.TrimEvents = val
+}
+func (p *Op) SetSetAcl(val *chubby.SetACLRequest) {
+	p.SetAcl = val
+}
+func (p *Op) SetInitAcl(val *InitACL) {
+	p.InitAcl = val
 }
 
 func (p *Op) CountSetFieldsOp() int {
@@ -1258,6 +1367,12 @@ func (p *Op) CountSetFieldsOp() int {
 		count++
 	}
 	if p.IsSetTrimEvents() {
+		count++
+	}
+	if p.IsSetSetAcl() {
+		count++
+	}
+	if p.IsSetInitAcl() {
 		count++
 	}
 	return count
@@ -1315,6 +1430,14 @@ func (p *Op) IsSetTrimEvents() bool {
 	return p.TrimEvents != nil
 }
 
+func (p *Op) IsSetSetAcl() bool {
+	return p.SetAcl != nil
+}
+
+func (p *Op) IsSetInitAcl() bool {
+	return p.InitAcl != nil
+}
+
 func (p *Op) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1336,4 +1459,6 @@ var fieldIDToName_Op = map[int16]string{
 	11: "cancel_wait",
 	12: "tick",
 	13: "trim_events",
+	14: "set_acl",
+	15: "init_acl",
 }

@@ -34,6 +34,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"WhoAmI": kitex.NewMethodInfo(
+		whoAmIHandler,
+		newCellWhoAmIArgs,
+		newCellWhoAmIResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 }
 
 var (
@@ -172,6 +179,30 @@ func newCellRemoveMemberResult() interface{} {
 	return chubby.NewCellRemoveMemberResult()
 }
 
+func whoAmIHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	_ = arg.(*chubby.CellWhoAmIArgs)
+	realResult := result.(*chubby.CellWhoAmIResult)
+	success, err := handler.(chubby.Cell).WhoAmI(ctx)
+	if err != nil {
+		switch v := err.(type) {
+		case *chubby.ChubbyError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newCellWhoAmIArgs() interface{} {
+	return chubby.NewCellWhoAmIArgs()
+}
+
+func newCellWhoAmIResult() interface{} {
+	return chubby.NewCellWhoAmIResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -214,6 +245,19 @@ func (p *kClient) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequ
 	_args.Req = req
 	var _result chubby.CellRemoveMemberResult
 	if err = p.c.Call(ctx, "RemoveMember", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) WhoAmI(ctx context.Context) (r *chubby.WhoAmIResponse, err error) {
+	var _args chubby.CellWhoAmIArgs
+	var _result chubby.CellWhoAmIResult
+	if err = p.c.Call(ctx, "WhoAmI", &_args, &_result); err != nil {
 		return
 	}
 	switch {

@@ -14,6 +14,7 @@ type Client interface {
 	GetMaster(ctx context.Context, req *chubby.GetMasterRequest, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error)
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
 	RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error)
+	WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -58,4 +59,9 @@ func (p *kCellClient) GetStatus(ctx context.Context, callOptions ...callopt.Opti
 func (p *kCellClient) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.RemoveMember(ctx, req)
+}
+
+func (p *kCellClient) WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.WhoAmI(ctx)
 }

@@ -23,6 +23,7 @@ type Client interface {
 	Delete(ctx context.Context, req *chubby.DeleteRequest, callOptions ...callopt.Option) (err error)
 	Mkdir(ctx context.Context, req *chubby.MkdirRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 	CreateFile(ctx context.Context, req *chubby.CreateFileRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
+	SetACL(ctx context.Context, req *chubby.SetACLRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 	Acquire(ctx context.Context, req *chubby.AcquireRequest, callOptions ...callopt.Option) (r *chubby.Sequencer, err error)
 	TryAcquire(ctx context.Context, req *chubby.TryAcquireRequest, callOptions ...callopt.Option) (r *chubby.Sequencer, err error)
 	Release(ctx context.Context, req *chubby.HandleRequest, callOptions ...callopt.Option) (err error)
@@ -31,6 +32,7 @@ type Client interface {
 	GetMaster(ctx context.Context, req *chubby.GetMasterRequest, callOptions ...callopt.Option) (r *chubby.GetMasterResponse, err error)
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
 	RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error)
+	WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -122,6 +124,11 @@ func (p *kCombineServiceClient) CreateFile(ctx context.Context, req *chubby.Crea
 	return p.kClient.CreateFile(ctx, req)
 }
 
+func (p *kCombineServiceClient) SetACL(ctx context.Context, req *chubby.SetACLRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.SetACL(ctx, req)
+}
+
 func (p *kCombineServiceClient) Acquire(ctx context.Context, req *chubby.AcquireRequest, callOptions ...callopt.Option) (r *chubby.Sequencer, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.Acquire(ctx, req)
@@ -160,4 +167,9 @@ func (p *kCombineServiceClient) GetStatus(ctx context.Context, callOptions ...ca
 func (p *kCombineServiceClient) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.RemoveMember(ctx, req)
+}
+
+func (p *kCombineServiceClient) WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.WhoAmI(ctx)
 }

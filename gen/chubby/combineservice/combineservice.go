@@ -104,6 +104,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"SetACL": kitex.NewMethodInfo(
+		setACLHandler,
+		newFileSystemSetACLArgs,
+		newFileSystemSetACLResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 	"Acquire": kitex.NewMethodInfo(
 		acquireHandler,
 		newLockAcquireArgs,
@@ -157,6 +164,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		removeMemberHandler,
 		newCellRemoveMemberArgs,
 		newCellRemoveMemberResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
+	"WhoAmI": kitex.NewMethodInfo(
+		whoAmIHandler,
+		newCellWhoAmIArgs,
+		newCellWhoAmIResult,
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
@@ -513,6 +527,30 @@ func newFileSystemCreateFileResult() interface{} {
 	return chubby.NewFileSystemCreateFileResult()
 }
 
+func setACLHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*chubby.FileSystemSetACLArgs)
+	realResult := result.(*chubby.FileSystemSetACLResult)
+	success, err := handler.(chubby.FileSystem).SetACL(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *chubby.ChubbyError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newFileSystemSetACLArgs() interface{} {
+	return chubby.NewFileSystemSetACLArgs()
+}
+
+func newFileSystemSetACLResult() interface{} {
+	return chubby.NewFileSystemSetACLResult()
+}
+
 func acquireHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
 	realArg := arg.(*chubby.LockAcquireArgs)
 	realResult := result.(*chubby.LockAcquireResult)
@@ -704,6 +742,30 @@ func newCellRemoveMemberResult() interface{} {
 	return chubby.NewCellRemoveMemberResult()
 }
 
+func whoAmIHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	_ = arg.(*chubby.CellWhoAmIArgs)
+	realResult := result.(*chubby.CellWhoAmIResult)
+	success, err := handler.(chubby.Cell).WhoAmI(ctx)
+	if err != nil {
+		switch v := err.(type) {
+		case *chubby.ChubbyError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newCellWhoAmIArgs() interface{} {
+	return chubby.NewCellWhoAmIArgs()
+}
+
+func newCellWhoAmIResult() interface{} {
+	return chubby.NewCellWhoAmIResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -882,6 +944,20 @@ func (p *kClient) CreateFile(ctx context.Context, req *chubby.CreateFileRequest)
 	return _result.GetSuccess(), nil
 }
 
+func (p *kClient) SetACL(ctx context.Context, req *chubby.SetACLRequest) (r *chubby.Stat, err error) {
+	var _args chubby.FileSystemSetACLArgs
+	_args.Req = req
+	var _result chubby.FileSystemSetACLResult
+	if err = p.c.Call(ctx, "SetACL", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
 func (p *kClient) Acquire(ctx context.Context, req *chubby.AcquireRequest) (r *chubby.Sequencer, err error) {
 	var _args chubby.LockAcquireArgs
 	_args.Req = req
@@ -984,6 +1060,19 @@ func (p *kClient) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequ
 	_args.Req = req
 	var _result chubby.CellRemoveMemberResult
 	if err = p.c.Call(ctx, "RemoveMember", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) WhoAmI(ctx context.Context) (r *chubby.WhoAmIResponse, err error) {
+	var _args chubby.CellWhoAmIArgs
+	var _result chubby.CellWhoAmIResult
+	if err = p.c.Call(ctx, "WhoAmI", &_args, &_result); err != nil {
 		return
 	}
 	switch {

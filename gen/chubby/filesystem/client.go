@@ -20,6 +20,7 @@ type Client interface {
 	Delete(ctx context.Context, req *chubby.DeleteRequest, callOptions ...callopt.Option) (err error)
 	Mkdir(ctx context.Context, req *chubby.MkdirRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 	CreateFile(ctx context.Context, req *chubby.CreateFileRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
+	SetACL(ctx context.Context, req *chubby.SetACLRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -94,4 +95,9 @@ func (p *kFileSystemClient) Mkdir(ctx context.Context, req *chubby.MkdirRequest,
 func (p *kFileSystemClient) CreateFile(ctx context.Context, req *chubby.CreateFileRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.CreateFile(ctx, req)
+}
+
+func (p *kFileSystemClient) SetACL(ctx context.Context, req *chubby.SetACLRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.SetACL(ctx, req)
 }

@@ -76,6 +76,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"SetACL": kitex.NewMethodInfo(
+		setACLHandler,
+		newFileSystemSetACLArgs,
+		newFileSystemSetACLResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 }
 
 var (
@@ -356,6 +363,30 @@ func newFileSystemCreateFileResult() interface{} {
 	return chubby.NewFileSystemCreateFileResult()
 }
 
+func setACLHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*chubby.FileSystemSetACLArgs)
+	realResult := result.(*chubby.FileSystemSetACLResult)
+	success, err := handler.(chubby.FileSystem).SetACL(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *chubby.ChubbyError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newFileSystemSetACLArgs() interface{} {
+	return chubby.NewFileSystemSetACLArgs()
+}
+
+func newFileSystemSetACLResult() interface{} {
+	return chubby.NewFileSystemSetACLResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -483,6 +514,20 @@ func (p *kClient) CreateFile(ctx context.Context, req *chubby.CreateFileRequest)
 	_args.Req = req
 	var _result chubby.FileSystemCreateFileResult
 	if err = p.c.Call(ctx, "CreateFile", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) SetACL(ctx context.Context, req *chubby.SetACLRequest) (r *chubby.Stat, err error) {
+	var _args chubby.FileSystemSetACLArgs
+	_args.Req = req
+	var _result chubby.FileSystemSetACLResult
+	if err = p.c.Call(ctx, "SetACL", &_args, &_result); err != nil {
 		return
 	}
 	switch {
