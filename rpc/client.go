@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -85,6 +86,9 @@ type ClientConfig struct {
 	// received, default DefaultMaxPayloadBytes; it should match the
 	// server's (ServerConfig.MaxPayloadBytes).
 	MaxPayloadBytes int
+	// TLS, if set, makes the client speak TLS with this configuration, on
+	// Kitex's gonet transport (see tls.go). Build it with package tlsconf.
+	TLS *tls.Config
 }
 
 // ClientOptions returns the Kitex client options for cfg, to pass to a
@@ -131,6 +135,9 @@ func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
 		// hostile server must not be able to crash a client either.
 		client.WithCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxPayloadBytes)),
 		client.WithPayloadCodec(newGuardedCodec()),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, tlsClientOptions(cfg.TLS)...)
 	}
 	if cfg.RPCTimeout > 0 {
 		opts = append(opts, client.WithRPCTimeout(cfg.RPCTimeout))

@@ -90,6 +90,7 @@ type connInfoKey struct{}
 type connInfo struct {
 	cancel  context.CancelCauseFunc // nil if closing cannot be detected
 	metrics *serverMetrics          // nil without a Registerer
+	caller  CallerInfo
 }
 
 // parkedGauge returns the parked-calls gauge of the server whose handler

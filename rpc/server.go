@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +78,11 @@ type ServerConfig struct {
 	// rpc_server_parked_calls and rpc_server_limit_rejections_total{limit}.
 	// Servers sharing a Registerer share the collectors.
 	Registerer prometheus.Registerer
+	// TLS, if set, makes the server speak only TLS with this configuration
+	// (see tls.go: on Kitex's gonet transport); handlers learn the caller's
+	// certificate with [Caller]. Build it with package tlsconf. Listener
+	// may then be any net.Listener.
+	TLS *tls.Config
 }
 
 // ServerOptions returns the Kitex server options for cfg, to pass to a
@@ -125,7 +131,13 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 	log := cfg.Logger.With("component", "rpc")
 
 	var opts []server.Option
-	if cfg.Listener != nil {
+	var tl *tlsListener
+	if cfg.TLS != nil {
+		var err error
+		if opts, tl, err = tlsServerOptions(cfg, cfg.TLS); err != nil {
+			return nil, err
+		}
+	} else if cfg.Listener != nil {
 		if err := checkListener(cfg.Listener); err != nil {
 			return nil, err
 		}
@@ -155,13 +167,12 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		// number three times, the last about 100 ms later, when the
 		// number belongs to another file or connection (see
 		// listener_linux.go).
-		server.WithTransServerFactory(transServerFactory{}),
 		server.WithConnectionLimiter(limiter.NewConnectionLimiter(cfg.MaxConnections)),
 		server.WithLimitReporter(&limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}),
 		server.WithMetaHandler(transmeta.ServerTTHeaderHandler),
 		server.WithExitWaitTime(cfg.ExitWaitTime),
 		server.WithMaxConnIdleTime(cfg.MaxConnIdleTime),
-		server.WithBoundHandler(&connWatcher{metrics: metrics}),
+		server.WithBoundHandler(&connWatcher{metrics: metrics, tls: tl}),
 		server.WithMiddleware(serverMiddleware(metrics, log)),
 		server.WithCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxPayloadBytes)),
 		server.WithPayloadCodec(newGuardedCodec()),
@@ -170,6 +181,9 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		// graceful shutdown), so the server stops only when told to.
 		server.WithExitSignal(func() <-chan error { return nil }),
 	)
+	if tl == nil {
+		opts = append(opts, server.WithTransServerFactory(transServerFactory{}))
+	}
 	if cfg.MaxQPS > 0 {
 		opts = append(opts, server.WithQPSLimiter(limiter.NewQPSLimiter(qpsInterval, cfg.MaxQPS)))
 	}
@@ -190,12 +204,19 @@ type disconnectNotifier interface {
 // connection.
 type connWatcher struct {
 	metrics *serverMetrics
+	tls     *tlsListener // nil: plaintext
 }
 
 var _ remote.InboundHandler = (*connWatcher)(nil)
 
 func (w *connWatcher) OnActive(ctx context.Context, conn net.Conn) (context.Context, error) {
 	ci := &connInfo{metrics: w.metrics}
+	if w.tls != nil {
+		var err error
+		if ci.caller, err = w.tls.handshake(ctx, conn); err != nil {
+			return ctx, err
+		}
+	}
 	if n, ok := conn.(disconnectNotifier); ok {
 		cctx, cancel := context.WithCancelCause(ctx)
 		// netpoll calls this on its poller goroutine when it sees the peer

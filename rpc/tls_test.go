@@ -1,0 +1,207 @@
+package rpc_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chubbygo/chubby/rpc"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
+)
+
+// whoHandler answers Echo with who the caller is.
+type whoHandler struct{ echoHandler }
+
+func (h *whoHandler) Echo(ctx context.Context, msg string) (string, error) {
+	c := rpc.Caller(ctx)
+	return fmt.Sprintf("%s tls=%v principal=%q", msg, c.TLS, c.Principal), nil
+}
+
+type pki struct {
+	ca      *tlstest.CA
+	dir     string
+	server  *tlsconf.Reloader
+	replica tlstest.Files
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	ca, err := tlstest.NewCA("cell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pki{ca: ca, dir: t.TempDir()}
+	p.replica = p.write(t, ca, "replica-1", tlstest.Both)
+	p.server = p.reloader(t, p.replica, 0)
+	return p
+}
+
+func (p *pki) write(t *testing.T, ca *tlstest.CA, cn string, u tlstest.Usage) tlstest.Files {
+	t.Helper()
+	f, err := ca.Write(p.dir, cn, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (p *pki) reloader(t *testing.T, f tlstest.Files, every time.Duration) *tlsconf.Reloader {
+	t.Helper()
+	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: f.Cert, Key: f.Key, CA: p.replica.CA}, CheckInterval: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func startTLSServer(t *testing.T, p *pki, auth tlsconf.Auth) string {
+	t.Helper()
+	return startServer(t, &whoHandler{*newEchoHandler(false)}, rpc.ServerConfig{TLS: p.server.ServerConfig(auth, true)})
+}
+
+// Handlers see the principal of the caller's certificate, or none.
+func TestTLSCaller(t *testing.T) {
+	p := newPKI(t)
+	addr := startTLSServer(t, p, tlsconf.AllowAnonymous)
+	alice := p.reloader(t, p.write(t, p.ca, "alice", tlstest.Client), 0)
+	anon, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{CA: p.replica.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		cli  *tlsconf.Reloader
+		want string
+	}{
+		{"alice", alice, `hi tls=true principal="alice"`},
+		{"anonymous", anon, `hi tls=true principal=""`},
+	} {
+		for _, tr := range transports {
+			t.Run(tt.name+"/"+tr.String(), func(t *testing.T) {
+				c := newClient(t, rpc.ClientConfig{Addrs: []string{addr}, Transport: tr, TLS: tt.cli.ClientConfig(), RPCTimeout: 5 * time.Second})
+				got, err := c.Echo(context.Background(), "hi")
+				if err != nil || got != tt.want {
+					t.Fatalf("Echo = %q, %v; want %q", got, err, tt.want)
+				}
+			})
+		}
+	}
+	// Plaintext: no TLS, no principal.
+	plain := startServer(t, &whoHandler{*newEchoHandler(false)}, rpc.ServerConfig{})
+	c := newClient(t, rpc.ClientConfig{Addrs: []string{plain}, RPCTimeout: 5 * time.Second})
+	if got, err := c.Echo(context.Background(), "hi"); err != nil || got != `hi tls=false principal=""` {
+		t.Fatalf("plaintext Echo = %q, %v", got, err)
+	}
+}
+
+// Whoever cannot complete the handshake gets no call through.
+func TestTLSRefusals(t *testing.T) {
+	p := newPKI(t)
+	required := startTLSServer(t, p, tlsconf.RequireCert)
+	other, err := tlstest.NewCA("intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	odir := t.TempDir()
+	mallory, err := other.Write(odir, "mallory", tlstest.Both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// mallory trusts our CA, so the refusal is of its certificate.
+	intruder, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: mallory.Cert, Key: mallory.Key, CA: p.replica.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{CA: p.replica.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		cfg  rpc.ClientConfig
+	}{
+		{"plaintext client", rpc.ClientConfig{}},
+		{"certificate of another CA", rpc.ClientConfig{TLS: intruder.ClientConfig()}},
+		{"no certificate where one is required", rpc.ClientConfig{TLS: anon.ClientConfig()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Addrs, tt.cfg.RPCTimeout = []string{required}, 2*time.Second
+			c := newClient(t, tt.cfg)
+			if got, err := c.Echo(context.Background(), "hi"); err == nil {
+				t.Fatalf("Echo = %q, want a refusal", got)
+			}
+		})
+	}
+	// A TLS client does not talk to a plaintext server either.
+	plain := startServer(t, &whoHandler{*newEchoHandler(false)}, rpc.ServerConfig{})
+	c := newClient(t, rpc.ClientConfig{Addrs: []string{plain}, TLS: p.reloader(t, p.replica, 0).ClientConfig(), RPCTimeout: 2 * time.Second})
+	if got, err := c.Echo(context.Background(), "hi"); err == nil {
+		t.Fatalf("TLS client to a plaintext server: %q", got)
+	}
+	// Bytes that are not a TLS handshake close the connection.
+	conn, err := net.DialTimeout("tcp", required, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte(strings.Repeat("GET / HTTP/1.0\r\n", 100)))
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1024)); err == nil {
+		// An alert may come first; the connection must then close.
+		if _, err := conn.Read(make([]byte, 1024)); err == nil {
+			t.Fatal("garbage got an answer")
+		}
+	}
+}
+
+// Certificates rotated on disk under load: every call succeeds, and new
+// connections use the new certificate.
+func TestTLSRotationUnderLoad(t *testing.T) {
+	p := newPKI(t)
+	p.server = p.reloader(t, p.replica, 10*time.Millisecond)
+	addr := startTLSServer(t, p, tlsconf.RequireCert)
+	cli := p.reloader(t, p.write(t, p.ca, "alice", tlstest.Client), 10*time.Millisecond)
+	c := newClient(t, rpc.ClientConfig{Addrs: []string{addr}, TLS: cli.ClientConfig(), RPCTimeout: 5 * time.Second, MaxIdleTimeout: 20 * time.Millisecond})
+	var calls, failures atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := c.Echo(context.Background(), "x"); err != nil {
+					failures.Add(1)
+					t.Errorf("call during rotation: %v", err)
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	serials := map[string]bool{}
+	for i := range 5 {
+		time.Sleep(50 * time.Millisecond)
+		p.write(t, p.ca, "replica-1", tlstest.Both)
+		p.write(t, p.ca, "alice", tlstest.Client)
+		serials[p.server.Leaf().SerialNumber.String()] = true
+		_ = i
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d calls, %d failed, %d server certificates seen", calls.Load(), failures.Load(), len(serials))
+	if len(serials) < 2 {
+		t.Errorf("the server certificate never changed")
+	}
+}
