@@ -11,6 +11,7 @@ import (
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/replica"
 	"github.com/chubbygo/chubby/replica/vr"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -112,6 +113,21 @@ type Config struct {
 	// PromoteAfter: a learner caught up and in contact for this long is
 	// promoted to voter. Default 3 s.
 	PromoteAfter time.Duration
+
+	// TLS, if set, secures all three of the replica's links with mutual
+	// TLS from its files: the client port (callers may come without a
+	// certificate, as "anonymous"; their certificate's common name is
+	// their principal, verified against the client CA), the peer port and
+	// the gossip channel (a certificate of the cell's CA is required both
+	// ways). nil: everything in plaintext, every caller anonymous — a
+	// development cell, as status and the status page say.
+	TLS *tlsconf.Reloader
+	// Admin, if set, is the cell's first administrator: the first master
+	// to serve a cell whose root has no ACL names creates /acl/admin
+	// listing it and gives "/" and /acl that ACL for all three rights
+	// (fsm.InitACL). Once the cell has ACLs it changes nothing. Empty: no
+	// ACLs until somebody sets them (every node open to every caller).
+	Admin string
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: a private registry, served on HTTPListen

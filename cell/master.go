@@ -266,6 +266,8 @@ func (s *Server) status() *chubby.CellStatus {
 	epoch, pending, target := int64(info.Epoch), int64(info.PendingConfig), int32(s.cfg.TargetSize)
 	st.ConfigEpoch, st.PendingConfig, st.TargetSize = &epoch, &pending, &target
 	st.Decisions = s.recentDecisions()
+	sec := s.security()
+	st.Security = &sec
 	progress, gossip := s.progress(), s.gossipPeers()
 	for _, mb := range info.Members {
 		client := mb.ClientAddr

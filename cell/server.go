@@ -3,6 +3,7 @@ package cell
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/chubbygo/chubby/replica"
 	"github.com/chubbygo/chubby/replica/vr"
 	"github.com/chubbygo/chubby/rpc"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
 )
 
 // Version is reported by GetStatus.
@@ -280,7 +282,7 @@ func (s *Server) startLog(members vr.Members, peerAddrs map[uint64]string) error
 	cfg := &s.cfg
 	var err error
 	if len(cfg.Peers) > 1 || cfg.gossip() {
-		if s.tr, err = replica.NewPeerTransport(cfg.Cell, cfg.ID, peerAddrs, cfg.Logger); err != nil {
+		if s.tr, err = replica.NewPeerTransport(cfg.Cell, cfg.ID, peerAddrs, cfg.Logger, s.peerClientTLS()); err != nil {
 			return err
 		}
 	}
@@ -329,7 +331,7 @@ func (s *Server) startPeerServer(peerAddrs map[uint64]string) error {
 	}
 	s.peerSrv, err = replica.NewPeerServer(replica.PeerServerConfig{
 		Cell: cfg.Cell, Listener: pl, Logger: cfg.Logger, Deliver: s.log.Receive, Transport: s.tr,
-		Known: s.knownPeer,
+		Known: s.knownPeer, TLS: s.serverTLS(tlsconf.RequireCert, false),
 	})
 	if err != nil {
 		pl.Close()
@@ -347,6 +349,7 @@ func (s *Server) prepareServers(reg prometheus.Registerer) error {
 		MaxConnections: cfg.MaxConnections,
 		Logger:         cfg.Logger,
 		Registerer:     reg,
+		TLS:            s.serverTLS(tlsconf.AllowAnonymous, true),
 	})
 	if err != nil {
 		return err
@@ -752,7 +755,42 @@ func (s *Server) httpHandler() http.Handler {
 }
 
 // principal names the caller of the call ctx belongs to, and whether the
-// call came over TLS. Without TLS every caller is anonymous.
+// call came over TLS. Without TLS, or without a certificate, the caller is
+// anonymous.
 func (s *Server) principal(ctx context.Context) (string, bool) {
-	return fs.Anonymous, false
+	c := rpc.Caller(ctx)
+	if c.Principal == "" {
+		return fs.Anonymous, c.TLS
+	}
+	return c.Principal, c.TLS
+}
+
+// security says how the replica's ports are protected, for status.
+func (s *Server) security() string {
+	if s.cfg.TLS == nil {
+		return "PLAINTEXT: no TLS on any port; every caller is anonymous and anyone who can reach the ports can use the cell (a development cell)"
+	}
+	sec := "mutual TLS on the client, peer and gossip ports"
+	if c := s.cfg.TLS.Leaf(); c != nil {
+		sec += fmt.Sprintf("; this replica is %q, its certificate expires %s", c.Subject.CommonName, c.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return sec
+}
+
+// serverTLS is the server configuration of one of the replica's ports,
+// nil without TLS.
+func (s *Server) serverTLS(auth tlsconf.Auth, clientPort bool) *tls.Config {
+	if s.cfg.TLS == nil {
+		return nil
+	}
+	return s.cfg.TLS.ServerConfig(auth, clientPort)
+}
+
+// peerClientTLS is the configuration of connections to other replicas,
+// nil without TLS.
+func (s *Server) peerClientTLS() *tls.Config {
+	if s.cfg.TLS == nil {
+		return nil
+	}
+	return s.cfg.TLS.ClientConfig()
 }

@@ -137,6 +137,8 @@ type pageView struct {
 	LocksHeld     int64
 	Uptime        string
 	Version       string
+	Security      string
+	Plaintext     bool // Security says the cell runs without TLS
 
 	ConfigEpoch string // "" when absent
 	Pending     string // "none", "index N", or "" when absent
@@ -179,6 +181,7 @@ func newPageView(st *chubby.CellStatus, self string) pageView {
 		Cell: st.Cell, Self: self, MasterID: st.MasterId, MasterAddress: st.MasterAddress,
 		Epoch: int64(st.Epoch), CommittedOp: st.CommittedOp, Sessions: st.Sessions, Nodes: st.Nodes,
 		Handles: st.Handles, LocksHeld: st.LocksHeld, Version: st.Version,
+		Security: st.GetSecurity(), Plaintext: strings.HasPrefix(st.GetSecurity(), "PLAINTEXT"),
 		Uptime: (time.Duration(st.UptimeMs) * time.Millisecond).Round(time.Second).String(),
 	}
 	if st.ConfigEpoch != nil {
@@ -321,6 +324,7 @@ footer{margin-top:2em;color:#777;font-size:.9em}
 <tr><th>Locks held</th><td class="num">{{.LocksHeld}}</td></tr>
 <tr><th>Uptime</th><td>{{.Uptime}}</td></tr>
 <tr><th>Version</th><td>{{.Version}}</td></tr>
+<tr><th>Security</th><td>{{if .Plaintext}}<span class="pending">{{.Security}}</span>{{else}}{{or .Security "—"}}{{end}}</td></tr>
 </table>
 
 <h2>Configuration</h2>

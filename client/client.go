@@ -46,6 +46,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		// Kitex honours a per-call callopt.WithRPCTimeout only when the
 		// client has a default RPC timeout, so this must not be zero.
 		RPCTimeout: cfg.CallTimeout,
+		TLS:        cfg.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("chubby: connect: %w", err)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
 )
 
 // Defaults used by Connect for the fields of Config left at their zero value.
@@ -80,6 +82,39 @@ type Config struct {
 	// Logger receives the library's diagnostics (session expiry, retries).
 	// Default: a logger that discards everything.
 	Logger *slog.Logger
+
+	// TLS, if set, is the configuration of every connection: the cell's
+	// client port then speaks mutual TLS, and the certificate this client
+	// presents names its principal (none: "anonymous"). If nil and
+	// CHUBBY_TLS_CA is set, the client builds one from CHUBBY_TLS_CA,
+	// CHUBBY_TLS_CERT and CHUBBY_TLS_KEY (certificates renewed on disk
+	// are picked up; see TLSFromFiles). Neither: plaintext, for a cell
+	// started without TLS.
+	TLS *tls.Config
+}
+
+// Environment variables of the client's TLS files (see Config.TLS).
+const (
+	EnvTLSCA   = "CHUBBY_TLS_CA"
+	EnvTLSCert = "CHUBBY_TLS_CERT"
+	EnvTLSKey  = "CHUBBY_TLS_KEY"
+	// EnvTLSServerName, if set, is the host name the replicas'
+	// certificates must carry (by default any certificate the CA signed
+	// for a server is a replica).
+	EnvTLSServerName = "CHUBBY_TLS_SERVER_NAME"
+)
+
+// TLSFromFiles returns a client TLS configuration from PEM files: the CA
+// that signed the replicas' certificates and, optionally, this client's
+// certificate and key (both or neither; neither: anonymous). serverName,
+// if set, must be in the replicas' certificates. The files are read again
+// when they change, at most once a second, at the next new connection.
+func TLSFromFiles(ca, cert, key, serverName string) (*tls.Config, error) {
+	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{CA: ca, Cert: cert, Key: key}, ServerName: serverName})
+	if err != nil {
+		return nil, fmt.Errorf("chubby: TLS: %w", err)
+	}
+	return r.ClientConfig(), nil
 }
 
 // DefaultConfig returns the defaults Connect gives the fields of a Config
@@ -146,6 +181,15 @@ func (cfg Config) withDefaults(getenv func(string) string) (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = d.Logger
+	}
+	if cfg.TLS == nil && getenv(EnvTLSCA) != "" {
+		tc, err := TLSFromFiles(getenv(EnvTLSCA), getenv(EnvTLSCert), getenv(EnvTLSKey), getenv(EnvTLSServerName))
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.TLS = tc
+	} else if cfg.TLS == nil && (getenv(EnvTLSCert) != "" || getenv(EnvTLSKey) != "") {
+		return Config{}, fmt.Errorf("chubby: %s and %s need %s (the CA that signed the replicas)", EnvTLSCert, EnvTLSKey, EnvTLSCA)
 	}
 	return cfg, nil
 }

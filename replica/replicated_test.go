@@ -85,7 +85,7 @@ func (c *testCluster) start(id uint64, dir string, ln net.Listener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := NewPeerTransport("test", id, c.peers, quiet())
+	tr, err := NewPeerTransport("test", id, c.peers, quiet(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

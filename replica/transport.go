@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,6 +75,7 @@ type PeerTransport struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	recv     atomic.Pointer[Receiver]
+	tls      *tls.Config // nil: plaintext
 
 	mu      sync.Mutex
 	peers   map[uint64]*peerSender
@@ -105,11 +107,15 @@ const maxLearned = vr.MaxMembers
 // NewPeerTransport makes a transport from replica self to peers (id → peer
 // address; self's own address, if in it, is named to the others so that
 // a replica that does not know self yet can answer).
-func NewPeerTransport(cell string, self uint64, peers map[uint64]string, log *slog.Logger) (*PeerTransport, error) {
+//
+// tlsCfg, if set, is the client configuration of every connection to a
+// peer (see package rpc/tlsconf): then only a replica whose certificate
+// the cell's CA signed receives anything. nil: plaintext.
+func NewPeerTransport(cell string, self uint64, peers map[uint64]string, log *slog.Logger, tlsCfg *tls.Config) (*PeerTransport, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &PeerTransport{cell: cell, self: self, selfAddr: peers[self], log: log, peers: make(map[uint64]*peerSender),
+	t := &PeerTransport{cell: cell, self: self, selfAddr: peers[self], log: log, tls: tlsCfg, peers: make(map[uint64]*peerSender),
 		stop: make(chan struct{}), waiting: make(map[uint64]*replySlot)}
 	if err := t.SetPeers(peers); err != nil {
 		return nil, err
@@ -161,7 +167,7 @@ func (t *PeerTransport) Learn(id uint64, addr string) {
 
 func (t *PeerTransport) addLocked(id uint64, addr string) error {
 	opts, err := rpc.ClientOptions(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4,
-		MaxPayloadBytes: MaxPeerPayloadBytes})
+		MaxPayloadBytes: MaxPeerPayloadBytes, TLS: t.tls})
 	if err != nil {
 		return fmt.Errorf("peer %d at %s: %w", id, addr, err)
 	}
@@ -376,6 +382,10 @@ type PeerServerConfig struct {
 	// refused): a member's, or anyone's on a replica that cannot judge
 	// yet (one being added).
 	Known func(id uint64) bool
+	// TLS, if set, is the server configuration of the peer port; it must
+	// require a certificate of the cell's CA (tlsconf.RequireCert), so
+	// that nobody else can send replica traffic. nil: plaintext.
+	TLS *tls.Config
 }
 
 // NewPeerServer builds the Kitex server of the peer port. Run it with Run;
@@ -387,6 +397,7 @@ func NewPeerServer(cfg PeerServerConfig) (server.Server, error) {
 		MaxConnections:  256,
 		MaxPayloadBytes: MaxPeerPayloadBytes,
 		Logger:          cfg.Logger,
+		TLS:             cfg.TLS,
 	})
 	if err != nil {
 		return nil, err

@@ -26,6 +26,7 @@ import (
 
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/rpc"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
 )
 
 func main() {
@@ -45,6 +46,8 @@ type options struct {
 	join, gossipListen          string
 	bootstrapExpect, targetSize int
 	deadAfter, promoteAfter     time.Duration
+	tlsCert, tlsKey, tlsCA      string
+	tlsClientCA, admin          string
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -149,6 +152,26 @@ func addFlags(c *cobra.Command, o *options, data, httpListen string) {
 	f.IntVar(&o.targetSize, "target-size", d.TargetSize, "voters the master grows the cell to: 1, 3 or 5")
 	f.DurationVar(&o.deadAfter, "dead-after", d.DeadAfter, "replace a voter gossip reports dead, with no replica traffic either, for this long")
 	f.DurationVar(&o.promoteAfter, "promote-after", d.PromoteAfter, "promote a learner caught up and healthy for this long")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "this replica's certificate (PEM; needs serverAuth and clientAuth): with --tls-key and --tls-ca, mutual TLS on the client, peer and gossip ports (files are re-read when they change)")
+	f.StringVar(&o.tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
+	f.StringVar(&o.tlsCA, "tls-ca", "", "the cell's CA (PEM): it signed every replica's certificate, and clients' unless --tls-client-ca is given")
+	f.StringVar(&o.tlsClientCA, "tls-client-ca", "", "a separate CA for client certificates (then no client certificate passes for a replica)")
+	f.StringVar(&o.admin, "admin", "", "the cell's first administrator principal: a new cell creates /acl/admin listing it and protects / and /acl with it (changes nothing once the cell has ACLs)")
+}
+
+// tlsReloader builds the replica's TLS material from the --tls-* flags,
+// nil when none is given (plaintext).
+func tlsReloader(o *options, logger *slog.Logger) (*tlsconf.Reloader, error) {
+	if o.tlsCert == "" && o.tlsKey == "" && o.tlsCA == "" && o.tlsClientCA == "" {
+		return nil, nil
+	}
+	if o.tlsCert == "" || o.tlsKey == "" || o.tlsCA == "" {
+		return nil, usageError{errors.New("TLS needs all of --tls-cert, --tls-key and --tls-ca")}
+	}
+	return tlsconf.New(tlsconf.Config{
+		Files:  tlsconf.Files{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA, ClientCA: o.tlsClientCA},
+		Logger: logger,
+	})
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
@@ -237,8 +260,14 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 	if gossip && !flagSet(o, "id") {
 		id = 0 // from the data directory's identity
 	}
+	tr, err := tlsReloader(o, logger)
+	if err != nil {
+		return err
+	}
 	s, err := cell.New(cell.Config{
 		ID:              id,
+		TLS:             tr,
+		Admin:           o.admin,
 		Join:            splitList(o.join),
 		GossipListen:    o.gossipListen,
 		BootstrapExpect: o.bootstrapExpect,
@@ -297,6 +326,10 @@ func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.L
 		}
 		peers = append(peers, cell.Peer{ID: uint64(i), Addr: client, PeerAddr: peer})
 	}
+	tr, err := tlsReloader(o, logger)
+	if err != nil {
+		return err
+	}
 	var servers []*cell.Server
 	for _, p := range peers {
 		dir := filepath.Join(data, fmt.Sprintf("r%d", p.ID))
@@ -313,6 +346,7 @@ func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.L
 		s, err := cell.New(cell.Config{
 			ID: p.ID, Cell: o.cellName, Peers: peers, Listen: p.Addr, HTTPListen: httpAddr,
 			DataDir: dir, Lease: o.lease, MaxConnections: o.maxConns, SnapshotEvery: o.snapshotEvery, Logger: logger.With("replica", p.ID),
+			TLS: tr, Admin: o.admin,
 		})
 		if err != nil {
 			for _, s := range servers {
