@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
 )
 
 // Options tunes the cell. Zero fields take cell.Config's defaults.
@@ -29,6 +30,10 @@ type Options struct {
 	// test makes a one-replica cell fail over to a new master (a new epoch)
 	// that clients reach at the same address.
 	Addr string
+	// TLS and Admin are cell.Config's (nil, "": a plaintext cell without
+	// ACLs).
+	TLS   *tlsconf.Reloader
+	Admin string
 }
 
 // Cell is a running cell.
@@ -58,7 +63,7 @@ func Start(t testing.TB, o Options) *Cell {
 	if err != nil {
 		t.Fatalf("celltest: listen %s: %v", addr, err)
 	}
-	srv, err := cell.New(cell.Config{Listener: ln, DataDir: o.DataDir, Lease: o.Lease, Logger: o.Logger})
+	srv, err := cell.New(cell.Config{Listener: ln, DataDir: o.DataDir, Lease: o.Lease, Logger: o.Logger, TLS: o.TLS, Admin: o.Admin})
 	if err != nil {
 		t.Fatalf("celltest: start cell: %v", err)
 	}

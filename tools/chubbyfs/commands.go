@@ -443,6 +443,7 @@ type statusJSON struct {
 	CommittedOp   int64           `json:"committed_op"`
 	UptimeMs      int64           `json:"uptime_ms"`
 	Version       string          `json:"version"`
+	Security      string          `json:"security,omitempty"`
 }
 
 type replicaStatus struct {
@@ -457,7 +458,7 @@ func toStatusJSON(st *chubby.CellStatus) statusJSON {
 		Cell: st.GetCell(), MasterID: st.GetMasterId(), MasterAddress: st.GetMasterAddress(),
 		Epoch: st.GetEpoch(), Sessions: st.GetSessions(), Nodes: st.GetNodes(), Handles: st.GetHandles(),
 		LocksHeld: st.GetLocksHeld(), CommittedOp: st.GetCommittedOp(), UptimeMs: st.GetUptimeMs(),
-		Version: st.GetVersion(), Replicas: []replicaStatus{},
+		Version: st.GetVersion(), Security: st.GetSecurity(), Replicas: []replicaStatus{},
 	}
 	for _, r := range st.GetReplicas() {
 		out.Replicas = append(out.Replicas, replicaStatus{ID: r.GetId(), Address: r.GetAddress(),
@@ -476,7 +477,8 @@ the master's epoch, and counts of sessions, nodes, handles and held locks.
 With --json it prints the same as one JSON object, for scripts:
 {"cell", "master_id", "master_address", "epoch", "replicas": [{"id",
 "address", "role", "committed_op"}], "sessions", "nodes", "handles",
-"locks_held", "committed_op", "uptime_ms", "version"}. It needs no session.`,
+"locks_held", "committed_op", "uptime_ms", "version", "security"}. It needs no
+session.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 {
@@ -513,6 +515,9 @@ func printStatus(w io.Writer, st *chubby.CellStatus) {
 		(time.Duration(st.GetUptimeMs()) * time.Millisecond).Round(time.Second), st.GetCommittedOp())
 	fmt.Fprintf(w, "sessions:   %d   nodes: %d   handles: %d   locks held: %d\n",
 		st.GetSessions(), st.GetNodes(), st.GetHandles(), st.GetLocksHeld())
+	if sec := st.GetSecurity(); sec != "" {
+		fmt.Fprintf(w, "security:   %s\n", sec)
+	}
 	fmt.Fprintln(w, "replicas:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tADDRESS\tROLE\tCOMMITTED")

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,8 @@ type app struct {
 
 	cell    string        // --cell
 	timeout time.Duration // --timeout
+
+	tlsCA, tlsCert, tlsKey string // --tls-*
 }
 
 // exitError carries the exit status a command ends with and the message to
@@ -147,10 +150,14 @@ status of the command it ran.`,
 		"the cell's replica addresses, host:port, comma separated (default: $"+client.EnvCell+", else "+client.DefaultAddr+")")
 	pf.DurationVar(&a.timeout, "timeout", defaultTimeout,
 		"give up on the whole command after this long (0: never)")
+	pf.StringVar(&a.tlsCA, "tls-ca", "", "the CA that signed the replicas' certificates: speak mutual TLS (default: $"+client.EnvTLSCA+"; neither: plaintext)")
+	pf.StringVar(&a.tlsCert, "tls-cert", "", "this client's certificate, whose common name is its principal (default: $"+client.EnvTLSCert+"; none: anonymous)")
+	pf.StringVar(&a.tlsKey, "tls-key", "", "the key of --tls-cert (default: $"+client.EnvTLSKey+")")
 	root.AddCommand(
 		a.lsCommand(), a.statCommand(), a.catCommand(), a.writeCommand(),
 		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommandWithShow(), a.electionCommand(),
 		a.watchCommand(), a.sequencerCommand(), a.statusCommand(), a.membersCommand(),
+		a.aclCommand(), a.whoamiCommand(),
 	)
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)
@@ -190,11 +197,35 @@ func (a *app) connect(ctx context.Context) (*client.Client, error) {
 		}
 		cfg.Addrs = addrs
 	}
+	tc, err := a.tlsConfig()
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	cfg.TLS = tc
 	c, err := client.Connect(ctx, cfg)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
 	return c, nil
+}
+
+// tlsConfig is the TLS configuration the --tls-* flags, else the
+// CHUBBY_TLS_* variables, ask for; nil: plaintext.
+func (a *app) tlsConfig() (*tls.Config, error) {
+	pick := func(flag, env string) string {
+		if flag != "" {
+			return flag
+		}
+		return a.getenv(env)
+	}
+	ca, cert, key := pick(a.tlsCA, client.EnvTLSCA), pick(a.tlsCert, client.EnvTLSCert), pick(a.tlsKey, client.EnvTLSKey)
+	if ca == "" {
+		if cert != "" || key != "" {
+			return nil, fmt.Errorf("--tls-cert and --tls-key need --tls-ca (or $%s)", client.EnvTLSCA)
+		}
+		return nil, nil
+	}
+	return client.TLSFromFiles(ca, cert, key, a.getenv(client.EnvTLSServerName))
 }
 
 // withSession runs fn with a fresh session and closes the session (and
