@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,9 @@ type testPKI struct {
 	ca      *tlstest.CA
 	dir     string
 	replica tlstest.Files
+
+	mu      sync.Mutex
+	clients map[string]tlstest.Files // by common name: issued once
 }
 
 func newTestPKI(t *testing.T) *testPKI {
@@ -53,7 +57,16 @@ func (p *testPKI) connectAs(t *testing.T, addr, cn string) *Client {
 	t.Helper()
 	var cert, key string
 	if cn != "" {
-		f := p.files(t, cn, tlstest.Client)
+		p.mu.Lock()
+		f, ok := p.clients[cn]
+		if !ok {
+			f = p.files(t, cn, tlstest.Client)
+			if p.clients == nil {
+				p.clients = map[string]tlstest.Files{}
+			}
+			p.clients[cn] = f
+		}
+		p.mu.Unlock()
 		cert, key = f.Cert, f.Key
 	}
 	tc, err := TLSFromFiles(p.replica.CA, cert, key, "")
