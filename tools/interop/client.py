@@ -4,15 +4,21 @@ Generated from idl/chubby.thrift by the Apache Thrift compiler (the test
 runs `thrift --gen py` into a temporary directory and puts it on sys.path).
 It talks to one cell port with a separate client per service, as any
 non-Go program would, over the transport named on the command line:
-framed or buffered, strict binary protocol. It prints one line per check
-and exits non-zero on the first failure.
+framed or buffered, strict binary protocol, in plaintext or over mutual
+TLS (Apache Thrift's TSSLSocket). It prints one line per check and exits
+non-zero on the first failure.
 
-usage: client.py HOST PORT framed|buffered
+usage: client.py HOST PORT framed|buffered [CA CERT KEY PRINCIPAL]
+
+With CA (the cell's CA), CERT and KEY (this client's certificate, whose
+common name PRINCIPAL is) it speaks TLS and checks that the cell takes it
+for PRINCIPAL; CERT and KEY given as "-" mean no certificate (anonymous).
 """
+import ssl
 import sys
 
 from thrift.protocol import TBinaryProtocol
-from thrift.transport import TSocket, TTransport
+from thrift.transport import TSocket, TSSLSocket, TTransport
 
 from chubby import Session, FileSystem, Lock, Cell
 from chubby.ttypes import (CreateSessionRequest, CloseSessionRequest, OpenRequest, OpenMode,
@@ -21,8 +27,15 @@ from chubby.ttypes import (CreateSessionRequest, CloseSessionRequest, OpenReques
                            ErrorCode, DeleteRequest)
 
 
-def connect(host, port, kind):
-    sock = TSocket.TSocket(host, port)
+def connect(host, port, kind, tls=None):
+    if tls:
+        ca, cert, key = tls
+        kw = dict(cert_reqs=ssl.CERT_REQUIRED, ca_certs=ca)
+        if cert != "-":
+            kw.update(certfile=cert, keyfile=key)
+        sock = TSSLSocket.TSSLSocket(host, port, **kw)
+    else:
+        sock = TSocket.TSocket(host, port)
     sock.setTimeout(10000)
     if kind == "framed":
         trans = TTransport.TFramedTransport(sock)
@@ -42,11 +55,20 @@ def check(cond, what):
 
 def main():
     host, port, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    trans, proto = connect(host, port, kind)
+    tls = tuple(sys.argv[4:7]) if len(sys.argv) > 4 else None
+    trans, proto = connect(host, port, kind, tls)
     sess = Session.Client(proto)
     fsys = FileSystem.Client(proto)
     lock = Lock.Client(proto)
     cell = Cell.Client(proto)
+
+    me = cell.WhoAmI()
+    if tls:
+        want = sys.argv[7]
+        check(me.tls and me.principal == want, "Cell.WhoAmI over TLS: %s (want %s)" % (me.principal, want))
+        kind += "-tls-" + want
+    else:
+        check(not me.tls and me.principal == "anonymous", "Cell.WhoAmI in plaintext: anonymous")
 
     status = cell.GetStatus()
     check(status.master_address != "", "Cell.GetStatus names a master")

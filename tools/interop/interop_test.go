@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/chubbygo/chubby/cell/celltest"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
 // python is Debian's interpreter, which has python3-thrift (another python3
@@ -32,17 +34,45 @@ func TestPythonThriftClient(t *testing.T) {
 	if b, err := exec.Command(thrift, "--gen", "py", "-out", out, idl).CombinedOutput(); err != nil {
 		t.Fatalf("thrift --gen py: %v\n%s", err, b)
 	}
+	script := filepath.Join(filepath.Dir(here), "client.py")
+	run := func(t *testing.T, args ...string) {
+		t.Helper()
+		cmd := exec.Command(python, append([]string{script}, args...)...)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+out)
+		b, err := cmd.CombinedOutput()
+		t.Logf("python client %v:\n%s", args, b)
+		if err != nil {
+			t.Fatalf("python client failed: %v", err)
+		}
+	}
 	c := celltest.Start(t, celltest.Options{})
 	host, port, _ := net.SplitHostPort(c.Addr)
 	for _, kind := range []string{"framed", "buffered"} {
-		t.Run(kind, func(t *testing.T) {
-			cmd := exec.Command(python, filepath.Join(filepath.Dir(here), "client.py"), host, port, kind)
-			cmd.Env = append(os.Environ(), "PYTHONPATH="+out)
-			b, err := cmd.CombinedOutput()
-			t.Logf("python client (%s):\n%s", kind, b)
-			if err != nil {
-				t.Fatalf("python client failed: %v", err)
-			}
-		})
+		t.Run(kind, func(t *testing.T) { run(t, host, port, kind) })
+	}
+
+	// The same over mutual TLS, with a certificate and without one.
+	ca, err := tlstest.NewCA("cell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rf, err := ca.Write(dir, "replica-1", tlstest.Both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := ca.Write(dir, "py-client", tlstest.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rf.Cert, Key: rf.Key, CA: rf.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := celltest.Start(t, celltest.Options{TLS: r})
+	host, port, _ = net.SplitHostPort(tc.Addr)
+	for _, kind := range []string{"framed", "buffered"} {
+		t.Run(kind+"/tls", func(t *testing.T) { run(t, host, port, kind, rf.CA, pf.Cert, pf.Key, "py-client") })
+		t.Run(kind+"/tls-anonymous", func(t *testing.T) { run(t, host, port, kind, rf.CA, "-", "-", "anonymous") })
 	}
 }
