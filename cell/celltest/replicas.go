@@ -30,6 +30,13 @@ func NewReplicas(t testing.TB) *Replicas { return &Replicas{t: t} }
 // configuration up front (cell.Config.Peers, chubbyd's --peers).
 func StartStatic(t testing.TB, n int) *Replicas {
 	t.Helper()
+	return StartStaticWith(t, n, nil)
+}
+
+// StartStaticWith is StartStatic with each replica's configuration passed
+// through with (if not nil) before it starts, e.g. to give it TLS.
+func StartStaticWith(t testing.TB, n int, with func(cfg *cell.Config)) *Replicas {
+	t.Helper()
 	var lns, pls []net.Listener
 	var peers []cell.Peer
 	for i := 1; i <= n; i++ {
@@ -39,7 +46,11 @@ func StartStatic(t testing.TB, n int) *Replicas {
 	}
 	rc := NewReplicas(t)
 	for i := range n {
-		rc.Add(cell.Config{ID: uint64(i + 1), Peers: peers, Listener: lns[i], PeerListener: pls[i]})
+		cfg := cell.Config{ID: uint64(i + 1), Peers: peers, Listener: lns[i], PeerListener: pls[i]}
+		if with != nil {
+			with(&cfg)
+		}
+		rc.Add(cfg)
 	}
 	return rc
 }
