@@ -22,6 +22,8 @@ type serverMetrics struct {
 	latency  *prometheus.HistogramVec // by method
 	parked   prometheus.Gauge
 	limited  *prometheus.CounterVec // by limit: connections, qps
+	// handshakes counts TLS handshakes by outcome: ok, refused.
+	handshakes *prometheus.CounterVec
 }
 
 // newServerMetrics creates the collectors and registers them with reg. If reg
@@ -47,6 +49,10 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: "rpc_server_limit_rejections_total",
 			Help: "Connections or calls refused by the server's limits, by limit (connections, qps).",
 		}, []string{"limit"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rpc_server_tls_handshakes_total",
+			Help: "TLS handshakes of accepted connections, by outcome (ok; refused: no certificate where one is required, an unknown CA, not TLS, too slow).",
+		}, []string{"outcome"}),
 	}
 	var err error
 	if m.requests, err = register(reg, m.requests); err != nil {
@@ -59,6 +65,9 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		return nil, err
 	}
 	if m.limited, err = register(reg, m.limited); err != nil {
+		return nil, err
+	}
+	if m.handshakes, err = register(reg, m.handshakes); err != nil {
 		return nil, err
 	}
 	return m, nil

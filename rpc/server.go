@@ -213,7 +213,15 @@ func (w *connWatcher) OnActive(ctx context.Context, conn net.Conn) (context.Cont
 	ci := &connInfo{metrics: w.metrics}
 	if w.tls != nil {
 		var err error
-		if ci.caller, err = w.tls.handshake(ctx, conn); err != nil {
+		ci.caller, err = w.tls.handshake(ctx, conn)
+		if w.metrics != nil {
+			outcome := "ok"
+			if err != nil {
+				outcome = "refused"
+			}
+			w.metrics.handshakes.WithLabelValues(outcome).Inc()
+		}
+		if err != nil {
 			return ctx, err
 		}
 	}
