@@ -96,7 +96,24 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 	l.mu.Lock()
 	l.pending[c.RemoteAddr().String()] = tc
 	l.mu.Unlock()
-	return tc, nil
+	return &tlsAccepted{Conn: tc, l: l}, nil
+}
+
+// tlsAccepted is an accepted connection that leaves the listener's
+// pending table when it closes, claimed or not (Kitex refuses some
+// connections, over its connection limit, before OnActive).
+type tlsAccepted struct {
+	*tls.Conn
+	l *tlsListener
+}
+
+func (c *tlsAccepted) Close() error {
+	c.l.mu.Lock()
+	if k := c.RemoteAddr().String(); c.l.pending[k] == c.Conn {
+		delete(c.l.pending, k)
+	}
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // claim returns and forgets the TLS connection from remote.
