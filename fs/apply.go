@@ -50,6 +50,9 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	if op == nil || op.CountSetFieldsOp() != 1 {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a command carries exactly one operation"))
 	}
+	if cmd.Principal != nil && op.CreateSession == nil {
+		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "only CreateSession carries a principal: a session's commands act as its principal"))
+	}
 	var sess *session
 	var seq, floor int64 // seq > 0: an exactly-once command
 	if cmd.Session != nil {
@@ -90,7 +93,7 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a request sequence needs a session"))
 	}
 
-	res := s.dispatch(op, fx)
+	res := s.dispatch(cmd, fx)
 
 	// Save every answer of a sequenced command that reached here, refusals
 	// included. (An EndSession of its own session leaves nothing to save
@@ -102,11 +105,12 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	return res
 }
 
-// dispatch applies the one operation of op.
-func (s *State) dispatch(op *fsm.Op, fx *Effects) *fsm.Result_ {
+// dispatch applies the one operation of cmd.
+func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
+	op := cmd.Op
 	switch {
 	case op.CreateSession != nil:
-		return s.createSession(op.CreateSession)
+		return s.createSession(op.CreateSession, cmd.Principal)
 	case op.EndSession != nil:
 		sess := s.sessions[op.EndSession.Session]
 		if sess == nil {

@@ -115,7 +115,11 @@
 // # Sessions
 //
 // CreateSession (client_name at most 256 bytes) returns a new id from a
-// counter; ids are never reused. EndSession{expired} ends one: its pending
+// counter; ids are never reused. The session acts as Command.principal,
+// which the master sets from the client's certificate: unset, Anonymous;
+// set, it must pass ValidPrincipal (INVALID_ARGUMENT). No other command
+// carries a principal (INVALID_ARGUMENT): a session's commands act as its
+// principal, and commands without a session are the system's. EndSession{expired} ends one: its pending
 // Acquires fail (Effects.Woken, SESSION_EXPIRED); its locks are released —
 // expired: with lock-delay, exclusive and shared alike, of each hold's
 // lock_delay_ms; a clean close (expired=false): at once; its handles are

@@ -27,8 +27,8 @@ import (
 //     the queue is a consistent list; no waiter could be granted now (the
 //     queue is stable: granting happens eagerly); a lock-delay ends after
 //     now and is in the delay heap;
-//   - handles and sessions: every handle belongs to a live session and is
-//     in its set; a handle of a deleted node holds and waits for nothing;
+//   - handles and sessions: every session's principal is valid; every
+//     handle belongs to a live session and is in its set; a handle of a deleted node holds and waits for nothing;
 //     every holding or waiting handle is listed by its node's lock;
 //     the exactly-once record is consistent (ascending, at or above the
 //     floor; each answer a success or a bare refusal);
@@ -73,6 +73,9 @@ func (s *State) checkInvariants() error {
 		}
 		if sess.floor < 1 {
 			return fmt.Errorf("session %d: request floor %d", id, sess.floor)
+		}
+		if err := checkPrincipal(sess.principal); err != nil {
+			return fmt.Errorf("session %d: %s", id, err.Message)
 		}
 		for i, a := range sess.answers {
 			if a.seq < sess.floor || i > 0 && a.seq <= sess.answers[i-1].seq {

@@ -108,6 +108,16 @@ func (s *State) SessionExists(id chubby.SessionID) bool {
 	return s.sessions[id] != nil
 }
 
+// SessionPrincipal returns the principal session id acts as (Anonymous
+// when it was created without one), and whether the session is alive.
+func (s *State) SessionPrincipal(id chubby.SessionID) (string, bool) {
+	sess := s.sessions[id]
+	if sess == nil {
+		return "", false
+	}
+	return sess.principal, true
+}
+
 // Sessions returns the ids of the live sessions in ascending order. After a
 // restart or failover the master rebuilds its lease table from it.
 func (s *State) Sessions() []chubby.SessionID {

@@ -43,6 +43,9 @@ func (s *State) Snapshot() []byte {
 		if sess.caches {
 			ss.Cache = &sess.caches
 		}
+		if sess.principal != Anonymous {
+			ss.Principal = clonePtr(&sess.principal)
+		}
 		for _, a := range sess.answers {
 			ss.Answers = append(ss.Answers, &fsm.SnapAnswer{Seq: a.seq, Result_: a.res})
 		}
@@ -247,10 +250,18 @@ func (s *State) restoreSessions(snap *fsm.Snapshot) error {
 		if ss.SeqFloor < 1 {
 			return fmt.Errorf("session %d: request floor %d < 1", ss.Id, ss.SeqFloor)
 		}
+		principal := Anonymous
+		if ss.Principal != nil {
+			if err := checkPrincipal(*ss.Principal); err != nil {
+				return fmt.Errorf("session %d: %s", ss.Id, err.Message)
+			}
+			principal = *ss.Principal
+		}
 		sess := &session{
 			id:         ss.Id,
 			clientName: ss.ClientName,
 			caches:     ss.GetCache(),
+			principal:  principal,
 			ctime:      ss.CreateTimeMs,
 			handles:    map[int64]*handle{},
 			ephemerals: map[*node]struct{}{},
