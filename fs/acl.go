@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"slices"
+	"strings"
 
 	"github.com/chubbygo/chubby/gen/chubby"
 )
@@ -147,4 +148,58 @@ func checkACLName(name string) *chubby.ChubbyError {
 		return nil
 	}
 	return checkName(name)
+}
+
+// aclDir is the name of the directory in "/" that holds the ACL files: the
+// name N refers to the file /acl/N.
+const aclDir = "acl"
+
+// isACLFile reports whether n is an ACL file: a file directly in /acl.
+func (s *State) isACLFile(n *node) bool {
+	return !n.isDir() && n.parent != nil && n.parent.parent == s.root && n.parent.name == aclDir
+}
+
+// isACLFilePath reports whether the valid path p names an ACL file's
+// place: a direct child of /acl.
+func isACLFilePath(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/"+aclDir+"/")
+	return ok && rest != "" && !strings.Contains(rest, "/")
+}
+
+// checkACLContent refuses content written at the path p when p is an ACL
+// file's place and the content does not parse, so that a typo cannot lock
+// everybody out.
+func checkACLContent(p string, content []byte) *chubby.ChubbyError {
+	if !isACLFilePath(p) {
+		return nil
+	}
+	if _, err := parseACL(content); err != nil {
+		return Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "%s is an ACL file, and this content is not one: %s", p, err.Message)
+	}
+	return nil
+}
+
+// memoACL brings the memo of n's parsed content up to date with its
+// content: the parsed ACL for an ACL file whose content parses (content
+// written before the rule may not), nil for every other node.
+func (s *State) memoACL(n *node) {
+	n.aclFile = nil
+	if s.isACLFile(n) {
+		if a, err := parseACL(n.content); err == nil {
+			n.aclFile = a
+		}
+	}
+}
+
+// aclFile returns the parsed ACL file the name refers to: nil (grants
+// nobody) when /acl/name is missing, is a directory or does not parse.
+func (s *State) aclFile(name string) *ACL {
+	dir := s.root.children[aclDir]
+	if dir == nil || !dir.isDir() {
+		return nil
+	}
+	if f := dir.children[name]; f != nil {
+		return f.aclFile
+	}
+	return nil
 }

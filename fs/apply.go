@@ -56,8 +56,8 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	var sess *session
 	var seq, floor int64 // seq > 0: an exactly-once command
 	if cmd.Session != nil {
-		if op.CreateSession != nil || op.Tick != nil || op.TrimEvents != nil {
-			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession, Tick and TrimEvents belong to no session"))
+		if op.CreateSession != nil || op.Tick != nil || op.TrimEvents != nil || op.InitAcl != nil {
+			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession, Tick, TrimEvents and InitACL belong to no session"))
 		}
 		if sess = s.sessions[*cmd.Session]; sess == nil {
 			return errResult(sessionExpired(*cmd.Session))
@@ -145,6 +145,10 @@ func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 		return &fsm.Result_{}
 	case op.TrimEvents != nil:
 		return s.trimEventsOp(op.TrimEvents)
+	case op.SetAcl != nil:
+		return s.setACL(op.SetAcl)
+	case op.InitAcl != nil:
+		return s.initACL(op.InitAcl)
 	}
 	panic("fs: dispatch: CountSetFieldsOp and dispatch disagree")
 }
@@ -174,6 +178,8 @@ func opSession(op *fsm.Op) (chubby.SessionID, bool) {
 		h = op.Release.Handle
 	case op.CancelWait != nil:
 		h = op.CancelWait.Handle
+	case op.SetAcl != nil:
+		h = op.SetAcl.Handle
 	}
 	if h == nil {
 		return 0, false

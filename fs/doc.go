@@ -46,6 +46,8 @@
 //	CancelWait     sequencer if the handle holds the lock, else empty
 //	Tick           (empty)
 //	TrimEvents     (empty)
+//	SetACL         stat
+//	InitACL        (empty)
 //
 // Results, Effects and everything the read methods return are freshly
 // allocated: the caller owns them and may keep or change them.
@@ -79,7 +81,9 @@
 //     removed: its content is its listing, so caches can validate listings;
 //   - lock_generation: +1 each time the lock goes from free to held (shared
 //     holders granted together, or joining holders, share one generation);
-//   - acl_generation: always 0 (ACLs are not implemented);
+//   - acl_generation: +1 on every SetACL (even of identical names), and on
+//     each node InitACL names (see "Access control");
+//   - acl: the node's three ACL names, always set (see "Access control");
 //   - checksum: CRC-32C (Castagnoli) of the content, 0 for directories;
 //   - size: content bytes; for a directory, its number of entries;
 //   - create/modify time: the clock at creation / last change (a directory's

@@ -30,6 +30,11 @@ func (s *State) open(req *chubby.OpenRequest) *fsm.Result_ {
 	if err != nil {
 		return errResult(err)
 	}
+	if create != chubby.CreateMode_OPEN_EXISTING {
+		if err := checkACLContent(req.Path, req.InitialContent); err != nil {
+			return errResult(err)
+		}
+	}
 	sess := s.sessions[req.Session]
 	if sess == nil {
 		return errResult(sessionExpired(req.Session))
@@ -69,6 +74,9 @@ func (s *State) createFile(req *chubby.CreateFileRequest) *fsm.Result_ {
 	}
 	comps, err := parsePath(req.Path)
 	if err != nil {
+		return errResult(err)
+	}
+	if err := checkACLContent(req.Path, req.Content); err != nil {
 		return errResult(err)
 	}
 	sess := s.sessions[req.Session]
@@ -118,6 +126,12 @@ func (s *State) mkdir(req *chubby.MkdirRequest) *fsm.Result_ {
 func (s *State) setContents(req *chubby.SetContentsRequest) *fsm.Result_ {
 	if len(req.Content) > s.limits.MaxContentBytes {
 		return errResult(tooLarge(len(req.Content), s.limits.MaxContentBytes))
+	}
+	if req.Handle != nil {
+		// The handle's path is its node's (handleFor checks it).
+		if err := checkACLContent(req.Handle.Path, req.Content); err != nil {
+			return errResult(err)
+		}
 	}
 	h, err := s.handleFor(req.Handle, true)
 	if err != nil {

@@ -104,6 +104,10 @@ func (s *State) snapNodes(n *node, out *[]*fsm.SnapNode) {
 	if sn.Content == nil {
 		sn.Content = []byte{}
 	}
+	if !n.acl.empty() {
+		// Only then: a cell without ACLs snapshots as before them.
+		sn.Acl = n.acl.wire()
+	}
 	if l := n.lock; l != nil {
 		if l.mode != 0 {
 			sn.LockMode = clonePtr(&l.mode)
@@ -478,6 +482,13 @@ func (s *State) restoreNode(sn *fsm.SnapNode, byPath map[string]*node, instances
 	if sn.Checksum < 0 || sn.Checksum > 0xffffffff || uint32(sn.Checksum) != crc32.Checksum(sn.Content, castagnoli) {
 		return nil, fmt.Errorf("content checksum mismatch")
 	}
+	var names aclNames
+	if sn.Acl != nil {
+		var err *chubby.ChubbyError
+		if names, err = namesFromWire(sn.Acl); err != nil {
+			return nil, fmt.Errorf("%s", err.Message)
+		}
+	}
 	n := &node{
 		path:       sn.Path,
 		kind:       sn.Kind,
@@ -490,6 +501,7 @@ func (s *State) restoreNode(sn *fsm.SnapNode, byPath map[string]*node, instances
 		mtime:      sn.ModifyTimeMs,
 		owner:      sn.EphemeralOwner,
 		nextSeq:    sn.NextSequence,
+		acl:        names,
 	}
 	if n.isDir() {
 		if len(sn.Content) != 0 {
@@ -531,6 +543,7 @@ func (s *State) restoreNode(sn *fsm.SnapNode, byPath map[string]*node, instances
 	parent.children[n.name] = n
 	s.nodes++
 	s.contentBytes += int64(len(n.content))
+	s.memoACL(n)
 	return n, nil
 }
 
