@@ -195,7 +195,7 @@ func TestSetACL(t *testing.T) {
 			want := *before
 			want.AclGeneration++
 			want.Acl = op.SetAcl.Acl
-			if st.String() != want.String() || h.stat(hd).String() != want.String() {
+			if st.String() != want.String() || h.s.stat(h.node("/f")).String() != want.String() {
 				t.Fatalf("stat after SetACL:\n %v\nwant\n %v", st, &want)
 			}
 		})
@@ -213,8 +213,8 @@ func TestSetACLExactlyOnce(t *testing.T) {
 		return res
 	}
 	first, again := cmd(), cmd()
-	if first.Err != nil || first.Stat.AclGeneration != 1 || again.Stat.String() != first.Stat.String() || h.stat(hd).AclGeneration != 1 {
-		t.Fatalf("first %v, again %v, now %v", first, again, h.stat(hd))
+	if now := h.s.stat(h.node("/f")); first.Err != nil || first.Stat.AclGeneration != 1 || again.Stat.String() != first.Stat.String() || now.AclGeneration != 1 {
+		t.Fatalf("first %v, again %v, now %v", first, again, now)
 	}
 }
 
@@ -226,6 +226,9 @@ func TestACLInheritance(t *testing.T) {
 	a := h.session()
 	h.mkdir(a, "/d")
 	h.write(a, "/d/old", "")
+	for _, f := range []string{"team-r", "team-w", "team-admin"} {
+		h.write(a, "/acl/"+f, "anonymous\n")
+	}
 	team := aclNamesOf("team-r", "team-w", "team-admin")
 	h.ok(opSetACL(h.open(a, "/d", rd, chubby.CreateMode_OPEN_EXISTING), team))
 	opened, _ := h.ok(opOpen(&chubby.OpenRequest{Session: a, Path: "/d/opened", Mode: rdwr, Create: chubby.CreateMode_CREATE_NEW}))

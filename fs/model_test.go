@@ -152,7 +152,7 @@ func (m *lockModel) check(t *testing.T, seed int64, step int, s *State) {
 		if err != nil || sq.Mode != mode {
 			t.Fatalf("seed %d step %d: handle %d should hold %v: %v %v", seed, step, id, mode, sq, err)
 		}
-		if ok, why := s.CheckSequencer(sq); !ok {
+		if ok, why, _ := s.CheckSequencer(Anonymous, sq); !ok {
 			t.Fatalf("seed %d step %d: holder's sequencer invalid: %s", seed, step, why)
 		}
 	}

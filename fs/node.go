@@ -78,11 +78,21 @@ type createPlan struct {
 	seq     int64    // counter used for a sequential name; -1 when not sequential
 }
 
-// planCreate validates creating a node of the given content size at the path
-// p (components comps). When the path already names a node and the name is
-// not sequential, it returns that node and no plan: the caller decides
-// whether that is an error (EXISTS) or an open.
-func (s *State) planCreate(p string, comps []string, makeParents, sequential bool, size int) (*createPlan, *node, *chubby.ChubbyError) {
+// path returns the path of the node the plan creates.
+func (plan *createPlan) path() string {
+	p := plan.parent.path
+	for _, c := range plan.missing {
+		p = joinPath(p, c)
+	}
+	return joinPath(p, plan.name)
+}
+
+// planCreate resolves creating a node at the path p (components comps):
+// the directory it goes in, the parents to make, its name. When the path
+// already names a node and the name is not sequential, it returns that
+// node and no plan: the caller decides whether that is an error (EXISTS)
+// or an open. The caller checks the rights, then the limits (checkCreate).
+func (s *State) planCreate(p string, comps []string, makeParents, sequential bool) (*createPlan, *node, *chubby.ChubbyError) {
 	if len(comps) == 0 {
 		if sequential {
 			return nil, nil, Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a sequential name needs a last component; / has none")
@@ -139,16 +149,19 @@ func (s *State) planCreate(p string, comps []string, makeParents, sequential boo
 			return nil, existing, nil
 		}
 	}
+	return plan, nil, nil
+}
+
+// checkCreate checks the limits of the cell for carrying out plan with
+// content of the given size.
+func (s *State) checkCreate(plan *createPlan, size int) *chubby.ChubbyError {
 	if s.nodes+len(plan.missing)+1 > s.limits.MaxNodes {
-		return nil, nil, Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "the cell holds %d nodes, the limit is %d", s.nodes, s.limits.MaxNodes)
+		return Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "the cell holds %d nodes, the limit is %d", s.nodes, s.limits.MaxNodes)
 	}
 	if len(plan.parent.children)+1 > s.limits.MaxChildren {
-		return nil, nil, Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "directory %s has %d entries, the limit is %d", plan.parent.path, len(plan.parent.children), s.limits.MaxChildren)
+		return Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "directory %s has %d entries, the limit is %d", plan.parent.path, len(plan.parent.children), s.limits.MaxChildren)
 	}
-	if err := s.checkContent(size, 0); err != nil {
-		return nil, nil, err
-	}
-	return plan, nil, nil
+	return s.checkContent(size, 0)
 }
 
 // checkContent validates replacing content of size old by content of size

@@ -11,8 +11,9 @@ import (
 // gives every right of "/", /acl and that file.
 const aclAdmin = "admin"
 
-// setACL replaces the ACL names of the handle's node. With
-// expected_acl_generation it is a compare-and-swap on acl_generation.
+// setACL replaces the ACL names of the handle's node; the session's
+// principal needs change_acl on it. With expected_acl_generation it is a
+// compare-and-swap on acl_generation.
 func (s *State) setACL(req *chubby.SetACLRequest) *fsm.Result_ {
 	names, err := namesFromWire(req.Acl)
 	if err != nil {
@@ -23,6 +24,9 @@ func (s *State) setACL(req *chubby.SetACLRequest) *fsm.Result_ {
 		return errResult(err)
 	}
 	n := h.node
+	if err := s.allowed(h.session.principal, n, ChangeACLRight); err != nil {
+		return errResult(err)
+	}
 	if req.IsSetExpectedAclGeneration() && *req.ExpectedAclGeneration != n.aclGen {
 		return errResult(Errorf(chubby.ErrorCode_GENERATION_MISMATCH, "%s is at ACL generation %d, not %d", n.path, n.aclGen, *req.ExpectedAclGeneration))
 	}
@@ -44,7 +48,10 @@ func (s *State) initACL(req *fsm.InitACL) *fsm.Result_ {
 	}
 	p := joinPath(joinPath("/", aclDir), aclAdmin)
 	content := []byte(req.Admin + "\n")
-	plan, _, err := s.planCreate(p, []string{aclDir, aclAdmin}, true, false, len(content))
+	plan, _, err := s.planCreate(p, []string{aclDir, aclAdmin}, true, false)
+	if err == nil {
+		err = s.checkCreate(plan, len(content))
+	}
 	if err != nil {
 		return errResult(err) // a limit of the cell
 	}
