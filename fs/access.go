@@ -36,11 +36,18 @@ func (s *State) allowed(principal string, n *node, right Right) *chubby.ChubbyEr
 // an empty name grants it to everybody, any other the principals its ACL
 // file lists.
 func (s *State) allowedNames(principal string, names aclNames, p string, right Right) *chubby.ChubbyError {
-	name := names[right]
-	if name == "" || s.aclFile(name).Allows(principal) {
+	if s.holds(principal, names, right) {
 		return nil
 	}
+	name := names[right]
 	return Errorf(chubby.ErrorCode_PERMISSION_DENIED, "principal %q lacks the %s right on %q (ACL %q%s)", principal, right, p, name, s.aclFileTrouble(name))
+}
+
+// holds reports whether principal holds right on a node with the ACL
+// names names.
+func (s *State) holds(principal string, names aclNames, right Right) bool {
+	name := names[right]
+	return name == "" || s.aclFile(name).Allows(principal)
 }
 
 // aclFileTrouble says why the ACL file name grants nobody, if it does: ""

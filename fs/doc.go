@@ -309,8 +309,12 @@
 //     makes, besides saving a sequenced command's answer), and, for the handles a release grants the lock to, when
 //     others still wait behind them.
 //
-// The writer's own handles are told like any other. Every event carries
-// the handle, the handle's path and the clock. MASTER_FAILED_OVER is not
+// The writer's own handles are told like any other. An event is queued for
+// a handle only if its session's principal may read the handle's node
+// when the change is made (see "Access control"): what a principal may
+// not read, it does not hear about. HANDLE_INVALID is queued whatever the
+// rights, and EVENTS_LOST stands for events that were queued. Every event
+// carries the handle, the handle's path and the clock. MASTER_FAILED_OVER is not
 // queued here (the master adds it to its first reply to each session).
 //
 // A session keeps its events until its client acknowledges them:

@@ -413,3 +413,54 @@ func TestAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEventsNeedRead: an event is queued for a handle only while its
+// session's principal may read the handle's node; HANDLE_INVALID always.
+func TestEventsNeedRead(t *testing.T) {
+	h := newHarness(t)
+	alice, carol := h.sessionAs("alice"), h.sessionAs("carol")
+	h.write(alice, "/d/f", "")
+	var files []*chubby.Handle
+	for _, sess := range []chubby.SessionID{alice, carol} {
+		h.watch(sess, "/d", rd, chubby.EVENT_MASK_ALL)
+		files = append(files, h.watch(sess, "/d/f", rd, chubby.EVENT_MASK_ALL))
+		h.ok(opAcquire(files[len(files)-1], shared, false, 0)) // alice: LOCK_ACQUIRED
+	}
+	h.ok(opInitACL("root"))
+	root := h.sessionAs("root")
+	h.write(root, "/acl/readers", "alice\nroot\n")
+	for _, p := range []string{"/d/f", "/d"} {
+		h.ok(opSetACL(h.open(root, p, rd, chubby.CreateMode_OPEN_EXISTING), aclNamesOf("readers", "", "")))
+	}
+	kinds := func(sess chubby.SessionID) []string {
+		var out []string
+		for _, e := range h.queued(sess) {
+			out = append(out, e.Kind.String()+" "+e.GetPath())
+		}
+		return out
+	}
+	f := h.rw(root, "/d/f")
+	h.ok(opSet(f, "x"))
+	h.write(root, "/d/g", "")
+	h.fail(chubby.ErrorCode_LOCK_HELD, opAcquire(f, excl, false, 0))
+	// alice no longer reads: told nothing; then again, and the file goes.
+	readers := h.rw(root, "/acl/readers")
+	h.ok(opSet(readers, "root\n"))
+	h.ok(opSet(f, "y"))
+	h.ok(opSet(readers, "root\nalice\n"))
+	h.ok(opRelease(files[0]))
+	h.ok(opRelease(files[1]))
+	h.ok(opDelete(f, false))
+	want := map[chubby.SessionID][]string{
+		alice: {
+			"LOCK_ACQUIRED /d/f", "FILE_CONTENTS_MODIFIED /d/f", "CHILD_MODIFIED /d", "CHILD_ADDED /d", "CONFLICTING_LOCK_REQUEST /d/f",
+			"HANDLE_INVALID /d/f", "CHILD_REMOVED /d",
+		},
+		carol: {"HANDLE_INVALID /d/f"},
+	}
+	for sess, w := range want {
+		if got := kinds(sess); strings.Join(got, "; ") != strings.Join(w, "; ") {
+			t.Errorf("session %d: events\n  %v\nwant\n  %v", sess, got, w)
+		}
+	}
+}
