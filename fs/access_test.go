@@ -276,6 +276,8 @@ func TestACLFileContent(t *testing.T) {
 		"CreateFile with parents": opCreateFile(&chubby.CreateFileRequest{Session: a, Path: "/acl/other", Content: []byte(bad),
 			MakeParents: ptr(true), Sequential: ptr(true)}),
 		"Open-create": opOpen(&chubby.OpenRequest{Session: a, Path: "/acl/other", Mode: rdwr, Create: chubby.CreateMode_CREATE_NEW, InitialContent: []byte(bad)}),
+		"Open-create of an existing file": opOpen(&chubby.OpenRequest{Session: a, Path: "/acl/team", Mode: rd, Create: chubby.CreateMode_OPEN_OR_CREATE,
+			InitialContent: []byte(bad)}),
 	} {
 		err := h.fail(chubby.ErrorCode_INVALID_ARGUMENT, op)
 		if !strings.Contains(err.Message, "line 3") || !strings.Contains(err.Message, "alice smith") {

@@ -464,3 +464,25 @@ func TestEventsNeedRead(t *testing.T) {
 		}
 	}
 }
+
+// TestRightsRefusalSaved: a sequenced command refused for want of a right
+// saves the refusal as its answer, like any refusal by its operation: a
+// copy applied after the right is granted gets the refusal, not a write.
+func TestRightsRefusalSaved(t *testing.T) {
+	f := newACLFixture(t)
+	h, bob := f.h, f.sess["bob"]
+	hd := f.handle("bob", "/team/x")
+	write := func() *fsm.Result_ {
+		res, _ := h.cmd(&fsm.Command{Session: &bob, Seq: ptr(int64(1)), Op: opSet(hd, "bob was here")})
+		return res
+	}
+	first := write()
+	wantDenied(t, asError(first.Err), "bob", "/team/x", WriteRight)
+	h.ok(opSet(h.rw(f.sess["root"], "/acl/writers"), "alice\nbob\n"))
+	if again := write(); again.Err.GetMessage() != first.Err.Message || string(h.node("/team/x").content) != "data" {
+		t.Fatalf("the copy applied after the grant: %v, content %q", again.Err, h.node("/team/x").content)
+	}
+	if res, _ := h.cmd(&fsm.Command{Session: &bob, Seq: ptr(int64(2)), Op: opSet(hd, "now")}); res.Err != nil {
+		t.Fatalf("a new request after the grant: %v", res.Err)
+	}
+}
