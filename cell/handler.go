@@ -595,8 +595,12 @@ func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 	var (
 		ok     bool
 		reason string
+		err    error
 	)
-	h.s.m.read(func(s *fs.State) { ok, reason = s.CheckSequencer(req.Sequencer) })
+	h.s.m.read(func(s *fs.State) { ok, reason, err = s.CheckSequencer(fs.Anonymous, req.Sequencer) })
+	if err != nil {
+		return nil, err
+	}
 	return &chubby.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
 }
 

@@ -50,11 +50,14 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	if op == nil || op.CountSetFieldsOp() != 1 {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a command carries exactly one operation"))
 	}
+	if cmd.Principal != nil && op.CreateSession == nil {
+		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "only CreateSession carries a principal: a session's commands act as its principal"))
+	}
 	var sess *session
 	var seq, floor int64 // seq > 0: an exactly-once command
 	if cmd.Session != nil {
-		if op.CreateSession != nil || op.Tick != nil || op.TrimEvents != nil {
-			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession, Tick and TrimEvents belong to no session"))
+		if op.CreateSession != nil || op.Tick != nil || op.TrimEvents != nil || op.InitAcl != nil {
+			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession, Tick, TrimEvents and InitACL belong to no session"))
 		}
 		if sess = s.sessions[*cmd.Session]; sess == nil {
 			return errResult(sessionExpired(*cmd.Session))
@@ -90,7 +93,7 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a request sequence needs a session"))
 	}
 
-	res := s.dispatch(op, fx)
+	res := s.dispatch(cmd, fx)
 
 	// Save every answer of a sequenced command that reached here, refusals
 	// included. (An EndSession of its own session leaves nothing to save
@@ -102,11 +105,12 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	return res
 }
 
-// dispatch applies the one operation of op.
-func (s *State) dispatch(op *fsm.Op, fx *Effects) *fsm.Result_ {
+// dispatch applies the one operation of cmd.
+func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
+	op := cmd.Op
 	switch {
 	case op.CreateSession != nil:
-		return s.createSession(op.CreateSession)
+		return s.createSession(op.CreateSession, cmd.Principal)
 	case op.EndSession != nil:
 		sess := s.sessions[op.EndSession.Session]
 		if sess == nil {
@@ -141,6 +145,10 @@ func (s *State) dispatch(op *fsm.Op, fx *Effects) *fsm.Result_ {
 		return &fsm.Result_{}
 	case op.TrimEvents != nil:
 		return s.trimEventsOp(op.TrimEvents)
+	case op.SetAcl != nil:
+		return s.setACL(op.SetAcl)
+	case op.InitAcl != nil:
+		return s.initACL(op.InitAcl)
 	}
 	panic("fs: dispatch: CountSetFieldsOp and dispatch disagree")
 }
@@ -170,6 +178,8 @@ func opSession(op *fsm.Op) (chubby.SessionID, bool) {
 		h = op.Release.Handle
 	case op.CancelWait != nil:
 		h = op.CancelWait.Handle
+	case op.SetAcl != nil:
+		h = op.SetAcl.Handle
 	}
 	if h == nil {
 		return 0, false

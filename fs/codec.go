@@ -74,6 +74,7 @@ func cloneResult(r *fsm.Result_) *fsm.Result_ {
 			li.Mode = clonePtr(r.Stat.Lock.Mode)
 			st.Lock = &li
 		}
+		st.Acl = clonePtr(r.Stat.Acl)
 		c.Stat = &st
 	}
 	if r.Sequencer != nil {

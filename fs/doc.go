@@ -46,6 +46,8 @@
 //	CancelWait     sequencer if the handle holds the lock, else empty
 //	Tick           (empty)
 //	TrimEvents     (empty)
+//	SetACL         stat
+//	InitACL        (empty)
 //
 // Results, Effects and everything the read methods return are freshly
 // allocated: the caller owns them and may keep or change them.
@@ -79,7 +81,9 @@
 //     removed: its content is its listing, so caches can validate listings;
 //   - lock_generation: +1 each time the lock goes from free to held (shared
 //     holders granted together, or joining holders, share one generation);
-//   - acl_generation: always 0 (ACLs are not implemented);
+//   - acl_generation: +1 on every SetACL (even of identical names), and on
+//     each node InitACL names (see "Access control");
+//   - acl: the node's three ACL names, always set (see "Access control");
 //   - checksum: CRC-32C (Castagnoli) of the content, 0 for directories;
 //   - size: content bytes; for a directory, its number of entries;
 //   - create/modify time: the clock at creation / last change (a directory's
@@ -115,7 +119,11 @@
 // # Sessions
 //
 // CreateSession (client_name at most 256 bytes) returns a new id from a
-// counter; ids are never reused. EndSession{expired} ends one: its pending
+// counter; ids are never reused. The session acts as Command.principal,
+// which the master sets from the client's certificate: unset, Anonymous;
+// set, it must pass ValidPrincipal (INVALID_ARGUMENT). No other command
+// carries a principal (INVALID_ARGUMENT): a session's commands act as its
+// principal, and commands without a session are the system's. EndSession{expired} ends one: its pending
 // Acquires fail (Effects.Woken, SESSION_EXPIRED); its locks are released —
 // expired: with lock-delay, exclusive and shared alike, of each hold's
 // lock_delay_ms; a clean close (expired=false): at once; its handles are
@@ -128,7 +136,7 @@
 //
 // Open creates a handle (id from a counter) of a session on a node, with an
 // open mode (READ: read and lock; READ_WRITE: also SetContents and Delete,
-// else PERMISSION_DENIED) and an event mask (chubby.EVENT_MASK_* bits; other
+// else PERMISSION_DENIED; on top of the rights of "Access control") and an event mask (chubby.EVENT_MASK_* bits; other
 // bits are INVALID_ARGUMENT; see "Events"). Create
 // modes: OPEN_EXISTING (NOT_FOUND if missing; ephemeral, sequential and
 // initial_content are INVALID_ARGUMENT with it), OPEN_OR_CREATE (creates a
@@ -192,11 +200,92 @@
 // Sequencer {path, mode, lock_generation, instance} names a held lock.
 // GetSequencer returns it for a holding handle (LOCK_NOT_HELD otherwise).
 // CheckSequencer is valid iff the node at path exists with that instance and
-// its lock is held in that mode with that generation. A shared sequencer
+// its lock is held in that mode with that generation (its caller needs the
+// read right on the node). A shared sequencer
 // names the holding period, not one holder: it stays valid while any shared
 // holder of that generation holds. After an expiry the lock is free (and
 // then re-granted with a new generation), so the old holder's sequencer
 // fails and the new holder's passes.
+//
+// # Access control
+//
+// As in Chubby, every node has three ACL names (Stat.acl), one per Right:
+// read, write and change_acl. Each is empty or one path component (the
+// rule of "Paths"); a name N refers to the ACL file /acl/N, a file directly
+// in the directory /acl. An empty name grants its right to everybody, so a
+// cell nobody configured — no names anywhere — lets everybody do
+// everything, as before ACLs. A name whose file is missing, is a
+// directory, or does not parse grants its right to nobody. Rights are
+// checked on the node itself, never on its ancestors.
+//
+// A new node — by an Open that creates, CreateFile, Mkdir, and each
+// directory make-parents creates — copies its parent's names. SetACL,
+// through a handle of any open mode, replaces them: the names must be valid (INVALID_ARGUMENT); with
+// expected_acl_generation it is a compare-and-swap on acl_generation
+// (GENERATION_MISMATCH); it bumps acl_generation and changes nothing else
+// (no content_generation, no modify time, no event). It is exactly-once
+// like SetContents.
+//
+// An ACL file (ParseACL) is text: lines split on '\n' (a trailing '\r'
+// trimmed), each trimmed of spaces and tabs; empty lines and lines
+// starting with '#' are ignored; every other line is one entry, a
+// principal (ValidPrincipal) or "*", at most chubby.MAX_ACL_ENTRIES of
+// them. "*" grants every principal but Anonymous, which is granted only
+// when "anonymous" is listed. Content that does not parse is refused
+// (INVALID_ARGUMENT, naming the line and why) when written at an ACL
+// file's place — by SetContents, CreateFile, or Open's initial_content
+// (even when the file exists, as for its size) — so that a typo cannot
+// lock the admin out; a file written before the rule grants nobody until
+// it is rewritten. The parsed content of every ACL file is kept with it,
+// in step with every write, delete and re-create, so a check never
+// parses; it is derived, not part of the snapshot.
+//
+// A command acts as its session's principal (see "Sessions"), a read
+// through a handle as the principal of the handle's session, and
+// CheckSequencer as the principal its caller names. Tick, TrimEvents,
+// InitACL, and the EndSession and CancelWait the master proposes are the
+// system's and need no right. A principal without the right is refused
+// with PERMISSION_DENIED, naming the principal, the node's path, the right
+// and the ACL name (and why that name grants nobody, when it does), and
+// the command changes nothing, as every refusal. The rights:
+//   - Open: read on the node, and write for READ_WRITE (the open mode is a
+//     further restriction of the handle). An Open that creates needs write
+//     on the directory, and read (and write for READ_WRITE) on the node
+//     as it will be, with the names it will inherit, all checked before
+//     anything changes;
+//   - GetContentsAndStat, GetStat, ReadDir: read on the node;
+//     CheckSequencer: read on the node named (an error; a node that does
+//     not exist is just not valid); GetSequencer: none;
+//   - SetContents: write on the node;
+//   - Delete: write on the node's directory; recursive, also write on
+//     every directory in the subtree whose entries it removes (every one
+//     with entries, the node included);
+//   - Mkdir, CreateFile: write on the directory created in (with
+//     make-parents, the deepest existing ancestor). Mkdir with parents of
+//     an existing directory: read on it. A create refused with EXISTS
+//     first needs write on the existing node's directory, as the create
+//     would have;
+//   - Acquire, waiting or not: write on the node (Chubby asks write for
+//     locks). Release, CancelWait, Close, EndSession: none;
+//   - SetACL: change_acl on the node;
+//   - State.Allowed checks a right for the master's own decisions
+//     (RemoveMember: change_acl on "/").
+//
+// In the fault order, permission comes after the handle and before the
+// state: the faults found while resolving a path (NOT_FOUND,
+// NOT_DIRECTORY) come first, since they decide whose right is checked;
+// the cell's limits and the node's state (EXISTS, NOT_EMPTY,
+// IS_DIRECTORY, LOCK_HELD, GENERATION_MISMATCH...) after. Events need the
+// read right too (see "Events").
+//
+// InitACL{admin} gives a cell nobody configured its first administrator
+// (chubbyd --admin). admin must pass ValidPrincipal (INVALID_ARGUMENT).
+// If "/" has no names and /acl does not exist, it creates the permanent
+// directory /acl and the permanent file /acl/admin with content admin
+// followed by a newline (queueing the create events as for any create;
+// LIMIT_EXCEEDED if the cell is full), then names "admin" for all three
+// rights of "/", /acl and /acl/admin, each at acl_generation 1.
+// Otherwise it changes nothing, and is not an error.
 //
 // # Exactly-once
 //
@@ -301,8 +390,12 @@
 //     makes, besides saving a sequenced command's answer), and, for the handles a release grants the lock to, when
 //     others still wait behind them.
 //
-// The writer's own handles are told like any other. Every event carries
-// the handle, the handle's path and the clock. MASTER_FAILED_OVER is not
+// The writer's own handles are told like any other. An event is queued for
+// a handle only if its session's principal may read the handle's node
+// when the change is made (see "Access control"): what a principal may
+// not read, it does not hear about. HANDLE_INVALID is queued whatever the
+// rights, and EVENTS_LOST stands for events that were queued. Every event
+// carries the handle, the handle's path and the clock. MASTER_FAILED_OVER is not
 // queued here (the master adds it to its first reply to each session).
 //
 // A session keeps its events until its client acknowledges them:
@@ -351,5 +444,9 @@
 // holders by handle id, waiters in queue order. Restore checks the
 // encoding, every field, every cross-reference and every invariant of the
 // state and returns an error for a corrupt snapshot. It also reads version
-// 2 (from before events: no queues, event masks as stored).
+// 2 (from before events: no queues, event masks as stored). A node's ACL
+// names are encoded only when one is set and a session's principal only
+// when it is not Anonymous, so a cell without ACLs encodes to the bytes it
+// did before them; Restore validates both and rebuilds what it derives
+// from the ACL files.
 package fs

@@ -125,14 +125,15 @@ func (r *eventRing) popFront() {
 }
 
 // notify queues an event like tmpl (kind and data) for every handle
-// watching n whose mask asks for tmpl.kind, in ascending handle id.
+// watching n whose mask asks for tmpl.kind, and whose session's principal
+// may read n now (see mayHear), in ascending handle id.
 func (s *State) notify(n *node, tmpl event) {
 	if len(n.watchers) == 0 {
 		return
 	}
 	bit := maskBit(tmpl.kind)
 	for _, h := range n.watchers {
-		if h.eventMask&bit != 0 {
+		if h.eventMask&bit != 0 && s.mayHear(h, n, tmpl.kind) {
 			e := tmpl
 			e.handle, e.path = h.id, h.path
 			s.queueEvent(h.session, e)
@@ -147,7 +148,7 @@ func (s *State) notifyHolders(n *node, holders []*handle, mode chubby.LockMode) 
 	bit := maskBit(chubby.EventKind_CONFLICTING_LOCK_REQUEST)
 	var hs []*handle
 	for _, h := range holders {
-		if h.eventMask&bit != 0 {
+		if h.eventMask&bit != 0 && s.mayHear(h, n, chubby.EventKind_CONFLICTING_LOCK_REQUEST) {
 			hs = append(hs, h)
 		}
 	}
@@ -159,6 +160,14 @@ func (s *State) notifyHolders(n *node, holders []*handle, mode chubby.LockMode) 
 		s.queueEvent(h.session, event{kind: chubby.EventKind_CONFLICTING_LOCK_REQUEST,
 			handle: h.id, path: h.path, gen: n.lockGen, mode: mode})
 	}
+}
+
+// mayHear reports whether an event of kind about n, the node of h, is
+// queued for h: only while the principal of h's session may read n, as
+// for the reads. HANDLE_INVALID is always queued: it tells the handle it
+// is of no more use, whoever may read what.
+func (s *State) mayHear(h *handle, n *node, kind chubby.EventKind) bool {
+	return kind == chubby.EventKind_HANDLE_INVALID || s.holds(h.session.principal, n.acl, ReadRight)
 }
 
 // notifyConflict queues CONFLICTING_LOCK_REQUEST for the holders of the

@@ -59,6 +59,14 @@ func fuzzBase() (*State, []*chubby.Handle) {
 	sdo(s1, 4, 1, opSet(hs[0], "four"))
 	sdo(s1, 5, 2, opAcquire(hs[6], excl, false, 0))
 	sdo(s3, 1, 1, opOpen(&chubby.OpenRequest{Session: s3, Path: "/s/w", Mode: rd, Create: chubby.CreateMode_OPEN_OR_CREATE}))
+	// ACLs: anonymous is the admin, alice's team may read /d/e.
+	now += 10
+	res, _ := s.Apply(&fsm.Command{TimeMs: now, Principal: ptr("alice"), Op: opCreateSession("five")})
+	s5 := *res.Session
+	hs = append(hs, open(s5, "/d/f", rd), open(s1, "/d/e", rd))
+	do(opInitACL(Anonymous))
+	do(opCreateFile(&chubby.CreateFileRequest{Session: s1, Path: "/acl/team", Content: []byte("alice\n*\n")}))
+	do(opSetACL(hs[10], aclNamesOf("team", "", "admin")))
 	return s, hs
 }
 
@@ -87,6 +95,15 @@ func fuzzSeeds(hs []*chubby.Handle) [][]byte {
 		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(3)), SeqFloor: ptr(int64(2)), Op: opSet(hs[0], "three")}),
 		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(6)), SeqFloor: ptr(int64(5)), Op: opSet(hs[0], "six")}),
 		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(3)), SeqFloor: ptr(int64(4)), Op: opSet(hs[0], "bad floor")}),
+		cmd(opSetACL(hs[0], aclNamesOf("team", "admin", ""))),
+		cmd(opSetACLGen(hs[10], aclNamesOf("", "", ""), 1)),
+		cmd(opSetACL(hs[9], aclNamesOf("", "", ""))),
+		cmd(opInitACL("root")),
+		cmd(opCreateFile(&chubby.CreateFileRequest{Session: s1, Path: "/acl/team", Content: []byte("bob smith")})),
+		cmd(opOpen(&chubby.OpenRequest{Session: hs[9].Session, Path: "/d/e/g", Mode: rdwr, Create: chubby.CreateMode_CREATE_NEW})),
+		EncodeCommand(&fsm.Command{TimeMs: 3000, Principal: ptr("alice"), Op: opCreateSession("x")}),
+		EncodeCommand(&fsm.Command{TimeMs: 3000, Principal: ptr("alice"), Op: opTick()}),
+		EncodeCommand(&fsm.Command{TimeMs: 3000, Session: &s1, Seq: ptr(int64(7)), SeqFloor: ptr(int64(5)), Op: opSetACL(hs[0], aclNamesOf("a", "b", "c"))}),
 		{},
 		{0},
 		{0x88, 0, 1, 0},

@@ -21,6 +21,9 @@ type cmdGen struct {
 	handles  []*chubby.Handle
 	hot      []*chubby.Handle // handles on the hot lock files, for contention
 	seqs     map[chubby.SessionID]*genSeqs
+	// acls: the stream has principals, SetACL, InitACL and ACL files
+	// (odd seeds), the rest runs as in a cell nobody configured.
+	acls bool
 }
 
 // genSeqs is what a client numbering the requests of one session knows:
@@ -34,10 +37,23 @@ type genSeqs struct {
 var hotPaths = []string{"/hot1", "/hot2"}
 
 func newCmdGen(seed int64) *cmdGen {
-	return &cmdGen{r: rand.New(rand.NewSource(seed)), now: 1000, seqs: map[chubby.SessionID]*genSeqs{}}
+	return &cmdGen{r: rand.New(rand.NewSource(seed)), now: 1000, seqs: map[chubby.SessionID]*genSeqs{}, acls: seed%2 != 0}
 }
 
 var genNames = []string{"a", "b", "c", "lock-"}
+
+// genACLPaths are the names of the streams with ACLs: /acl/admin may be
+// deleted and re-created, so that a stream is not locked out for good.
+var genACLPaths = []string{"a", "b", "c", "lock-", "acl", "admin"}
+
+// Principals, ACL names and ACL files the generator uses. Sessions are
+// mostly anonymous, and InitACL mostly makes anonymous the admin, so that
+// ACLs do not refuse most of a stream.
+var (
+	genPrincipals  = []string{Anonymous, "alice", "root", "bad principal", "*"}
+	genACLNames    = []string{"", "", "a", "b", "admin", "bad/name"}
+	genACLContents = []string{"anonymous\n", "*\n", "# team\nalice\r\nroot\n", "", "alice smith\n"}
+)
 
 func (g *cmdGen) path() string {
 	switch g.r.Intn(40) {
@@ -48,9 +64,13 @@ func (g *cmdGen) path() string {
 	case 2:
 		return "/"
 	}
+	names := genNames
+	if g.acls {
+		names = genACLPaths
+	}
 	p := ""
 	for i := g.r.Intn(3); i >= 0; i-- {
-		p += "/" + genNames[g.r.Intn(len(genNames))]
+		p += "/" + names[g.r.Intn(len(names))]
 	}
 	return p
 }
@@ -118,8 +138,11 @@ func (g *cmdGen) eventMask() *int32 {
 }
 
 func (g *cmdGen) content() []byte {
-	if g.r.Intn(3) == 0 {
+	switch g.r.Intn(6) {
+	case 0, 1:
 		return nil
+	case 2:
+		return []byte(genACLContents[g.r.Intn(len(genACLContents))])
 	}
 	b := make([]byte, g.r.Intn(20))
 	g.r.Read(b)
@@ -133,9 +156,16 @@ func (g *cmdGen) next() *fsm.Command {
 	}
 	c := &fsm.Command{TimeMs: g.now, Op: &fsm.Op{}}
 	op := c.Op
-	switch w := g.r.Intn(100); {
+	w := g.r.Intn(104)
+	if !g.acls && w >= 100 {
+		w = 96 // a Tick
+	}
+	switch {
 	case w < 4:
 		op.CreateSession = &chubby.CreateSessionRequest{ClientName: "gen"}
+		if g.acls && g.r.Intn(4) == 0 {
+			c.Principal = ptr(genPrincipals[g.r.Intn(len(genPrincipals))])
+		}
 	case w < 8:
 		op.EndSession = &fsm.EndSession{Session: g.session(), Expired: g.r.Intn(2) == 0}
 	case w < 17:
@@ -177,12 +207,23 @@ func (g *cmdGen) next() *fsm.Command {
 		op.CancelWait = &fsm.CancelWait{Handle: g.handle()}
 	case w < 98:
 		op.Tick = &fsm.Tick{}
-	default:
+	case w < 100:
 		t := &fsm.TrimEvents{}
 		for i := g.r.Intn(4); i >= 0; i-- {
 			t.Acks = append(t.Acks, &fsm.EventAck{Session: g.session(), Acked: int64(g.r.Intn(30)) - int64(g.r.Intn(2))})
 		}
 		op.TrimEvents = t
+	case w < 103:
+		op.SetAcl = g.setACL()
+	default:
+		admin := Anonymous
+		if g.r.Intn(4) == 0 {
+			admin = genPrincipals[g.r.Intn(len(genPrincipals))]
+		}
+		op.InitAcl = &fsm.InitACL{Admin: admin}
+	}
+	if g.acls && g.r.Intn(200) == 0 {
+		c.Principal = ptr("root") // refused but on CreateSession
 	}
 	// Exactly-once on a share of session commands, as a client with many
 	// requests in flight sends them: new numbers (some skipped, to come
@@ -225,6 +266,16 @@ func (g *cmdGen) next() *fsm.Command {
 		}
 	}
 	return c
+}
+
+// setACL is a SetACL of random names, now and then a compare-and-swap.
+func (g *cmdGen) setACL() *chubby.SetACLRequest {
+	name := func() string { return genACLNames[g.r.Intn(len(genACLNames))] }
+	req := &chubby.SetACLRequest{Handle: g.handle(), Acl: &chubby.ACLNames{Read_: name(), Write_: name(), ChangeAcl: name()}}
+	if g.r.Intn(4) == 0 {
+		req.ExpectedAclGeneration = ptr(int64(g.r.Intn(3)))
+	}
+	return req
 }
 
 // observe learns from a command and its outcome. It forgets most handles

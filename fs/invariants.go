@@ -3,6 +3,7 @@ package fs
 import (
 	"fmt"
 	"hash/crc32"
+	"slices"
 
 	"github.com/chubbygo/chubby/gen/chubby"
 )
@@ -16,7 +17,9 @@ import (
 //     once, its path is its parent's path joined with its name, names are
 //     valid, instances are unique and below the counter, files have no
 //     children and no sequence counter, directories no content, checksums
-//     match, times are ordered and not in the future;
+//     match, times are ordered and not in the future; ACL names are empty
+//     or valid components, and the memo of an ACL file's parsed content is
+//     what its content parses to (nil for every other node);
 //   - ephemerals: a node owned by a live session is in its ephemeral set
 //     and nowhere else; a node owned by an ended session is a non-empty
 //     directory (ephemeral files die with their session, empty orphaned
@@ -27,8 +30,8 @@ import (
 //     the queue is a consistent list; no waiter could be granted now (the
 //     queue is stable: granting happens eagerly); a lock-delay ends after
 //     now and is in the delay heap;
-//   - handles and sessions: every handle belongs to a live session and is
-//     in its set; a handle of a deleted node holds and waits for nothing;
+//   - handles and sessions: every session's principal is valid; every
+//     handle belongs to a live session and is in its set; a handle of a deleted node holds and waits for nothing;
 //     every holding or waiting handle is listed by its node's lock;
 //     the exactly-once record is consistent (ascending, at or above the
 //     floor; each answer a success or a bare refusal);
@@ -73,6 +76,9 @@ func (s *State) checkInvariants() error {
 		}
 		if sess.floor < 1 {
 			return fmt.Errorf("session %d: request floor %d", id, sess.floor)
+		}
+		if err := checkPrincipal(sess.principal); err != nil {
+			return fmt.Errorf("session %d: %s", id, err.Message)
 		}
 		for i, a := range sess.answers {
 			if a.seq < sess.floor || i > 0 && a.seq <= sess.answers[i-1].seq {
@@ -181,6 +187,9 @@ func (s *State) checkNode(n *node, c *invCounts) error {
 	}
 	if n.ctime < 0 || n.ctime > n.mtime || n.mtime > s.now {
 		return fmt.Errorf("%s: bad times %d/%d (now %d)", n.path, n.ctime, n.mtime, s.now)
+	}
+	if err := s.checkNodeACL(n); err != nil {
+		return err
 	}
 	if n.isDir() {
 		if len(n.content) != 0 || n.checksum != 0 || n.children == nil {
@@ -321,6 +330,24 @@ func checkEventQueue(sess *session, now, nextHandle int64) error {
 	}
 	if q.len() > 0 && q.at(q.len()-1).seq != sess.lastEvent {
 		return fmt.Errorf("newest event %d, last event seq %d", q.at(q.len()-1).seq, sess.lastEvent)
+	}
+	return nil
+}
+
+// checkNodeACL checks n's ACL names, and that the memo of its parsed
+// content is what parsing its content gives (nil but for an ACL file).
+func (s *State) checkNodeACL(n *node) error {
+	for r, name := range n.acl {
+		if err := checkACLName(name); err != nil {
+			return fmt.Errorf("%s: %s ACL name %q: %s", n.path, Right(r), name, err.Message)
+		}
+	}
+	var want *ACL
+	if s.isACLFile(n) {
+		want, _ = parseACL(n.content)
+	}
+	if (want == nil) != (n.aclFile == nil) || !slices.Equal(want.Entries(), n.aclFile.Entries()) {
+		return fmt.Errorf("%s: memo of the parsed ACL is %v, the content parses to %v", n.path, n.aclFile.Entries(), want.Entries())
 	}
 	return nil
 }

@@ -144,11 +144,11 @@ func TestLockGenerations(t *testing.T) {
 		t.Fatalf("shared holders' sequencers differ: %v %v", s0, s1)
 	}
 	h.ok(opRelease(hs[0]))
-	if ok, why := h.s.CheckSequencer(s0); !ok {
+	if ok, why, _ := h.s.CheckSequencer(Anonymous, s0); !ok {
 		t.Fatalf("shared sequencer invalid while the period lasts: %s", why)
 	}
 	h.ok(opRelease(hs[1]))
-	if ok, _ := h.s.CheckSequencer(s0); ok {
+	if ok, _, _ := h.s.CheckSequencer(Anonymous, s0); ok {
 		t.Fatal("sequencer of a released lock valid")
 	}
 	h.ok(opAcquire(hs[2], excl, false, 0))
@@ -161,7 +161,7 @@ func TestCheckSequencer(t *testing.T) {
 	h, hs := lockHarness(t, 2)
 	res, _ := h.ok(opAcquire(hs[0], excl, false, 0))
 	sq := res.Sequencer
-	if ok, why := h.s.CheckSequencer(sq); !ok {
+	if ok, why, _ := h.s.CheckSequencer(Anonymous, sq); !ok {
 		t.Fatalf("valid sequencer refused: %s", why)
 	}
 	mod := func(f func(s *chubby.Sequencer)) *chubby.Sequencer { c := *sq; f(&c); return &c }
@@ -174,7 +174,7 @@ func TestCheckSequencer(t *testing.T) {
 		"generation": mod(func(s *chubby.Sequencer) { s.LockGeneration++ }),
 		"mode":       mod(func(s *chubby.Sequencer) { s.Mode = shared }),
 	} {
-		if ok, why := h.s.CheckSequencer(bad); ok || why == "" {
+		if ok, why, _ := h.s.CheckSequencer(Anonymous, bad); ok || why == "" {
 			t.Errorf("%s: valid=%v reason=%q", name, ok, why)
 		}
 	}
@@ -182,7 +182,7 @@ func TestCheckSequencer(t *testing.T) {
 	sess := h.session()
 	h.ok(opDelete(h.rw(sess, "/l"), false))
 	h.write(sess, "/l", "")
-	if ok, why := h.s.CheckSequencer(sq); ok || !strings.Contains(why, "instance") {
+	if ok, why, _ := h.s.CheckSequencer(Anonymous, sq); ok || !strings.Contains(why, "instance") {
 		t.Fatalf("re-created: %v %q", ok, why)
 	}
 }
@@ -200,7 +200,7 @@ func TestLockDelay(t *testing.T) {
 	if len(fx.EndedSessions) != 1 || len(fx.Woken) != 0 {
 		t.Fatalf("end: %+v", fx)
 	}
-	if ok, _ := h.s.CheckSequencer(oldSeq); ok {
+	if ok, _, _ := h.s.CheckSequencer(Anonymous, oldSeq); ok {
 		t.Fatal("expired holder's sequencer still valid")
 	}
 	at, ok := h.s.NextTimer()
@@ -231,10 +231,10 @@ func TestLockDelay(t *testing.T) {
 		t.Fatal("timer after the delay ended")
 	}
 	newSeq := fx.Woken[0].Sequencer
-	if ok, why := h.s.CheckSequencer(newSeq); !ok {
+	if ok, why, _ := h.s.CheckSequencer(Anonymous, newSeq); !ok {
 		t.Fatalf("new holder's sequencer: %s", why)
 	}
-	if ok, _ := h.s.CheckSequencer(oldSeq); ok || newSeq.LockGeneration != oldSeq.LockGeneration+1 {
+	if ok, _, _ := h.s.CheckSequencer(Anonymous, oldSeq); ok || newSeq.LockGeneration != oldSeq.LockGeneration+1 {
 		t.Fatal("old sequencer valid after re-grant")
 	}
 }

@@ -21,7 +21,7 @@ type node struct {
 	instance   int64 // unique per creation: a re-created node gets a new one
 	contentGen int64 // 1 at creation, bumped by every write (directories: every child added or removed)
 	lockGen    int64 // bumped each time the lock goes from free to held
-	aclGen     int64 // always 0: ACLs are not implemented yet
+	aclGen     int64 // bumped by every SetACL of the node (and by InitACL on the nodes it names)
 	checksum   uint32
 	content    []byte // files only; never modified in place, only replaced
 	ctime      int64
@@ -30,6 +30,15 @@ type node struct {
 
 	children map[string]*node // directories only
 	nextSeq  int64            // directories only: the next sequential-name counter
+
+	// acl names the node's ACL files, one per right ("" grants the right
+	// to everybody); a new node copies its parent's.
+	acl aclNames
+	// aclFile is the parsed content of n when n is an ACL file (a file
+	// directly in /acl) whose content parses, nil otherwise: a memo that
+	// addNode, setContent and Restore keep in step with the content, so
+	// that a check never parses. It is not part of the snapshot.
+	aclFile *ACL
 
 	lock    *lockState // nil while free, with no waiters and no lock-delay
 	deleted bool       // set when removed from the tree; handles may still point here
@@ -69,11 +78,21 @@ type createPlan struct {
 	seq     int64    // counter used for a sequential name; -1 when not sequential
 }
 
-// planCreate validates creating a node of the given content size at the path
-// p (components comps). When the path already names a node and the name is
-// not sequential, it returns that node and no plan: the caller decides
-// whether that is an error (EXISTS) or an open.
-func (s *State) planCreate(p string, comps []string, makeParents, sequential bool, size int) (*createPlan, *node, *chubby.ChubbyError) {
+// path returns the path of the node the plan creates.
+func (plan *createPlan) path() string {
+	p := plan.parent.path
+	for _, c := range plan.missing {
+		p = joinPath(p, c)
+	}
+	return joinPath(p, plan.name)
+}
+
+// planCreate resolves creating a node at the path p (components comps):
+// the directory it goes in, the parents to make, its name. When the path
+// already names a node and the name is not sequential, it returns that
+// node and no plan: the caller decides whether that is an error (EXISTS)
+// or an open. The caller checks the rights, then the limits (checkCreate).
+func (s *State) planCreate(p string, comps []string, makeParents, sequential bool) (*createPlan, *node, *chubby.ChubbyError) {
 	if len(comps) == 0 {
 		if sequential {
 			return nil, nil, Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "a sequential name needs a last component; / has none")
@@ -130,16 +149,19 @@ func (s *State) planCreate(p string, comps []string, makeParents, sequential boo
 			return nil, existing, nil
 		}
 	}
+	return plan, nil, nil
+}
+
+// checkCreate checks the limits of the cell for carrying out plan with
+// content of the given size.
+func (s *State) checkCreate(plan *createPlan, size int) *chubby.ChubbyError {
 	if s.nodes+len(plan.missing)+1 > s.limits.MaxNodes {
-		return nil, nil, Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "the cell holds %d nodes, the limit is %d", s.nodes, s.limits.MaxNodes)
+		return Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "the cell holds %d nodes, the limit is %d", s.nodes, s.limits.MaxNodes)
 	}
 	if len(plan.parent.children)+1 > s.limits.MaxChildren {
-		return nil, nil, Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "directory %s has %d entries, the limit is %d", plan.parent.path, len(plan.parent.children), s.limits.MaxChildren)
+		return Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "directory %s has %d entries, the limit is %d", plan.parent.path, len(plan.parent.children), s.limits.MaxChildren)
 	}
-	if err := s.checkContent(size, 0); err != nil {
-		return nil, nil, err
-	}
-	return plan, nil, nil
+	return s.checkContent(size, 0)
 }
 
 // checkContent validates replacing content of size old by content of size
@@ -195,6 +217,7 @@ func (s *State) addNode(parent *node, name string, kind chubby.NodeKind, owner *
 		contentGen: 1,
 		ctime:      s.now,
 		mtime:      s.now,
+		acl:        parent.acl,
 	}
 	s.nextInstance++
 	if kind == chubby.NodeKind_DIRECTORY {
@@ -212,6 +235,7 @@ func (s *State) addNode(parent *node, name string, kind chubby.NodeKind, owner *
 	parent.contentGen++
 	parent.mtime = s.now
 	s.nodes++
+	s.memoACL(n)
 	s.notify(parent, event{kind: chubby.EventKind_CHILD_ADDED, child: n.name})
 	return n
 }
@@ -228,6 +252,7 @@ func (s *State) setContent(n *node, content []byte) {
 	s.contentBytes += int64(len(n.content))
 	n.contentGen++
 	n.mtime = s.now
+	s.memoACL(n)
 	s.notify(n, event{kind: chubby.EventKind_FILE_CONTENTS_MODIFIED, gen: n.contentGen})
 	if n.parent != nil {
 		s.notify(n.parent, event{kind: chubby.EventKind_CHILD_MODIFIED, child: n.name, gen: n.contentGen})
@@ -284,6 +309,7 @@ func (s *State) removeNode(n *node, fx *Effects) {
 	n.deleted = true
 	n.content = nil
 	n.children = nil
+	n.aclFile = nil
 	s.notify(parent, event{kind: chubby.EventKind_CHILD_REMOVED, child: n.name})
 }
 
@@ -314,6 +340,7 @@ func (s *State) stat(n *node) *chubby.Stat {
 		Ephemeral:         n.owner != 0,
 		EphemeralOwner:    n.owner,
 		Lock:              s.lockInfo(n),
+		Acl:               n.acl.wire(),
 	}
 	if n.isDir() {
 		st.Size = int64(len(n.children))

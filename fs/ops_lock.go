@@ -18,6 +18,9 @@ func (s *State) acquire(req *fsm.Acquire) *fsm.Result_ {
 	if err != nil {
 		return errResult(err)
 	}
+	if err := s.allowed(h.session.principal, h.node, WriteRight); err != nil {
+		return errResult(err)
+	}
 	if h.held != 0 {
 		return errResult(Errorf(chubby.ErrorCode_LOCK_HELD, "handle %d already holds the lock of %s (%s)", h.id, h.path, modeName(h.held)))
 	}

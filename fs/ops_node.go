@@ -10,23 +10,7 @@ import (
 // fail any more.
 
 func (s *State) open(req *chubby.OpenRequest) *fsm.Result_ {
-	if req.Mode != chubby.OpenMode_READ && req.Mode != chubby.OpenMode_READ_WRITE {
-		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "open mode %d is not READ or READ_WRITE", req.Mode))
-	}
-	create := req.Create
-	if create != chubby.CreateMode_OPEN_EXISTING && create != chubby.CreateMode_OPEN_OR_CREATE && create != chubby.CreateMode_CREATE_NEW {
-		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "create mode %d is not OPEN_EXISTING, OPEN_OR_CREATE or CREATE_NEW", create))
-	}
-	if create == chubby.CreateMode_OPEN_EXISTING && (req.IsSetEphemeral() || req.IsSetSequential() || req.IsSetInitialContent()) {
-		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "ephemeral, sequential and initial_content apply to creation; OPEN_EXISTING never creates"))
-	}
-	if m := req.GetEventMask(); m&^chubby.EVENT_MASK_ALL != 0 {
-		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "event mask %#x has bits outside EVENT_MASK_ALL (%#x)", m, chubby.EVENT_MASK_ALL))
-	}
-	if len(req.InitialContent) > s.limits.MaxContentBytes {
-		return errResult(tooLarge(len(req.InitialContent), s.limits.MaxContentBytes))
-	}
-	comps, err := parsePath(req.Path)
+	comps, err := s.checkOpenArgs(req)
 	if err != nil {
 		return errResult(err)
 	}
@@ -34,33 +18,82 @@ func (s *State) open(req *chubby.OpenRequest) *fsm.Result_ {
 	if sess == nil {
 		return errResult(sessionExpired(req.Session))
 	}
+	n, plan, err := s.openTarget(sess, req, comps)
+	if err != nil {
+		return errResult(err)
+	}
 	if err := s.checkNewHandle(sess); err != nil {
 		return errResult(err)
 	}
-	var n *node
-	created := false
-	if create == chubby.CreateMode_OPEN_EXISTING {
-		if n, err = s.lookup(req.Path, comps); err != nil {
-			return errResult(err)
-		}
-	} else {
-		content := req.GetInitialContent()
-		plan, existing, err := s.planCreate(req.Path, comps, false, req.GetSequential(), len(content))
-		if err != nil {
-			return errResult(err)
-		}
-		if existing != nil {
-			if create == chubby.CreateMode_CREATE_NEW {
-				return errResult(Errorf(chubby.ErrorCode_EXISTS, "%s exists", existing.path))
-			}
-			n = existing
-		} else {
-			n = s.commitCreate(plan, chubby.NodeKind_FILE, ownerIf(sess, req.GetEphemeral()), content)
-			created = true
-		}
+	created := plan != nil
+	if created {
+		n = s.commitCreate(plan, chubby.NodeKind_FILE, ownerIf(sess, req.GetEphemeral()), req.GetInitialContent())
 	}
 	h := s.openHandle(sess, n, req.Mode, req.GetEventMask())
 	return &fsm.Result_{Handle: h.wire(), Stat: s.stat(n), Created: &created}
+}
+
+// checkOpenArgs validates an Open's arguments and returns its path's
+// components.
+func (s *State) checkOpenArgs(req *chubby.OpenRequest) ([]string, *chubby.ChubbyError) {
+	if req.Mode != chubby.OpenMode_READ && req.Mode != chubby.OpenMode_READ_WRITE {
+		return nil, Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "open mode %d is not READ or READ_WRITE", req.Mode)
+	}
+	create := req.Create
+	if create != chubby.CreateMode_OPEN_EXISTING && create != chubby.CreateMode_OPEN_OR_CREATE && create != chubby.CreateMode_CREATE_NEW {
+		return nil, Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "create mode %d is not OPEN_EXISTING, OPEN_OR_CREATE or CREATE_NEW", create)
+	}
+	if create == chubby.CreateMode_OPEN_EXISTING && (req.IsSetEphemeral() || req.IsSetSequential() || req.IsSetInitialContent()) {
+		return nil, Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "ephemeral, sequential and initial_content apply to creation; OPEN_EXISTING never creates")
+	}
+	if m := req.GetEventMask(); m&^chubby.EVENT_MASK_ALL != 0 {
+		return nil, Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "event mask %#x has bits outside EVENT_MASK_ALL (%#x)", m, chubby.EVENT_MASK_ALL)
+	}
+	if len(req.InitialContent) > s.limits.MaxContentBytes {
+		return nil, tooLarge(len(req.InitialContent), s.limits.MaxContentBytes)
+	}
+	comps, err := parsePath(req.Path)
+	if err != nil {
+		return nil, err
+	}
+	if create != chubby.CreateMode_OPEN_EXISTING {
+		if err := checkACLContent(req.Path, req.InitialContent); err != nil {
+			return nil, err
+		}
+	}
+	return comps, nil
+}
+
+// openTarget finds the node an Open opens, or the plan of the file it
+// creates, and checks the rights of the session's principal: read on the
+// node (and write for READ_WRITE); to create, write on the directory too,
+// with the node's rights checked on the names it will inherit.
+func (s *State) openTarget(sess *session, req *chubby.OpenRequest, comps []string) (*node, *createPlan, *chubby.ChubbyError) {
+	p := sess.principal
+	if req.Create == chubby.CreateMode_OPEN_EXISTING {
+		n, err := s.lookup(req.Path, comps)
+		if err != nil {
+			return nil, nil, err
+		}
+		return n, nil, s.allowedOpen(p, n.acl, n.path, req.Mode)
+	}
+	content := req.GetInitialContent()
+	plan, existing, err := s.planCreate(req.Path, comps, false, req.GetSequential())
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case existing != nil && req.Create == chubby.CreateMode_CREATE_NEW:
+		return nil, nil, s.existsErr(p, existing)
+	case existing != nil:
+		return existing, nil, s.allowedOpen(p, existing.acl, existing.path, req.Mode)
+	}
+	if err := s.allowed(p, plan.parent, WriteRight); err != nil {
+		return nil, nil, err
+	}
+	if err := s.allowedOpen(p, plan.parent.acl, plan.path(), req.Mode); err != nil {
+		return nil, nil, err
+	}
+	return nil, plan, s.checkCreate(plan, len(content))
 }
 
 func (s *State) createFile(req *chubby.CreateFileRequest) *fsm.Result_ {
@@ -71,16 +104,25 @@ func (s *State) createFile(req *chubby.CreateFileRequest) *fsm.Result_ {
 	if err != nil {
 		return errResult(err)
 	}
+	if err := checkACLContent(req.Path, req.Content); err != nil {
+		return errResult(err)
+	}
 	sess := s.sessions[req.Session]
 	if sess == nil {
 		return errResult(sessionExpired(req.Session))
 	}
-	plan, existing, err := s.planCreate(req.Path, comps, req.GetMakeParents(), req.GetSequential(), len(req.Content))
+	plan, existing, err := s.planCreate(req.Path, comps, req.GetMakeParents(), req.GetSequential())
 	if err != nil {
 		return errResult(err)
 	}
 	if existing != nil {
-		return errResult(Errorf(chubby.ErrorCode_EXISTS, "%s exists", existing.path))
+		return errResult(s.existsErr(sess.principal, existing))
+	}
+	if err := s.allowed(sess.principal, plan.parent, WriteRight); err != nil {
+		return errResult(err)
+	}
+	if err := s.checkCreate(plan, len(req.Content)); err != nil {
+		return errResult(err)
 	}
 	n := s.commitCreate(plan, chubby.NodeKind_FILE, ownerIf(sess, req.GetEphemeral()), req.Content)
 	created := true
@@ -96,28 +138,55 @@ func (s *State) mkdir(req *chubby.MkdirRequest) *fsm.Result_ {
 	if sess == nil {
 		return errResult(sessionExpired(req.Session))
 	}
-	plan, existing, err := s.planCreate(req.Path, comps, req.GetParents(), false, 0)
+	plan, existing, err := s.planCreate(req.Path, comps, req.GetParents(), false)
 	if err != nil {
 		return errResult(err)
 	}
 	created := false
 	if existing != nil {
-		if !existing.isDir() {
-			return errResult(Errorf(chubby.ErrorCode_EXISTS, "%s exists and is a file", existing.path))
+		if !existing.isDir() || !req.GetParents() {
+			return errResult(s.existsErr(sess.principal, existing))
 		}
-		if !req.GetParents() {
-			return errResult(Errorf(chubby.ErrorCode_EXISTS, "%s exists", existing.path))
+		if err := s.allowed(sess.principal, existing, ReadRight); err != nil {
+			return errResult(err)
 		}
 		return &fsm.Result_{Stat: s.stat(existing), Created: &created}
+	}
+	if err := s.allowed(sess.principal, plan.parent, WriteRight); err != nil {
+		return errResult(err)
+	}
+	if err := s.checkCreate(plan, 0); err != nil {
+		return errResult(err)
 	}
 	n := s.commitCreate(plan, chubby.NodeKind_DIRECTORY, ownerIf(sess, req.GetEphemeral()), nil)
 	created = true
 	return &fsm.Result_{Stat: s.stat(n), Created: &created}
 }
 
+// existsErr refuses a create over the existing node n: EXISTS, once the
+// principal is known to hold the right the create needed, write on n's
+// directory (so that it learns nothing it could not learn by trying).
+func (s *State) existsErr(principal string, n *node) *chubby.ChubbyError {
+	if n.parent != nil {
+		if err := s.allowed(principal, n.parent, WriteRight); err != nil {
+			return err
+		}
+	}
+	if n.isDir() {
+		return Errorf(chubby.ErrorCode_EXISTS, "%s exists and is a directory", n.path)
+	}
+	return Errorf(chubby.ErrorCode_EXISTS, "%s exists and is a file", n.path)
+}
+
 func (s *State) setContents(req *chubby.SetContentsRequest) *fsm.Result_ {
 	if len(req.Content) > s.limits.MaxContentBytes {
 		return errResult(tooLarge(len(req.Content), s.limits.MaxContentBytes))
+	}
+	if req.Handle != nil {
+		// The handle's path is its node's (handleFor checks it).
+		if err := checkACLContent(req.Handle.Path, req.Content); err != nil {
+			return errResult(err)
+		}
 	}
 	h, err := s.handleFor(req.Handle, true)
 	if err != nil {
@@ -127,6 +196,9 @@ func (s *State) setContents(req *chubby.SetContentsRequest) *fsm.Result_ {
 		return errResult(Errorf(chubby.ErrorCode_PERMISSION_DENIED, "handle %d on %s was opened READ; writing needs READ_WRITE", h.id, h.path))
 	}
 	n := h.node
+	if err := s.allowed(h.session.principal, n, WriteRight); err != nil {
+		return errResult(err)
+	}
 	if n.isDir() {
 		return errResult(Errorf(chubby.ErrorCode_IS_DIRECTORY, "%s is a directory: it has no content", n.path))
 	}
@@ -151,6 +223,14 @@ func (s *State) deleteNode(req *chubby.DeleteRequest, fx *Effects) *fsm.Result_ 
 	n := h.node
 	if n == s.root {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "the root directory cannot be deleted"))
+	}
+	if err := s.allowed(h.session.principal, n.parent, WriteRight); err != nil {
+		return errResult(err)
+	}
+	if req.GetRecursive() {
+		if err := s.allowedToEmpty(h.session.principal, n); err != nil {
+			return errResult(err)
+		}
 	}
 	if n.isDir() && len(n.children) > 0 && !req.GetRecursive() {
 		return errResult(Errorf(chubby.ErrorCode_NOT_EMPTY, "directory %s has %d entries; set recursive to delete them too", n.path, len(n.children)))

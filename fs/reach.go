@@ -54,12 +54,13 @@ func OpSession(op *fsm.Op) (chubby.SessionID, bool) {
 // that end by then are over and their queues are granted, which changes
 // those locks' Stats although the command names none of them. Then its
 // operation: a handle's operation (SetContents, Close, Acquire, Release,
-// CancelWait) changes its node and nothing else; a creation adds nodes
+// CancelWait, SetACL) changes its node and nothing else; a creation adds nodes
 // under an existing directory; a Delete removes a subtree and the
 // ephemeral directories it leaves empty above it; an EndSession changes
 // the locks its session holds or waits for and removes its ephemeral nodes
-// (and the ephemeral directories they leave empty). CreateSession, Tick
-// and TrimEvents change nothing cached beyond the clock's part.
+// (and the ephemeral directories they leave empty); an InitACL creates
+// /acl and /acl/admin and names ACLs on them and on "/". CreateSession,
+// Tick and TrimEvents change nothing cached beyond the clock's part.
 //
 // The master computes the reach before the command is in the log, and
 // commands ahead of it may apply in between. The reach stays a superset of
@@ -224,6 +225,10 @@ func (s *State) reachOp(r *reachSet, op *fsm.Op) {
 		r.handle(op.Release.Handle)
 	case op.CancelWait != nil:
 		r.handle(op.CancelWait.Handle)
+	case op.SetAcl != nil:
+		r.handle(op.SetAcl.Handle)
+	case op.InitAcl != nil:
+		r.initACL(op.InitAcl)
 	}
 }
 
@@ -256,6 +261,20 @@ func (r *reachSet) created(p string, sequential, makeParents bool) {
 		r.add(&r.paths, p)
 	}
 	r.ancestors(p, makeParents)
+}
+
+// initACL adds what InitACL may change: "/" (its names, and the listing
+// and Stat /acl's creation changes), /acl and /acl/admin. Whether it
+// applies is decided by the state at apply, which commands in between may
+// change: so always, unless it is refused.
+func (r *reachSet) initACL(req *fsm.InitACL) {
+	if checkPrincipal(req.Admin) != nil {
+		return // refused
+	}
+	dir := joinPath("/", aclDir)
+	for _, p := range []string{"/", dir, joinPath(dir, aclAdmin)} {
+		r.add(&r.paths, p)
+	}
 }
 
 // reachDelete adds a Delete through w.

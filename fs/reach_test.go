@@ -237,6 +237,21 @@ func TestReach(t *testing.T) {
 			a := h.session()
 			return &fsm.Command{Op: opCreateFile(&chubby.CreateFileRequest{Session: a, Path: "/a/b/f", MakeParents: ptr(true)})}
 		}, want{paths: []string{"/", "/a", "/a/b", "/a/b/f"}}},
+		{"set ACL", func(h *harness) *fsm.Command {
+			a := h.session()
+			h.mkdir(a, "/a/b")
+			return &fsm.Command{Op: opSetACL(h.rw(a, "/a/b/f"), aclNamesOf("r", "", ""))}
+		}, want{paths: []string{"/a/b", "/a/b/f"}}},
+		{"init ACL", func(h *harness) *fsm.Command {
+			return &fsm.Command{Op: opInitACL("root")}
+		}, want{paths: []string{"/", "/acl", "/acl/admin"}}},
+		{"init ACL that will change nothing yet", func(h *harness) *fsm.Command {
+			h.mkdir(h.session(), "/acl") // a command in between may delete it
+			return &fsm.Command{Op: opInitACL("root")}
+		}, want{paths: []string{"/", "/acl", "/acl/admin"}}},
+		{"init ACL refused", func(h *harness) *fsm.Command {
+			return &fsm.Command{Op: opInitACL("not a principal")}
+		}, want{}},
 		{"open existing", func(h *harness) *fsm.Command {
 			a := h.session()
 			h.rw(a, "/f")

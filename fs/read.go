@@ -9,13 +9,27 @@ import (
 // Reads. They change nothing and are not commands: the master serves them
 // from its own state. Each validates its handle as commands do: the session
 // is alive (else SESSION_EXPIRED), the handle exists with that session,
-// instance and path, and its node still exists (else HANDLE_INVALID).
-// Errors are *chubby.ChubbyError.
+// instance and path, and its node still exists (else HANDLE_INVALID). The
+// reads of a node (GetContentsAndStat, GetStat, ReadDir) then need the read
+// right of the handle's session's principal on it (else
+// PERMISSION_DENIED). Errors are *chubby.ChubbyError.
+
+// readHandle validates the handle w for a read of its node.
+func (s *State) readHandle(w *chubby.Handle) (*handle, *chubby.ChubbyError) {
+	h, err := s.handleFor(w, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.allowed(h.session.principal, h.node, ReadRight); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
 
 // GetContentsAndStat returns a copy of the content of the file h names, and
 // its Stat.
 func (s *State) GetContentsAndStat(w *chubby.Handle) ([]byte, *chubby.Stat, error) {
-	h, err := s.handleFor(w, true)
+	h, err := s.readHandle(w)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -28,7 +42,7 @@ func (s *State) GetContentsAndStat(w *chubby.Handle) ([]byte, *chubby.Stat, erro
 
 // GetStat returns the Stat of the node h names.
 func (s *State) GetStat(w *chubby.Handle) (*chubby.Stat, error) {
-	h, err := s.handleFor(w, true)
+	h, err := s.readHandle(w)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +51,7 @@ func (s *State) GetStat(w *chubby.Handle) (*chubby.Stat, error) {
 
 // ReadDir returns the entries of the directory h names, sorted by name.
 func (s *State) ReadDir(w *chubby.Handle) ([]*chubby.DirEntry, error) {
-	h, err := s.handleFor(w, true)
+	h, err := s.readHandle(w)
 	if err != nil {
 		return nil, err
 	}
@@ -71,22 +85,33 @@ func (s *State) GetSequencer(w *chubby.Handle) (*chubby.Sequencer, error) {
 // seq.instance and its lock is held in seq.mode in seq.lock_generation.
 // A shared sequencer stays valid while any shared holder of that generation
 // holds (a sequencer names a holding period, not a holder). reason says why
-// not, when not valid. It needs no session: downstream servers call it.
-func (s *State) CheckSequencer(seq *chubby.Sequencer) (valid bool, reason string) {
+// not, when not valid. It needs no session: downstream servers call it, as
+// principal, which needs the read right on the node (else err is
+// PERMISSION_DENIED); a missing node is just not valid.
+func (s *State) CheckSequencer(principal string, seq *chubby.Sequencer) (valid bool, reason string, err error) {
 	if seq == nil {
-		return false, "sequencer is missing"
+		return false, "sequencer is missing", nil
 	}
 	if !validMode(seq.Mode) {
-		return false, "sequencer mode " + itoa(int64(seq.Mode)) + " is not EXCLUSIVE or SHARED"
+		return false, "sequencer mode " + itoa(int64(seq.Mode)) + " is not EXCLUSIVE or SHARED", nil
 	}
-	comps, err := parsePath(seq.Path)
-	if err != nil {
-		return false, err.Message
+	comps, perr := parsePath(seq.Path)
+	if perr != nil {
+		return false, perr.Message, nil
 	}
-	n, err := s.lookup(seq.Path, comps)
-	if err != nil {
-		return false, err.Message
+	n, lerr := s.lookup(seq.Path, comps)
+	if lerr != nil {
+		return false, lerr.Message, nil
 	}
+	if aerr := s.allowed(principal, n, ReadRight); aerr != nil {
+		return false, "", aerr
+	}
+	valid, reason = s.checkSequencer(n, seq)
+	return valid, reason, nil
+}
+
+// checkSequencer compares seq with the lock of n, the node at seq.path.
+func (s *State) checkSequencer(n *node, seq *chubby.Sequencer) (valid bool, reason string) {
 	if n.instance != seq.Instance {
 		return false, seq.Path + " was re-created: its instance is " + itoa(n.instance) + ", the sequencer names " + itoa(seq.Instance)
 	}
@@ -106,6 +131,16 @@ func (s *State) CheckSequencer(seq *chubby.Sequencer) (valid bool, reason string
 // SessionExists reports whether the session id is alive.
 func (s *State) SessionExists(id chubby.SessionID) bool {
 	return s.sessions[id] != nil
+}
+
+// SessionPrincipal returns the principal session id acts as (Anonymous
+// when it was created without one), and whether the session is alive.
+func (s *State) SessionPrincipal(id chubby.SessionID) (string, bool) {
+	sess := s.sessions[id]
+	if sess == nil {
+		return "", false
+	}
+	return sess.principal, true
 }
 
 // Sessions returns the ids of the live sessions in ascending order. After a

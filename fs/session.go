@@ -14,7 +14,8 @@ import (
 type session struct {
 	id         chubby.SessionID
 	clientName string
-	caches     bool // CreateSessionRequest.cache: the client caches
+	caches     bool   // CreateSessionRequest.cache: the client caches
+	principal  string // who the client is (Command.principal); Anonymous without one
 	ctime      int64
 	handles    map[int64]*handle
 	ephemerals map[*node]struct{} // ephemeral nodes it owns
@@ -95,10 +96,18 @@ func (sess *session) raiseFloor(floor int64) {
 	sess.answers = slices.Delete(sess.answers, 0, i)
 }
 
-// createSession applies CreateSession.
-func (s *State) createSession(req *chubby.CreateSessionRequest) *fsm.Result_ {
+// createSession applies CreateSession. The session acts as principal
+// (Anonymous when unset) in every command it sends.
+func (s *State) createSession(req *chubby.CreateSessionRequest, principal *string) *fsm.Result_ {
 	if len(req.ClientName) > int(chubby.MAX_CLIENT_NAME_BYTES) {
 		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "client name is %d bytes, more than %d", len(req.ClientName), chubby.MAX_CLIENT_NAME_BYTES))
+	}
+	p := Anonymous
+	if principal != nil {
+		if err := checkPrincipal(*principal); err != nil {
+			return errResult(err)
+		}
+		p = strings.Clone(*principal)
 	}
 	if len(s.sessions) >= s.limits.MaxSessions {
 		return errResult(Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "the cell has %d sessions, the limit is %d", len(s.sessions), s.limits.MaxSessions))
@@ -107,6 +116,7 @@ func (s *State) createSession(req *chubby.CreateSessionRequest) *fsm.Result_ {
 		id:         s.nextSession,
 		clientName: strings.Clone(req.ClientName),
 		caches:     req.GetCache(),
+		principal:  p,
 		ctime:      s.now,
 		handles:    map[int64]*handle{},
 		ephemerals: map[*node]struct{}{},

@@ -43,6 +43,9 @@ func (s *State) Snapshot() []byte {
 		if sess.caches {
 			ss.Cache = &sess.caches
 		}
+		if sess.principal != Anonymous {
+			ss.Principal = clonePtr(&sess.principal)
+		}
 		for _, a := range sess.answers {
 			ss.Answers = append(ss.Answers, &fsm.SnapAnswer{Seq: a.seq, Result_: a.res})
 		}
@@ -100,6 +103,10 @@ func (s *State) snapNodes(n *node, out *[]*fsm.SnapNode) {
 	}
 	if sn.Content == nil {
 		sn.Content = []byte{}
+	}
+	if !n.acl.empty() {
+		// Only then: a cell without ACLs snapshots as before them.
+		sn.Acl = n.acl.wire()
 	}
 	if l := n.lock; l != nil {
 		if l.mode != 0 {
@@ -247,10 +254,18 @@ func (s *State) restoreSessions(snap *fsm.Snapshot) error {
 		if ss.SeqFloor < 1 {
 			return fmt.Errorf("session %d: request floor %d < 1", ss.Id, ss.SeqFloor)
 		}
+		principal := Anonymous
+		if ss.Principal != nil {
+			if err := checkPrincipal(*ss.Principal); err != nil {
+				return fmt.Errorf("session %d: %s", ss.Id, err.Message)
+			}
+			principal = *ss.Principal
+		}
 		sess := &session{
 			id:         ss.Id,
 			clientName: ss.ClientName,
 			caches:     ss.GetCache(),
+			principal:  principal,
 			ctime:      ss.CreateTimeMs,
 			handles:    map[int64]*handle{},
 			ephemerals: map[*node]struct{}{},
@@ -467,6 +482,13 @@ func (s *State) restoreNode(sn *fsm.SnapNode, byPath map[string]*node, instances
 	if sn.Checksum < 0 || sn.Checksum > 0xffffffff || uint32(sn.Checksum) != crc32.Checksum(sn.Content, castagnoli) {
 		return nil, fmt.Errorf("content checksum mismatch")
 	}
+	var names aclNames
+	if sn.Acl != nil {
+		var err *chubby.ChubbyError
+		if names, err = namesFromWire(sn.Acl); err != nil {
+			return nil, fmt.Errorf("%s", err.Message)
+		}
+	}
 	n := &node{
 		path:       sn.Path,
 		kind:       sn.Kind,
@@ -479,6 +501,7 @@ func (s *State) restoreNode(sn *fsm.SnapNode, byPath map[string]*node, instances
 		mtime:      sn.ModifyTimeMs,
 		owner:      sn.EphemeralOwner,
 		nextSeq:    sn.NextSequence,
+		acl:        names,
 	}
 	if n.isDir() {
 		if len(sn.Content) != 0 {
@@ -520,6 +543,7 @@ func (s *State) restoreNode(sn *fsm.SnapNode, byPath map[string]*node, instances
 	parent.children[n.name] = n
 	s.nodes++
 	s.contentBytes += int64(len(n.content))
+	s.memoACL(n)
 	return n, nil
 }
 
