@@ -203,6 +203,11 @@ func (c *Config) setDefaults() error {
 	if c.TargetSize != 1 && c.TargetSize != 3 && c.TargetSize != 5 {
 		return fmt.Errorf("target size %d: 1, 3 or 5", c.TargetSize)
 	}
+	if c.Admin != "" {
+		if err := fs.ValidPrincipal(c.Admin); err != nil {
+			return fmt.Errorf("admin: %w", err)
+		}
+	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = d.DeadAfter
 	}

@@ -26,28 +26,29 @@ func invalid(format string, args ...any) error {
 func missing(what string) error { return invalid("request has no %s", what) }
 
 // live refuses calls for a session whose lease ran out (its EndSession may
-// not have applied yet) or that does not exist.
-func (h *handler) live(id chubby.SessionID) error {
+// not have applied yet), that does not exist, or that belongs to another
+// principal than the caller's.
+func (h *handler) live(ctx context.Context, id chubby.SessionID) error {
 	if err := h.s.serveCheck(); err != nil {
 		return err
 	}
 	if !h.s.leases.alive(id) {
 		return fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d has ended or never existed", id)
 	}
-	return nil
+	return h.s.checkOwner(ctx, id)
 }
 
-func (h *handler) liveHandle(hd *chubby.Handle) error {
+func (h *handler) liveHandle(ctx context.Context, hd *chubby.Handle) error {
 	if hd == nil {
 		return missing("handle")
 	}
-	return h.live(hd.Session)
+	return h.live(ctx, hd.Session)
 }
 
 // handleWrite validates a request made through a handle that changes the
 // cell and proposes its operation, exactly once under rid.
 func (h *handler) handleWrite(ctx context.Context, hd *chubby.Handle, rid *chubby.RequestID, op *fsm.Op) (*fsm.Result_, error) {
-	if err := h.liveHandle(hd); err != nil {
+	if err := h.liveHandle(ctx, hd); err != nil {
 		return nil, err
 	}
 	if err := checkRID(rid); err != nil {
@@ -59,7 +60,7 @@ func (h *handler) handleWrite(ctx context.Context, hd *chubby.Handle, rid *chubb
 // handleRead validates a read through a handle: a live session and the
 // master lease.
 func (h *handler) handleRead(ctx context.Context, hd *chubby.Handle) error {
-	if err := h.liveHandle(hd); err != nil {
+	if err := h.liveHandle(ctx, hd); err != nil {
 		return err
 	}
 	return h.s.awaitLease(ctx)
@@ -111,8 +112,12 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 	if len(req.ClientName) > int(chubby.MAX_CLIENT_NAME_BYTES) {
 		return nil, invalid("client_name of %d bytes over the %d-byte limit", len(req.ClientName), chubby.MAX_CLIENT_NAME_BYTES)
 	}
+	who, err := h.s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	arrived := h.s.log.Now()
-	res, err := h.s.propose(ctx, &fsm.Op{CreateSession: req})
+	res, err := h.s.proposeAs(ctx, who, &fsm.Op{CreateSession: req})
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +179,9 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		ids = append(ids, it.Session)
 		acks = append(acks, it.GetAckedEvent())
 		invAcks = append(invAcks, it.GetAckedInvalidation())
+	}
+	if err := h.s.checkOwner(ctx, ids...); err != nil {
+		return nil, err
 	}
 	h.s.cache.ack(req.GetEpoch(), ids, invAcks)
 	c, wait, err := h.s.leases.register(ids, acks)
@@ -264,6 +272,9 @@ func (h *handler) CloseSession(ctx context.Context, req *chubby.CloseSessionRequ
 	if err := h.s.serveCheck(); err != nil {
 		return err
 	}
+	if err := h.s.checkOwner(ctx, req.Session); err != nil {
+		return err
+	}
 	if !h.s.leases.markEnding(req.Session) {
 		return fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d has ended or never existed", req.Session)
 	}
@@ -283,7 +294,7 @@ func (h *handler) Open(ctx context.Context, req *chubby.OpenRequest) (*chubby.Op
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.live(req.Session); err != nil {
+	if err := h.live(ctx, req.Session); err != nil {
 		return nil, err
 	}
 	if err := checkPath(req.Path); err != nil {
@@ -406,7 +417,7 @@ func (h *handler) Mkdir(ctx context.Context, req *chubby.MkdirRequest) (*chubby.
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.live(req.Session); err != nil {
+	if err := h.live(ctx, req.Session); err != nil {
 		return nil, err
 	}
 	if err := checkPath(req.Path); err != nil {
@@ -426,7 +437,7 @@ func (h *handler) CreateFile(ctx context.Context, req *chubby.CreateFileRequest)
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.live(req.Session); err != nil {
+	if err := h.live(ctx, req.Session); err != nil {
 		return nil, err
 	}
 	if err := checkPath(req.Path); err != nil {
@@ -462,7 +473,7 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
+	if err := h.liveHandle(ctx, req.Handle); err != nil {
 		return nil, err
 	}
 	if err := validMode(req.Mode); err != nil {
@@ -532,7 +543,7 @@ func (h *handler) TryAcquire(ctx context.Context, req *chubby.TryAcquireRequest)
 	if req == nil {
 		return nil, missing("body")
 	}
-	if err := h.liveHandle(req.Handle); err != nil {
+	if err := h.liveHandle(ctx, req.Handle); err != nil {
 		return nil, err
 	}
 	if err := validMode(req.Mode); err != nil {
@@ -589,15 +600,18 @@ func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 	if err := checkPath(req.Sequencer.Path); err != nil {
 		return nil, err
 	}
+	who, err := h.s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := h.s.awaitLease(ctx); err != nil {
 		return nil, err
 	}
 	var (
 		ok     bool
 		reason string
-		err    error
 	)
-	h.s.m.read(func(s *fs.State) { ok, reason, err = s.CheckSequencer(fs.Anonymous, req.Sequencer) })
+	h.s.m.read(func(s *fs.State) { ok, reason, err = s.CheckSequencer(who, req.Sequencer) })
 	if err != nil {
 		return nil, err
 	}
@@ -661,6 +675,15 @@ func (h *handler) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequ
 	if len(req.Id) > 20 {
 		return nil, invalid("replica id of %d bytes", len(req.Id))
 	}
+	// Taking a replica out is the cell's administration: change_acl on "/".
+	who, err := h.s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.s.m.read(func(st *fs.State) { err = st.Allowed(who, "/", fs.ChangeACLRight) })
+	if err != nil {
+		return nil, err
+	}
 	i, err := h.s.removeMember(ctx, req.Id)
 	if err != nil {
 		return nil, err
@@ -685,6 +708,9 @@ func (h *handler) SetACL(ctx context.Context, req *chubby.SetACLRequest) (*chubb
 }
 
 func (h *handler) WhoAmI(ctx context.Context) (*chubby.WhoAmIResponse, error) {
-	p, tls := h.s.principal(ctx)
-	return &chubby.WhoAmIResponse{Principal: p, Tls: tls}, nil
+	p, err := h.s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &chubby.WhoAmIResponse{Principal: p, Tls: rpc.Caller(ctx).TLS}, nil
 }

@@ -125,6 +125,42 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	close(withdrawn)
 	s.cfg.Logger.Info("master", "view", view, "epoch", epoch, "sessions", len(sessions),
 		"took", time.Since(start).Round(time.Microsecond))
+	s.initACL(gen)
+}
+
+// initACL gives a cell without ACLs its first administrator, Config.Admin,
+// through InitACL, which changes nothing once the cell has ACLs (so every
+// new master may propose it; only the first one's applies). It runs in
+// the background and retries while this replica stays master.
+func (s *Server) initACL(gen uint64) {
+	if s.cfg.Admin == "" || s.aclsInitialised() {
+		return
+	}
+	s.goBackground(func() {
+		for attempt := 0; attempt < 20 && s.current(gen); attempt++ {
+			_, err := s.propose(context.Background(), &fsm.Op{InitAcl: &fsm.InitACL{Admin: s.cfg.Admin}})
+			if err == nil {
+				if s.aclsInitialised() {
+					s.cfg.Logger.Info("ACLs initialised: / and /acl are protected by /acl/admin", "admin", s.cfg.Admin)
+				}
+				return
+			}
+			s.cfg.Logger.Warn("initialising ACLs", "err", err, "attempt", attempt+1)
+			select {
+			case <-s.closed:
+				return
+			case <-time.After(100 * time.Millisecond << min(attempt, 4)):
+			}
+		}
+	})
+}
+
+// aclsInitialised reports whether the root has ACL names (InitACL, or an
+// administrator's SetACL, gave it some).
+func (s *Server) aclsInitialised() bool {
+	var names *chubby.ACLNames
+	s.m.read(func(st *fs.State) { names, _ = st.ACLNamesOf("/") })
+	return names != nil && (names.ReadAcl != "" || names.WriteAcl != "" || names.ChangeAcl != "")
 }
 
 func (s *Server) loseMaster() {

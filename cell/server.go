@@ -519,7 +519,13 @@ func (s *Server) closeAll() {
 // until it is durable and applied, and returns its result; a refused
 // command's *chubby.ChubbyError is returned as the error.
 func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) {
-	return s.proposeAt(ctx, 0, nil, op, 0)
+	return s.proposeAt(ctx, 0, nil, op, 0, "")
+}
+
+// proposeAs is propose for a CreateSession: the command carries the
+// caller's principal, which the session then acts as.
+func (s *Server) proposeAs(ctx context.Context, principal string, op *fsm.Op) (*fsm.Result_, error) {
+	return s.proposeAt(ctx, 0, nil, op, 0, principal)
 }
 
 // proposeOnce is propose for a client request that may carry a RequestID:
@@ -527,11 +533,12 @@ func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) 
 // state machine applies it at most once however often it is retried
 // (across failovers too: the answers are replicated state).
 func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op) (*fsm.Result_, error) {
-	return s.proposeAt(ctx, session, rid, op, 0)
+	return s.proposeAt(ctx, session, rid, op, 0, "")
 }
 
-// proposeAt is proposeOnce with the command stamped at notBefore or later.
-func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op, notBefore int64) (*fsm.Result_, error) {
+// proposeAt is proposeOnce with the command stamped at notBefore or later
+// and, if principal is set (CreateSession only), carrying it.
+func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op, notBefore int64, principal string) (*fsm.Result_, error) {
 	if op.EndSession != nil {
 		// Its client no longer serves its cache, and its commands in
 		// flight, which the EndSession waits for, must not wait for it.
@@ -569,6 +576,9 @@ func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *c
 	}
 	if rid != nil {
 		cmd.Session, cmd.Seq, cmd.SeqFloor = &session, &rid.Seq, &rid.Floor
+	}
+	if principal != "" {
+		cmd.Principal = &principal
 	}
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > commitTimeout {
 		// Most callers' deadlines (TTHeader's RPC timeout) are sooner:
@@ -712,7 +722,7 @@ func (s *Server) scheduleTick(atMs int64) {
 		// first, as for any command.
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		defer cancel()
-		if _, err := s.proposeAt(ctx, 0, nil, &fsm.Op{Tick: &fsm.Tick{}}, atMs); err != nil {
+		if _, err := s.proposeAt(ctx, 0, nil, &fsm.Op{Tick: &fsm.Tick{}}, atMs, ""); err != nil {
 			if !s.serving.Load() {
 				return // the next master schedules its own
 			}
@@ -754,27 +764,56 @@ func (s *Server) httpHandler() http.Handler {
 	return mux
 }
 
-// principal names the caller of the call ctx belongs to, and whether the
-// call came over TLS. Without TLS, or without a certificate, the caller is
-// anonymous.
-func (s *Server) principal(ctx context.Context) (string, bool) {
+// caller names the principal of the call ctx belongs to: the common name
+// of its verified certificate, or anonymous without one (and always
+// without TLS). A certificate whose name is not a valid principal, or
+// names "anonymous", lets its holder do nothing (PERMISSION_DENIED).
+func (s *Server) caller(ctx context.Context) (string, error) {
 	c := rpc.Caller(ctx)
 	if c.Principal == "" {
-		return fs.Anonymous, c.TLS
+		return fs.Anonymous, nil
 	}
-	return c.Principal, c.TLS
+	if err := fs.ValidPrincipal(c.Principal); err != nil || c.Principal == fs.Anonymous {
+		return "", fs.Errorf(chubby.ErrorCode_PERMISSION_DENIED, "the client certificate names %q, which is not a valid principal (1..%d bytes of [A-Za-z0-9._@:/+=-], not %q)",
+			c.Principal, chubby.MAX_PRINCIPAL_BYTES, fs.Anonymous)
+	}
+	return c.Principal, nil
+}
+
+// checkOwner refuses a call from another principal than the one that
+// created each of the sessions ids (PERMISSION_DENIED): a session acts
+// with its creator's rights, so only its creator may use it. A session
+// the state does not know is left to the caller's other checks.
+func (s *Server) checkOwner(ctx context.Context, ids ...chubby.SessionID) error {
+	who, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	s.m.read(func(st *fs.State) {
+		for _, id := range ids {
+			if owner, ok := st.SessionPrincipal(id); ok && owner != who {
+				err = fs.Errorf(chubby.ErrorCode_PERMISSION_DENIED, "session %d belongs to principal %q; this call comes from %q", id, owner, who)
+				return
+			}
+		}
+	})
+	return err
 }
 
 // security says how the replica's ports are protected, for status.
 func (s *Server) security() string {
+	acls := "ACLs: none set, every node is open to every caller (start the cell with --admin)"
+	if s.aclsInitialised() {
+		acls = "ACLs: on (see chubbyfs acl get /)"
+	}
 	if s.cfg.TLS == nil {
-		return "PLAINTEXT: no TLS on any port; every caller is anonymous and anyone who can reach the ports can use the cell (a development cell)"
+		return "PLAINTEXT: no TLS on any port; every caller is anonymous and anyone who can reach the ports can use the cell (a development cell); " + acls
 	}
 	sec := "mutual TLS on the client, peer and gossip ports"
 	if c := s.cfg.TLS.Leaf(); c != nil {
 		sec += fmt.Sprintf("; this replica is %q, its certificate expires %s", c.Subject.CommonName, c.NotAfter.UTC().Format(time.RFC3339))
 	}
-	return sec
+	return sec + "; " + acls
 }
 
 // serverTLS is the server configuration of one of the replica's ports,

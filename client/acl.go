@@ -51,7 +51,7 @@ func ACLOf(st *chubby.Stat) ACL {
 	if a == nil {
 		return ACL{}
 	}
-	return ACL{Read: a.Read_, Write: a.Write_, ChangeACL: a.ChangeAcl}
+	return ACL{Read: a.ReadAcl, Write: a.WriteAcl, ChangeACL: a.ChangeAcl}
 }
 
 // SetACL replaces the node's ACL names (its principal needs the node's
@@ -69,7 +69,7 @@ func (h *Handle) SetACLAsync(ctx context.Context, acl ACL, opts ...SetOption) *r
 
 func (h *Handle) setACLCall(acl ACL, opts ...SetOption) func(context.Context) (*chubby.Stat, error) {
 	return func(ctx context.Context) (*chubby.Stat, error) {
-		req := &chubby.SetACLRequest{Handle: h.h, Acl: &chubby.ACLNames{Read_: acl.Read, Write_: acl.Write, ChangeAcl: acl.ChangeACL}}
+		req := &chubby.SetACLRequest{Handle: h.h, Acl: &chubby.ACLNames{ReadAcl: acl.Read, WriteAcl: acl.Write, ChangeAcl: acl.ChangeACL}}
 		for _, o := range opts {
 			if o.expectedGeneration != nil {
 				req.ExpectedAclGeneration = o.expectedGeneration

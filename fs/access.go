@@ -99,3 +99,17 @@ func (s *State) allowedToEmpty(principal string, n *node) *chubby.ChubbyError {
 	}
 	return nil
 }
+
+// ACLNamesOf returns the ACL names of the node at path, for the master and
+// operators (no right is checked): NOT_FOUND when there is no node.
+func (s *State) ACLNamesOf(path string) (*chubby.ACLNames, error) {
+	comps, err := parsePath(path)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.lookup(path, comps)
+	if err != nil {
+		return nil, err
+	}
+	return n.acl.wire(), nil
+}

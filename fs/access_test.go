@@ -114,7 +114,7 @@ func TestSessionPrincipalSnapshot(t *testing.T) {
 }
 
 func aclNamesOf(read, write, changeACL string) *chubby.ACLNames {
-	return &chubby.ACLNames{Read_: read, Write_: write, ChangeAcl: changeACL}
+	return &chubby.ACLNames{ReadAcl: read, WriteAcl: write, ChangeAcl: changeACL}
 }
 
 func opSetACL(hd *chubby.Handle, acl *chubby.ACLNames) *fsm.Op {

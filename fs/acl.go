@@ -124,7 +124,7 @@ func (a aclNames) empty() bool { return a == aclNames{} }
 
 // wire is the names as clients see them.
 func (a aclNames) wire() *chubby.ACLNames {
-	return &chubby.ACLNames{Read_: a[ReadRight], Write_: a[WriteRight], ChangeAcl: a[ChangeACLRight]}
+	return &chubby.ACLNames{ReadAcl: a[ReadRight], WriteAcl: a[WriteRight], ChangeAcl: a[ChangeACLRight]}
 }
 
 // namesFromWire validates the names w carries (each empty or one path
@@ -133,7 +133,7 @@ func namesFromWire(w *chubby.ACLNames) (aclNames, *chubby.ChubbyError) {
 	if w == nil {
 		return aclNames{}, Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "ACL names are missing")
 	}
-	names := aclNames{w.Read_, w.Write_, w.ChangeAcl}
+	names := aclNames{w.ReadAcl, w.WriteAcl, w.ChangeAcl}
 	for r, name := range names {
 		if err := checkACLName(name); err != nil {
 			return aclNames{}, Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "%s ACL name %q: %s", Right(r), name, err.Message)

@@ -271,7 +271,7 @@ func (g *cmdGen) next() *fsm.Command {
 // setACL is a SetACL of random names, now and then a compare-and-swap.
 func (g *cmdGen) setACL() *chubby.SetACLRequest {
 	name := func() string { return genACLNames[g.r.Intn(len(genACLNames))] }
-	req := &chubby.SetACLRequest{Handle: g.handle(), Acl: &chubby.ACLNames{Read_: name(), Write_: name(), ChangeAcl: name()}}
+	req := &chubby.SetACLRequest{Handle: g.handle(), Acl: &chubby.ACLNames{ReadAcl: name(), WriteAcl: name(), ChangeAcl: name()}}
 	if g.r.Intn(4) == 0 {
 		req.ExpectedAclGeneration = ptr(int64(g.r.Intn(3)))
 	}

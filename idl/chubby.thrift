@@ -162,9 +162,11 @@ struct Stat {
 // write:      SetContents, Acquire/TryAcquire (locks ask write, as in
 //             Chubby); on a directory: creating and deleting its entries
 // change_acl: SetACL; on "/": RemoveMember
+// (Not "read" and "write": generated Python structs have methods of those
+// names.)
 struct ACLNames {
-    1: required string read
-    2: required string write
+    1: required string read_acl
+    2: required string write_acl
     3: required string change_acl
 }
 

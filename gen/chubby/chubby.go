@@ -862,8 +862,8 @@ var fieldIDToName_Stat = map[int16]string{
 }
 
 type ACLNames struct {
-	Read_     string `thrift:"read,1,required" frugal:"1,required,string" json:"read"`
-	Write_    string `thrift:"write,2,required" frugal:"2,required,string" json:"write"`
+	ReadAcl   string `thrift:"read_acl,1,required" frugal:"1,required,string" json:"read_acl"`
+	WriteAcl  string `thrift:"write_acl,2,required" frugal:"2,required,string" json:"write_acl"`
 	ChangeAcl string `thrift:"change_acl,3,required" frugal:"3,required,string" json:"change_acl"`
 }
 
@@ -874,22 +874,22 @@ func NewACLNames() *ACLNames {
 func (p *ACLNames) InitDefault() {
 }
 
-func (p *ACLNames) GetRead() (v string) {
-	return p.Read_
+func (p *ACLNames) GetReadAcl() (v string) {
+	return p.ReadAcl
 }
 
-func (p *ACLNames) GetWrite() (v string) {
-	return p.Write_
+func (p *ACLNames) GetWriteAcl() (v string) {
+	return p.WriteAcl
 }
 
 func (p *ACLNames) GetChangeAcl() (v string) {
 	return p.ChangeAcl
 }
-func (p *ACLNames) SetRead(val string) {
-	p.Read_ = val
+func (p *ACLNames) SetReadAcl(val string) {
+	p.ReadAcl = val
 }
-func (p *ACLNames) SetWrite(val string) {
-	p.Write_ = val
+func (p *ACLNames) SetWriteAcl(val string) {
+	p.WriteAcl = val
 }
 func (p *ACLNames) SetChangeAcl(val string) {
 	p.ChangeAcl = val
@@ -903,8 +903,8 @@ func (p *ACLNames) String() string {
 }
 
 var fieldIDToName_ACLNames = map[int16]string{
-	1: "read",
-	2: "write",
+	1: "read_acl",
+	2: "write_acl",
 	3: "change_acl",
 }
 

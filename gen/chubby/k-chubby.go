@@ -1729,8 +1729,8 @@ func (p *ACLNames) FastRead(buf []byte) (int, error) {
 	var l int
 	var fieldTypeId thrift.TType
 	var fieldId int16
-	var issetRead_ bool = false
-	var issetWrite_ bool = false
+	var issetReadAcl bool = false
+	var issetWriteAcl bool = false
 	var issetChangeAcl bool = false
 	for {
 		fieldTypeId, fieldId, l, err = thrift.Binary.ReadFieldBegin(buf[offset:])
@@ -1749,7 +1749,7 @@ func (p *ACLNames) FastRead(buf []byte) (int, error) {
 				if err != nil {
 					goto ReadFieldError
 				}
-				issetRead_ = true
+				issetReadAcl = true
 			} else {
 				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 				offset += l
@@ -1764,7 +1764,7 @@ func (p *ACLNames) FastRead(buf []byte) (int, error) {
 				if err != nil {
 					goto ReadFieldError
 				}
-				issetWrite_ = true
+				issetWriteAcl = true
 			} else {
 				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 				offset += l
@@ -1796,12 +1796,12 @@ func (p *ACLNames) FastRead(buf []byte) (int, error) {
 		}
 	}
 
-	if !issetRead_ {
+	if !issetReadAcl {
 		fieldId = 1
 		goto RequiredFieldNotSetError
 	}
 
-	if !issetWrite_ {
+	if !issetWriteAcl {
 		fieldId = 2
 		goto RequiredFieldNotSetError
 	}
@@ -1831,7 +1831,7 @@ func (p *ACLNames) FastReadField1(buf []byte) (int, error) {
 		offset += l
 		_field = v
 	}
-	p.Read_ = _field
+	p.ReadAcl = _field
 	return offset, nil
 }
 
@@ -1845,7 +1845,7 @@ func (p *ACLNames) FastReadField2(buf []byte) (int, error) {
 		offset += l
 		_field = v
 	}
-	p.Write_ = _field
+	p.WriteAcl = _field
 	return offset, nil
 }
 
@@ -1892,14 +1892,14 @@ func (p *ACLNames) BLength() int {
 func (p *ACLNames) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRING, 1)
-	offset += thrift.Binary.WriteStringNocopy(buf[offset:], w, p.Read_)
+	offset += thrift.Binary.WriteStringNocopy(buf[offset:], w, p.ReadAcl)
 	return offset
 }
 
 func (p *ACLNames) fastWriteField2(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRING, 2)
-	offset += thrift.Binary.WriteStringNocopy(buf[offset:], w, p.Write_)
+	offset += thrift.Binary.WriteStringNocopy(buf[offset:], w, p.WriteAcl)
 	return offset
 }
 
@@ -1913,14 +1913,14 @@ func (p *ACLNames) fastWriteField3(buf []byte, w thrift.NocopyWriter) int {
 func (p *ACLNames) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
-	l += thrift.Binary.StringLengthNocopy(p.Read_)
+	l += thrift.Binary.StringLengthNocopy(p.ReadAcl)
 	return l
 }
 
 func (p *ACLNames) field2Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
-	l += thrift.Binary.StringLengthNocopy(p.Write_)
+	l += thrift.Binary.StringLengthNocopy(p.WriteAcl)
 	return l
 }
 
