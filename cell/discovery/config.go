@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"cmp"
+	"crypto/tls"
 	"fmt"
 	"log"
 	"log/slog"
@@ -67,6 +68,24 @@ type Config struct {
 	// DeadRetention is how long Members keeps listing a member after it
 	// died or left. Default 10 minutes.
 	DeadRetention time.Duration
+}
+
+// TLSConfig is the TLS of the gossip: both configurations are required,
+// and used for every handshake (so ones whose callbacks load renewed
+// certificates, as rpc/tlsconf's do, rotate them without a restart). For
+// a replica with a tlsconf.Reloader r:
+//
+//	&TLSConfig{Server: r.ServerConfig(tlsconf.RequireCert, false), Client: r.ClientConfig()}
+type TLSConfig struct {
+	// Server configures the handshakes of accepted connections. It should
+	// require the caller's certificate and verify it against the cell's
+	// CA; a caller without a verified certificate is refused whatever it
+	// says.
+	Server *tls.Config
+	// Client configures the handshakes of dialed connections: the
+	// certificate to present, and the verification of the server's
+	// against the cell's CA.
+	Client *tls.Config
 }
 
 // DefaultConfig returns the defaults: BindAddr 127.0.0.1:7946, probes
