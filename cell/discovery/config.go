@@ -2,6 +2,8 @@ package discovery
 
 import (
 	"cmp"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -18,8 +20,9 @@ import (
 // DefaultConfig; Meta has none and must be valid.
 type Config struct {
 	// BindAddr is the host:port of the gossip listener, UDP and TCP on one
-	// port; the host is an IP address. Port 0 picks a free port, which
-	// Local().Addr then tells. Default "127.0.0.1:7946".
+	// port (with TLS, TCP alone); the host is an IP address. Port 0 picks
+	// a free port, which Local().Addr then tells. Default
+	// "127.0.0.1:7946".
 	BindAddr string
 	// AdvertiseAddr is the IP:port other members are told to use. Default:
 	// the bound address (a private address of this host when BindAddr's
@@ -34,6 +37,13 @@ type Config struct {
 	// Logger receives Discovery's and memberlist's logs. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// TLS, if set, carries all of the gossip, packets and streams, over
+	// mutually authenticated TLS on BindAddr's TCP port, so that only
+	// holders of a certificate of the cell's CA can join, be heard or
+	// listen (see the package doc). nil: memberlist's own transport, UDP
+	// packets and TCP streams in the clear. A TLS member and a plaintext
+	// one never understand each other.
+	TLS *TLSConfig
 
 	// ProbeInterval is how often this node probes one other member, in
 	// turn. Default 200 ms (memberlist's LAN default is 1 s).
@@ -67,6 +77,24 @@ type Config struct {
 	// DeadRetention is how long Members keeps listing a member after it
 	// died or left. Default 10 minutes.
 	DeadRetention time.Duration
+}
+
+// TLSConfig is the TLS of the gossip: both configurations are required,
+// and used for every handshake (so ones whose callbacks load renewed
+// certificates, as rpc/tlsconf's do, rotate them without a restart). For
+// a replica with a tlsconf.Reloader r:
+//
+//	&TLSConfig{Server: r.ServerConfig(tlsconf.RequireCert, false), Client: r.ClientConfig()}
+type TLSConfig struct {
+	// Server configures the handshakes of accepted connections. It should
+	// require the caller's certificate and verify it against the cell's
+	// CA; a caller without a verified certificate is refused whatever it
+	// says.
+	Server *tls.Config
+	// Client configures the handshakes of dialed connections: the
+	// certificate to present, and the verification of the server's
+	// against the cell's CA.
+	Client *tls.Config
 }
 
 // DefaultConfig returns the defaults: BindAddr 127.0.0.1:7946, probes
@@ -125,6 +153,9 @@ func (c Config) validate() error {
 		if _, _, err := splitAddr(c.AdvertiseAddr, false); err != nil {
 			return fmt.Errorf("discovery: AdvertiseAddr: %w", err)
 		}
+	}
+	if c.TLS != nil && (c.TLS.Server == nil || c.TLS.Client == nil) {
+		return errors.New("discovery: TLS needs both its Server and its Client configuration")
 	}
 	for _, f := range []struct {
 		name string

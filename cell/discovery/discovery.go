@@ -24,6 +24,8 @@ type Discovery struct {
 	del   *delegate
 	table *table
 	ml    *memberlist.Memberlist
+	tls   *tlsTransport // nil without Config.TLS
+	lim   transportLimits
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed to stop joining
@@ -62,6 +64,7 @@ func newDiscovery(cfg Config) *Discovery {
 		stop: make(chan struct{}), joinDone: make(chan struct{}),
 	}
 	d.del = &delegate{cell: cfg.Meta.Cell, log: log}
+	d.lim = defaultLimits()
 	return d
 }
 
@@ -77,11 +80,35 @@ func (d *Discovery) create() error {
 	mc := d.cfg.memberlist(d.name, d.del, w)
 	d.table = newTable(d.name, d.meta.Cell, d.cfg.DeadRetention, suspicionBound(mc), d.log)
 	d.del.table, w.onSuspect = d.table, d.table.suspect
+	if d.cfg.TLS != nil {
+		if err := d.listenTLS(mc); err != nil {
+			return fmt.Errorf("discovery: start gossip on %s: %w", d.cfg.BindAddr, err)
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if d.tls != nil {
+			_ = d.tls.Shutdown() // memberlist does not on every failure
+		}
 		return fmt.Errorf("discovery: start gossip on %s: %w", d.cfg.BindAddr, err)
 	}
 	d.ml = ml
+	return nil
+}
+
+// listenTLS starts the TLS transport and makes it mc's. As memberlist
+// does for its own transport, a bind port of 0 becomes the port picked,
+// which is also advertised.
+func (d *Discovery) listenTLS(mc *memberlist.Config) error {
+	t, err := newTLSTransport(d.cfg.TLS, mc.BindAddr, mc.BindPort, d.lim, d.log.With("component", "gossip-tls"))
+	if err != nil {
+		return err
+	}
+	if mc.BindPort == 0 {
+		mc.BindPort = t.GetAutoBindPort()
+		mc.AdvertisePort = mc.BindPort
+	}
+	mc.Transport, d.tls = t, t
 	return nil
 }
 

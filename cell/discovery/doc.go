@@ -55,6 +55,30 @@
 // minutes). Changed returns a channel closed at the next change, so the
 // master can react without polling.
 //
+// # Transport security
+//
+// With Config.TLS the gossip is protected by mutual TLS: memberlist's
+// packets and its streams both ride TLS connections on BindAddr's TCP
+// port (no UDP), each handshake verifying the caller's certificate and
+// the server's against the cell's CA (rpc/tlsconf's configurations, whose
+// certificates are reloaded as they are renewed on disk). A replica
+// without a certificate of the cell's CA cannot join, cannot send
+// anything that is acted on (nothing it sends reaches memberlist) and
+// cannot read the gossip. memberlist's own encryption, a keyring of
+// shared symmetric keys, is not used: a shared key says that a sender
+// knows the key, not who it is, while a certificate of the cell's CA is
+// already what admits a replica to the peer port, and now to the gossip.
+//
+// After its handshake a connection is a stream, handed to memberlist as
+// it is, or a packet connection carrying length-prefixed packets of up to
+// 64 KiB. Each member keeps one packet connection to each address it
+// sends to; packets are queued and sent without blocking memberlist, and
+// dropped when they cannot be sent, as UDP would: memberlist's indirect
+// probes and suspicions deal with them as before, and a crash is seen in
+// about the same time. tlstransport.go describes the framing and the
+// bounds. A TLS member and a plaintext one (Config.TLS nil: memberlist's
+// UDP and TCP in the clear) cannot gossip with each other.
+//
 // # Defaults
 //
 // memberlist's LAN defaults (probe every 1 s, 500 ms timeout, suspicion
