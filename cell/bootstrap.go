@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chubbygo/chubby/cell/discovery"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/replica/vr"
 )
 
@@ -95,6 +96,10 @@ func (s *Server) startDiscovery(spare bool) error {
 	dc := discovery.DefaultConfig()
 	dc.BindAddr, dc.Join, dc.Logger = cfg.GossipListen, cfg.Join, cfg.Logger
 	dc.Meta = discovery.Meta{Cell: cfg.Cell, ID: cfg.ID, ClientAddr: cfg.Advertise, PeerAddr: s.peerAdvertise, DataID: s.dataID, Spare: spare}
+	if cfg.TLS != nil {
+		// The gossip admits only replicas of the cell's CA, both ways.
+		dc.TLS = &discovery.TLSConfig{Server: cfg.TLS.ServerConfig(tlsconf.RequireCert, false), Client: cfg.TLS.ClientConfig()}
+	}
 	d, err := discovery.Start(context.Background(), dc)
 	if err != nil {
 		return err

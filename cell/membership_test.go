@@ -3,6 +3,7 @@ package cell
 import (
 	"bytes"
 	"context"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"net"
 	"sync"
 	"testing"
@@ -25,6 +26,13 @@ type gossipReplica struct {
 // or join naming the gossip addresses given.
 func startGossipReplica(t *testing.T, bootstrap int, join []string, dir string) *gossipReplica {
 	t.Helper()
+	return startGossipReplicaTLS(t, bootstrap, join, dir, nil)
+}
+
+// startGossipReplicaTLS is startGossipReplica with the replica's TLS
+// material (nil: plaintext).
+func startGossipReplicaTLS(t *testing.T, bootstrap int, join []string, dir string, tr *tlsconf.Reloader) *gossipReplica {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +43,7 @@ func startGossipReplica(t *testing.T, bootstrap int, join []string, dir string) 
 	}
 	cfg := Config{Cell: "gossip-test", ID: 0, Listener: ln, PeerListener: pl, GossipListen: "127.0.0.1:0",
 		Join: join, BootstrapExpect: bootstrap, TargetSize: 3, DeadAfter: 2 * time.Second, PromoteAfter: 300 * time.Millisecond,
-		DataDir: dir, Logger: quietLogger(), Lease: 2 * time.Second}
+		DataDir: dir, Logger: quietLogger(), Lease: 2 * time.Second, TLS: tr}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
