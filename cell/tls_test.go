@@ -3,10 +3,12 @@ package cell_test
 import (
 	"context"
 	"fmt"
+	"github.com/chubbygo/chubby/gen/chubby"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,4 +142,138 @@ func TestTLSImpostorReplica(t *testing.T) {
 	if st.GetNodes() > 1 {
 		t.Errorf("the impostor holds %d nodes: it received the cell's state", st.GetNodes())
 	}
+}
+
+// rotate issues a new certificate for cn into the files reloader made.
+func (p *pki) rotate(t *testing.T, cn string, u tlstest.Usage) {
+	t.Helper()
+	l, err := p.ca.Issue(cn, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The key first: a reload between the two writes fails (the pair does
+	// not match) and keeps the old pair, and the next one takes both.
+	if err := tlstest.WriteAtomic(filepath.Join(p.dir, cn+".key"), l.KeyPEM); err != nil {
+		t.Fatal(err)
+	}
+	if err := tlstest.WriteAtomic(filepath.Join(p.dir, cn+".crt"), l.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ACLs are replicated state: set on one master, enforced by the next.
+// Meanwhile the replicas' certificates are renewed on disk, and a client
+// cycling a lock loses no call through the renewals and the failover
+// (Acquire and Release are retried by the client across the failover, as
+// always).
+func TestTLSACLsSurviveFailoverAndRotation(t *testing.T) {
+	p := newPKI(t, "cell")
+	var reloaders []*tlsconf.Reloader
+	rc := celltest.StartStaticWith(t, 3, func(cfg *cell.Config) {
+		cfg.TLS = p.reloader(t, fmt.Sprintf("replica-%d", cfg.ID), tlstest.Both, p)
+		reloaders = append(reloaders, cfg.TLS)
+		cfg.Admin = "admin"
+		cfg.Lease = 2 * time.Second
+	})
+	m := rc.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, alice, bob := p.client(t, rc.Addrs(), "admin"), p.client(t, rc.Addrs(), "alice"), p.client(t, rc.Addrs(), "bob")
+	as := mustSession(t, ctx, admin)
+	// /acl/team lists alice; /team is readable and writable by her only.
+	if _, err := as.CreateFile(ctx, "/acl/team", []byte("alice\n"), client.CreateOptions{}); err != nil {
+		t.Fatalf("admin writes /acl/team: %v", err)
+	}
+	if _, err := as.Mkdir(ctx, "/team", client.MkdirOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := as.Open(ctx, "/team", client.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.SetACL(ctx, client.ACL{Read: "team", Write: "team", ChangeACL: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		s := mustSession(t, ctx, alice)
+		defer s.Close(ctx)
+		if _, err := s.CreateFile(ctx, fmt.Sprintf("/team/by-alice-%s", when), nil, client.CreateOptions{}); err != nil {
+			t.Errorf("%s: alice cannot write /team: %v", when, err)
+		}
+		b := mustSession(t, ctx, bob)
+		defer b.Close(ctx)
+		_, err := b.CreateFile(ctx, "/team/by-bob", nil, client.CreateOptions{})
+		if !client.IsCode(err, chubby.ErrorCode_PERMISSION_DENIED) {
+			t.Errorf("%s: bob writing /team: %v, want PERMISSION_DENIED", when, err)
+		}
+	}
+	check("before")
+
+	// A locker runs through everything that follows.
+	ls := mustSession(t, ctx, alice)
+	lh, err := ls.Open(ctx, "/team/lock", client.OpenOptions{Create: chubby.CreateMode_OPEN_OR_CREATE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	cycles, failed := 0, 0
+	var lockErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+			_, err := lh.Acquire(cctx, chubby.LockMode_EXCLUSIVE, 10*time.Second, client.LockOptions{})
+			if err == nil {
+				err = lh.Release(cctx)
+			}
+			ccancel()
+			if err != nil {
+				failed++
+				lockErr = err
+				return
+			}
+			cycles++
+		}
+	}()
+	var serials []string
+	for id := 1; id <= 3; id++ {
+		serials = append(serials, reloaders[id-1].Leaf().SerialNumber.String())
+		p.rotate(t, fmt.Sprintf("replica-%d", id), tlstest.Both)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the reloaders' check interval
+	rc.Stop(m)
+	m2 := rc.Master(m)
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	<-done
+	if failed > 0 {
+		t.Errorf("a lock cycle failed through the rotation and the failover: %v", lockErr)
+	}
+	t.Logf("%d lock cycles, master %d → %d", cycles, m, m2)
+	check("after-failover")
+	// The replicas present their renewed certificates.
+	if st, err := admin.Status(ctx); err != nil || !strings.Contains(st.GetSecurity(), "mutual TLS") {
+		t.Errorf("status security %q, %v", st.GetSecurity(), err)
+	}
+	for i, r := range reloaders {
+		if r.Leaf().SerialNumber.String() == serials[i] {
+			t.Errorf("replica %d still uses its first certificate", i+1)
+		}
+	}
+}
+
+func mustSession(t *testing.T, ctx context.Context, c *client.Client) *client.Session {
+	t.Helper()
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
