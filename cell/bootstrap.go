@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/chubbygo/chubby/cell/discovery"
-	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/replica/vr"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
 )
 
 // How a replica with discovery comes to be in a cell: its identity, its
