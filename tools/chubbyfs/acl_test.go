@@ -1,0 +1,69 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/chubbygo/chubby/cell/celltest"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
+)
+
+// TestACLCommands drives a TLS cell with ACLs (--admin admin) from the
+// command line: whoami, acl get/set, and a refusal that names the
+// principal, the node and the right.
+func TestACLCommands(t *testing.T) {
+	ca, err := tlstest.NewCA("cell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rf, err := ca.Write(dir, "replica-1", tlstest.Both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rf.Cert, Key: rf.Key, CA: rf.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := celltest.Start(t, celltest.Options{TLS: r, Admin: "admin", Lease: 2 * time.Second})
+	as := func(cn string, stdin string, args ...string) result {
+		t.Helper()
+		f, err := ca.Write(dir, cn, tlstest.Client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return chubbyfs(t, nil, stdin, append([]string{"--cell", c.Addr, "--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}, args...)...)
+	}
+	// The ACLs come from --admin at the first master, a moment after start.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if res := as("admin", "", "acl", "get", "/"); res.code == exitOK {
+			want(t, res, exitOK, "read:           admin", "")
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("acl get /: %+v", res)
+		}
+	}
+	want(t, as("bob", "", "whoami"), exitOK, "bob\tmutual TLS", "")
+	want(t, chubbyfs(t, map[string]string{"CHUBBY_TLS_CA": rf.CA}, "", "--cell", c.Addr, "whoami"), exitOK, "anonymous\tmutual TLS", "")
+	want(t, as("bob", "hi", "write", "/team-a"), exitRefused, "", `principal "bob" lacks the write right on "/"`)
+
+	// admin gives bob a directory of his own.
+	want(t, as("admin", "bob\n", "write", "/acl/team-a"), exitOK, "", "")
+	want(t, as("admin", "", "mkdir", "/team-a"), exitOK, "", "")
+	want(t, as("admin", "", "acl", "set", "/team-a", "--read", "", "--write", "team-a"), exitOK, "acl_generation: 1", "")
+	want(t, as("admin", "", "acl", "get", "/team-a"), exitOK, "write:          team-a", "")
+	want(t, as("bob", "hi", "write", "/team-a/notes"), exitOK, "", "")
+	want(t, as("bob", "", "cat", "/team-a/notes"), exitOK, "hi", "")
+	want(t, as("carol", "", "cat", "/team-a/notes"), exitOK, "hi", "")
+	want(t, as("carol", "mine", "write", "/team-a/notes"), exitRefused, "", `principal "carol" lacks the write right on "/team-a/notes"`)
+	// Only admin may change the ACLs; a stale generation is refused.
+	want(t, as("bob", "", "acl", "set", "/team-a", "--read", ""), exitRefused, "", "change_acl right")
+	want(t, as("admin", "", "acl", "set", "/team-a", "--read", "", "--if-generation", "7"), exitRefused, "", "")
+	// A typo in an ACL file is refused rather than locking everyone out.
+	want(t, as("admin", "not a principal\n", "write", "/acl/team-a"), exitRefused, "", "line 1")
+	// Without TLS flags the client speaks plaintext, which a TLS cell refuses.
+	if res := at(t, c.Addr, "", "--timeout", "2s", "whoami"); res.code == exitOK {
+		t.Fatalf("plaintext whoami against a TLS cell: %+v", res)
+	}
+}
