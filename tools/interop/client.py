@@ -8,11 +8,13 @@ framed or buffered, strict binary protocol, in plaintext or over mutual
 TLS (Apache Thrift's TSSLSocket). It prints one line per check and exits
 non-zero on the first failure.
 
-usage: client.py HOST PORT framed|buffered [CA CERT KEY PRINCIPAL]
+usage: client.py HOST PORT framed|buffered [CA CERT KEY PRINCIPAL [denied]]
 
 With CA (the cell's CA), CERT and KEY (this client's certificate, whose
 common name PRINCIPAL is) it speaks TLS and checks that the cell takes it
 for PRINCIPAL; CERT and KEY given as "-" mean no certificate (anonymous).
+With "denied" it checks instead that the cell's ACLs refuse PRINCIPAL a
+file of its own, with PERMISSION_DENIED naming it.
 """
 import ssl
 import sys
@@ -74,6 +76,17 @@ def main():
     check(status.master_address != "", "Cell.GetStatus names a master")
     s = sess.CreateSession(CreateSessionRequest(client_name="python-" + kind)).session
     check(s > 0, "Session.CreateSession")
+    if len(sys.argv) > 8 and sys.argv[8] == "denied":
+        try:
+            fsys.Open(OpenRequest(session=s, path="/py-denied", mode=OpenMode.READ_WRITE,
+                                  create=CreateMode.CREATE_NEW))
+            check(False, "the ACLs must refuse " + me.principal)
+        except ChubbyError as e:
+            check(e.code == ErrorCode.PERMISSION_DENIED and me.principal in e.message,
+                  "ChubbyError PERMISSION_DENIED for %s: %s" % (me.principal, e.message))
+        sess.CloseSession(CloseSessionRequest(session=s))
+        trans.close()
+        return
 
     path = "/py-" + kind
     o = fsys.Open(OpenRequest(session=s, path=path, mode=OpenMode.READ_WRITE,

@@ -3,14 +3,18 @@
 package interop
 
 import (
+	"context"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/chubbygo/chubby/cell/celltest"
+	"github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
@@ -75,4 +79,33 @@ func TestPythonThriftClient(t *testing.T) {
 		t.Run(kind+"/tls", func(t *testing.T) { run(t, host, port, kind, rf.CA, pf.Cert, pf.Key, "py-client") })
 		t.Run(kind+"/tls-anonymous", func(t *testing.T) { run(t, host, port, kind, rf.CA, "-", "-", "anonymous") })
 	}
+	// A cell with ACLs (--admin someone-else) refuses the Python client.
+	r2, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rf.Cert, Key: rf.Key, CA: rf.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := celltest.Start(t, celltest.Options{TLS: r2, Admin: "someone-else"})
+	host, port, _ = net.SplitHostPort(ac.Addr)
+	t.Run("tls-acl-denied", func(t *testing.T) {
+		// The first master initialises the ACLs a moment after it starts.
+		tc, err := client.TLSFromFiles(rf.CA, "", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gc, err := client.Connect(context.Background(), client.Config{Addrs: []string{ac.Addr}, TLS: tc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gc.Close()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, err := gc.Status(context.Background())
+			if err == nil && strings.Contains(st.GetSecurity(), "ACLs: on") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ACLs not on within 10 s: %v", err)
+			}
+		}
+		run(t, host, port, "framed", rf.CA, pf.Cert, pf.Key, "py-client", "denied")
+	})
 }
