@@ -243,6 +243,13 @@ func TestStatusNegotiation(t *testing.T) {
 		if got := memberRows(body); len(got) != 1 || got[0] != "voter:1" {
 			t.Errorf("%s: member rows %q", c.url, got)
 		}
+		// A cell without TLS says so plainly, highlighted.
+		if !strings.Contains(body, `<span class="pending">PLAINTEXT: no TLS on any port`) {
+			t.Errorf("%s: the page does not warn of plaintext", c.url)
+		}
+	}
+	if _, body := get(base, ""); !strings.Contains(body, `"security": "PLAINTEXT: no TLS on any port`) {
+		t.Errorf("the JSON status does not say the cell is plaintext: %s", body)
 	}
 	if resp, _ := get(base+"?format=xml", ""); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("format=xml: %s", resp.Status)

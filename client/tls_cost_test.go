@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,10 +21,11 @@ import (
 // the client's own, fsync on) per second and their p50 at 1 and 64
 // clients, and new sessions per second when every session comes with a
 // new client (a new connection, so a TLS handshake). Each figure is the
-// median of alternating rounds (plaintext, TLS, plaintext, ...), so that
-// the machine's noise falls on both alike. It is a measurement, not a
-// check: it runs only with CHUBBY_TLS_COST=1 (seconds per round in
-// CHUBBY_TLS_COST_SECONDS, default 3).
+// median of alternating rounds (plaintext then TLS, TLS then plaintext,
+// ...), so that the machine's noise falls on both alike. It is a
+// measurement, not a check: it runs only with CHUBBY_TLS_COST=1 (seconds
+// per window in CHUBBY_TLS_COST_SECONDS, default 3; rounds in
+// CHUBBY_TLS_COST_ROUNDS, default 5).
 //
 //	CHUBBY_TLS_COST=1 go test ./client -run TestTLSCost -v -timeout 30m
 func TestTLSCost(t *testing.T) {
@@ -38,7 +40,14 @@ func TestTLSCost(t *testing.T) {
 		}
 		window = d
 	}
-	const rounds = 3
+	rounds := 5
+	if s := os.Getenv("CHUBBY_TLS_COST_ROUNDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("CHUBBY_TLS_COST_ROUNDS=%q", s)
+		}
+		rounds = n
+	}
 	p := newTestPKI(t)
 	plainCell := celltest.Start(t, celltest.Options{})
 	tlsCell := p.startTLSCell(t, "")
@@ -47,10 +56,11 @@ func TestTLSCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	modes := []struct {
+	type mode struct {
 		name    string
 		connect func(t *testing.T) *Client
-	}{
+	}
+	modes := []mode{
 		{"plaintext", func(t *testing.T) *Client {
 			c, err := Connect(testCtx(t), Config{Addrs: []string{plainCell.Addr}, DisableCache: true})
 			if err != nil {
@@ -77,7 +87,11 @@ func TestTLSCost(t *testing.T) {
 		return results[k]
 	}
 	for r := range rounds {
-		for _, m := range modes {
+		order := modes
+		if r%2 == 1 { // TLS first every other round: no mode always runs first
+			order = []mode{modes[1], modes[0]}
+		}
+		for _, m := range order {
 			for _, n := range []int{1, 64} {
 				rate, p50 := lockCycles(t, m.connect, n, window)
 				f := get(fmt.Sprintf("lock-cycle/%d %s", n, m.name))

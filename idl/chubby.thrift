@@ -6,13 +6,13 @@
 //
 //   Session     CreateSession, KeepAlive (many sessions per call), CloseSession
 //   FileSystem  Open, Close, GetContentsAndStat, GetStat, ReadDir, SetContents,
-//               Delete, Mkdir, CreateFile
+//               Delete, Mkdir, CreateFile, SetACL
 //   Lock        Acquire, TryAcquire, Release, GetSequencer, CheckSequencer
-//   FileSystem  ... and SetACL
 //   Cell        GetMaster, GetStatus, RemoveMember, WhoAmI
 //
 // Every call that fails throws ChubbyError with a code. A refused call changes
-// nothing. All durations are milliseconds; all times the server reports are
+// nothing. With TLS, the caller's certificate names its principal, and every
+// call that needs a right on a node checks it (see ACLNames). All durations are milliseconds; all times the server reports are
 // durations relative to the moment the reply was produced, because client and
 // server clocks are not synchronised.
 
