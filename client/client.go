@@ -18,10 +18,12 @@ import (
 // that need no session (Status, GetMaster, CheckSequencer) are methods of
 // Client; everything else goes through a Session made by NewSession.
 type Client struct {
-	cfg    Config
-	log    *slog.Logger
-	kc     combineservice.Client
-	master *master
+	cfg Config
+	log *slog.Logger
+	kc  combineservice.Client
+	// closeConns closes kc's connections (Close).
+	closeConns func() error
+	master     *master
 
 	mu       sync.Mutex
 	closed   bool
@@ -40,7 +42,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts, err := rpc.ClientOptions(rpc.ClientConfig{
+	opts, closeConns, err := rpc.ClientOptionsCloser(rpc.ClientConfig{
 		Addrs:          cfg.Addrs,
 		ConnectTimeout: cfg.ConnectTimeout,
 		// Kitex honours a per-call callopt.WithRPCTimeout only when the
@@ -56,10 +58,11 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("chubby: connect: %w", err)
 	}
 	c := &Client{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		kc:       kc,
-		sessions: make(map[*Session]struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		kc:         kc,
+		closeConns: closeConns,
+		sessions:   make(map[*Session]struct{}),
 	}
 	// A locate round waits for a connection and an answer given at once.
 	c.master = newMaster(cfg.Addrs, c.askMaster, min(cfg.CallTimeout, cfg.ConnectTimeout+locateReplyTimeout))
@@ -83,9 +86,8 @@ func (c *Client) Replicas() []string { return c.master.replicas() }
 // ErrClientClosed and their KeepAlive loops stop) and makes every later call
 // fail with ErrClientClosed. It sends nothing: the cell ends the sessions
 // when their leases run out, so close sessions first (Session.Close) for a
-// prompt, clean release of their locks. Idle connections are released when
-// the client is garbage-collected (the generated Kitex client exposes no
-// Close). Close is idempotent.
+// prompt, clean release of their locks. Its connections are closed: the
+// idle ones at once, the others as their calls end. Close is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -104,6 +106,7 @@ func (c *Client) Close() error {
 		s.end(ErrClientClosed)
 		<-s.loopDone
 	}
+	c.closeConns()
 	return nil
 }
 

@@ -99,6 +99,9 @@ type peerSender struct {
 	cli   replica.Client
 	queue chan []vr.Message
 	quit  chan struct{} // closed when the peer leaves the transport
+	// closeConns closes the client's connections; the send loop calls it
+	// as it ends.
+	closeConns func() error
 }
 
 // maxLearned bounds the peers a transport knows beyond a configuration's.
@@ -166,7 +169,7 @@ func (t *PeerTransport) Learn(id uint64, addr string) {
 }
 
 func (t *PeerTransport) addLocked(id uint64, addr string) error {
-	opts, err := rpc.ClientOptions(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4,
+	opts, closeConns, err := rpc.ClientOptionsCloser(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4,
 		MaxPayloadBytes: MaxPeerPayloadBytes, TLS: t.tls})
 	if err != nil {
 		return fmt.Errorf("peer %d at %s: %w", id, addr, err)
@@ -175,7 +178,7 @@ func (t *PeerTransport) addLocked(id uint64, addr string) error {
 	if err != nil {
 		return fmt.Errorf("peer %d at %s: %w", id, addr, err)
 	}
-	p := &peerSender{id: id, addr: addr, cli: cli, queue: make(chan []vr.Message, peerQueue), quit: make(chan struct{})}
+	p := &peerSender{id: id, addr: addr, cli: cli, queue: make(chan []vr.Message, peerQueue), quit: make(chan struct{}), closeConns: closeConns}
 	t.peers[id] = p
 	t.wg.Add(1)
 	go t.sendLoop(p)
@@ -282,6 +285,7 @@ func (t *PeerTransport) Close() {
 
 func (t *PeerTransport) sendLoop(p *peerSender) {
 	defer t.wg.Done()
+	defer p.closeConns()
 	var lastErr time.Time
 	var batch []vr.Message // reused: Deliver has encoded it when it returns
 	for {

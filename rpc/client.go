@@ -10,6 +10,7 @@ import (
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/connpool"
 	"github.com/cloudwego/kitex/pkg/endpoint"
+	kconnpool "github.com/cloudwego/kitex/pkg/remote/connpool"
 	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/transmeta"
 	"github.com/cloudwego/kitex/transport"
@@ -93,14 +94,40 @@ type ClientConfig struct {
 
 // ClientOptions returns the Kitex client options for cfg, to pass to a
 // generated NewClient. The MaxInFlight cap lives in the returned options:
-// clients made from one slice share it.
+// clients made from one slice share it. The client's connections stay
+// open until they idle out (MaxIdleTimeout); to close them when done with
+// the client, use ClientOptionsCloser.
 func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
+	opts, _, err := ClientOptionsCloser(cfg)
+	return opts, err
+}
+
+// ClientOptionsCloser is ClientOptions with a function that closes the
+// client's connections: the idle ones at once, and each busy one when its
+// call ends. (Kitex's generated clients have no Close of their own.) Calls
+// made after it fail or dial anew, unpooled.
+func ClientOptionsCloser(cfg ClientConfig) ([]client.Option, func() error, error) {
+	opts, cfg, err := clientOptions(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool := kconnpool.NewLongPool("chubby", connpool.IdleConfig{
+		MaxIdlePerAddress: cfg.MaxIdlePerAddress,
+		MaxIdleGlobal:     cfg.MaxIdleGlobal,
+		MaxIdleTimeout:    cfg.MaxIdleTimeout,
+	})
+	return append(opts, client.WithConnPool(pool)), pool.Close, nil
+}
+
+// clientOptions is ClientOptions without the pool, and cfg with its
+// defaults.
+func clientOptions(cfg ClientConfig) ([]client.Option, ClientConfig, error) {
 	if len(cfg.Addrs) == 0 {
-		return nil, errors.New("rpc: client config needs at least one address")
+		return nil, cfg, errors.New("rpc: client config needs at least one address")
 	}
 	if cfg.ConnectTimeout < 0 || cfg.RPCTimeout < 0 || cfg.MaxIdlePerAddress < 0 ||
 		cfg.MaxIdleGlobal < 0 || cfg.MaxIdleTimeout < 0 || cfg.MaxInFlight < 0 || cfg.MaxPayloadBytes < 0 {
-		return nil, fmt.Errorf("rpc: negative limit in client config %+v", cfg)
+		return nil, cfg, fmt.Errorf("rpc: negative limit in client config %+v", cfg)
 	}
 	def := DefaultClientConfig()
 	if cfg.ConnectTimeout == 0 {
@@ -125,11 +152,6 @@ func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
 	opts := []client.Option{
 		client.WithHostPorts(cfg.Addrs...),
 		client.WithConnectTimeout(cfg.ConnectTimeout),
-		client.WithLongConnection(connpool.IdleConfig{
-			MaxIdlePerAddress: cfg.MaxIdlePerAddress,
-			MaxIdleGlobal:     cfg.MaxIdleGlobal,
-			MaxIdleTimeout:    cfg.MaxIdleTimeout,
-		}),
 		client.WithMiddleware(inFlightLimit(cfg.MaxInFlight)),
 		// Replies are checked like requests (see guardedCodec): a broken or
 		// hostile server must not be able to crash a client either.
@@ -152,9 +174,9 @@ func ClientOptions(cfg ClientConfig) ([]client.Option, error) {
 	case TransportBuffered:
 		opts = append(opts, client.WithTransportProtocol(transport.PurePayload))
 	default:
-		return nil, fmt.Errorf("rpc: unknown client transport %v", cfg.Transport)
+		return nil, cfg, fmt.Errorf("rpc: unknown client transport %v", cfg.Transport)
 	}
-	return opts, nil
+	return opts, cfg, nil
 }
 
 // inFlightLimit is a client middleware letting at most n calls through at
