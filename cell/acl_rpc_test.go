@@ -13,7 +13,6 @@ import (
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
 	"github.com/chubbygo/chubby/rpc"
-	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
@@ -22,13 +21,13 @@ import (
 type aclCell struct {
 	t   *testing.T
 	s   *Server
-	ca  *testCA
+	ca  *tlstest.PKI
 	cli map[string]combineservice.Client // by principal; "" is anonymous
 }
 
 func startACLCell(t *testing.T) *aclCell {
 	t.Helper()
-	ca := newTestCA(t, "cell")
+	ca := tlstest.NewPKI(t, "cell")
 	// A frozen clock: refused commands do not move the state's clock, so
 	// the state compares byte for byte.
 	frozen := time.Unix(1_800_000_000, 0)
@@ -38,7 +37,7 @@ func startACLCell(t *testing.T) *aclCell {
 		t.Fatal(err)
 	}
 	s, err := New(Config{Listener: ln, DataDir: t.TempDir(), Logger: quietLogger(), Now: func() time.Time { return frozen },
-		TLS: ca.reloader(t, "replica-1", tlstest.Both, ca), Admin: "admin", Lease: 2 * time.Second})
+		TLS: ca.Reloader(t, "replica-1", tlstest.Both, ca), Admin: "admin", Lease: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,17 +59,7 @@ func startACLCell(t *testing.T) *aclCell {
 // connect returns a raw client calling as principal p ("": anonymous).
 func (c *aclCell) connect(p string) combineservice.Client {
 	c.t.Helper()
-	var cfg rpc.ClientConfig
-	if p == "" {
-		r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{CA: c.ca.caFile()}})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		cfg.TLS = r.ClientConfig()
-	} else {
-		cfg.TLS = c.ca.reloader(c.t, p, tlstest.Client, c.ca).ClientConfig()
-	}
-	cfg.Addrs, cfg.RPCTimeout = []string{c.s.Addr()}, 5*time.Second
+	cfg := rpc.ClientConfig{Addrs: []string{c.s.Addr()}, RPCTimeout: 5 * time.Second, TLS: c.ca.ClientTLS(c.t, p)}
 	opts, err := rpc.ClientOptions(cfg)
 	if err != nil {
 		c.t.Fatal(err)

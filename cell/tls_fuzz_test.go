@@ -10,18 +10,8 @@ import (
 
 	"github.com/chubbygo/chubby/cell/celltest"
 	"github.com/chubbygo/chubby/client"
-	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
-
-func mustReloader(tb testing.TB, f tlstest.Files) *tlsconf.Reloader {
-	tb.Helper()
-	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return r
-}
 
 // rpcMethods are every method the client port serves.
 var rpcMethods = []string{
@@ -38,22 +28,9 @@ var rpcMethods = []string{
 // (each method with garbage, an empty struct and a list claiming 2^31-1
 // elements); go test -fuzz FuzzRPCOverTLS ./cell explores further.
 func FuzzRPCOverTLS(f *testing.F) {
-	ca, err := tlstest.NewCA("cell")
-	if err != nil {
-		f.Fatal(err)
-	}
-	dir := f.TempDir()
-	rf, err := ca.Write(dir, "replica-1", tlstest.Both)
-	if err != nil {
-		f.Fatal(err)
-	}
-	af, err := ca.Write(dir, "alice", tlstest.Client)
-	if err != nil {
-		f.Fatal(err)
-	}
-	srvTLS := mustReloader(f, rf)
-	cl := celltest.Start(f, celltest.Options{TLS: srvTLS})
-	cliTLS := mustReloader(f, af).ClientConfig()
+	p := tlstest.NewPKI(f, "cell")
+	cl := celltest.Start(f, celltest.Options{TLS: p.Reloader(f, "replica-1", tlstest.Both, nil)})
+	cliTLS := p.ClientTLS(f, "alice")
 	c, err := client.Connect(context.Background(), client.Config{Addrs: []string{cl.Addr}, TLS: cliTLS, CallTimeout: 5 * time.Second})
 	if err != nil {
 		f.Fatal(err)

@@ -8,51 +8,8 @@ import (
 	"time"
 
 	"github.com/chubbygo/chubby/cell/discovery"
-	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
-
-// testCA issues certificates into a temporary directory.
-type testCA struct {
-	ca  *tlstest.CA
-	dir string
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	ca, err := tlstest.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &testCA{ca: ca, dir: t.TempDir()}
-	if err := tlstest.WriteAtomic(c.caFile(), ca.PEM); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func (c *testCA) caFile() string { return c.dir + "/ca.crt" }
-
-// reloader issues a certificate for cn and returns the material of its
-// holder, which trusts trust's CA.
-func (c *testCA) reloader(t *testing.T, cn string, u tlstest.Usage, trust *testCA) *tlsconf.Reloader {
-	t.Helper()
-	l, err := c.ca.Issue(cn, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key := c.dir+"/"+cn+".crt", c.dir+"/"+cn+".key"
-	for path, b := range map[string][]byte{cert: l.CertPEM, key: l.KeyPEM} {
-		if err := tlstest.WriteAtomic(path, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: cert, Key: key, CA: trust.caFile()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
 
 // A cell that assembled itself over TLS gossip: a replica with a
 // certificate of another CA can neither join it nor be added, and its
@@ -61,7 +18,7 @@ func TestGossipTLSRefusesStrangers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("gossip timings")
 	}
-	good, bad := newTestCA(t, "cell"), newTestCA(t, "intruder")
+	good, bad := tlstest.NewPKI(t, "cell"), tlstest.NewPKI(t, "intruder")
 	var rs []*gossipReplica
 	for i := range 3 {
 		var join []string
@@ -69,12 +26,12 @@ func TestGossipTLSRefusesStrangers(t *testing.T) {
 		if i > 0 {
 			join, bootstrap = []string{rs[0].gossipAddr()}, 0
 		}
-		rs = append(rs, startGossipReplicaTLS(t, bootstrap, join, t.TempDir(), good.reloader(t, fmt.Sprintf("replica-%d", i), tlstest.Both, good)))
+		rs = append(rs, startGossipReplicaTLS(t, bootstrap, join, t.TempDir(), good.Reloader(t, fmt.Sprintf("replica-%d", i), tlstest.Both, good)))
 	}
 	ids := []uint64{rs[0].s.cfg.ID, rs[1].s.cfg.ID, rs[2].s.cfg.ID}
 	m := awaitConfig(t, rs, "three voters over TLS gossip", voters(ids...))
 
-	stranger := startGossipReplicaTLS(t, 0, []string{rs[0].gossipAddr()}, t.TempDir(), bad.reloader(t, "replica-x", tlstest.Both, good))
+	stranger := startGossipReplicaTLS(t, 0, []string{rs[0].gossipAddr()}, t.TempDir(), bad.Reloader(t, "replica-x", tlstest.Both, good))
 	time.Sleep(3 * time.Second) // ample for a join, a learner add and a promotion
 	if i := m.log.Info(); len(i.Members) != 3 || i.PendingConfig != 0 {
 		t.Errorf("the configuration changed with the stranger about: %+v", i.Members)
@@ -93,7 +50,7 @@ func TestGossipTLSRefusesStrangers(t *testing.T) {
 	}
 
 	// Each port of a member refuses the stranger's certificate.
-	cfg := bad.reloader(t, "replica-y", tlstest.Both, good).ClientConfig()
+	cfg := bad.Reloader(t, "replica-y", tlstest.Both, good).ClientConfig()
 	for _, port := range []struct{ name, addr string }{
 		{"client", rs[0].s.Addr()}, {"peer", rs[0].s.peerAdvertise}, {"gossip", rs[0].gossipAddr()},
 	} {
@@ -104,7 +61,7 @@ func TestGossipTLSRefusesStrangers(t *testing.T) {
 		}
 	}
 	// And a certificate of the cell's CA gets through all three.
-	ok := good.reloader(t, "replica-z", tlstest.Both, good).ClientConfig()
+	ok := good.Reloader(t, "replica-z", tlstest.Both, good).ClientConfig()
 	for _, addr := range []string{rs[0].s.Addr(), rs[0].s.peerAdvertise, rs[0].gossipAddr()} {
 		if err := handshake(addr, ok); err != nil {
 			t.Errorf("a certificate of the cell's CA was refused at %s: %v", addr, err)

@@ -3,11 +3,9 @@ package cell_test
 import (
 	"context"
 	"fmt"
-	"github.com/chubbygo/chubby/gen/chubby"
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,56 +13,15 @@ import (
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/cell/celltest"
 	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
-// pki is a CA and the files it issued, in a temporary directory.
-type pki struct {
-	ca  *tlstest.CA
-	dir string
-}
-
-func newPKI(t *testing.T, name string) *pki {
+// connectAs connects to addrs as principal cn, trusting p's CA.
+func connectAs(t *testing.T, p *tlstest.PKI, addrs []string, cn string) *client.Client {
 	t.Helper()
-	ca, err := tlstest.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pki{ca: ca, dir: t.TempDir()}
-	if err := tlstest.WriteAtomic(p.caFile(), ca.PEM); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.crt") }
-
-// reloader issues a certificate for cn and returns the TLS material of a
-// party holding it that trusts trust's CA.
-func (p *pki) reloader(t *testing.T, cn string, u tlstest.Usage, trust *pki) *tlsconf.Reloader {
-	t.Helper()
-	l, err := p.ca.Issue(cn, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key := filepath.Join(p.dir, cn+".crt"), filepath.Join(p.dir, cn+".key")
-	for path, b := range map[string][]byte{cert: l.CertPEM, key: l.KeyPEM} {
-		if err := tlstest.WriteAtomic(path, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: cert, Key: key, CA: trust.caFile()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func (p *pki) client(t *testing.T, addrs []string, cn string) *client.Client {
-	t.Helper()
-	r := p.reloader(t, cn, tlstest.Client, p)
-	c, err := client.Connect(context.Background(), client.Config{Addrs: addrs, TLS: r.ClientConfig(), CallTimeout: 5 * time.Second})
+	c, err := client.Connect(context.Background(), client.Config{Addrs: addrs, TLS: p.ClientTLS(t, cn), CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,14 +34,14 @@ func (p *pki) client(t *testing.T, addrs []string, cn string) *client.Client {
 // traffic nor disturbs it: the master stays, in its epoch, and keeps
 // committing; the impostor never becomes master.
 func TestTLSImpostorReplica(t *testing.T) {
-	good, bad := newPKI(t, "cell"), newPKI(t, "intruder")
+	good, bad := tlstest.NewPKI(t, "cell"), tlstest.NewPKI(t, "intruder")
 	var peers []cell.Peer
 	rc := celltest.StartStaticWith(t, 3, func(cfg *cell.Config) {
-		cfg.TLS = good.reloader(t, fmt.Sprintf("replica-%d", cfg.ID), tlstest.Both, good)
+		cfg.TLS = good.Reloader(t, fmt.Sprintf("replica-%d", cfg.ID), tlstest.Both, good)
 		peers = cfg.Peers
 	})
 	m := rc.Master()
-	c := good.client(t, rc.Addrs(), "alice")
+	c := connectAs(t, good, rc.Addrs(), "alice")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := c.NewSession(ctx)
@@ -107,7 +64,7 @@ func TestTLSImpostorReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	imp, err := cell.New(cell.Config{ID: p.ID, Peers: peers, Listener: ln, PeerListener: pl, DataDir: t.TempDir(),
-		TLS: bad.reloader(t, fmt.Sprintf("replica-%d", p.ID), tlstest.Both, good), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		TLS: bad.Reloader(t, fmt.Sprintf("replica-%d", p.ID), tlstest.Both, good), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +86,7 @@ func TestTLSImpostorReplica(t *testing.T) {
 	}
 	// Nor did it receive anything: its state is an empty cell's.
 	// (It trusts our CA for its callers; we trust its CA to ask it.)
-	ir := good.reloader(t, "curious", tlstest.Client, bad)
+	ir := good.Reloader(t, "curious", tlstest.Client, bad)
 	ic, err := client.Connect(ctx, client.Config{Addrs: []string{imp.Addr()}, TLS: ir.ClientConfig(), CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -144,33 +101,16 @@ func TestTLSImpostorReplica(t *testing.T) {
 	}
 }
 
-// rotate issues a new certificate for cn into the files reloader made.
-func (p *pki) rotate(t *testing.T, cn string, u tlstest.Usage) {
-	t.Helper()
-	l, err := p.ca.Issue(cn, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The key first: a reload between the two writes fails (the pair does
-	// not match) and keeps the old pair, and the next one takes both.
-	if err := tlstest.WriteAtomic(filepath.Join(p.dir, cn+".key"), l.KeyPEM); err != nil {
-		t.Fatal(err)
-	}
-	if err := tlstest.WriteAtomic(filepath.Join(p.dir, cn+".crt"), l.CertPEM); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // ACLs are replicated state: set on one master, enforced by the next.
 // Meanwhile the replicas' certificates are renewed on disk, and a client
 // cycling a lock loses no call through the renewals and the failover
 // (Acquire and Release are retried by the client across the failover, as
 // always).
 func TestTLSACLsSurviveFailoverAndRotation(t *testing.T) {
-	p := newPKI(t, "cell")
+	p := tlstest.NewPKI(t, "cell")
 	var reloaders []*tlsconf.Reloader
 	rc := celltest.StartStaticWith(t, 3, func(cfg *cell.Config) {
-		cfg.TLS = p.reloader(t, fmt.Sprintf("replica-%d", cfg.ID), tlstest.Both, p)
+		cfg.TLS = p.Reloader(t, fmt.Sprintf("replica-%d", cfg.ID), tlstest.Both, p)
 		reloaders = append(reloaders, cfg.TLS)
 		cfg.Admin = "admin"
 		cfg.Lease = 2 * time.Second
@@ -178,7 +118,7 @@ func TestTLSACLsSurviveFailoverAndRotation(t *testing.T) {
 	m := rc.Master()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin, alice, bob := p.client(t, rc.Addrs(), "admin"), p.client(t, rc.Addrs(), "alice"), p.client(t, rc.Addrs(), "bob")
+	admin, alice, bob := connectAs(t, p, rc.Addrs(), "admin"), connectAs(t, p, rc.Addrs(), "alice"), connectAs(t, p, rc.Addrs(), "bob")
 	as := mustSession(t, ctx, admin)
 	// /acl/team lists alice; /team is readable and writable by her only.
 	if _, err := as.CreateFile(ctx, "/acl/team", []byte("alice\n"), client.CreateOptions{}); err != nil {
@@ -245,7 +185,7 @@ func TestTLSACLsSurviveFailoverAndRotation(t *testing.T) {
 	var serials []string
 	for id := 1; id <= 3; id++ {
 		serials = append(serials, reloaders[id-1].Leaf().SerialNumber.String())
-		p.rotate(t, fmt.Sprintf("replica-%d", id), tlstest.Both)
+		p.Files(t, fmt.Sprintf("replica-%d", id), tlstest.Both)
 	}
 	time.Sleep(1500 * time.Millisecond) // past the reloaders' check interval
 	rc.Stop(m)

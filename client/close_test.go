@@ -26,11 +26,7 @@ func TestCloseReleasesConnections(t *testing.T) {
 	p := newTestPKI(t)
 	plain := celltest.Start(t, celltest.Options{})
 	secure := p.startTLSCell(t, "")
-	f := p.files(t, "closer", 1)
-	tc, err := TLSFromFiles(f.CA, f.Cert, f.Key, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc := p.clientTLS(t, "closer")
 	for _, m := range []struct {
 		name string
 		cfg  Config

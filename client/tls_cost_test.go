@@ -49,13 +49,10 @@ func TestTLSCost(t *testing.T) {
 		rounds = n
 	}
 	p := newTestPKI(t)
+	// Both cells alike but for TLS (the default lease, Badger on disk).
 	plainCell := celltest.Start(t, celltest.Options{})
-	tlsCell := p.startTLSCell(t, "")
-	f := p.files(t, "bench", tlstest.Client)
-	tc, err := TLSFromFiles(f.CA, f.Cert, f.Key, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tlsCell := celltest.Start(t, celltest.Options{TLS: p.Reloader(t, "replica-1", tlstest.Both, nil)})
+	tc := p.clientTLS(t, "bench")
 	type mode struct {
 		name    string
 		connect func(t *testing.T) *Client

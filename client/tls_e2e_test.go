@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"sync"
 	"testing"
 	"time"
@@ -11,35 +12,20 @@ import (
 	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
-// testPKI is a CA with the files of a replica and of clients, in a
-// temporary directory.
+// testPKI is a CA with a replica's certificate and the clients' it issued.
 type testPKI struct {
-	ca      *tlstest.CA
-	dir     string
+	*tlstest.PKI
 	replica tlstest.Files
 
 	mu      sync.Mutex
-	clients map[string]tlstest.Files // by common name: issued once
+	clients map[string]*tls.Config // by common name: issued once
 }
 
 func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
-	ca, err := tlstest.NewCA("cell")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &testPKI{ca: ca, dir: t.TempDir()}
-	p.replica = p.files(t, "replica-1", tlstest.Both)
+	p := &testPKI{PKI: tlstest.NewPKI(t, "cell"), clients: map[string]*tls.Config{}}
+	p.replica = p.Files(t, "replica-1", tlstest.Both)
 	return p
-}
-
-func (p *testPKI) files(t *testing.T, cn string, u tlstest.Usage) tlstest.Files {
-	t.Helper()
-	f, err := p.ca.Write(p.dir, cn, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
 }
 
 // startTLSCell starts a one-replica cell with mutual TLS and admin.
@@ -52,28 +38,21 @@ func (p *testPKI) startTLSCell(t *testing.T, admin string) *celltest.Cell {
 	return celltest.Start(t, celltest.Options{TLS: r, Admin: admin, Lease: 2 * time.Second})
 }
 
+// clientTLS is principal cn's configuration ("" anonymous), made once.
+func (p *testPKI) clientTLS(t *testing.T, cn string) *tls.Config {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.clients[cn] == nil {
+		p.clients[cn] = p.ClientTLS(t, cn)
+	}
+	return p.clients[cn]
+}
+
 // connectAs connects to addr as the principal cn ("" for anonymous).
 func (p *testPKI) connectAs(t *testing.T, addr, cn string) *Client {
 	t.Helper()
-	var cert, key string
-	if cn != "" {
-		p.mu.Lock()
-		f, ok := p.clients[cn]
-		if !ok {
-			f = p.files(t, cn, tlstest.Client)
-			if p.clients == nil {
-				p.clients = map[string]tlstest.Files{}
-			}
-			p.clients[cn] = f
-		}
-		p.mu.Unlock()
-		cert, key = f.Cert, f.Key
-	}
-	tc, err := TLSFromFiles(p.replica.CA, cert, key, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Connect(testCtx(t), Config{Addrs: []string{addr}, TLS: tc, CallTimeout: 5 * time.Second})
+	c, err := Connect(testCtx(t), Config{Addrs: []string{addr}, TLS: p.clientTLS(t, cn), CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

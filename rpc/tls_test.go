@@ -2,6 +2,7 @@ package rpc_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -23,37 +24,27 @@ func (h *whoHandler) Echo(ctx context.Context, msg string) (string, error) {
 	return fmt.Sprintf("%s tls=%v principal=%q", msg, c.TLS, c.Principal), nil
 }
 
+// pki is the test CA with a replica's certificate and the server
+// material made of it.
 type pki struct {
-	ca      *tlstest.CA
-	dir     string
+	*tlstest.PKI
 	server  *tlsconf.Reloader
 	replica tlstest.Files
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
-	ca, err := tlstest.NewCA("cell")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pki{ca: ca, dir: t.TempDir()}
-	p.replica = p.write(t, ca, "replica-1", tlstest.Both)
+	p := &pki{PKI: tlstest.NewPKI(t, "cell")}
+	p.replica = p.Files(t, "replica-1", tlstest.Both)
 	p.server = p.reloader(t, p.replica, 0)
 	return p
 }
 
-func (p *pki) write(t *testing.T, ca *tlstest.CA, cn string, u tlstest.Usage) tlstest.Files {
-	t.Helper()
-	f, err := ca.Write(p.dir, cn, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
+// reloader is the material of f's holder, trusting p's CA, checking its
+// files every interval (0: the default).
 func (p *pki) reloader(t *testing.T, f tlstest.Files, every time.Duration) *tlsconf.Reloader {
 	t.Helper()
-	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: f.Cert, Key: f.Key, CA: p.replica.CA}, CheckInterval: every})
+	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: f.Cert, Key: f.Key, CA: p.CAFile()}, CheckInterval: every})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,22 +60,17 @@ func startTLSServer(t *testing.T, p *pki, auth tlsconf.Auth) string {
 func TestTLSCaller(t *testing.T) {
 	p := newPKI(t)
 	addr := startTLSServer(t, p, tlsconf.AllowAnonymous)
-	alice := p.reloader(t, p.write(t, p.ca, "alice", tlstest.Client), 0)
-	anon, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{CA: p.replica.CA}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tt := range []struct {
 		name string
-		cli  *tlsconf.Reloader
+		cli  *tls.Config
 		want string
 	}{
-		{"alice", alice, `hi tls=true principal="alice"`},
-		{"anonymous", anon, `hi tls=true principal=""`},
+		{"alice", p.ClientTLS(t, "alice"), `hi tls=true principal="alice"`},
+		{"anonymous", p.ClientTLS(t, ""), `hi tls=true principal=""`},
 	} {
 		for _, tr := range transports {
 			t.Run(tt.name+"/"+tr.String(), func(t *testing.T) {
-				c := newClient(t, rpc.ClientConfig{Addrs: []string{addr}, Transport: tr, TLS: tt.cli.ClientConfig(), RPCTimeout: 5 * time.Second})
+				c := newClient(t, rpc.ClientConfig{Addrs: []string{addr}, Transport: tr, TLS: tt.cli, RPCTimeout: 5 * time.Second})
 				got, err := c.Echo(context.Background(), "hi")
 				if err != nil || got != tt.want {
 					t.Fatalf("Echo = %q, %v; want %q", got, err, tt.want)
@@ -104,31 +90,15 @@ func TestTLSCaller(t *testing.T) {
 func TestTLSRefusals(t *testing.T) {
 	p := newPKI(t)
 	required := startTLSServer(t, p, tlsconf.RequireCert)
-	other, err := tlstest.NewCA("intruder")
-	if err != nil {
-		t.Fatal(err)
-	}
-	odir := t.TempDir()
-	mallory, err := other.Write(odir, "mallory", tlstest.Both)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// mallory trusts our CA, so the refusal is of its certificate.
-	intruder, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: mallory.Cert, Key: mallory.Key, CA: p.replica.CA}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	anon, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{CA: p.replica.CA}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	intruder := tlstest.NewPKI(t, "intruder").Reloader(t, "mallory", tlstest.Both, p.PKI)
 	for _, tt := range []struct {
 		name string
 		cfg  rpc.ClientConfig
 	}{
 		{"plaintext client", rpc.ClientConfig{}},
 		{"certificate of another CA", rpc.ClientConfig{TLS: intruder.ClientConfig()}},
-		{"no certificate where one is required", rpc.ClientConfig{TLS: anon.ClientConfig()}},
+		{"no certificate where one is required", rpc.ClientConfig{TLS: p.ClientTLS(t, "")}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.Addrs, tt.cfg.RPCTimeout = []string{required}, 2*time.Second
@@ -166,7 +136,7 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 	p := newPKI(t)
 	p.server = p.reloader(t, p.replica, 10*time.Millisecond)
 	addr := startTLSServer(t, p, tlsconf.RequireCert)
-	cli := p.reloader(t, p.write(t, p.ca, "alice", tlstest.Client), 10*time.Millisecond)
+	cli := p.reloader(t, p.Files(t, "alice", tlstest.Client), 10*time.Millisecond)
 	c := newClient(t, rpc.ClientConfig{Addrs: []string{addr}, TLS: cli.ClientConfig(), RPCTimeout: 5 * time.Second, MaxIdleTimeout: 20 * time.Millisecond})
 	var calls, failures atomic.Int64
 	stop := make(chan struct{})
@@ -192,8 +162,8 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 	serials := map[string]bool{}
 	for i := range 5 {
 		time.Sleep(50 * time.Millisecond)
-		p.write(t, p.ca, "replica-1", tlstest.Both)
-		p.write(t, p.ca, "alice", tlstest.Client)
+		p.Files(t, "replica-1", tlstest.Both)
+		p.Files(t, "alice", tlstest.Client)
 		serials[p.server.Leaf().SerialNumber.String()] = true
 		_ = i
 	}
@@ -209,19 +179,7 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 // BenchmarkEchoRoundTripTLS is BenchmarkEchoRoundTrip on mutual TLS (the
 // gonet transport): with it, what TLS adds to one call, without disks.
 func BenchmarkEchoRoundTripTLS(b *testing.B) {
-	ca, err := tlstest.NewCA("cell")
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	f, err := ca.Write(dir, "replica-1", tlstest.Both)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := tlstest.NewPKI(b, "cell").Reloader(b, "replica-1", tlstest.Both, nil)
 	addr := startServer(b, newEchoHandler(false), rpc.ServerConfig{TLS: r.ServerConfig(tlsconf.RequireCert, true)})
 	c := newClient(b, rpc.ClientConfig{Addrs: []string{addr}, TLS: r.ClientConfig()})
 	ctx := context.Background()

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/chubbygo/chubby/cell/celltest"
-	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
@@ -13,26 +12,11 @@ import (
 // command line: whoami, acl get/set, and a refusal that names the
 // principal, the node and the right.
 func TestACLCommands(t *testing.T) {
-	ca, err := tlstest.NewCA("cell")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rf, err := ca.Write(dir, "replica-1", tlstest.Both)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rf.Cert, Key: rf.Key, CA: rf.CA}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := celltest.Start(t, celltest.Options{TLS: r, Admin: "admin", Lease: 2 * time.Second})
+	pki := tlstest.NewPKI(t, "cell")
+	c := celltest.Start(t, celltest.Options{TLS: pki.Reloader(t, "replica-1", tlstest.Both, nil), Admin: "admin", Lease: 2 * time.Second})
 	as := func(cn string, stdin string, args ...string) result {
 		t.Helper()
-		f, err := ca.Write(dir, cn, tlstest.Client)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := pki.Files(t, cn, tlstest.Client)
 		return chubbyfs(t, nil, stdin, append([]string{"--cell", c.Addr, "--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}, args...)...)
 	}
 	// The ACLs come from --admin at the first master, a moment after start.
@@ -45,7 +29,7 @@ func TestACLCommands(t *testing.T) {
 		}
 	}
 	want(t, as("bob", "", "whoami"), exitOK, "bob\tmutual TLS", "")
-	want(t, chubbyfs(t, map[string]string{"CHUBBY_TLS_CA": rf.CA}, "", "--cell", c.Addr, "whoami"), exitOK, "anonymous\tmutual TLS", "")
+	want(t, chubbyfs(t, map[string]string{"CHUBBY_TLS_CA": pki.CAFile()}, "", "--cell", c.Addr, "whoami"), exitOK, "anonymous\tmutual TLS", "")
 	want(t, as("bob", "hi", "write", "/team-a"), exitRefused, "", `principal "bob" lacks the write right on "/"`)
 
 	// admin gives bob a directory of his own.

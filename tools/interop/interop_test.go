@@ -56,43 +56,27 @@ func TestPythonThriftClient(t *testing.T) {
 	}
 
 	// The same over mutual TLS, with a certificate and without one.
-	ca, err := tlstest.NewCA("cell")
-	if err != nil {
-		t.Fatal(err)
+	pki := tlstest.NewPKI(t, "cell")
+	rf, pf := pki.Files(t, "replica-1", tlstest.Both), pki.Files(t, "py-client", tlstest.Client)
+	replicaTLS := func() *tlsconf.Reloader {
+		r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rf.Cert, Key: rf.Key, CA: rf.CA}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
-	dir := t.TempDir()
-	rf, err := ca.Write(dir, "replica-1", tlstest.Both)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf, err := ca.Write(dir, "py-client", tlstest.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rf.Cert, Key: rf.Key, CA: rf.CA}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := celltest.Start(t, celltest.Options{TLS: r})
+	tc := celltest.Start(t, celltest.Options{TLS: replicaTLS()})
 	host, port, _ = net.SplitHostPort(tc.Addr)
 	for _, kind := range []string{"framed", "buffered"} {
 		t.Run(kind+"/tls", func(t *testing.T) { run(t, host, port, kind, rf.CA, pf.Cert, pf.Key, "py-client") })
 		t.Run(kind+"/tls-anonymous", func(t *testing.T) { run(t, host, port, kind, rf.CA, "-", "-", "anonymous") })
 	}
 	// A cell with ACLs (--admin someone-else) refuses the Python client.
-	r2, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rf.Cert, Key: rf.Key, CA: rf.CA}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac := celltest.Start(t, celltest.Options{TLS: r2, Admin: "someone-else"})
+	ac := celltest.Start(t, celltest.Options{TLS: replicaTLS(), Admin: "someone-else"})
 	host, port, _ = net.SplitHostPort(ac.Addr)
 	t.Run("tls-acl-denied", func(t *testing.T) {
 		// The first master initialises the ACLs a moment after it starts.
-		tc, err := client.TLSFromFiles(rf.CA, "", "", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		gc, err := client.Connect(context.Background(), client.Config{Addrs: []string{ac.Addr}, TLS: tc})
+		gc, err := client.Connect(context.Background(), client.Config{Addrs: []string{ac.Addr}, TLS: pki.ClientTLS(t, "")})
 		if err != nil {
 			t.Fatal(err)
 		}
