@@ -92,7 +92,8 @@ type ServerConfig struct {
 //   - listens on cfg.Listen or serves cfg.Listener, on Kitex's netpoll
 //     transport with a listener whose Stop closes only the server's own
 //     descriptors;
-//   - caps connections and, if asked, calls per second (Kitex limiters),
+//   - caps connections (Kitex's limiter; on TLS the listener's, see
+//     tlsListener) and, if asked, calls per second (Kitex's limiter),
 //     counting and logging refusals;
 //   - reads TTHeader metadata and turns the caller's RPC timeout into the
 //     handler context's deadline, so the deadline of a TTHeader client
@@ -161,14 +162,9 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		}
 	}
 
+	reporter := &limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}
 	opts = append(opts,
-		// Kitex's netpoll transport, serving a listener of ours: stopping
-		// a server with netpoll's own listener closes its descriptor
-		// number three times, the last about 100 ms later, when the
-		// number belongs to another file or connection (see
-		// listener_linux.go).
-		server.WithConnectionLimiter(limiter.NewConnectionLimiter(cfg.MaxConnections)),
-		server.WithLimitReporter(&limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}),
+		server.WithLimitReporter(reporter),
 		server.WithMetaHandler(transmeta.ServerTTHeaderHandler),
 		server.WithExitWaitTime(cfg.ExitWaitTime),
 		server.WithMaxConnIdleTime(cfg.MaxConnIdleTime),
@@ -182,7 +178,16 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		server.WithExitSignal(func() <-chan error { return nil }),
 	)
 	if tl == nil {
-		opts = append(opts, server.WithTransServerFactory(transServerFactory{}))
+		// Kitex's netpoll transport, serving a listener of ours: stopping
+		// a server with netpoll's own listener closes its descriptor
+		// number three times, the last about 100 ms later, when the
+		// number belongs to another file or connection (see
+		// listener_linux.go).
+		opts = append(opts, server.WithTransServerFactory(transServerFactory{}),
+			server.WithConnectionLimiter(limiter.NewConnectionLimiter(cfg.MaxConnections)))
+	} else {
+		// On TLS the listener caps connections itself (see tlsListener).
+		tl.onRefuse = reporter.ConnOverloadReport
 	}
 	if cfg.MaxQPS > 0 {
 		opts = append(opts, server.WithQPSLimiter(limiter.NewQPSLimiter(qpsInterval, cfg.MaxQPS)))

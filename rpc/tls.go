@@ -68,7 +68,7 @@ func tlsServerOptions(cfg ServerConfig, tc *tls.Config) ([]server.Option, *tlsLi
 			return nil, nil, fmt.Errorf("rpc: listen: %w", err)
 		}
 	}
-	tl := &tlsListener{Listener: ln, cfg: tc, pending: make(map[string]*tls.Conn)}
+	tl := &tlsListener{Listener: ln, cfg: tc, max: cfg.MaxConnections, pending: make(map[string]*tls.Conn)}
 	return []server.Option{
 		server.WithListener(tl),
 		server.WithTransServerFactory(gonet.NewTransServerFactory()),
@@ -79,24 +79,44 @@ func tlsServerOptions(cfg ServerConfig, tc *tls.Config) ([]server.Option, *tlsLi
 
 // tlsListener makes every accepted connection a TLS server connection and
 // keeps it, by remote address, until connWatcher.OnActive claims it.
+//
+// It also enforces ServerConfig.MaxConnections itself: Kitex's gonet
+// transport (v0.16.1) never runs its handlers' OnInactive, so Kitex's
+// connection limiter, which counts down there, would count every
+// connection the server ever accepted and refuse all after the first
+// MaxConnections.
 type tlsListener struct {
 	net.Listener
-	cfg *tls.Config
+	cfg      *tls.Config
+	max      int    // open connections at most
+	onRefuse func() // a connection over max was closed
 
 	mu      sync.Mutex
+	open    int // accepted and not yet closed
 	pending map[string]*tls.Conn
 }
 
 func (l *tlsListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc := tls.Server(c, l.cfg)
+		l.mu.Lock()
+		if l.open >= l.max {
+			l.mu.Unlock()
+			c.Close()
+			if l.onRefuse != nil {
+				l.onRefuse()
+			}
+			continue
+		}
+		l.open++
+		l.pending[c.RemoteAddr().String()] = tc
+		l.mu.Unlock()
+		return &tlsAccepted{Conn: tc, l: l}, nil
 	}
-	tc := tls.Server(c, l.cfg)
-	l.mu.Lock()
-	l.pending[c.RemoteAddr().String()] = tc
-	l.mu.Unlock()
-	return &tlsAccepted{Conn: tc, l: l}, nil
 }
 
 // tlsAccepted is an accepted connection that leaves the listener's
@@ -104,15 +124,19 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 // connections, over its connection limit, before OnActive).
 type tlsAccepted struct {
 	*tls.Conn
-	l *tlsListener
+	l      *tlsListener
+	closed atomic.Bool
 }
 
 func (c *tlsAccepted) Close() error {
-	c.l.mu.Lock()
-	if k := c.RemoteAddr().String(); c.l.pending[k] == c.Conn {
-		delete(c.l.pending, k)
+	if c.closed.CompareAndSwap(false, true) {
+		c.l.mu.Lock()
+		if k := c.RemoteAddr().String(); c.l.pending[k] == c.Conn {
+			delete(c.l.pending, k)
+		}
+		c.l.open--
+		c.l.mu.Unlock()
 	}
-	c.l.mu.Unlock()
 	return c.Conn.Close()
 }
 

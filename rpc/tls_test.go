@@ -3,14 +3,17 @@ package rpc_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chubbygo/chubby/gen/rpctest/echo"
 	"github.com/chubbygo/chubby/rpc"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
@@ -195,4 +198,58 @@ func BenchmarkEchoRoundTripTLS(b *testing.B) {
 		lat = append(lat, time.Since(start))
 	}
 	reportPercentiles(b, lat)
+}
+
+// The connection limit counts connections open now, not every connection
+// the server ever accepted: with MaxConnections 4, forty clients one after
+// another all get through, and five at once find the fifth refused.
+// (Kitex's gonet transport never tells its connection limiter that a
+// connection closed, so a TLS server with Kitex's limiter took its first
+// MaxConnections connections and then refused every other, forever.)
+func TestTLSConnectionLimitCountsOpenConnections(t *testing.T) {
+	p := newPKI(t)
+	addr := startServer(t, &whoHandler{*newEchoHandler(false)}, rpc.ServerConfig{TLS: p.server.ServerConfig(tlsconf.RequireCert, true), MaxConnections: 4})
+	cli := p.ClientTLS(t, "alice")
+	for i := range 40 {
+		c, closeConns, err := rpc.ClientOptionsCloser(rpc.ClientConfig{Addrs: []string{addr}, TLS: cli, RPCTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ec, err := echo.NewClient("Echo", c...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ec.Echo(context.Background(), "hi"); err != nil {
+			t.Fatalf("client %d of 40, one at a time: %v", i+1, err)
+		}
+		closeConns()
+		// The server notices the close when its read fails; give it that.
+		time.Sleep(5 * time.Millisecond)
+	}
+	var conns []*tls.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 4 {
+		c, err := tls.Dial("tcp", addr, cli)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i+1, err)
+		}
+		conns = append(conns, c)
+	}
+	// The fifth is closed by the server at once: in its handshake or,
+	// if that had completed, at its first read.
+	c, err := tls.Dial("tcp", addr, cli)
+	if err == nil {
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err = c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+			err = nil
+		}
+	}
+	if err == nil {
+		t.Fatal("a fifth connection at once was not refused")
+	}
 }
