@@ -142,6 +142,8 @@ func (s *Server) initACL(gen uint64) {
 			if err == nil {
 				if s.aclsInitialised() {
 					s.cfg.Logger.Info("ACLs initialised: / and /acl are protected by /acl/admin", "admin", s.cfg.Admin)
+				} else {
+					s.cfg.Logger.Warn("--admin changed nothing: /acl already exists though / has no ACL names; name them with chubbyfs acl set /", "admin", s.cfg.Admin)
 				}
 				return
 			}
