@@ -25,7 +25,8 @@ import (
 // ...), so that the machine's noise falls on both alike. It is a
 // measurement, not a check: it runs only with CHUBBY_TLS_COST=1 (seconds
 // per window in CHUBBY_TLS_COST_SECONDS, default 3; rounds in
-// CHUBBY_TLS_COST_ROUNDS, default 5).
+// CHUBBY_TLS_COST_ROUNDS, default 5; CHUBBY_TLS_COST_INMEMORY=1 keeps the
+// cells' logs in memory).
 //
 //	CHUBBY_TLS_COST=1 go test ./client -run TestTLSCost -v -timeout 30m
 func TestTLSCost(t *testing.T) {
@@ -49,9 +50,11 @@ func TestTLSCost(t *testing.T) {
 		rounds = n
 	}
 	p := newTestPKI(t)
-	// Both cells alike but for TLS (the default lease, Badger on disk).
-	plainCell := celltest.Start(t, celltest.Options{})
-	tlsCell := celltest.Start(t, celltest.Options{TLS: p.Reloader(t, "replica-1", tlstest.Both, nil)})
+	// Both cells alike but for TLS (the default lease, Badger on disk, or
+	// in memory with CHUBBY_TLS_COST_INMEMORY=1: without fsync's noise).
+	inMemory := os.Getenv("CHUBBY_TLS_COST_INMEMORY") != ""
+	plainCell := celltest.Start(t, celltest.Options{InMemory: inMemory})
+	tlsCell := celltest.Start(t, celltest.Options{TLS: p.Reloader(t, "replica-1", tlstest.Both, nil), InMemory: inMemory})
 	tc := p.clientTLS(t, "bench")
 	type mode struct {
 		name    string

@@ -34,6 +34,9 @@ type Options struct {
 	// ACLs).
 	TLS   *tlsconf.Reloader
 	Admin string
+	// InMemory keeps the log in memory (no fsync): for measurements that
+	// must not drown in the disk's noise.
+	InMemory bool
 }
 
 // Cell is a running cell.
@@ -49,7 +52,7 @@ type Cell struct {
 // Start starts a cell and stops it when the test ends.
 func Start(t testing.TB, o Options) *Cell {
 	t.Helper()
-	if o.DataDir == "" {
+	if o.DataDir == "" && !o.InMemory {
 		o.DataDir = t.TempDir()
 	}
 	if o.Logger == nil {
@@ -63,7 +66,7 @@ func Start(t testing.TB, o Options) *Cell {
 	if err != nil {
 		t.Fatalf("celltest: listen %s: %v", addr, err)
 	}
-	srv, err := cell.New(cell.Config{Listener: ln, DataDir: o.DataDir, Lease: o.Lease, Logger: o.Logger, TLS: o.TLS, Admin: o.Admin})
+	srv, err := cell.New(cell.Config{Listener: ln, DataDir: o.DataDir, Lease: o.Lease, Logger: o.Logger, TLS: o.TLS, Admin: o.Admin, InMemory: o.InMemory})
 	if err != nil {
 		t.Fatalf("celltest: start cell: %v", err)
 	}
