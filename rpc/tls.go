@@ -159,7 +159,9 @@ func (l *tlsListener) handshake(ctx context.Context, conn net.Conn) (CallerInfo,
 	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
-		return CallerInfo{}, fmt.Errorf("rpc: TLS handshake with %s: %w", conn.RemoteAddr(), err)
+		// The address goes last: the log limiter tells repeats apart by
+		// their first bytes, so a flood of one refusal is one message.
+		return CallerInfo{}, fmt.Errorf("rpc: TLS handshake refused: %w (from %s)", err, conn.RemoteAddr())
 	}
 	return CallerInfo{TLS: true, Principal: tlsconf.Principal(tc.ConnectionState())}, nil
 }
