@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"testing"
@@ -41,16 +42,31 @@ type testCluster struct {
 	reps    map[uint64]*testReplica
 }
 
+// listenRestartable listens on a free loopback port below the kernel's
+// ephemeral range (32768 and up here), so that a replica restarted on it
+// finds it free: a port from the ephemeral range may meanwhile have become
+// the local port of some outgoing connection, of this process or another,
+// and then stays taken for as long as that connection lives (CI,
+// 2026-12-01: "bind: address already in use" after 2 s of retries).
+func listenRestartable(t *testing.T) net.Listener {
+	t.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return ln
+		}
+	}
+	t.Fatal("no free port in 20000..31999")
+	return nil
+}
+
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newTestCluster(t *testing.T, n int) *testCluster {
 	c := &testCluster{t: t, peers: map[uint64]string{}, reps: map[uint64]*testReplica{}}
 	lns := map[uint64]net.Listener{}
 	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln := listenRestartable(t)
 		id := uint64(i)
 		lns[id] = ln
 		c.peers[id] = ln.Addr().String()
