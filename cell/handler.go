@@ -691,6 +691,25 @@ func (h *handler) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequ
 	return &chubby.RemoveMemberResponse{Index: int64(i)}, nil
 }
 
+// ---- Oracle
+
+func (h *handler) GetTimestamps(ctx context.Context, req *chubby.GetTimestampsRequest) (*chubby.GetTimestampsResponse, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if req.Count < 1 || req.Count > chubby.MAX_TIMESTAMPS_PER_CALL {
+		return nil, invalid("count %d outside [1, %d]", req.Count, chubby.MAX_TIMESTAMPS_PER_CALL)
+	}
+	if err := h.s.serveCheck(); err != nil {
+		return nil, err
+	}
+	first, err := h.s.timestamps(ctx, int64(req.Count))
+	if err != nil {
+		return nil, err
+	}
+	return &chubby.GetTimestampsResponse{First: first, Count: req.Count, Epoch: h.s.epoch.Load()}, nil
+}
+
 // ---- ACLs and identity
 
 func (h *handler) SetACL(ctx context.Context, req *chubby.SetACLRequest) (*chubby.Stat, error) {

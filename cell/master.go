@@ -96,12 +96,13 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	}
 	epoch := master.Epoch(view)
 	var sessions, caching []chubby.SessionID
-	var timer int64
+	var timer, tsReserved int64
 	var hasTimer bool
 	s.m.read(func(st *fs.State) {
 		sessions = st.Sessions()
 		caching = st.CachingSessions()
 		timer, hasTimer = st.NextTimer()
+		tsReserved = st.TimestampsReserved()
 	})
 	s.roleMu.Lock()
 	if s.roleGen != gen {
@@ -114,6 +115,8 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	// flushes its cache (invalidate_all on its first KeepAlive) before a
 	// change commits.
 	s.cache.reset(epoch, caching)
+	// The oracle starts above every reservation committed so far.
+	s.oracle.reset(tsReserved)
 	withdrawn := make(chan struct{})
 	s.staleWithdrawn.Store(&withdrawn)
 	s.serving.Store(true)
@@ -173,6 +176,7 @@ func (s *Server) loseMaster() {
 	}
 	nm := s.notMasterError(s.log.NotMaster())
 	s.leases.stop(nm)
+	s.oracle.stop()
 	s.m.failParked(nm)
 	s.tickMu.Lock()
 	if s.tickTimer != nil {

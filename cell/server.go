@@ -51,6 +51,7 @@ type Server struct {
 	m       *machine
 	leases  *leases
 	cache   *cacheTracker
+	oracle  *oracle
 	writes  *writeOrder
 	metrics *metrics
 	reg     *prometheus.Registry
@@ -260,6 +261,7 @@ func (s *Server) openState() error {
 	logNow, logUntil := onLog((*replica.Replicated).Now), onLog((*replica.Replicated).ReadsAllowedUntil)
 	s.leases = newLeases(master.LeaseConfig{Lease: cfg.Lease, Margin: cfg.KeepAliveMargin, MaxDrift: vr.MaxClockDrift,
 		MaxParked: cfg.MaxParkedKeepAlives}, logNow, logUntil, s.expireSession)
+	s.oracle = newOracle()
 	s.cache = newCacheTracker(cfg.MaxCachedPerSession, cfg.MaxCachedPerCell, s.leases.leaseEnd, s.leases.wake, logNow)
 	// A command in flight waits at most a lease and 1 s for invalidations,
 	// then commitTimeout, then uncertainHold if its outcome is unknown.

@@ -23,6 +23,7 @@ type Client struct {
 	kc  combineservice.Client
 	// closeConns closes kc's connections (Close).
 	closeConns func() error
+	ts         tsBatcher // batches Timestamps calls
 	master     *master
 
 	mu       sync.Mutex

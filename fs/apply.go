@@ -56,8 +56,8 @@ func (s *State) apply(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	var sess *session
 	var seq, floor int64 // seq > 0: an exactly-once command
 	if cmd.Session != nil {
-		if op.CreateSession != nil || op.Tick != nil || op.TrimEvents != nil || op.InitAcl != nil {
-			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession, Tick, TrimEvents and InitACL belong to no session"))
+		if op.CreateSession != nil || op.Tick != nil || op.TrimEvents != nil || op.InitAcl != nil || op.ReserveTimestamps != nil {
+			return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "CreateSession, Tick, TrimEvents, InitACL and ReserveTimestamps belong to no session"))
 		}
 		if sess = s.sessions[*cmd.Session]; sess == nil {
 			return errResult(sessionExpired(*cmd.Session))
@@ -149,6 +149,8 @@ func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 		return s.setACL(op.SetAcl)
 	case op.InitAcl != nil:
 		return s.initACL(op.InitAcl)
+	case op.ReserveTimestamps != nil:
+		return s.reserveTimestamps(op.ReserveTimestamps)
 	}
 	panic("fs: dispatch: CountSetFieldsOp and dispatch disagree")
 }

@@ -48,6 +48,7 @@
 //	TrimEvents     (empty)
 //	SetACL         stat
 //	InitACL        (empty)
+//	ReserveTimestamps  timestamps_reserved (the high-water mark after it)
 //
 // Results, Effects and everything the read methods return are freshly
 // allocated: the caller owns them and may keep or change them.
@@ -435,6 +436,15 @@
 // (which fold into EVENTS_LOST rather than refuse anything). Exceeding one
 // is LIMIT_EXCEEDED (TOO_LARGE for the per-file content limit) and changes
 // nothing.
+//
+// # Timestamp oracle
+//
+// The state keeps the oracle's high-water mark (TimestampsReserved, 0 at
+// first). ReserveTimestamps{upto} raises it to upto, 1..MaxTimestamp
+// (INVALID_ARGUMENT otherwise), and never lowers it; it belongs to no
+// session. The master hands out timestamps only at or below a mark that
+// has committed, and a new master starts above the mark (package
+// cell/master, Oracle).
 //
 // # Snapshots
 //

@@ -156,7 +156,7 @@ func (g *cmdGen) next() *fsm.Command {
 	}
 	c := &fsm.Command{TimeMs: g.now, Op: &fsm.Op{}}
 	op := c.Op
-	w := g.r.Intn(104)
+	w := g.r.Intn(105)
 	if !g.acls && w >= 100 {
 		w = 96 // a Tick
 	}
@@ -215,6 +215,8 @@ func (g *cmdGen) next() *fsm.Command {
 		op.TrimEvents = t
 	case w < 103:
 		op.SetAcl = g.setACL()
+	case w == 104:
+		op.ReserveTimestamps = &fsm.ReserveTimestamps{Upto: int64(g.r.Intn(1 << 20))}
 	default:
 		admin := Anonymous
 		if g.r.Intn(4) == 0 {

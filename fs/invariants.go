@@ -46,6 +46,9 @@ func (s *State) checkInvariants() error {
 	if s.root == nil || s.root.parent != nil || s.root.path != "/" || !s.root.isDir() || s.root.owner != 0 || s.root.deleted {
 		return fmt.Errorf("bad root")
 	}
+	if s.tsReserved < 0 || s.tsReserved > MaxTimestamp {
+		return fmt.Errorf("timestamps reserved %d out of range", s.tsReserved)
+	}
 	c := &invCounts{instances: map[int64]bool{}}
 	if err := s.checkNode(s.root, c); err != nil {
 		return err

@@ -27,8 +27,11 @@ func (s *State) Snapshot() []byte {
 		NextHandle:   s.nextHandle,
 		NextInstance: s.nextInstance,
 		Nodes:        make([]*fsm.SnapNode, 0, s.nodes),
-		Sessions:     make([]*fsm.SnapSession, 0, len(s.sessions)),
-		Handles:      make([]*fsm.SnapHandle, 0, len(s.handles)),
+		// Unset when none is reserved: a cell that never used the
+		// oracle keeps the snapshot bytes it had.
+		TimestampsReserved: nonZero(s.tsReserved),
+		Sessions:           make([]*fsm.SnapSession, 0, len(s.sessions)),
+		Handles:            make([]*fsm.SnapHandle, 0, len(s.handles)),
 	}
 	s.snapNodes(s.root, &snap.Nodes)
 	for _, id := range s.Sessions() {
@@ -201,11 +204,15 @@ func restoreHeader(snap *fsm.Snapshot, l Limits) (*State, error) {
 	if snap.NextSession < 1 || snap.NextHandle < 1 || snap.NextInstance < 2 {
 		return nil, fmt.Errorf("id counters %d/%d/%d out of range", snap.NextSession, snap.NextHandle, snap.NextInstance)
 	}
+	if r := snap.GetTimestampsReserved(); r < 0 || r > MaxTimestamp {
+		return nil, fmt.Errorf("timestamps_reserved %d out of range", r)
+	}
 	s := newEmpty(l)
 	s.now = snap.NowMs
 	s.nextSession = snap.NextSession
 	s.nextHandle = snap.NextHandle
 	s.nextInstance = snap.NextInstance
+	s.tsReserved = snap.GetTimestampsReserved()
 
 	return s, nil
 }

@@ -26,6 +26,9 @@ type State struct {
 	nextHandle   int64
 	nextInstance int64
 
+	// tsReserved is the timestamp oracle's high-water mark (oracle.go).
+	tsReserved int64
+
 	root     *node
 	sessions map[chubby.SessionID]*session
 	handles  map[int64]*handle

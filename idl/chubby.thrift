@@ -9,6 +9,7 @@
 //               Delete, Mkdir, CreateFile, SetACL
 //   Lock        Acquire, TryAcquire, Release, GetSequencer, CheckSequencer
 //   Cell        GetMaster, GetStatus, RemoveMember, WhoAmI
+//   Oracle      GetTimestamps
 //
 // Every call that fails throws ChubbyError with a code. A refused call changes
 // nothing. With TLS, the caller's certificate names its principal, and every
@@ -34,6 +35,7 @@ const i64 DEFAULT_LOCK_DELAY_MS = 15000      // lock-delay when a request leaves
 const i64 MAX_ACQUIRE_WAIT_MS = 600000       // longest a single Acquire call is parked
 const i32 MAX_PRINCIPAL_BYTES = 128          // a principal's name (see ACLNames)
 const i32 MAX_ACL_ENTRIES = 1000             // principals listed in one ACL file
+const i32 MAX_TIMESTAMPS_PER_CALL = 1000000  // GetTimestampsRequest.count
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -554,4 +556,26 @@ service Cell {
     RemoveMemberResponse RemoveMember(1: RemoveMemberRequest req) throws (1: ChubbyError err)
     // WhoAmI says which principal the cell takes the caller for.
     WhoAmIResponse WhoAmI() throws (1: ChubbyError err)
+}
+
+// ---------------------------------------------------------------------------
+// Oracle: strictly increasing 64-bit timestamps, as Percolator's timestamp
+// oracle gives them. Every timestamp the cell hands out is larger than every
+// one it handed out before the request was sent, across failovers and
+// restarts (the master reserves them in windows through the log and serves
+// from memory, under its master lease), and none is handed out twice. They
+// are counters, not clock readings. Answered by the master only.
+
+struct GetTimestampsRequest {
+    1: required i32 count  // 1..MAX_TIMESTAMPS_PER_CALL
+}
+
+struct GetTimestampsResponse {
+    1: required i64 first  // the timestamps are first .. first+count-1
+    2: required i32 count
+    3: required Epoch epoch
+}
+
+service Oracle {
+    GetTimestampsResponse GetTimestamps(1: GetTimestampsRequest req) throws (1: ChubbyError err)
 }

@@ -53,6 +53,14 @@ struct InitACL {
     1: required string admin
 }
 
+// ReserveTimestamps raises the timestamp oracle's high-water mark to upto
+// (1..2^62) if it is lower; a lower upto changes nothing. The master hands
+// out timestamps only up to a mark that has committed, from memory, so a
+// new master, starting above the mark, never repeats or goes back.
+struct ReserveTimestamps {
+    1: required i64 upto
+}
+
 union Op {
     1: chubby.CreateSessionRequest create_session
     2: EndSession end_session
@@ -69,6 +77,7 @@ union Op {
     13: TrimEvents trim_events
     14: chubby.SetACLRequest set_acl
     15: InitACL init_acl
+    16: ReserveTimestamps reserve_timestamps
 }
 
 // Command is one log entry. With session and seq it is exactly-once per
@@ -90,6 +99,7 @@ struct Result {
     5: optional chubby.Sequencer sequencer
     6: optional bool created
     7: optional bool waiting  // Acquire with wait: queued, not granted yet
+    8: optional i64 timestamps_reserved  // ReserveTimestamps: the high-water mark after it
 }
 
 // ---------------------------------------------------------------------------
@@ -160,4 +170,5 @@ struct Snapshot {
     6: required list<SnapNode> nodes          // depth-first from "/", siblings ascending by name (parents first)
     7: required list<SnapSession> sessions    // ascending by id
     8: required list<SnapHandle> handles      // ascending by id
+    9: optional i64 timestamps_reserved       // the oracle's high-water mark (unset: 0)
 }

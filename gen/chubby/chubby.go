@@ -32,6 +32,8 @@ const (
 
 	MAX_ACL_ENTRIES = 1000
 
+	MAX_TIMESTAMPS_PER_CALL = 1000000
+
 	EVENT_MASK_FILE_CONTENTS_MODIFIED = 1
 
 	EVENT_MASK_CHILD_ADDED = 2
@@ -3301,6 +3303,82 @@ var fieldIDToName_RemoveMemberResponse = map[int16]string{
 	1: "index",
 }
 
+type GetTimestampsRequest struct {
+	Count int32 `thrift:"count,1,required" frugal:"1,required,i32" json:"count"`
+}
+
+func NewGetTimestampsRequest() *GetTimestampsRequest {
+	return &GetTimestampsRequest{}
+}
+
+func (p *GetTimestampsRequest) InitDefault() {
+}
+
+func (p *GetTimestampsRequest) GetCount() (v int32) {
+	return p.Count
+}
+func (p *GetTimestampsRequest) SetCount(val int32) {
+	p.Count = val
+}
+
+func (p *GetTimestampsRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("GetTimestampsRequest(%+v)", *p)
+}
+
+var fieldIDToName_GetTimestampsRequest = map[int16]string{
+	1: "count",
+}
+
+type GetTimestampsResponse struct {
+	First int64 `thrift:"first,1,required" frugal:"1,required,i64" json:"first"`
+	Count int32 `thrift:"count,2,required" frugal:"2,required,i32" json:"count"`
+	Epoch Epoch `thrift:"epoch,3,required" frugal:"3,required,i64" json:"epoch"`
+}
+
+func NewGetTimestampsResponse() *GetTimestampsResponse {
+	return &GetTimestampsResponse{}
+}
+
+func (p *GetTimestampsResponse) InitDefault() {
+}
+
+func (p *GetTimestampsResponse) GetFirst() (v int64) {
+	return p.First
+}
+
+func (p *GetTimestampsResponse) GetCount() (v int32) {
+	return p.Count
+}
+
+func (p *GetTimestampsResponse) GetEpoch() (v Epoch) {
+	return p.Epoch
+}
+func (p *GetTimestampsResponse) SetFirst(val int64) {
+	p.First = val
+}
+func (p *GetTimestampsResponse) SetCount(val int32) {
+	p.Count = val
+}
+func (p *GetTimestampsResponse) SetEpoch(val Epoch) {
+	p.Epoch = val
+}
+
+func (p *GetTimestampsResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("GetTimestampsResponse(%+v)", *p)
+}
+
+var fieldIDToName_GetTimestampsResponse = map[int16]string{
+	1: "first",
+	2: "count",
+	3: "epoch",
+}
+
 type ChubbyError struct {
 	Code          ErrorCode `thrift:"code,1,required" frugal:"1,required,ErrorCode" json:"code"`
 	Message       string    `thrift:"message,2,required" frugal:"2,required,string" json:"message"`
@@ -5388,6 +5466,104 @@ var fieldIDToName_CellWhoAmIResult = map[int16]string{
 	1: "err",
 }
 
+type Oracle interface {
+	GetTimestamps(ctx context.Context, req *GetTimestampsRequest) (r *GetTimestampsResponse, err error)
+}
+
+type OracleGetTimestampsArgs struct {
+	Req *GetTimestampsRequest `thrift:"req,1" frugal:"1,default,GetTimestampsRequest" json:"req"`
+}
+
+func NewOracleGetTimestampsArgs() *OracleGetTimestampsArgs {
+	return &OracleGetTimestampsArgs{}
+}
+
+func (p *OracleGetTimestampsArgs) InitDefault() {
+}
+
+var OracleGetTimestampsArgs_Req_DEFAULT *GetTimestampsRequest
+
+func (p *OracleGetTimestampsArgs) GetReq() (v *GetTimestampsRequest) {
+	if !p.IsSetReq() {
+		return OracleGetTimestampsArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *OracleGetTimestampsArgs) SetReq(val *GetTimestampsRequest) {
+	p.Req = val
+}
+
+func (p *OracleGetTimestampsArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *OracleGetTimestampsArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("OracleGetTimestampsArgs(%+v)", *p)
+}
+
+var fieldIDToName_OracleGetTimestampsArgs = map[int16]string{
+	1: "req",
+}
+
+type OracleGetTimestampsResult struct {
+	Success *GetTimestampsResponse `thrift:"success,0,optional" frugal:"0,optional,GetTimestampsResponse" json:"success,omitempty"`
+	Err     *ChubbyError           `thrift:"err,1,optional" frugal:"1,optional,ChubbyError" json:"err,omitempty"`
+}
+
+func NewOracleGetTimestampsResult() *OracleGetTimestampsResult {
+	return &OracleGetTimestampsResult{}
+}
+
+func (p *OracleGetTimestampsResult) InitDefault() {
+}
+
+var OracleGetTimestampsResult_Success_DEFAULT *GetTimestampsResponse
+
+func (p *OracleGetTimestampsResult) GetSuccess() (v *GetTimestampsResponse) {
+	if !p.IsSetSuccess() {
+		return OracleGetTimestampsResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var OracleGetTimestampsResult_Err_DEFAULT *ChubbyError
+
+func (p *OracleGetTimestampsResult) GetErr() (v *ChubbyError) {
+	if !p.IsSetErr() {
+		return OracleGetTimestampsResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *OracleGetTimestampsResult) SetSuccess(x interface{}) {
+	p.Success = x.(*GetTimestampsResponse)
+}
+func (p *OracleGetTimestampsResult) SetErr(val *ChubbyError) {
+	p.Err = val
+}
+
+func (p *OracleGetTimestampsResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *OracleGetTimestampsResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *OracleGetTimestampsResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("OracleGetTimestampsResult(%+v)", *p)
+}
+
+var fieldIDToName_OracleGetTimestampsResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
 // exceptions of methods in Session.
 var (
 	_ error = (*ChubbyError)(nil)
@@ -5404,6 +5580,11 @@ var (
 )
 
 // exceptions of methods in Cell.
+var (
+	_ error = (*ChubbyError)(nil)
+)
+
+// exceptions of methods in Oracle.
 var (
 	_ error = (*ChubbyError)(nil)
 )

@@ -263,6 +263,35 @@ var fieldIDToName_InitACL = map[int16]string{
 	1: "admin",
 }
 
+type ReserveTimestamps struct {
+	Upto int64 `thrift:"upto,1,required" frugal:"1,required,i64" json:"upto"`
+}
+
+func NewReserveTimestamps() *ReserveTimestamps {
+	return &ReserveTimestamps{}
+}
+
+func (p *ReserveTimestamps) InitDefault() {
+}
+
+func (p *ReserveTimestamps) GetUpto() (v int64) {
+	return p.Upto
+}
+func (p *ReserveTimestamps) SetUpto(val int64) {
+	p.Upto = val
+}
+
+func (p *ReserveTimestamps) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("ReserveTimestamps(%+v)", *p)
+}
+
+var fieldIDToName_ReserveTimestamps = map[int16]string{
+	1: "upto",
+}
+
 type Command struct {
 	TimeMs    int64             `thrift:"time_ms,1,required" frugal:"1,required,i64" json:"time_ms"`
 	Session   *chubby.SessionID `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
@@ -383,13 +412,14 @@ var fieldIDToName_Command = map[int16]string{
 }
 
 type Result_ struct {
-	Err       *chubby.ChubbyError `thrift:"err,1,optional" frugal:"1,optional,chubby.ChubbyError" json:"err,omitempty"`
-	Session   *chubby.SessionID   `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
-	Handle    *chubby.Handle      `thrift:"handle,3,optional" frugal:"3,optional,chubby.Handle" json:"handle,omitempty"`
-	Stat      *chubby.Stat        `thrift:"stat,4,optional" frugal:"4,optional,chubby.Stat" json:"stat,omitempty"`
-	Sequencer *chubby.Sequencer   `thrift:"sequencer,5,optional" frugal:"5,optional,chubby.Sequencer" json:"sequencer,omitempty"`
-	Created   *bool               `thrift:"created,6,optional" frugal:"6,optional,bool" json:"created,omitempty"`
-	Waiting   *bool               `thrift:"waiting,7,optional" frugal:"7,optional,bool" json:"waiting,omitempty"`
+	Err                *chubby.ChubbyError `thrift:"err,1,optional" frugal:"1,optional,chubby.ChubbyError" json:"err,omitempty"`
+	Session            *chubby.SessionID   `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
+	Handle             *chubby.Handle      `thrift:"handle,3,optional" frugal:"3,optional,chubby.Handle" json:"handle,omitempty"`
+	Stat               *chubby.Stat        `thrift:"stat,4,optional" frugal:"4,optional,chubby.Stat" json:"stat,omitempty"`
+	Sequencer          *chubby.Sequencer   `thrift:"sequencer,5,optional" frugal:"5,optional,chubby.Sequencer" json:"sequencer,omitempty"`
+	Created            *bool               `thrift:"created,6,optional" frugal:"6,optional,bool" json:"created,omitempty"`
+	Waiting            *bool               `thrift:"waiting,7,optional" frugal:"7,optional,bool" json:"waiting,omitempty"`
+	TimestampsReserved *int64              `thrift:"timestamps_reserved,8,optional" frugal:"8,optional,i64" json:"timestamps_reserved,omitempty"`
 }
 
 func NewResult_() *Result_ {
@@ -461,6 +491,15 @@ func (p *Result_) GetWaiting() (v bool) {
 	}
 	return *p.Waiting
 }
+
+var Result__TimestampsReserved_DEFAULT int64
+
+func (p *Result_) GetTimestampsReserved() (v int64) {
+	if !p.IsSetTimestampsReserved() {
+		return Result__TimestampsReserved_DEFAULT
+	}
+	return *p.TimestampsReserved
+}
 func (p *Result_) SetErr(val *chubby.ChubbyError) {
 	p.Err = val
 }
@@ -481,6 +520,9 @@ func (p *Result_) SetCreated(val *bool) {
 }
 func (p *Result_) SetWaiting(val *bool) {
 	p.Waiting = val
+}
+func (p *Result_) SetTimestampsReserved(val *int64) {
+	p.TimestampsReserved = val
 }
 
 func (p *Result_) IsSetErr() bool {
@@ -511,6 +553,10 @@ func (p *Result_) IsSetWaiting() bool {
 	return p.Waiting != nil
 }
 
+func (p *Result_) IsSetTimestampsReserved() bool {
+	return p.TimestampsReserved != nil
+}
+
 func (p *Result_) String() string {
 	if p == nil {
 		return "<nil>"
@@ -526,6 +572,7 @@ var fieldIDToName_Result_ = map[int16]string{
 	5: "sequencer",
 	6: "created",
 	7: "waiting",
+	8: "timestamps_reserved",
 }
 
 type SnapNode struct {
@@ -1032,14 +1079,15 @@ var fieldIDToName_SnapHandle = map[int16]string{
 }
 
 type Snapshot struct {
-	Version      int32          `thrift:"version,1,required" frugal:"1,required,i32" json:"version"`
-	NowMs        int64          `thrift:"now_ms,2,required" frugal:"2,required,i64" json:"now_ms"`
-	NextSession  int64          `thrift:"next_session,3,required" frugal:"3,required,i64" json:"next_session"`
-	NextHandle   int64          `thrift:"next_handle,4,required" frugal:"4,required,i64" json:"next_handle"`
-	NextInstance int64          `thrift:"next_instance,5,required" frugal:"5,required,i64" json:"next_instance"`
-	Nodes        []*SnapNode    `thrift:"nodes,6,required" frugal:"6,required,list<SnapNode>" json:"nodes"`
-	Sessions     []*SnapSession `thrift:"sessions,7,required" frugal:"7,required,list<SnapSession>" json:"sessions"`
-	Handles      []*SnapHandle  `thrift:"handles,8,required" frugal:"8,required,list<SnapHandle>" json:"handles"`
+	Version            int32          `thrift:"version,1,required" frugal:"1,required,i32" json:"version"`
+	NowMs              int64          `thrift:"now_ms,2,required" frugal:"2,required,i64" json:"now_ms"`
+	NextSession        int64          `thrift:"next_session,3,required" frugal:"3,required,i64" json:"next_session"`
+	NextHandle         int64          `thrift:"next_handle,4,required" frugal:"4,required,i64" json:"next_handle"`
+	NextInstance       int64          `thrift:"next_instance,5,required" frugal:"5,required,i64" json:"next_instance"`
+	Nodes              []*SnapNode    `thrift:"nodes,6,required" frugal:"6,required,list<SnapNode>" json:"nodes"`
+	Sessions           []*SnapSession `thrift:"sessions,7,required" frugal:"7,required,list<SnapSession>" json:"sessions"`
+	Handles            []*SnapHandle  `thrift:"handles,8,required" frugal:"8,required,list<SnapHandle>" json:"handles"`
+	TimestampsReserved *int64         `thrift:"timestamps_reserved,9,optional" frugal:"9,optional,i64" json:"timestamps_reserved,omitempty"`
 }
 
 func NewSnapshot() *Snapshot {
@@ -1080,6 +1128,15 @@ func (p *Snapshot) GetSessions() (v []*SnapSession) {
 func (p *Snapshot) GetHandles() (v []*SnapHandle) {
 	return p.Handles
 }
+
+var Snapshot_TimestampsReserved_DEFAULT int64
+
+func (p *Snapshot) GetTimestampsReserved() (v int64) {
+	if !p.IsSetTimestampsReserved() {
+		return Snapshot_TimestampsReserved_DEFAULT
+	}
+	return *p.TimestampsReserved
+}
 func (p *Snapshot) SetVersion(val int32) {
 	p.Version = val
 }
@@ -1104,6 +1161,13 @@ func (p *Snapshot) SetSessions(val []*SnapSession) {
 func (p *Snapshot) SetHandles(val []*SnapHandle) {
 	p.Handles = val
 }
+func (p *Snapshot) SetTimestampsReserved(val *int64) {
+	p.TimestampsReserved = val
+}
+
+func (p *Snapshot) IsSetTimestampsReserved() bool {
+	return p.TimestampsReserved != nil
+}
 
 func (p *Snapshot) String() string {
 	if p == nil {
@@ -1121,24 +1185,26 @@ var fieldIDToName_Snapshot = map[int16]string{
 	6: "nodes",
 	7: "sessions",
 	8: "handles",
+	9: "timestamps_reserved",
 }
 
 type Op struct {
-	CreateSession *chubby.CreateSessionRequest `thrift:"create_session,1,optional" frugal:"1,optional,chubby.CreateSessionRequest" json:"create_session,omitempty"`
-	EndSession    *EndSession                  `thrift:"end_session,2,optional" frugal:"2,optional,EndSession" json:"end_session,omitempty"`
-	Open          *chubby.OpenRequest          `thrift:"open,3,optional" frugal:"3,optional,chubby.OpenRequest" json:"open,omitempty"`
-	Close         *chubby.CloseRequest         `thrift:"close,4,optional" frugal:"4,optional,chubby.CloseRequest" json:"close,omitempty"`
-	SetContents   *chubby.SetContentsRequest   `thrift:"set_contents,5,optional" frugal:"5,optional,chubby.SetContentsRequest" json:"set_contents,omitempty"`
-	DeleteNode    *chubby.DeleteRequest        `thrift:"delete_node,6,optional" frugal:"6,optional,chubby.DeleteRequest" json:"delete_node,omitempty"`
-	Mkdir         *chubby.MkdirRequest         `thrift:"mkdir,7,optional" frugal:"7,optional,chubby.MkdirRequest" json:"mkdir,omitempty"`
-	CreateFile    *chubby.CreateFileRequest    `thrift:"create_file,8,optional" frugal:"8,optional,chubby.CreateFileRequest" json:"create_file,omitempty"`
-	Acquire       *Acquire                     `thrift:"acquire,9,optional" frugal:"9,optional,Acquire" json:"acquire,omitempty"`
-	Release       *chubby.HandleRequest        `thrift:"release,10,optional" frugal:"10,optional,chubby.HandleRequest" json:"release,omitempty"`
-	CancelWait    *CancelWait                  `thrift:"cancel_wait,11,optional" frugal:"11,optional,CancelWait" json:"cancel_wait,omitempty"`
-	Tick          *Tick                        `thrift:"tick,12,optional" frugal:"12,optional,Tick" json:"tick,omitempty"`
-	TrimEvents    *TrimEvents                  `thrift:"trim_events,13,optional" frugal:"13,optional,TrimEvents" json:"trim_events,omitempty"`
-	SetAcl        *chubby.SetACLRequest        `thrift:"set_acl,14,optional" frugal:"14,optional,chubby.SetACLRequest" json:"set_acl,omitempty"`
-	InitAcl       *InitACL                     `thrift:"init_acl,15,optional" frugal:"15,optional,InitACL" json:"init_acl,omitempty"`
+	CreateSession     *chubby.CreateSessionRequest `thrift:"create_session,1,optional" frugal:"1,optional,chubby.CreateSessionRequest" json:"create_session,omitempty"`
+	EndSession        *EndSession                  `thrift:"end_session,2,optional" frugal:"2,optional,EndSession" json:"end_session,omitempty"`
+	Open              *chubby.OpenRequest          `thrift:"open,3,optional" frugal:"3,optional,chubby.OpenRequest" json:"open,omitempty"`
+	Close             *chubby.CloseRequest         `thrift:"close,4,optional" frugal:"4,optional,chubby.CloseRequest" json:"close,omitempty"`
+	SetContents       *chubby.SetContentsRequest   `thrift:"set_contents,5,optional" frugal:"5,optional,chubby.SetContentsRequest" json:"set_contents,omitempty"`
+	DeleteNode        *chubby.DeleteRequest        `thrift:"delete_node,6,optional" frugal:"6,optional,chubby.DeleteRequest" json:"delete_node,omitempty"`
+	Mkdir             *chubby.MkdirRequest         `thrift:"mkdir,7,optional" frugal:"7,optional,chubby.MkdirRequest" json:"mkdir,omitempty"`
+	CreateFile        *chubby.CreateFileRequest    `thrift:"create_file,8,optional" frugal:"8,optional,chubby.CreateFileRequest" json:"create_file,omitempty"`
+	Acquire           *Acquire                     `thrift:"acquire,9,optional" frugal:"9,optional,Acquire" json:"acquire,omitempty"`
+	Release           *chubby.HandleRequest        `thrift:"release,10,optional" frugal:"10,optional,chubby.HandleRequest" json:"release,omitempty"`
+	CancelWait        *CancelWait                  `thrift:"cancel_wait,11,optional" frugal:"11,optional,CancelWait" json:"cancel_wait,omitempty"`
+	Tick              *Tick                        `thrift:"tick,12,optional" frugal:"12,optional,Tick" json:"tick,omitempty"`
+	TrimEvents        *TrimEvents                  `thrift:"trim_events,13,optional" frugal:"13,optional,TrimEvents" json:"trim_events,omitempty"`
+	SetAcl            *chubby.SetACLRequest        `thrift:"set_acl,14,optional" frugal:"14,optional,chubby.SetACLRequest" json:"set_acl,omitempty"`
+	InitAcl           *InitACL                     `thrift:"init_acl,15,optional" frugal:"15,optional,InitACL" json:"init_acl,omitempty"`
+	ReserveTimestamps *ReserveTimestamps           `thrift:"reserve_timestamps,16,optional" frugal:"16,optional,ReserveTimestamps" json:"reserve_timestamps,omitempty"`
 }
 
 func NewOp() *Op {
@@ -1282,6 +1348,15 @@ func (p *Op) GetInitAcl() (v *InitACL) {
 	}
 	return p.InitAcl
 }
+
+var Op_ReserveTimestamps_DEFAULT *ReserveTimestamps
+
+func (p *Op) GetReserveTimestamps() (v *ReserveTimestamps) {
+	if !p.IsSetReserveTimestamps() {
+		return Op_ReserveTimestamps_DEFAULT
+	}
+	return p.ReserveTimestamps
+}
 func (p *Op) SetCreateSession(val *chubby.CreateSessionRequest) {
 	p.CreateSession = val
 }
@@ -1326,6 +1401,9 @@ func (p *Op) SetSetAcl(val *chubby.SetACLRequest) {
 }
 func (p *Op) SetInitAcl(val *InitACL) {
 	p.InitAcl = val
+}
+func (p *Op) SetReserveTimestamps(val *ReserveTimestamps) {
+	p.ReserveTimestamps = val
 }
 
 func (p *Op) CountSetFieldsOp() int {
@@ -1373,6 +1451,9 @@ func (p *Op) CountSetFieldsOp() int {
 		count++
 	}
 	if p.IsSetInitAcl() {
+		count++
+	}
+	if p.IsSetReserveTimestamps() {
 		count++
 	}
 	return count
@@ -1438,6 +1519,10 @@ func (p *Op) IsSetInitAcl() bool {
 	return p.InitAcl != nil
 }
 
+func (p *Op) IsSetReserveTimestamps() bool {
+	return p.ReserveTimestamps != nil
+}
+
 func (p *Op) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1461,4 +1546,5 @@ var fieldIDToName_Op = map[int16]string{
 	13: "trim_events",
 	14: "set_acl",
 	15: "init_acl",
+	16: "reserve_timestamps",
 }

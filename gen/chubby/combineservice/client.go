@@ -33,6 +33,7 @@ type Client interface {
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
 	RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error)
 	WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error)
+	GetTimestamps(ctx context.Context, req *chubby.GetTimestampsRequest, callOptions ...callopt.Option) (r *chubby.GetTimestampsResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -172,4 +173,9 @@ func (p *kCombineServiceClient) RemoveMember(ctx context.Context, req *chubby.Re
 func (p *kCombineServiceClient) WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.WhoAmI(ctx)
+}
+
+func (p *kCombineServiceClient) GetTimestamps(ctx context.Context, req *chubby.GetTimestampsRequest, callOptions ...callopt.Option) (r *chubby.GetTimestampsResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.GetTimestamps(ctx, req)
 }

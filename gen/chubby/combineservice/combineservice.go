@@ -17,6 +17,7 @@ type CombineService interface {
 	chubby.FileSystem
 	chubby.Lock
 	chubby.Cell
+	chubby.Oracle
 }
 
 var serviceMethods = map[string]kitex.MethodInfo{
@@ -174,6 +175,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"GetTimestamps": kitex.NewMethodInfo(
+		getTimestampsHandler,
+		newOracleGetTimestampsArgs,
+		newOracleGetTimestampsResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 }
 
 var (
@@ -227,7 +235,7 @@ func newServiceInfo(hasStreaming bool, keepStreamingMethods bool, keepNonStreami
 		"PackageName": "chubby",
 	}
 	extra["combine_service"] = true
-	extra["combined_service_list"] = []string{"Session", "FileSystem", "Lock", "Cell"}
+	extra["combined_service_list"] = []string{"Session", "FileSystem", "Lock", "Cell", "Oracle"}
 	if hasStreaming {
 		extra["streaming"] = hasStreaming
 	}
@@ -766,6 +774,30 @@ func newCellWhoAmIResult() interface{} {
 	return chubby.NewCellWhoAmIResult()
 }
 
+func getTimestampsHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*chubby.OracleGetTimestampsArgs)
+	realResult := result.(*chubby.OracleGetTimestampsResult)
+	success, err := handler.(chubby.Oracle).GetTimestamps(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *chubby.ChubbyError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newOracleGetTimestampsArgs() interface{} {
+	return chubby.NewOracleGetTimestampsArgs()
+}
+
+func newOracleGetTimestampsResult() interface{} {
+	return chubby.NewOracleGetTimestampsResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -1073,6 +1105,20 @@ func (p *kClient) WhoAmI(ctx context.Context) (r *chubby.WhoAmIResponse, err err
 	var _args chubby.CellWhoAmIArgs
 	var _result chubby.CellWhoAmIResult
 	if err = p.c.Call(ctx, "WhoAmI", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) GetTimestamps(ctx context.Context, req *chubby.GetTimestampsRequest) (r *chubby.GetTimestampsResponse, err error) {
+	var _args chubby.OracleGetTimestampsArgs
+	_args.Req = req
+	var _result chubby.OracleGetTimestampsResult
+	if err = p.c.Call(ctx, "GetTimestamps", &_args, &_result); err != nil {
 		return
 	}
 	switch {

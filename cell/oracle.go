@@ -1,0 +1,100 @@
+package cell
+
+import (
+	"context"
+	"sync"
+
+	"github.com/chubbygo/chubby/cell/master"
+	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+)
+
+// oracle is the master's timestamp oracle: master.Oracle (the rules) under
+// a mutex, with the reservations it asks for proposed in the background.
+// Calls that find the window empty wait for the next reservation.
+type oracle struct {
+	mu      sync.Mutex
+	o       *master.Oracle
+	changed chan struct{} // closed, and replaced, when the window may have changed
+}
+
+func newOracle() *oracle {
+	return &oracle{o: master.NewOracle(0), changed: make(chan struct{})}
+}
+
+// signal wakes the waiters; o.mu held.
+func (or *oracle) signal() {
+	close(or.changed)
+	or.changed = make(chan struct{})
+}
+
+// reset starts a term at the mark in the state (becomeMaster).
+func (or *oracle) reset(reserved int64) {
+	or.mu.Lock()
+	defer or.mu.Unlock()
+	or.o.Reset(reserved)
+	or.signal()
+}
+
+// stop ends the term (loseMaster): nothing more is handed out.
+func (or *oracle) stop() {
+	or.mu.Lock()
+	defer or.mu.Unlock()
+	or.o.Stop()
+	or.signal()
+}
+
+// maxOracleRounds bounds the reservations one call waits through.
+const maxOracleRounds = 8
+
+// timestamps hands out n timestamps (GetTimestamps), reserving more
+// through the log when the window runs low. Only under the master lease:
+// a master cut off from the others, whose successor may be handing out
+// higher timestamps already, must not answer.
+func (s *Server) timestamps(ctx context.Context, n int64) (int64, error) {
+	for range maxOracleRounds {
+		if err := s.awaitLease(ctx); err != nil {
+			return 0, err
+		}
+		or := s.oracle
+		or.mu.Lock()
+		first, ok := or.o.Take(n)
+		term, upto, want := or.o.Want(n) // ahead of need, so that callers rarely wait
+		changed := or.changed
+		or.mu.Unlock()
+		if want {
+			s.goBackground(func() { s.reserveTimestamps(term, upto) })
+		}
+		if ok {
+			return first, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return 0, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no timestamps before the call's deadline: %v", ctx.Err())
+		case <-s.closed:
+			return 0, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the replica is shutting down")
+		}
+	}
+	if err := s.serveCheck(); err != nil {
+		return 0, err
+	}
+	return 0, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the oracle could not reserve timestamps; retry")
+}
+
+// reserveTimestamps proposes the oracle's reservation of term up to upto
+// and reports how it ended.
+func (s *Server) reserveTimestamps(term uint64, upto int64) {
+	_, err := s.propose(context.Background(), &fsm.Op{ReserveTimestamps: &fsm.ReserveTimestamps{Upto: upto}})
+	or := s.oracle
+	or.mu.Lock()
+	defer or.mu.Unlock()
+	if err != nil {
+		s.cfg.Logger.Warn("oracle: reserving timestamps", "upto", upto, "err", err)
+		or.o.Failed(term)
+	} else {
+		or.o.Reserved(term, upto)
+	}
+	or.signal()
+}
