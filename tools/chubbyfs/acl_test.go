@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +52,30 @@ func TestACLCommands(t *testing.T) {
 	if res := at(t, c.Addr, "", "--timeout", "2s", "whoami"); res.code == exitOK {
 		t.Fatalf("plaintext whoami against a TLS cell: %+v", res)
 	}
+}
+
+// TestTimestampsCommand: ts prints increasing timestamps; bad counts are
+// usage errors.
+func TestTimestampsCommand(t *testing.T) {
+	c := celltest.Start(t, celltest.Options{})
+	r := at(t, c.Addr, "", "ts", "3")
+	want(t, r, exitOK, "", "")
+	lines := strings.Fields(r.stdout)
+	if len(lines) != 3 {
+		t.Fatalf("ts 3 printed %q", r.stdout)
+	}
+	prev := int64(0)
+	for _, l := range lines {
+		v, err := strconv.ParseInt(l, 10, 64)
+		if err != nil || v <= prev {
+			t.Fatalf("ts 3 printed %q", r.stdout)
+		}
+		prev = v
+	}
+	r = at(t, c.Addr, "", "ts")
+	if v, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64); err != nil || v <= prev {
+		t.Fatalf("ts after %d printed %q", prev, r.stdout)
+	}
+	want(t, at(t, c.Addr, "", "ts", "0"), exitUsage, "", "N must be")
+	want(t, at(t, c.Addr, "", "ts", "x"), exitUsage, "", "N must be")
 }

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+)
+
+func (a *app) tsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ts [N]",
+		Short: "print N timestamps from the cell's oracle (default 1)",
+		Long: `ts asks the cell's timestamp oracle for N strictly increasing timestamps
+(1..1000000, default 1) and prints them one per line. Each is larger than
+every timestamp the cell handed out before the command started, to anyone,
+across failovers and restarts; none is handed out twice. They are counters,
+not clock readings. It needs no session.`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n := 1
+			switch len(args) {
+			case 0:
+			case 1:
+				var err error
+				if n, err = strconv.Atoi(args[0]); err != nil || n < 1 || n > 1_000_000 {
+					return usagef("ts: N must be a number in 1..1000000, not %q", args[0])
+				}
+			default:
+				return usagef("ts takes at most one argument, N")
+			}
+			ctx, cancel := a.commandContext(cmd.Context())
+			defer cancel()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			first, err := c.Timestamps(ctx, n)
+			if err != nil {
+				return refused("ts", "", err)
+			}
+			w := bufio.NewWriter(a.stdout)
+			for i := range int64(n) {
+				fmt.Fprintln(w, first+i)
+			}
+			return w.Flush()
+		},
+	}
+}
