@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cloudwego/kitex/client/callopt"
 
@@ -28,12 +29,23 @@ func (c *Client) Timestamps(ctx context.Context, n int) (first int64, err error)
 // Timestamp returns one timestamp (Timestamps with n = 1).
 func (c *Client) Timestamp(ctx context.Context) (int64, error) { return c.Timestamps(ctx, 1) }
 
-// tsBatcher gathers concurrent Timestamps calls into batches.
+// tsBatcher gathers concurrent Timestamps calls into batches: a call
+// goes at once while fewer than maxTSInFlight are in flight; otherwise it
+// joins the batch that is gathering, which goes as soon as one in flight
+// comes back. Each batch is one GetTimestamps, so each caller's
+// timestamps are the cell's answer to a request sent after the caller
+// asked: the oracle's order holds for them as for single calls.
 type tsBatcher struct {
-	mu      sync.Mutex
-	pending *tsBatch // gathering while another batch is in flight
-	busy    bool     // a batch is in flight
+	mu        sync.Mutex
+	gathering *tsBatch // waiting for a slot
+	inFlight  int
+
+	calls atomic.Int64 // GetTimestamps calls answered (for measurements)
 }
+
+// maxTSInFlight bounds the batches in flight per client: enough to keep
+// the round trip from being the limit, few enough that batches grow.
+const maxTSInFlight = 2
 
 // tsBatch is one GetTimestamps call shared by its waiters.
 type tsBatch struct {
@@ -45,33 +57,23 @@ type tsBatch struct {
 
 func (b *tsBatcher) take(ctx context.Context, c *Client, n int) (int64, error) {
 	b.mu.Lock()
-	if !b.busy {
-		// Nothing in flight: this call goes at once, alone.
-		b.busy = true
+	if g := b.gathering; g != nil && g.count+n > int(chubby.MAX_TIMESTAMPS_PER_CALL) {
 		b.mu.Unlock()
-		first, err := c.getTimestamps(ctx, n)
-		b.mu.Lock()
-		if b.pending == nil {
-			b.busy = false
-			b.mu.Unlock()
-		} else {
-			b.mu.Unlock()
-			go b.next(c) // the callers that gathered meanwhile
-		}
-		return first, err
+		return c.getTimestamps(ctx, n) // rare: a batch of a million; this one goes alone
 	}
-	if b.pending == nil || b.pending.count+n > int(chubby.MAX_TIMESTAMPS_PER_CALL) {
-		if b.pending != nil {
-			// Full: this caller waits for the in-flight batch and asks
-			// alone after it (rare: a million timestamps in one batch).
-			b.mu.Unlock()
-			return c.getTimestamps(ctx, n)
-		}
-		b.pending = &tsBatch{done: make(chan struct{})}
+	if b.gathering == nil {
+		b.gathering = &tsBatch{done: make(chan struct{})}
 	}
-	batch, offset := b.pending, int64(b.pending.count)
+	batch, offset := b.gathering, int64(b.gathering.count)
 	batch.count += n
-	b.mu.Unlock()
+	if b.inFlight < maxTSInFlight {
+		b.gathering = nil
+		b.inFlight++
+		b.mu.Unlock()
+		b.send(c, batch)
+	} else {
+		b.mu.Unlock()
+	}
 	select {
 	case <-batch.done:
 		if batch.err != nil {
@@ -79,30 +81,30 @@ func (b *tsBatcher) take(ctx context.Context, c *Client, n int) (int64, error) {
 		}
 		return batch.first + offset, nil
 	case <-ctx.Done():
-		// The batch still takes our share; the timestamps are skipped.
+		// The batch still takes our share; those timestamps are skipped.
 		return 0, &OpError{Op: "timestamps", Err: ctx.Err()}
 	}
 }
 
-// next sends the batch that gathered while the last one was in flight, if
-// any, and then the ones after it, until none gathers.
-func (b *tsBatcher) next(c *Client) {
-	for {
-		b.mu.Lock()
-		batch := b.pending
-		b.pending = nil
-		if batch == nil {
-			b.busy = false
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
-		// The batch belongs to all its waiters, not to one caller's
-		// context: bounded by the call timeout instead.
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CallTimeout)
-		batch.first, batch.err = c.getTimestamps(ctx, batch.count)
-		cancel()
-		close(batch.done)
+// send makes batch's call, then sends the batch that gathered meanwhile,
+// if any, on a goroutine of its own.
+func (b *tsBatcher) send(c *Client, batch *tsBatch) {
+	// The batch belongs to all its waiters, not to one caller's context:
+	// bounded by the call timeout instead.
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CallTimeout)
+	batch.first, batch.err = c.getTimestamps(ctx, batch.count)
+	cancel()
+	close(batch.done)
+	b.mu.Lock()
+	b.inFlight--
+	next := b.gathering
+	if next != nil {
+		b.gathering = nil
+		b.inFlight++
+	}
+	b.mu.Unlock()
+	if next != nil {
+		go b.send(c, next)
 	}
 }
 
@@ -116,6 +118,7 @@ func (c *Client) getTimestamps(ctx context.Context, n int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	c.ts.calls.Add(1)
 	if r.GetCount() != int32(n) || r.GetFirst() < 1 {
 		return 0, &OpError{Op: "timestamps", Err: fmt.Errorf("the cell answered %d timestamps from %d, not %d", r.GetCount(), r.GetFirst(), n)}
 	}
