@@ -691,6 +691,66 @@ func (h *handler) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequ
 	return &chubby.RemoveMemberResponse{Index: int64(i)}, nil
 }
 
+// Multi validates what it can at the edge (counts, sizes, paths; fs checks
+// everything again) and proposes the request as one command.
+func (h *handler) Multi(ctx context.Context, req *chubby.MultiRequest) (*chubby.MultiResponse, error) {
+	if req == nil {
+		return nil, missing("body")
+	}
+	if err := checkMulti(req); err != nil {
+		return nil, err
+	}
+	if err := h.live(ctx, req.Session); err != nil {
+		return nil, err
+	}
+	if err := checkRID(req.Rid); err != nil {
+		return nil, err
+	}
+	res, err := h.s.proposeOnce(ctx, req.Session, req.Rid, &fsm.Op{Multi: req})
+	if err != nil {
+		return nil, err
+	}
+	if res.Multi == nil {
+		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "Multi applied without an answer")
+	}
+	return res.Multi, nil
+}
+
+// checkMulti checks a MultiRequest's bounds and paths.
+func checkMulti(req *chubby.MultiRequest) error {
+	if n := len(req.Compares); n > int(chubby.MAX_MULTI_COMPARES) {
+		return invalid("%d compares, at most %d", n, chubby.MAX_MULTI_COMPARES)
+	}
+	if n := len(req.Ops); n == 0 || n > int(chubby.MAX_MULTI_OPS) {
+		return invalid("%d ops, want 1..%d", n, chubby.MAX_MULTI_OPS)
+	}
+	for i, c := range req.Compares {
+		if c == nil {
+			return invalid("compare %d is missing", i)
+		}
+		if err := checkPath(c.Path); err != nil {
+			return fs.Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "compare %d: %v", i, err)
+		}
+	}
+	bytes := 0
+	for i, op := range req.Ops {
+		if op == nil {
+			return invalid("op %d is missing", i)
+		}
+		if err := checkPath(op.Path); err != nil {
+			return fs.Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "op %d: %v", i, err)
+		}
+		if err := checkContent(op.Content); err != nil {
+			return err
+		}
+		bytes += len(op.Content)
+	}
+	if bytes > int(chubby.MAX_MULTI_BYTES) {
+		return fs.Errorf(chubby.ErrorCode_TOO_LARGE, "contents of %d bytes together, over the %d-byte limit of one Multi", bytes, chubby.MAX_MULTI_BYTES)
+	}
+	return nil
+}
+
 // ---- Oracle
 
 func (h *handler) GetTimestamps(ctx context.Context, req *chubby.GetTimestampsRequest) (*chubby.GetTimestampsResponse, error) {

@@ -6,7 +6,7 @@
 //
 //   Session     CreateSession, KeepAlive (many sessions per call), CloseSession
 //   FileSystem  Open, Close, GetContentsAndStat, GetStat, ReadDir, SetContents,
-//               Delete, Mkdir, CreateFile, SetACL
+//               Delete, Mkdir, CreateFile, SetACL, Multi
 //   Lock        Acquire, TryAcquire, Release, GetSequencer, CheckSequencer
 //   Cell        GetMaster, GetStatus, RemoveMember, WhoAmI
 //   Oracle      GetTimestamps
@@ -36,6 +36,9 @@ const i64 MAX_ACQUIRE_WAIT_MS = 600000       // longest a single Acquire call is
 const i32 MAX_PRINCIPAL_BYTES = 128          // a principal's name (see ACLNames)
 const i32 MAX_ACL_ENTRIES = 1000             // principals listed in one ACL file
 const i32 MAX_TIMESTAMPS_PER_CALL = 1000000  // GetTimestampsRequest.count
+const i32 MAX_MULTI_COMPARES = 64            // MultiRequest.compares
+const i32 MAX_MULTI_OPS = 64                 // MultiRequest.ops
+const i32 MAX_MULTI_BYTES = 1048576          // MultiRequest: all contents together
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -399,6 +402,61 @@ struct SetACLRequest {
     4: optional RequestID rid
 }
 
+// Atomic multi-operation. A MultiRequest is one command: its compares are
+// checked against the state, and if every one holds its ops are applied in
+// order, all or nothing; if a compare does not hold, nothing is applied and
+// the answer says which (succeeded = false: an answer, not an error). An op
+// that cannot be applied (its parent is missing, the node exists, a right
+// is lacking, a limit is reached...) refuses the whole request with that
+// op's error, naming its index, and nothing changes. Each op has the rights,
+// events and cache invalidations of the single call it stands for (CREATE:
+// CreateFile or Mkdir; SET_CONTENTS: SetContents; DELETE: Delete); a compare
+// needs the read right on its node (NOT_EXISTS: on the nearest existing
+// ancestor). Later ops see the effects of earlier ones (create a directory,
+// then a file in it). Exactly-once under rid like the single calls.
+
+enum CompareKind {
+    EXISTS = 1              // the node exists
+    NOT_EXISTS = 2          // it does not
+    CONTENT_GENERATION = 3  // it exists with content_generation == value
+    INSTANCE = 4            // it exists with instance == value
+}
+
+struct Compare {
+    1: required string path
+    2: required CompareKind kind
+    3: optional i64 value  // CONTENT_GENERATION, INSTANCE
+}
+
+enum MultiOpKind {
+    CREATE = 1        // a file (content) or, with directory, a directory; EXISTS if present
+    SET_CONTENTS = 2  // replace a file's content (expected_generation: compare-and-swap)
+    DELETE = 3        // delete a node (recursive for a non-empty directory)
+}
+
+struct MultiOp {
+    1: required MultiOpKind kind
+    2: required string path
+    3: optional binary content            // CREATE of a file, SET_CONTENTS
+    4: optional bool directory            // CREATE
+    5: optional bool ephemeral            // CREATE: owned by the request's session
+    6: optional bool recursive            // DELETE
+    7: optional i64 expected_generation   // SET_CONTENTS
+}
+
+struct MultiRequest {
+    1: required SessionID session
+    2: required list<Compare> compares  // at most MAX_MULTI_COMPARES
+    3: required list<MultiOp> ops       // at most MAX_MULTI_OPS; contents together at most MAX_MULTI_BYTES
+    4: optional RequestID rid
+}
+
+struct MultiResponse {
+    1: required bool succeeded
+    2: optional i32 failed_compare   // !succeeded: the index of the first compare that did not hold
+    3: required list<Stat> stats     // succeeded: per op, the node's Stat after it (DELETE: its Stat before)
+}
+
 service FileSystem {
     OpenResponse Open(1: OpenRequest req) throws (1: ChubbyError err)
     // Close closes a handle; a lock it holds is released and a pending Acquire fails.
@@ -414,6 +472,9 @@ service FileSystem {
     Stat CreateFile(1: CreateFileRequest req) throws (1: ChubbyError err)
     // SetACL replaces the node's ACL names (change_acl right on the node).
     Stat SetACL(1: SetACLRequest req) throws (1: ChubbyError err)
+    // Multi checks its compares and, if all hold, applies its ops, all or
+    // nothing, as one command (see MultiRequest).
+    MultiResponse Multi(1: MultiRequest req) throws (1: ChubbyError err)
 }
 
 // ---------------------------------------------------------------------------

@@ -78,6 +78,7 @@ union Op {
     14: chubby.SetACLRequest set_acl
     15: InitACL init_acl
     16: ReserveTimestamps reserve_timestamps
+    17: chubby.MultiRequest multi
 }
 
 // Command is one log entry. With session and seq it is exactly-once per
@@ -100,6 +101,7 @@ struct Result {
     6: optional bool created
     7: optional bool waiting  // Acquire with wait: queued, not granted yet
     8: optional i64 timestamps_reserved  // ReserveTimestamps: the high-water mark after it
+    9: optional chubby.MultiResponse multi
 }
 
 // ---------------------------------------------------------------------------

@@ -34,6 +34,12 @@ const (
 
 	MAX_TIMESTAMPS_PER_CALL = 1000000
 
+	MAX_MULTI_COMPARES = 64
+
+	MAX_MULTI_OPS = 64
+
+	MAX_MULTI_BYTES = 1048576
+
 	EVENT_MASK_FILE_CONTENTS_MODIFIED = 1
 
 	EVENT_MASK_CHILD_ADDED = 2
@@ -422,6 +428,105 @@ func (p *CreateMode) Scan(value interface{}) (err error) {
 }
 
 func (p *CreateMode) Value() (driver.Value, error) {
+	if p == nil {
+		return nil, nil
+	}
+	return int64(*p), nil
+}
+
+type CompareKind int64
+
+const (
+	CompareKind_EXISTS             CompareKind = 1
+	CompareKind_NOT_EXISTS         CompareKind = 2
+	CompareKind_CONTENT_GENERATION CompareKind = 3
+	CompareKind_INSTANCE           CompareKind = 4
+)
+
+func (p CompareKind) String() string {
+	switch p {
+	case CompareKind_EXISTS:
+		return "EXISTS"
+	case CompareKind_NOT_EXISTS:
+		return "NOT_EXISTS"
+	case CompareKind_CONTENT_GENERATION:
+		return "CONTENT_GENERATION"
+	case CompareKind_INSTANCE:
+		return "INSTANCE"
+	}
+	return "<UNSET>"
+}
+
+func CompareKindFromString(s string) (CompareKind, error) {
+	switch s {
+	case "EXISTS":
+		return CompareKind_EXISTS, nil
+	case "NOT_EXISTS":
+		return CompareKind_NOT_EXISTS, nil
+	case "CONTENT_GENERATION":
+		return CompareKind_CONTENT_GENERATION, nil
+	case "INSTANCE":
+		return CompareKind_INSTANCE, nil
+	}
+	return CompareKind(0), fmt.Errorf("not a valid CompareKind string")
+}
+
+func CompareKindPtr(v CompareKind) *CompareKind { return &v }
+func (p *CompareKind) Scan(value interface{}) (err error) {
+	var result sql.NullInt64
+	err = result.Scan(value)
+	*p = CompareKind(result.Int64)
+	return
+}
+
+func (p *CompareKind) Value() (driver.Value, error) {
+	if p == nil {
+		return nil, nil
+	}
+	return int64(*p), nil
+}
+
+type MultiOpKind int64
+
+const (
+	MultiOpKind_CREATE       MultiOpKind = 1
+	MultiOpKind_SET_CONTENTS MultiOpKind = 2
+	MultiOpKind_DELETE       MultiOpKind = 3
+)
+
+func (p MultiOpKind) String() string {
+	switch p {
+	case MultiOpKind_CREATE:
+		return "CREATE"
+	case MultiOpKind_SET_CONTENTS:
+		return "SET_CONTENTS"
+	case MultiOpKind_DELETE:
+		return "DELETE"
+	}
+	return "<UNSET>"
+}
+
+func MultiOpKindFromString(s string) (MultiOpKind, error) {
+	switch s {
+	case "CREATE":
+		return MultiOpKind_CREATE, nil
+	case "SET_CONTENTS":
+		return MultiOpKind_SET_CONTENTS, nil
+	case "DELETE":
+		return MultiOpKind_DELETE, nil
+	}
+	return MultiOpKind(0), fmt.Errorf("not a valid MultiOpKind string")
+}
+
+func MultiOpKindPtr(v MultiOpKind) *MultiOpKind { return &v }
+func (p *MultiOpKind) Scan(value interface{}) (err error) {
+	var result sql.NullInt64
+	err = result.Scan(value)
+	*p = MultiOpKind(result.Int64)
+	return
+}
+
+func (p *MultiOpKind) Value() (driver.Value, error) {
 	if p == nil {
 		return nil, nil
 	}
@@ -2489,6 +2594,311 @@ var fieldIDToName_SetACLRequest = map[int16]string{
 	4: "rid",
 }
 
+type Compare struct {
+	Path  string      `thrift:"path,1,required" frugal:"1,required,string" json:"path"`
+	Kind  CompareKind `thrift:"kind,2,required" frugal:"2,required,CompareKind" json:"kind"`
+	Value *int64      `thrift:"value,3,optional" frugal:"3,optional,i64" json:"value,omitempty"`
+}
+
+func NewCompare() *Compare {
+	return &Compare{}
+}
+
+func (p *Compare) InitDefault() {
+}
+
+func (p *Compare) GetPath() (v string) {
+	return p.Path
+}
+
+func (p *Compare) GetKind() (v CompareKind) {
+	return p.Kind
+}
+
+var Compare_Value_DEFAULT int64
+
+func (p *Compare) GetValue() (v int64) {
+	if !p.IsSetValue() {
+		return Compare_Value_DEFAULT
+	}
+	return *p.Value
+}
+func (p *Compare) SetPath(val string) {
+	p.Path = val
+}
+func (p *Compare) SetKind(val CompareKind) {
+	p.Kind = val
+}
+func (p *Compare) SetValue(val *int64) {
+	p.Value = val
+}
+
+func (p *Compare) IsSetValue() bool {
+	return p.Value != nil
+}
+
+func (p *Compare) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("Compare(%+v)", *p)
+}
+
+var fieldIDToName_Compare = map[int16]string{
+	1: "path",
+	2: "kind",
+	3: "value",
+}
+
+type MultiOp struct {
+	Kind               MultiOpKind `thrift:"kind,1,required" frugal:"1,required,MultiOpKind" json:"kind"`
+	Path               string      `thrift:"path,2,required" frugal:"2,required,string" json:"path"`
+	Content            []byte      `thrift:"content,3,optional" frugal:"3,optional,binary" json:"content,omitempty"`
+	Directory          *bool       `thrift:"directory,4,optional" frugal:"4,optional,bool" json:"directory,omitempty"`
+	Ephemeral          *bool       `thrift:"ephemeral,5,optional" frugal:"5,optional,bool" json:"ephemeral,omitempty"`
+	Recursive          *bool       `thrift:"recursive,6,optional" frugal:"6,optional,bool" json:"recursive,omitempty"`
+	ExpectedGeneration *int64      `thrift:"expected_generation,7,optional" frugal:"7,optional,i64" json:"expected_generation,omitempty"`
+}
+
+func NewMultiOp() *MultiOp {
+	return &MultiOp{}
+}
+
+func (p *MultiOp) InitDefault() {
+}
+
+func (p *MultiOp) GetKind() (v MultiOpKind) {
+	return p.Kind
+}
+
+func (p *MultiOp) GetPath() (v string) {
+	return p.Path
+}
+
+var MultiOp_Content_DEFAULT []byte
+
+func (p *MultiOp) GetContent() (v []byte) {
+	if !p.IsSetContent() {
+		return MultiOp_Content_DEFAULT
+	}
+	return p.Content
+}
+
+var MultiOp_Directory_DEFAULT bool
+
+func (p *MultiOp) GetDirectory() (v bool) {
+	if !p.IsSetDirectory() {
+		return MultiOp_Directory_DEFAULT
+	}
+	return *p.Directory
+}
+
+var MultiOp_Ephemeral_DEFAULT bool
+
+func (p *MultiOp) GetEphemeral() (v bool) {
+	if !p.IsSetEphemeral() {
+		return MultiOp_Ephemeral_DEFAULT
+	}
+	return *p.Ephemeral
+}
+
+var MultiOp_Recursive_DEFAULT bool
+
+func (p *MultiOp) GetRecursive() (v bool) {
+	if !p.IsSetRecursive() {
+		return MultiOp_Recursive_DEFAULT
+	}
+	return *p.Recursive
+}
+
+var MultiOp_ExpectedGeneration_DEFAULT int64
+
+func (p *MultiOp) GetExpectedGeneration() (v int64) {
+	if !p.IsSetExpectedGeneration() {
+		return MultiOp_ExpectedGeneration_DEFAULT
+	}
+	return *p.ExpectedGeneration
+}
+func (p *MultiOp) SetKind(val MultiOpKind) {
+	p.Kind = val
+}
+func (p *MultiOp) SetPath(val string) {
+	p.Path = val
+}
+func (p *MultiOp) SetContent(val []byte) {
+	p.Content = val
+}
+func (p *MultiOp) SetDirectory(val *bool) {
+	p.Directory = val
+}
+func (p *MultiOp) SetEphemeral(val *bool) {
+	p.Ephemeral = val
+}
+func (p *MultiOp) SetRecursive(val *bool) {
+	p.Recursive = val
+}
+func (p *MultiOp) SetExpectedGeneration(val *int64) {
+	p.ExpectedGeneration = val
+}
+
+func (p *MultiOp) IsSetContent() bool {
+	return p.Content != nil
+}
+
+func (p *MultiOp) IsSetDirectory() bool {
+	return p.Directory != nil
+}
+
+func (p *MultiOp) IsSetEphemeral() bool {
+	return p.Ephemeral != nil
+}
+
+func (p *MultiOp) IsSetRecursive() bool {
+	return p.Recursive != nil
+}
+
+func (p *MultiOp) IsSetExpectedGeneration() bool {
+	return p.ExpectedGeneration != nil
+}
+
+func (p *MultiOp) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("MultiOp(%+v)", *p)
+}
+
+var fieldIDToName_MultiOp = map[int16]string{
+	1: "kind",
+	2: "path",
+	3: "content",
+	4: "directory",
+	5: "ephemeral",
+	6: "recursive",
+	7: "expected_generation",
+}
+
+type MultiRequest struct {
+	Session  SessionID  `thrift:"session,1,required" frugal:"1,required,i64" json:"session"`
+	Compares []*Compare `thrift:"compares,2,required" frugal:"2,required,list<Compare>" json:"compares"`
+	Ops      []*MultiOp `thrift:"ops,3,required" frugal:"3,required,list<MultiOp>" json:"ops"`
+	Rid      *RequestID `thrift:"rid,4,optional" frugal:"4,optional,RequestID" json:"rid,omitempty"`
+}
+
+func NewMultiRequest() *MultiRequest {
+	return &MultiRequest{}
+}
+
+func (p *MultiRequest) InitDefault() {
+}
+
+func (p *MultiRequest) GetSession() (v SessionID) {
+	return p.Session
+}
+
+func (p *MultiRequest) GetCompares() (v []*Compare) {
+	return p.Compares
+}
+
+func (p *MultiRequest) GetOps() (v []*MultiOp) {
+	return p.Ops
+}
+
+var MultiRequest_Rid_DEFAULT *RequestID
+
+func (p *MultiRequest) GetRid() (v *RequestID) {
+	if !p.IsSetRid() {
+		return MultiRequest_Rid_DEFAULT
+	}
+	return p.Rid
+}
+func (p *MultiRequest) SetSession(val SessionID) {
+	p.Session = val
+}
+func (p *MultiRequest) SetCompares(val []*Compare) {
+	p.Compares = val
+}
+func (p *MultiRequest) SetOps(val []*MultiOp) {
+	p.Ops = val
+}
+func (p *MultiRequest) SetRid(val *RequestID) {
+	p.Rid = val
+}
+
+func (p *MultiRequest) IsSetRid() bool {
+	return p.Rid != nil
+}
+
+func (p *MultiRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("MultiRequest(%+v)", *p)
+}
+
+var fieldIDToName_MultiRequest = map[int16]string{
+	1: "session",
+	2: "compares",
+	3: "ops",
+	4: "rid",
+}
+
+type MultiResponse struct {
+	Succeeded     bool    `thrift:"succeeded,1,required" frugal:"1,required,bool" json:"succeeded"`
+	FailedCompare *int32  `thrift:"failed_compare,2,optional" frugal:"2,optional,i32" json:"failed_compare,omitempty"`
+	Stats         []*Stat `thrift:"stats,3,required" frugal:"3,required,list<Stat>" json:"stats"`
+}
+
+func NewMultiResponse() *MultiResponse {
+	return &MultiResponse{}
+}
+
+func (p *MultiResponse) InitDefault() {
+}
+
+func (p *MultiResponse) GetSucceeded() (v bool) {
+	return p.Succeeded
+}
+
+var MultiResponse_FailedCompare_DEFAULT int32
+
+func (p *MultiResponse) GetFailedCompare() (v int32) {
+	if !p.IsSetFailedCompare() {
+		return MultiResponse_FailedCompare_DEFAULT
+	}
+	return *p.FailedCompare
+}
+
+func (p *MultiResponse) GetStats() (v []*Stat) {
+	return p.Stats
+}
+func (p *MultiResponse) SetSucceeded(val bool) {
+	p.Succeeded = val
+}
+func (p *MultiResponse) SetFailedCompare(val *int32) {
+	p.FailedCompare = val
+}
+func (p *MultiResponse) SetStats(val []*Stat) {
+	p.Stats = val
+}
+
+func (p *MultiResponse) IsSetFailedCompare() bool {
+	return p.FailedCompare != nil
+}
+
+func (p *MultiResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("MultiResponse(%+v)", *p)
+}
+
+var fieldIDToName_MultiResponse = map[int16]string{
+	1: "succeeded",
+	2: "failed_compare",
+	3: "stats",
+}
+
 type AcquireRequest struct {
 	Handle      *Handle    `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
 	Mode        LockMode   `thrift:"mode,2,required" frugal:"2,required,LockMode" json:"mode"`
@@ -3748,6 +4158,8 @@ type FileSystem interface {
 	CreateFile(ctx context.Context, req *CreateFileRequest) (r *Stat, err error)
 
 	SetACL(ctx context.Context, req *SetACLRequest) (r *Stat, err error)
+
+	Multi(ctx context.Context, req *MultiRequest) (r *MultiResponse, err error)
 }
 
 type FileSystemOpenArgs struct {
@@ -4650,6 +5062,100 @@ func (p *FileSystemSetACLResult) String() string {
 }
 
 var fieldIDToName_FileSystemSetACLResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type FileSystemMultiArgs struct {
+	Req *MultiRequest `thrift:"req,1" frugal:"1,default,MultiRequest" json:"req"`
+}
+
+func NewFileSystemMultiArgs() *FileSystemMultiArgs {
+	return &FileSystemMultiArgs{}
+}
+
+func (p *FileSystemMultiArgs) InitDefault() {
+}
+
+var FileSystemMultiArgs_Req_DEFAULT *MultiRequest
+
+func (p *FileSystemMultiArgs) GetReq() (v *MultiRequest) {
+	if !p.IsSetReq() {
+		return FileSystemMultiArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *FileSystemMultiArgs) SetReq(val *MultiRequest) {
+	p.Req = val
+}
+
+func (p *FileSystemMultiArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *FileSystemMultiArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("FileSystemMultiArgs(%+v)", *p)
+}
+
+var fieldIDToName_FileSystemMultiArgs = map[int16]string{
+	1: "req",
+}
+
+type FileSystemMultiResult struct {
+	Success *MultiResponse `thrift:"success,0,optional" frugal:"0,optional,MultiResponse" json:"success,omitempty"`
+	Err     *ChubbyError   `thrift:"err,1,optional" frugal:"1,optional,ChubbyError" json:"err,omitempty"`
+}
+
+func NewFileSystemMultiResult() *FileSystemMultiResult {
+	return &FileSystemMultiResult{}
+}
+
+func (p *FileSystemMultiResult) InitDefault() {
+}
+
+var FileSystemMultiResult_Success_DEFAULT *MultiResponse
+
+func (p *FileSystemMultiResult) GetSuccess() (v *MultiResponse) {
+	if !p.IsSetSuccess() {
+		return FileSystemMultiResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var FileSystemMultiResult_Err_DEFAULT *ChubbyError
+
+func (p *FileSystemMultiResult) GetErr() (v *ChubbyError) {
+	if !p.IsSetErr() {
+		return FileSystemMultiResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *FileSystemMultiResult) SetSuccess(x interface{}) {
+	p.Success = x.(*MultiResponse)
+}
+func (p *FileSystemMultiResult) SetErr(val *ChubbyError) {
+	p.Err = val
+}
+
+func (p *FileSystemMultiResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *FileSystemMultiResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *FileSystemMultiResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("FileSystemMultiResult(%+v)", *p)
+}
+
+var fieldIDToName_FileSystemMultiResult = map[int16]string{
 	0: "success",
 	1: "err",
 }

@@ -412,14 +412,15 @@ var fieldIDToName_Command = map[int16]string{
 }
 
 type Result_ struct {
-	Err                *chubby.ChubbyError `thrift:"err,1,optional" frugal:"1,optional,chubby.ChubbyError" json:"err,omitempty"`
-	Session            *chubby.SessionID   `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
-	Handle             *chubby.Handle      `thrift:"handle,3,optional" frugal:"3,optional,chubby.Handle" json:"handle,omitempty"`
-	Stat               *chubby.Stat        `thrift:"stat,4,optional" frugal:"4,optional,chubby.Stat" json:"stat,omitempty"`
-	Sequencer          *chubby.Sequencer   `thrift:"sequencer,5,optional" frugal:"5,optional,chubby.Sequencer" json:"sequencer,omitempty"`
-	Created            *bool               `thrift:"created,6,optional" frugal:"6,optional,bool" json:"created,omitempty"`
-	Waiting            *bool               `thrift:"waiting,7,optional" frugal:"7,optional,bool" json:"waiting,omitempty"`
-	TimestampsReserved *int64              `thrift:"timestamps_reserved,8,optional" frugal:"8,optional,i64" json:"timestamps_reserved,omitempty"`
+	Err                *chubby.ChubbyError   `thrift:"err,1,optional" frugal:"1,optional,chubby.ChubbyError" json:"err,omitempty"`
+	Session            *chubby.SessionID     `thrift:"session,2,optional" frugal:"2,optional,i64" json:"session,omitempty"`
+	Handle             *chubby.Handle        `thrift:"handle,3,optional" frugal:"3,optional,chubby.Handle" json:"handle,omitempty"`
+	Stat               *chubby.Stat          `thrift:"stat,4,optional" frugal:"4,optional,chubby.Stat" json:"stat,omitempty"`
+	Sequencer          *chubby.Sequencer     `thrift:"sequencer,5,optional" frugal:"5,optional,chubby.Sequencer" json:"sequencer,omitempty"`
+	Created            *bool                 `thrift:"created,6,optional" frugal:"6,optional,bool" json:"created,omitempty"`
+	Waiting            *bool                 `thrift:"waiting,7,optional" frugal:"7,optional,bool" json:"waiting,omitempty"`
+	TimestampsReserved *int64                `thrift:"timestamps_reserved,8,optional" frugal:"8,optional,i64" json:"timestamps_reserved,omitempty"`
+	Multi              *chubby.MultiResponse `thrift:"multi,9,optional" frugal:"9,optional,chubby.MultiResponse" json:"multi,omitempty"`
 }
 
 func NewResult_() *Result_ {
@@ -500,6 +501,15 @@ func (p *Result_) GetTimestampsReserved() (v int64) {
 	}
 	return *p.TimestampsReserved
 }
+
+var Result__Multi_DEFAULT *chubby.MultiResponse
+
+func (p *Result_) GetMulti() (v *chubby.MultiResponse) {
+	if !p.IsSetMulti() {
+		return Result__Multi_DEFAULT
+	}
+	return p.Multi
+}
 func (p *Result_) SetErr(val *chubby.ChubbyError) {
 	p.Err = val
 }
@@ -523,6 +533,9 @@ func (p *Result_) SetWaiting(val *bool) {
 }
 func (p *Result_) SetTimestampsReserved(val *int64) {
 	p.TimestampsReserved = val
+}
+func (p *Result_) SetMulti(val *chubby.MultiResponse) {
+	p.Multi = val
 }
 
 func (p *Result_) IsSetErr() bool {
@@ -557,6 +570,10 @@ func (p *Result_) IsSetTimestampsReserved() bool {
 	return p.TimestampsReserved != nil
 }
 
+func (p *Result_) IsSetMulti() bool {
+	return p.Multi != nil
+}
+
 func (p *Result_) String() string {
 	if p == nil {
 		return "<nil>"
@@ -573,6 +590,7 @@ var fieldIDToName_Result_ = map[int16]string{
 	6: "created",
 	7: "waiting",
 	8: "timestamps_reserved",
+	9: "multi",
 }
 
 type SnapNode struct {
@@ -1205,6 +1223,7 @@ type Op struct {
 	SetAcl            *chubby.SetACLRequest        `thrift:"set_acl,14,optional" frugal:"14,optional,chubby.SetACLRequest" json:"set_acl,omitempty"`
 	InitAcl           *InitACL                     `thrift:"init_acl,15,optional" frugal:"15,optional,InitACL" json:"init_acl,omitempty"`
 	ReserveTimestamps *ReserveTimestamps           `thrift:"reserve_timestamps,16,optional" frugal:"16,optional,ReserveTimestamps" json:"reserve_timestamps,omitempty"`
+	Multi             *chubby.MultiRequest         `thrift:"multi,17,optional" frugal:"17,optional,chubby.MultiRequest" json:"multi,omitempty"`
 }
 
 func NewOp() *Op {
@@ -1357,6 +1376,15 @@ func (p *Op) GetReserveTimestamps() (v *ReserveTimestamps) {
 	}
 	return p.ReserveTimestamps
 }
+
+var Op_Multi_DEFAULT *chubby.MultiRequest
+
+func (p *Op) GetMulti() (v *chubby.MultiRequest) {
+	if !p.IsSetMulti() {
+		return Op_Multi_DEFAULT
+	}
+	return p.Multi
+}
 func (p *Op) SetCreateSession(val *chubby.CreateSessionRequest) {
 	p.CreateSession = val
 }
@@ -1404,6 +1432,9 @@ func (p *Op) SetInitAcl(val *InitACL) {
 }
 func (p *Op) SetReserveTimestamps(val *ReserveTimestamps) {
 	p.ReserveTimestamps = val
+}
+func (p *Op) SetMulti(val *chubby.MultiRequest) {
+	p.Multi = val
 }
 
 func (p *Op) CountSetFieldsOp() int {
@@ -1454,6 +1485,9 @@ func (p *Op) CountSetFieldsOp() int {
 		count++
 	}
 	if p.IsSetReserveTimestamps() {
+		count++
+	}
+	if p.IsSetMulti() {
 		count++
 	}
 	return count
@@ -1523,6 +1557,10 @@ func (p *Op) IsSetReserveTimestamps() bool {
 	return p.ReserveTimestamps != nil
 }
 
+func (p *Op) IsSetMulti() bool {
+	return p.Multi != nil
+}
+
 func (p *Op) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1547,4 +1585,5 @@ var fieldIDToName_Op = map[int16]string{
 	14: "set_acl",
 	15: "init_acl",
 	16: "reserve_timestamps",
+	17: "multi",
 }

@@ -1576,6 +1576,20 @@ func (p *Result_) FastRead(buf []byte) (int, error) {
 					goto SkipFieldError
 				}
 			}
+		case 9:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField9(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
 		default:
 			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 			offset += l
@@ -1698,6 +1712,18 @@ func (p *Result_) FastReadField8(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *Result_) FastReadField9(buf []byte) (int, error) {
+	offset := 0
+	_field := chubby.NewMultiResponse()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Multi = _field
+	return offset, nil
+}
+
 func (p *Result_) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -1713,6 +1739,7 @@ func (p *Result_) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 		offset += p.fastWriteField3(buf[offset:], w)
 		offset += p.fastWriteField4(buf[offset:], w)
 		offset += p.fastWriteField5(buf[offset:], w)
+		offset += p.fastWriteField9(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -1729,6 +1756,7 @@ func (p *Result_) BLength() int {
 		l += p.field6Length()
 		l += p.field7Length()
 		l += p.field8Length()
+		l += p.field9Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -1806,6 +1834,15 @@ func (p *Result_) fastWriteField8(buf []byte, w thrift.NocopyWriter) int {
 	return offset
 }
 
+func (p *Result_) fastWriteField9(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetMulti() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 9)
+		offset += p.Multi.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *Result_) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
@@ -1874,6 +1911,15 @@ func (p *Result_) field8Length() int {
 	if p.IsSetTimestampsReserved() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.I64Length()
+	}
+	return l
+}
+
+func (p *Result_) field9Length() int {
+	l := 0
+	if p.IsSetMulti() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Multi.BLength()
 	}
 	return l
 }
@@ -4922,6 +4968,20 @@ func (p *Op) FastRead(buf []byte) (int, error) {
 					goto SkipFieldError
 				}
 			}
+		case 17:
+			if fieldTypeId == thrift.STRUCT {
+				l, err = p.FastReadField17(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
 		default:
 			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 			offset += l
@@ -5132,6 +5192,18 @@ func (p *Op) FastReadField16(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *Op) FastReadField17(buf []byte) (int, error) {
+	offset := 0
+	_field := chubby.NewMultiRequest()
+	if l, err := _field.FastRead(buf[offset:]); err != nil {
+		return offset, err
+	} else {
+		offset += l
+	}
+	p.Multi = _field
+	return offset, nil
+}
+
 func (p *Op) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -5161,6 +5233,7 @@ func (p *Op) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 		offset += p.fastWriteField14(buf[offset:], w)
 		offset += p.fastWriteField15(buf[offset:], w)
 		offset += p.fastWriteField16(buf[offset:], w)
+		offset += p.fastWriteField17(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -5193,6 +5266,7 @@ func (p *Op) BLength() int {
 		l += p.field14Length()
 		l += p.field15Length()
 		l += p.field16Length()
+		l += p.field17Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -5344,6 +5418,15 @@ func (p *Op) fastWriteField16(buf []byte, w thrift.NocopyWriter) int {
 	return offset
 }
 
+func (p *Op) fastWriteField17(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetMulti() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 17)
+		offset += p.Multi.FastWriteNocopy(buf[offset:], w)
+	}
+	return offset
+}
+
 func (p *Op) field1Length() int {
 	l := 0
 	if p.IsSetCreateSession() {
@@ -5484,6 +5567,15 @@ func (p *Op) field16Length() int {
 	if p.IsSetReserveTimestamps() {
 		l += thrift.Binary.FieldBeginLength()
 		l += p.ReserveTimestamps.BLength()
+	}
+	return l
+}
+
+func (p *Op) field17Length() int {
+	l := 0
+	if p.IsSetMulti() {
+		l += thrift.Binary.FieldBeginLength()
+		l += p.Multi.BLength()
 	}
 	return l
 }

@@ -24,6 +24,7 @@ type Client interface {
 	Mkdir(ctx context.Context, req *chubby.MkdirRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 	CreateFile(ctx context.Context, req *chubby.CreateFileRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 	SetACL(ctx context.Context, req *chubby.SetACLRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
+	Multi(ctx context.Context, req *chubby.MultiRequest, callOptions ...callopt.Option) (r *chubby.MultiResponse, err error)
 	Acquire(ctx context.Context, req *chubby.AcquireRequest, callOptions ...callopt.Option) (r *chubby.Sequencer, err error)
 	TryAcquire(ctx context.Context, req *chubby.TryAcquireRequest, callOptions ...callopt.Option) (r *chubby.Sequencer, err error)
 	Release(ctx context.Context, req *chubby.HandleRequest, callOptions ...callopt.Option) (err error)
@@ -128,6 +129,11 @@ func (p *kCombineServiceClient) CreateFile(ctx context.Context, req *chubby.Crea
 func (p *kCombineServiceClient) SetACL(ctx context.Context, req *chubby.SetACLRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.SetACL(ctx, req)
+}
+
+func (p *kCombineServiceClient) Multi(ctx context.Context, req *chubby.MultiRequest, callOptions ...callopt.Option) (r *chubby.MultiResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.Multi(ctx, req)
 }
 
 func (p *kCombineServiceClient) Acquire(ctx context.Context, req *chubby.AcquireRequest, callOptions ...callopt.Option) (r *chubby.Sequencer, err error) {

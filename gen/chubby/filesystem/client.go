@@ -21,6 +21,7 @@ type Client interface {
 	Mkdir(ctx context.Context, req *chubby.MkdirRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 	CreateFile(ctx context.Context, req *chubby.CreateFileRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 	SetACL(ctx context.Context, req *chubby.SetACLRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
+	Multi(ctx context.Context, req *chubby.MultiRequest, callOptions ...callopt.Option) (r *chubby.MultiResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -100,4 +101,9 @@ func (p *kFileSystemClient) CreateFile(ctx context.Context, req *chubby.CreateFi
 func (p *kFileSystemClient) SetACL(ctx context.Context, req *chubby.SetACLRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.SetACL(ctx, req)
+}
+
+func (p *kFileSystemClient) Multi(ctx context.Context, req *chubby.MultiRequest, callOptions ...callopt.Option) (r *chubby.MultiResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.Multi(ctx, req)
 }

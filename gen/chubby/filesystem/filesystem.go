@@ -83,6 +83,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"Multi": kitex.NewMethodInfo(
+		multiHandler,
+		newFileSystemMultiArgs,
+		newFileSystemMultiResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 }
 
 var (
@@ -387,6 +394,30 @@ func newFileSystemSetACLResult() interface{} {
 	return chubby.NewFileSystemSetACLResult()
 }
 
+func multiHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*chubby.FileSystemMultiArgs)
+	realResult := result.(*chubby.FileSystemMultiResult)
+	success, err := handler.(chubby.FileSystem).Multi(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *chubby.ChubbyError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newFileSystemMultiArgs() interface{} {
+	return chubby.NewFileSystemMultiArgs()
+}
+
+func newFileSystemMultiResult() interface{} {
+	return chubby.NewFileSystemMultiResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -528,6 +559,20 @@ func (p *kClient) SetACL(ctx context.Context, req *chubby.SetACLRequest) (r *chu
 	_args.Req = req
 	var _result chubby.FileSystemSetACLResult
 	if err = p.c.Call(ctx, "SetACL", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) Multi(ctx context.Context, req *chubby.MultiRequest) (r *chubby.MultiResponse, err error) {
+	var _args chubby.FileSystemMultiArgs
+	_args.Req = req
+	var _result chubby.FileSystemMultiResult
+	if err = p.c.Call(ctx, "Multi", &_args, &_result); err != nil {
 		return
 	}
 	switch {
