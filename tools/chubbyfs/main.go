@@ -157,7 +157,7 @@ status of the command it ran.`,
 		a.lsCommand(), a.statCommand(), a.catCommand(), a.writeCommand(),
 		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommandWithShow(), a.electionCommand(),
 		a.watchCommand(), a.sequencerCommand(), a.statusCommand(), a.membersCommand(),
-		a.aclCommand(), a.whoamiCommand(), a.tsCommand(),
+		a.aclCommand(), a.whoamiCommand(), a.tsCommand(), a.txnCommand(),
 	)
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)
