@@ -16,9 +16,9 @@ import (
 // rpcMethods are every method the client port serves.
 var rpcMethods = []string{
 	"CreateSession", "KeepAlive", "CloseSession",
-	"Open", "Close", "GetContentsAndStat", "GetStat", "ReadDir", "SetContents", "Delete", "Mkdir", "CreateFile", "SetACL",
+	"Open", "Close", "GetContentsAndStat", "GetStat", "ReadDir", "SetContents", "Delete", "Mkdir", "CreateFile", "SetACL", "Multi",
 	"Acquire", "TryAcquire", "Release", "GetSequencer", "CheckSequencer",
-	"GetMaster", "GetStatus", "RemoveMember", "WhoAmI",
+	"GetMaster", "GetStatus", "RemoveMember", "WhoAmI", "GetTimestamps",
 }
 
 // FuzzRPCOverTLS sends every method of the client port arbitrary bodies,
