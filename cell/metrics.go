@@ -24,6 +24,10 @@ type metrics struct {
 	maxPause   atomic.Int64 // longest since the start, ns
 	parkedAcq  prometheus.Gauge
 	eventsSent prometheus.Counter
+	// tsHanded counts timestamps the oracle handed out; tsReserves its
+	// reservations by result (ok, failed).
+	tsHanded   prometheus.Counter
+	tsReserves *prometheus.CounterVec
 	// invalidationWait is how long changes waited for caching sessions to
 	// acknowledge invalidations.
 	invalidationWait prometheus.Histogram
@@ -61,6 +65,14 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			Name: "chubby_events_sent_total",
 			Help: "Events sent on KeepAlive replies (a resent event counts again).",
 		}),
+		tsHanded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chubby_oracle_timestamps_total",
+			Help: "Timestamps the oracle handed out while this replica was master.",
+		}),
+		tsReserves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chubby_oracle_reservations_total",
+			Help: "Windows of timestamps the master reserved through the log, by result (ok, failed).",
+		}, []string{"result"}),
 		invalidationWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "chubby_cache_invalidation_wait_seconds",
 			Help:    "Time a change waited for caching sessions to acknowledge its cache invalidations.",
@@ -132,7 +144,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.loopPause, m.parkedAcq, m.eventsSent, m.invalidationWait,
+	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.loopPause, m.parkedAcq, m.eventsSent, m.tsHanded, m.tsReserves, m.invalidationWait,
 		m.leaseRefusals, cached, sessions, parkedKA, applied, longest, chunksSent, chunksStored, chunkResends, queued, diskFailed, master,
 		newConfigCollector(s)} {
 		reg.MustRegister(c)

@@ -67,6 +67,7 @@ func (s *Server) timestamps(ctx context.Context, n int64) (int64, error) {
 			s.goBackground(func() { s.reserveTimestamps(term, upto) })
 		}
 		if ok {
+			s.metrics.tsHanded.Add(float64(n))
 			return first, nil
 		}
 		select {
@@ -92,8 +93,10 @@ func (s *Server) reserveTimestamps(term uint64, upto int64) {
 	defer or.mu.Unlock()
 	if err != nil {
 		s.cfg.Logger.Warn("oracle: reserving timestamps", "upto", upto, "err", err)
+		s.metrics.tsReserves.WithLabelValues("failed").Inc()
 		or.o.Failed(term)
 	} else {
+		s.metrics.tsReserves.WithLabelValues("ok").Inc()
 		or.o.Reserved(term, upto)
 	}
 	or.signal()
