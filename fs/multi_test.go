@@ -560,7 +560,7 @@ func TestMultiExactlyOnce(t *testing.T) {
 	}
 	create := opMulti(a, nil, mCreate("/m", "x"), mCreate("/n", ""))
 	first := send(1, create)
-	if !first.GetMulti().GetSucceeded() {
+	if first.Multi == nil || !first.Multi.Succeeded {
 		t.Fatalf("first: %v", first)
 	}
 	retry(1, create, first) // applied again, it would be EXISTS
@@ -578,7 +578,7 @@ func TestMultiExactlyOnce(t *testing.T) {
 
 	guarded := opMulti(a, compares(mExists("/p")), mSet("/p", "once"))
 	first = send(3, guarded)
-	if first.GetMulti().GetSucceeded() || first.GetMulti().GetFailedCompare() != 0 {
+	if first.Multi == nil || first.Multi.Succeeded || first.Multi.GetFailedCompare() != 0 {
 		t.Fatalf("first: %v", first)
 	}
 	h.write(a, "/p", "")
