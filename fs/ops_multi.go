@@ -22,11 +22,12 @@ import (
 // While the ops apply, the state is tentative (State.tent): every change
 // they make is either taken back on failure or held back until success:
 //   - the namespace changes only through addNode, setContent and removeNode
-//     (a Multi's creates make no parents and use no sequence counter:
-//     commitCreate asserts it). Each of them, when tentative, first logs an
-//     undo of what it overwrites on the node and its parent, and of the
-//     owner's ephemeral set; the counters they move (nodes, content bytes,
-//     the instance counter) are saved once when the Multi begins;
+//     (a Multi's creates make no parents and use no sequence counter, which
+//     is not logged: commitCreate asserts it). Each of them, when
+//     tentative, first logs an undo of what it overwrites on the node and
+//     its parent, and of the owner's ephemeral set; the counters they move
+//     (nodes, content bytes, the instance counter) are saved once when the
+//     Multi begins;
 //   - events are held back (queueEvent), in order, with what notify decided
 //     when the change was made (who may read), and queued on success: the
 //     same events, numbered and folded as the single calls would have;
