@@ -151,6 +151,8 @@ func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 		return s.initACL(op.InitAcl)
 	case op.ReserveTimestamps != nil:
 		return s.reserveTimestamps(op.ReserveTimestamps)
+	case op.Multi != nil:
+		return s.multi(op.Multi, fx)
 	}
 	panic("fs: dispatch: CountSetFieldsOp and dispatch disagree")
 }
@@ -168,6 +170,8 @@ func opSession(op *fsm.Op) (chubby.SessionID, bool) {
 		return op.Mkdir.Session, true
 	case op.CreateFile != nil:
 		return op.CreateFile.Session, true
+	case op.Multi != nil:
+		return op.Multi.Session, true
 	case op.Close != nil:
 		h = op.Close.Handle
 	case op.SetContents != nil:

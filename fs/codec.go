@@ -3,6 +3,7 @@ package fs
 import (
 	"fmt"
 
+	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
 	"github.com/cloudwego/gopkg/protocol/thrift"
 )
@@ -43,7 +44,7 @@ func EncodeResult(r *fsm.Result_) []byte {
 // DecodeResult decodes a result encoded by EncodeResult.
 func DecodeResult(b []byte) (*fsm.Result_, error) {
 	r := fsm.NewResult_()
-	if err := fastRead(b, r, nil); err != nil {
+	if err := fastRead(b, r, resultSchema); err != nil {
 		return nil, fmt.Errorf("fs: decode result: %w", err)
 	}
 	return r, nil
@@ -67,23 +68,36 @@ func cloneResult(r *fsm.Result_) *fsm.Result_ {
 		h := *r.Handle
 		c.Handle = &h
 	}
-	if r.Stat != nil {
-		st := *r.Stat
-		if r.Stat.Lock != nil {
-			li := *r.Stat.Lock
-			li.Mode = clonePtr(r.Stat.Lock.Mode)
-			st.Lock = &li
-		}
-		st.Acl = clonePtr(r.Stat.Acl)
-		c.Stat = &st
-	}
+	c.Stat = cloneStat(r.Stat)
 	if r.Sequencer != nil {
 		sq := *r.Sequencer
 		c.Sequencer = &sq
 	}
 	c.Created = clonePtr(r.Created)
 	c.Waiting = clonePtr(r.Waiting)
+	c.TimestampsReserved = clonePtr(r.TimestampsReserved)
+	if m := r.Multi; m != nil {
+		c.Multi = &chubby.MultiResponse{Succeeded: m.Succeeded, FailedCompare: clonePtr(m.FailedCompare),
+			Stats: make([]*chubby.Stat, len(m.Stats))}
+		for i, st := range m.Stats {
+			c.Multi.Stats[i] = cloneStat(st)
+		}
+	}
 	return c
+}
+
+func cloneStat(st *chubby.Stat) *chubby.Stat {
+	if st == nil {
+		return nil
+	}
+	c := *st
+	if st.Lock != nil {
+		li := *st.Lock
+		li.Mode = clonePtr(st.Lock.Mode)
+		c.Lock = &li
+	}
+	c.Acl = clonePtr(st.Acl)
+	return &c
 }
 
 func clonePtr[T any](p *T) *T {

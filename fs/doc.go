@@ -27,7 +27,8 @@
 // (see "Events"), and that a sequenced command refused by its operation
 // saves that refusal as its answer and raises its session's floor (see
 // "Exactly-once"). The first fault found is
-// reported, in the order: arguments, session, handle, permission, state.
+// reported, in the order: arguments, session, handle, permission, state
+// (Multi: see "Atomic multi-operation").
 // Errors from the read methods are *chubby.ChubbyError too; Errorf builds
 // them and Code extracts the code from any error.
 //
@@ -49,6 +50,7 @@
 //	SetACL         stat
 //	InitACL        (empty)
 //	ReserveTimestamps  timestamps_reserved (the high-water mark after it)
+//	Multi          multi: succeeded and a Stat per op, or failed_compare
 //
 // Results, Effects and everything the read methods return are freshly
 // allocated: the caller owns them and may keep or change them.
@@ -269,6 +271,8 @@
 //   - Acquire, waiting or not: write on the node (Chubby asks write for
 //     locks). Release, CancelWait, Close, EndSession: none;
 //   - SetACL: change_acl on the node;
+//   - Multi: each op the rights of the single call it stands for, each
+//     compare read on its node (see "Atomic multi-operation");
 //   - State.Allowed checks a right for the master's own decisions
 //     (RemoveMember: change_acl on "/").
 //
@@ -287,6 +291,58 @@
 // LIMIT_EXCEEDED if the cell is full), then names "admin" for all three
 // rights of "/", /acl and /acl/admin, each at acl_generation 1.
 // Otherwise it changes nothing, and is not an error.
+//
+// # Atomic multi-operation
+//
+// Multi (chubby.MultiRequest) checks its compares against the state and,
+// if every one holds, applies its ops in order, as one command: all or
+// nothing. It names its session, and is exactly-once under seq like
+// SetContents. Its faults come in this order:
+//   - arguments (INVALID_ARGUMENT unless said): at most
+//     chubby.MAX_MULTI_COMPARES compares and 1..chubby.MAX_MULTI_OPS ops.
+//     A compare has a kind, a valid path, and a value exactly when its
+//     kind is CONTENT_GENERATION or INSTANCE. An op has a kind, a valid
+//     path and only the fields of its kind: directory and ephemeral for
+//     CREATE, content for CREATE of a file and SET_CONTENTS (empty content
+//     counts as none), expected_generation for SET_CONTENTS, recursive for
+//     DELETE; "/" cannot be deleted; a content is at most
+//     Limits.MaxContentBytes (TOO_LARGE) and, at an ACL file's place, must
+//     parse as one; the contents together at most chubby.MAX_MULTI_BYTES
+//     (TOO_LARGE). The fault names the compare or op: "compare 1: ...",
+//     "op 0: ...";
+//   - the session: alive (SESSION_EXPIRED);
+//   - the compares' rights: each needs the read right of the session's
+//     principal on its node or, when there is none, on the nearest
+//     existing ancestor of its path (a file, when the path goes through
+//     one), so that a compare tells nothing its principal could not read.
+//     Every compare is checked before any is evaluated; a refusal is
+//     PERMISSION_DENIED naming the compare;
+//   - the compares, in order, against the state before any op: EXISTS
+//     holds when a node is at the path, NOT_EXISTS when none is,
+//     CONTENT_GENERATION and INSTANCE when one is whose content_generation
+//     or instance is the value. The first that does not hold is the answer:
+//     Result.multi with succeeded false, failed_compare its index and no
+//     stats, and nothing applied. It is an answer, not a refusal (saved
+//     under exactly-once like any);
+//   - the ops, in order, each exactly as the single call it stands for,
+//     with its rights, faults, messages, events and effects: CREATE is
+//     CreateFile{content, ephemeral}, or Mkdir{ephemeral} with directory,
+//     without make-parents or sequential names; SET_CONTENTS is
+//     SetContents{content, expected_generation} of the node at the path,
+//     DELETE is Delete{recursive} of it, without a handle (no open mode:
+//     the rights decide; no node there is NOT_FOUND, or NOT_DIRECTORY).
+//     Each op applies to the state the earlier ones left: a directory
+//     made, then a file created in it; a node deleted, then created again;
+//     an ACL file rewritten, then the rights it grants; room made under a
+//     limit, or taken.
+//
+// An op refused refuses the whole command with that op's error, its
+// message prefixed with "op N: ", and nothing changes: no node, content,
+// lock, event or counter, as for any refused command. When all apply,
+// Result.multi has succeeded true and one Stat per op: the node's after
+// the op (a later op may change it further), for DELETE the node's just
+// before it. The events are those of the ops, queued in op order;
+// Effects.Woken lists the waiters of the deleted nodes' locks in op order.
 //
 // # Exactly-once
 //
@@ -426,7 +482,12 @@
 // whatever the command names; a session's end reaches its locks and its
 // ephemeral nodes and nothing else. Commands ahead of it in the log may
 // apply in between; Reach states the two conditions under which it stays
-// a superset all the same, which the master keeps.
+// a superset all the same, which the master keeps. A Multi reaches what
+// its ops would one by one, except that a DELETE names a path, not a
+// node: the node there when it applies and its ancestors may be others,
+// and the ephemeral ones may go with it, so it reaches every ancestor of
+// its path — unless an INSTANCE compare of the Multi pins the node there
+// now, which then has the same ancestors.
 //
 // # Limits
 //
@@ -435,7 +496,8 @@
 // content per file and in all, saved answers per session, queued events
 // (which fold into EVENTS_LOST rather than refuse anything). Exceeding one
 // is LIMIT_EXCEEDED (TOO_LARGE for the per-file content limit) and changes
-// nothing.
+// nothing. A Multi's compares, ops and contents are bounded by the
+// chubby.MAX_MULTI_* constants (see "Atomic multi-operation").
 //
 // # Timestamp oracle
 //

@@ -185,6 +185,11 @@ func (s *State) notifyConflict(n *node, mode chubby.LockMode) {
 // queue of sess, folding the oldest events into an EVENTS_LOST marker when
 // the queue or the cell is over its limit.
 func (s *State) queueEvent(sess *session, e event) {
+	if s.tent != nil {
+		// A Multi's ops: queued once they all apply (ops_multi.go).
+		s.tent.events = append(s.tent.events, heldEvent{sess, e})
+		return
+	}
 	assert(s.sessions[sess.id] == sess, "event for ended session %d", sess.id)
 	assert(sess.lastEvent < maxEventSeq, "session %d: event numbers exhausted", sess.id)
 	sess.lastEvent++

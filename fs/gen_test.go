@@ -24,6 +24,10 @@ type cmdGen struct {
 	// acls: the stream has principals, SetACL, InitACL and ACL files
 	// (odd seeds), the rest runs as in a cell nobody configured.
 	acls bool
+	// instances: the instance last seen at each path, for the INSTANCE
+	// compares of Multi; seen: those paths, in the order first seen.
+	instances map[string]int64
+	seen      []string
 }
 
 // genSeqs is what a client numbering the requests of one session knows:
@@ -37,7 +41,8 @@ type genSeqs struct {
 var hotPaths = []string{"/hot1", "/hot2"}
 
 func newCmdGen(seed int64) *cmdGen {
-	return &cmdGen{r: rand.New(rand.NewSource(seed)), now: 1000, seqs: map[chubby.SessionID]*genSeqs{}, acls: seed%2 != 0}
+	return &cmdGen{r: rand.New(rand.NewSource(seed)), now: 1000, seqs: map[chubby.SessionID]*genSeqs{}, acls: seed%2 != 0,
+		instances: map[string]int64{}}
 }
 
 var genNames = []string{"a", "b", "c", "lock-"}
@@ -161,6 +166,8 @@ func (g *cmdGen) next() *fsm.Command {
 		w = 96 // a Tick
 	}
 	switch {
+	case g.r.Intn(25) == 0:
+		op.Multi = g.multi()
 	case w < 4:
 		op.CreateSession = &chubby.CreateSessionRequest{ClientName: "gen"}
 		if g.acls && g.r.Intn(4) == 0 {
@@ -280,6 +287,108 @@ func (g *cmdGen) setACL() *chubby.SetACLRequest {
 	return req
 }
 
+// multi is a Multi of a few compares and ops, on paths of nodes seen in
+// results and on the paths of its earlier ops (a directory made, then a
+// file in it; a file created, then written or deleted), the compares
+// with values that may hold; now and then a bad argument.
+func (g *cmdGen) multi() *chubby.MultiRequest {
+	req := &chubby.MultiRequest{Session: g.session()}
+	var paths []string
+	pick := func(create bool) string {
+		var p string
+		switch k := g.r.Intn(3); {
+		case k == 0 && len(paths) > 0:
+			p = paths[g.r.Intn(len(paths))]
+		case k == 1 && len(g.seen) > 0:
+			p = g.seen[len(g.seen)-1-g.r.Intn(min(len(g.seen), 20))]
+		default:
+			p = g.path()
+			for _, err := parsePath(p); err != nil && g.r.Intn(8) > 0; _, err = parsePath(p) {
+				p = g.path() // mostly valid: a bad one refuses the whole Multi
+			}
+		}
+		if create && g.r.Intn(2) == 0 {
+			p = joinPath(p, genNames[g.r.Intn(len(genNames))])
+		}
+		paths = append(paths, p)
+		return p
+	}
+	n := 1 + g.r.Intn(5)
+	switch g.r.Intn(60) {
+	case 0:
+		n = 0
+	case 1:
+		n = int(chubby.MAX_MULTI_OPS) + 1
+	}
+	for range n {
+		op := g.multiOp()
+		op.Path = pick(op.Kind == chubby.MultiOpKind_CREATE)
+		req.Ops = append(req.Ops, op)
+	}
+	for i := g.r.Intn(4) - 1; i > 0; i-- {
+		req.Compares = append(req.Compares, g.compare(pick(false)))
+	}
+	for _, op := range req.Ops {
+		// A delete pinned to the node seen there (see reachMultiDelete).
+		if inst, ok := g.instances[op.Path]; ok && op.Kind == chubby.MultiOpKind_DELETE && g.r.Intn(2) == 0 {
+			req.Compares = append(req.Compares, &chubby.Compare{Kind: chubby.CompareKind_INSTANCE, Path: op.Path, Value: ptr(inst)})
+		}
+	}
+	return req
+}
+
+// multiOp is one op (without its path), now and then with a field of
+// another kind.
+func (g *cmdGen) multiOp() *chubby.MultiOp {
+	op := &chubby.MultiOp{Kind: chubby.MultiOpKind(1 + g.r.Intn(3))}
+	if g.r.Intn(40) == 0 {
+		op.Kind = chubby.MultiOpKind(g.r.Intn(2) * 4)
+	}
+	switch op.Kind {
+	case chubby.MultiOpKind_CREATE:
+		if g.r.Intn(3) == 0 {
+			op.Directory = ptr(true)
+		} else {
+			op.Content = g.content()
+		}
+		if g.r.Intn(3) == 0 {
+			op.Ephemeral = g.flag()
+		}
+	case chubby.MultiOpKind_SET_CONTENTS:
+		op.Content = g.content()
+		if g.r.Intn(3) == 0 {
+			op.ExpectedGeneration = ptr(int64(g.r.Intn(4)))
+		}
+	case chubby.MultiOpKind_DELETE:
+		op.Recursive = g.flag()
+	}
+	if g.r.Intn(40) == 0 {
+		op.Recursive, op.Directory = ptr(true), ptr(false) // one of them does not apply
+	}
+	return op
+}
+
+// compare is a compare of p likely to hold: of existence where a node was
+// seen, else of absence; its value the instance seen there or a small
+// generation.
+func (g *cmdGen) compare(p string) *chubby.Compare {
+	kinds := []chubby.CompareKind{chubby.CompareKind_NOT_EXISTS, chubby.CompareKind_NOT_EXISTS, chubby.CompareKind_EXISTS, chubby.CompareKind_CONTENT_GENERATION}
+	if _, ok := g.instances[p]; ok {
+		kinds = []chubby.CompareKind{chubby.CompareKind_EXISTS, chubby.CompareKind_INSTANCE, chubby.CompareKind_INSTANCE, chubby.CompareKind_CONTENT_GENERATION, chubby.CompareKind_NOT_EXISTS}
+	}
+	c := &chubby.Compare{Kind: kinds[g.r.Intn(len(kinds))], Path: p}
+	switch c.Kind {
+	case chubby.CompareKind_CONTENT_GENERATION:
+		c.Value = ptr(int64(1 + g.r.Intn(3)))
+	case chubby.CompareKind_INSTANCE:
+		c.Value = ptr(g.instances[p] + int64(g.r.Intn(6)/5))
+	}
+	if g.r.Intn(40) == 0 {
+		c.Kind = chubby.CompareKind(g.r.Intn(2) * 5)
+	}
+	return c
+}
+
 // observe learns from a command and its outcome. It forgets most handles
 // it knows are closed, keeping some to exercise HANDLE_INVALID.
 func (g *cmdGen) observe(c *fsm.Command, res *fsm.Result_, fx Effects) {
@@ -299,12 +408,28 @@ func (g *cmdGen) observe(c *fsm.Command, res *fsm.Result_, fx Effects) {
 	if res.Session != nil {
 		g.sessions = append(g.sessions, *res.Session)
 	}
+	if res.Stat != nil {
+		g.saw(res.Stat)
+	}
+	if res.Multi != nil {
+		for _, st := range res.Multi.Stats {
+			g.saw(st)
+		}
+	}
 	if res.Handle != nil {
 		g.handles = append(g.handles, res.Handle)
 		if slices.Contains(hotPaths, res.Handle.Path) {
 			g.hot = append(g.hot, res.Handle)
 		}
 	}
+}
+
+// saw learns the instance at a path.
+func (g *cmdGen) saw(st *chubby.Stat) {
+	if _, ok := g.instances[st.Path]; !ok {
+		g.seen = append(g.seen, st.Path)
+	}
+	g.instances[st.Path] = st.Instance
 }
 
 // soak returns the seeds and steps of a randomized test: the defaults, a

@@ -190,6 +190,7 @@ func (s *State) promote(n *node, fx *Effects) {
 // dropLock removes the lock of n, which is being deleted: holders lose it,
 // waiters are woken with HANDLE_INVALID, a lock-delay is forgotten.
 func (s *State) dropLock(n *node, fx *Effects) {
+	assert(s.tent == nil, "dropLock of %s in a Multi's ops", n.path)
 	l := n.lock
 	if l == nil {
 		return

@@ -193,6 +193,8 @@ func sequentialName(base string, seq int64) string {
 // commitCreate carries out a plan: the missing parents (permanent
 // directories), then the node itself.
 func (s *State) commitCreate(plan *createPlan, kind chubby.NodeKind, owner *session, content []byte) *node {
+	// A Multi's undo log covers addNode, not the sequence counter.
+	assert(s.tent == nil || plan.seq < 0, "a sequential create in a Multi")
 	cur := plan.parent
 	for _, c := range plan.missing {
 		cur = s.addNode(cur, c, chubby.NodeKind_DIRECTORY, nil, nil)
@@ -219,6 +221,9 @@ func (s *State) addNode(parent *node, name string, kind chubby.NodeKind, owner *
 		mtime:      s.now,
 		acl:        parent.acl,
 	}
+	if s.tent != nil {
+		s.tent.logAdd(parent, n, owner)
+	}
 	s.nextInstance++
 	if kind == chubby.NodeKind_DIRECTORY {
 		n.children = map[string]*node{}
@@ -243,6 +248,9 @@ func (s *State) addNode(parent *node, name string, kind chubby.NodeKind, owner *
 // setContent replaces the content of the file n.
 func (s *State) setContent(n *node, content []byte) {
 	assert(!n.isDir() && !n.deleted, "setContent on %s", n.path)
+	if s.tent != nil {
+		s.tent.logWrite(n)
+	}
 	s.contentBytes -= int64(len(n.content))
 	n.content = nil
 	if len(content) > 0 {
@@ -289,10 +297,15 @@ func (s *State) collectEmptyEphemeral(n *node, fx *Effects) {
 
 // removeNode takes the childless node n out of the tree. Its lock goes with
 // it: holders lose it, waiters are woken with HANDLE_INVALID, a pending
-// lock-delay is dropped. Handles on n become invalid (their node is gone).
+// lock-delay is dropped (in a Multi, once all its ops have applied). Handles
+// on n become invalid (their node is gone).
 func (s *State) removeNode(n *node, fx *Effects) {
 	assert(n != s.root && !n.deleted && len(n.children) == 0, "removeNode %s", n.path)
-	s.dropLock(n, fx)
+	if s.tent != nil {
+		s.tent.logRemove(n, s.sessions[n.owner])
+	} else {
+		s.dropLock(n, fx)
+	}
 	s.notify(n, event{kind: chubby.EventKind_HANDLE_INVALID})
 	n.watchers = nil
 	parent := n.parent

@@ -118,10 +118,7 @@ func (s *State) createFile(req *chubby.CreateFileRequest) *fsm.Result_ {
 	if existing != nil {
 		return errResult(s.existsErr(sess.principal, existing))
 	}
-	if err := s.allowed(sess.principal, plan.parent, WriteRight); err != nil {
-		return errResult(err)
-	}
-	if err := s.checkCreate(plan, len(req.Content)); err != nil {
+	if err := s.allowedCreate(sess.principal, plan, len(req.Content)); err != nil {
 		return errResult(err)
 	}
 	n := s.commitCreate(plan, chubby.NodeKind_FILE, ownerIf(sess, req.GetEphemeral()), req.Content)
@@ -152,15 +149,22 @@ func (s *State) mkdir(req *chubby.MkdirRequest) *fsm.Result_ {
 		}
 		return &fsm.Result_{Stat: s.stat(existing), Created: &created}
 	}
-	if err := s.allowed(sess.principal, plan.parent, WriteRight); err != nil {
-		return errResult(err)
-	}
-	if err := s.checkCreate(plan, 0); err != nil {
+	if err := s.allowedCreate(sess.principal, plan, 0); err != nil {
 		return errResult(err)
 	}
 	n := s.commitCreate(plan, chubby.NodeKind_DIRECTORY, ownerIf(sess, req.GetEphemeral()), nil)
 	created = true
 	return &fsm.Result_{Stat: s.stat(n), Created: &created}
+}
+
+// allowedCreate checks what carrying out plan needs once its path is
+// resolved: write on the directory created in, then the cell's limits for
+// content of the given size.
+func (s *State) allowedCreate(principal string, plan *createPlan, size int) *chubby.ChubbyError {
+	if err := s.allowed(principal, plan.parent, WriteRight); err != nil {
+		return err
+	}
+	return s.checkCreate(plan, size)
 }
 
 // existsErr refuses a create over the existing node n: EXISTS, once the
@@ -195,21 +199,31 @@ func (s *State) setContents(req *chubby.SetContentsRequest) *fsm.Result_ {
 	if h.mode != chubby.OpenMode_READ_WRITE {
 		return errResult(Errorf(chubby.ErrorCode_PERMISSION_DENIED, "handle %d on %s was opened READ; writing needs READ_WRITE", h.id, h.path))
 	}
-	n := h.node
-	if err := s.allowed(h.session.principal, n, WriteRight); err != nil {
+	if err := s.writeFile(h.session.principal, h.node, req.Content, req.ExpectedGeneration); err != nil {
 		return errResult(err)
+	}
+	return &fsm.Result_{Stat: s.stat(h.node)}
+}
+
+// writeFile replaces the content of n for principal, as SetContents does
+// once its handle is valid: write on n, then IS_DIRECTORY, the content
+// limits and, when expected is set, the compare-and-swap on
+// content_generation.
+func (s *State) writeFile(principal string, n *node, content []byte, expected *int64) *chubby.ChubbyError {
+	if err := s.allowed(principal, n, WriteRight); err != nil {
+		return err
 	}
 	if n.isDir() {
-		return errResult(Errorf(chubby.ErrorCode_IS_DIRECTORY, "%s is a directory: it has no content", n.path))
+		return Errorf(chubby.ErrorCode_IS_DIRECTORY, "%s is a directory: it has no content", n.path)
 	}
-	if err := s.checkContent(len(req.Content), len(n.content)); err != nil {
-		return errResult(err)
+	if err := s.checkContent(len(content), len(n.content)); err != nil {
+		return err
 	}
-	if req.IsSetExpectedGeneration() && *req.ExpectedGeneration != n.contentGen {
-		return errResult(Errorf(chubby.ErrorCode_GENERATION_MISMATCH, "%s is at content generation %d, not %d", n.path, n.contentGen, *req.ExpectedGeneration))
+	if expected != nil && *expected != n.contentGen {
+		return Errorf(chubby.ErrorCode_GENERATION_MISMATCH, "%s is at content generation %d, not %d", n.path, n.contentGen, *expected)
 	}
-	s.setContent(n, req.Content)
-	return &fsm.Result_{Stat: s.stat(n)}
+	s.setContent(n, content)
+	return nil
 }
 
 func (s *State) deleteNode(req *chubby.DeleteRequest, fx *Effects) *fsm.Result_ {
@@ -220,23 +234,33 @@ func (s *State) deleteNode(req *chubby.DeleteRequest, fx *Effects) *fsm.Result_ 
 	if h.mode != chubby.OpenMode_READ_WRITE {
 		return errResult(Errorf(chubby.ErrorCode_PERMISSION_DENIED, "handle %d on %s was opened READ; deleting needs READ_WRITE", h.id, h.path))
 	}
-	n := h.node
-	if n == s.root {
-		return errResult(Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "the root directory cannot be deleted"))
-	}
-	if err := s.allowed(h.session.principal, n.parent, WriteRight); err != nil {
+	if err := s.deleteAt(h.session.principal, h.node, req.GetRecursive(), fx); err != nil {
 		return errResult(err)
 	}
-	if req.GetRecursive() {
-		if err := s.allowedToEmpty(h.session.principal, n); err != nil {
-			return errResult(err)
+	return &fsm.Result_{}
+}
+
+// deleteAt deletes n for principal, as Delete does once its handle is
+// valid: never the root; write on n's directory and, when recursive, on
+// every directory it empties; NOT_EMPTY for a directory with entries
+// unless recursive.
+func (s *State) deleteAt(principal string, n *node, recursive bool, fx *Effects) *chubby.ChubbyError {
+	if n == s.root {
+		return Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "the root directory cannot be deleted")
+	}
+	if err := s.allowed(principal, n.parent, WriteRight); err != nil {
+		return err
+	}
+	if recursive {
+		if err := s.allowedToEmpty(principal, n); err != nil {
+			return err
 		}
 	}
-	if n.isDir() && len(n.children) > 0 && !req.GetRecursive() {
-		return errResult(Errorf(chubby.ErrorCode_NOT_EMPTY, "directory %s has %d entries; set recursive to delete them too", n.path, len(n.children)))
+	if n.isDir() && len(n.children) > 0 && !recursive {
+		return Errorf(chubby.ErrorCode_NOT_EMPTY, "directory %s has %d entries; set recursive to delete them too", n.path, len(n.children))
 	}
 	s.deleteTree(n, fx)
-	return &fsm.Result_{}
+	return nil
 }
 
 // ownerIf returns sess when ephemeral, else nil (a permanent node).

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -59,8 +60,10 @@ func OpSession(op *fsm.Op) (chubby.SessionID, bool) {
 // ephemeral directories it leaves empty above it; an EndSession changes
 // the locks its session holds or waits for and removes its ephemeral nodes
 // (and the ephemeral directories they leave empty); an InitACL creates
-// /acl and /acl/admin and names ACLs on them and on "/". CreateSession,
-// Tick and TrimEvents change nothing cached beyond the clock's part.
+// /acl and /acl/admin and names ACLs on them and on "/"; a Multi changes
+// what its ops change, each as the single call it stands for.
+// CreateSession, Tick and TrimEvents change nothing cached beyond the
+// clock's part.
 //
 // The master computes the reach before the command is in the log, and
 // commands ahead of it may apply in between. The reach stays a superset of
@@ -88,8 +91,14 @@ func OpSession(op *fsm.Op) (chubby.SessionID, bool) {
 // whose node is live now and at apply, so the node's ancestors are the
 // same nodes then, with the same owners: the ephemeral ones among them
 // that it may remove are known now; and everything under the node is a
-// Tree, whatever is created there in between. Commands in between that
-// remove what the reach lists only make it larger than needed.
+// Tree, whatever is created there in between. A Multi's ops name paths,
+// not nodes: a CREATE's reach is a creation's, a SET_CONTENTS' that of a
+// handle on its path; a DELETE acts on whatever node is at its path at
+// apply, under ancestors that may not be the ones now, so its reach is
+// every ancestor, as for a Delete through a handle not opened yet —
+// unless an INSTANCE compare of the Multi pins the node (see
+// reachMultiDelete). Commands in between that remove what the reach lists
+// only make it larger than needed.
 func (s *State) Reach(cmd *fsm.Command) Reach {
 	if cmd == nil || cmd.TimeMs < 0 || cmd.TimeMs > MaxTimeMs {
 		return Reach{} // refused before the clock moves: changes nothing
@@ -229,6 +238,8 @@ func (s *State) reachOp(r *reachSet, op *fsm.Op) {
 		r.handle(op.SetAcl.Handle)
 	case op.InitAcl != nil:
 		r.initACL(op.InitAcl)
+	case op.Multi != nil:
+		s.reachMulti(r, op.Multi)
 	}
 }
 
@@ -242,9 +253,15 @@ func (r *reachSet) handle(w *chubby.Handle) {
 	if _, err := parsePath(w.Path); err != nil {
 		return // refused: no handle has that path
 	}
-	r.add(&r.paths, w.Path)
-	if w.Path != "/" {
-		r.add(&r.paths, parentPath(w.Path))
+	r.atPath(w.Path)
+}
+
+// atPath adds a change to the Stat of the node at the valid path p: p and
+// its parent's listing.
+func (r *reachSet) atPath(p string) {
+	r.add(&r.paths, p)
+	if p != "/" {
+		r.add(&r.paths, parentPath(p))
 	}
 }
 
@@ -302,4 +319,65 @@ func (s *State) reachDelete(r *reachSet, w *chubby.Handle) {
 		r.ancestors(w.Path, true)
 	}
 	// Otherwise the handle is closed, or its node gone, for good: refused.
+}
+
+// reachMulti adds a Multi: the union of what its ops may change, each as
+// the single call it stands for (see Reach). A refused Multi changes
+// nothing, nor does one whose compare does not hold.
+func (s *State) reachMulti(r *reachSet, req *chubby.MultiRequest) {
+	if s.checkMultiArgs(req) != nil {
+		return // refused
+	}
+	for i, op := range req.Ops {
+		switch op.Kind {
+		case chubby.MultiOpKind_CREATE:
+			r.created(op.Path, false, false)
+		case chubby.MultiOpKind_SET_CONTENTS:
+			r.atPath(op.Path)
+		case chubby.MultiOpKind_DELETE:
+			s.reachMultiDelete(r, req, i)
+		}
+	}
+}
+
+// reachMultiDelete adds the DELETE op i of req: everything under its path
+// (a Tree), the path, and every ancestor, since the node there at apply
+// and its ancestors may be others than now, and the ephemeral ones among
+// them may go with it. Unless the node is pinned (pinnedNode): then it is
+// the node there now, under the same ancestors, and its reach is a Delete
+// through a handle's.
+func (s *State) reachMultiDelete(r *reachSet, req *chubby.MultiRequest, i int) {
+	p := req.Ops[i].Path
+	r.add(&r.trees, p)
+	if n := s.pinnedNode(req, i); n != nil {
+		r.removed(n)
+		return
+	}
+	r.add(&r.paths, p)
+	r.ancestors(p, true)
+}
+
+// pinnedNode returns the node that op i of req (a DELETE) deletes when it
+// applies at all, if that is known now: the live node at its path when an
+// INSTANCE compare of req names it. Instances are never reused, so if the
+// compare holds at apply the node there is this one, with the same
+// ancestors; and it is still there when op i comes unless an earlier op
+// deletes it or an ancestor (a CREATE cannot replace it). nil otherwise.
+func (s *State) pinnedNode(req *chubby.MultiRequest, i int) *node {
+	p := req.Ops[i].Path
+	for _, op := range req.Ops[:i] {
+		if op.Kind == chubby.MultiOpKind_DELETE && (op.Path == p || op.Path == "/" || strings.HasPrefix(p, op.Path+"/")) {
+			return nil
+		}
+	}
+	n, _ := s.resolve(p)
+	if n == nil {
+		return nil
+	}
+	for _, c := range req.Compares {
+		if c.Kind == chubby.CompareKind_INSTANCE && c.Path == p && *c.Value == n.instance {
+			return n
+		}
+	}
+	return nil
 }

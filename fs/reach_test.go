@@ -252,6 +252,43 @@ func TestReach(t *testing.T) {
 		{"init ACL refused", func(h *harness) *fsm.Command {
 			return &fsm.Command{Op: opInitACL("not a principal")}
 		}, want{}},
+		{"multi: a create and a write", func(h *harness) *fsm.Command {
+			a := h.session()
+			h.mkdir(a, "/a/b")
+			return &fsm.Command{Op: opMulti(a, nil, mCreate("/a/b/f", ""), mSet("/a/b/f", "x"))}
+		}, want{paths: []string{"/a", "/a/b", "/a/b/f"}}},
+		{"multi: a delete by path, every ancestor", func(h *harness) *fsm.Command {
+			a := h.session()
+			h.write(a, "/a/b/f", "")
+			return &fsm.Command{Op: opMulti(a, nil, mDelete("/a/b/f"))}
+		}, want{paths: []string{"/", "/a", "/a/b", "/a/b/f"}, trees: []string{"/a/b/f"}}},
+		{"multi: a delete pinned by an instance compare, as through a handle", func(h *harness) *fsm.Command {
+			a := h.session()
+			h.write(a, "/a/b/f", "")
+			return &fsm.Command{Op: opMulti(a, compares(mInstanceIs("/a/b/f", h.node("/a/b/f").instance)), mDelete("/a/b/f"))}
+		}, want{paths: []string{"/a", "/a/b", "/a/b/f"}, trees: []string{"/a/b/f"}}},
+		{"multi: a pin does not outlive an earlier delete", func(h *harness) *fsm.Command {
+			a := h.session()
+			h.write(a, "/a/b/f", "")
+			return &fsm.Command{Op: opMulti(a, compares(mInstanceIs("/a/b/f", h.node("/a/b/f").instance)),
+				mDelete("/a/b/f"), mCreate("/a/b/f", ""), mDelete("/a/b/f"))}
+		}, want{paths: []string{"/", "/a", "/a/b", "/a/b/f"}, trees: []string{"/a/b/f"}}},
+		{"multi: a pin names another instance", func(h *harness) *fsm.Command {
+			a := h.session()
+			h.write(a, "/a/b/f", "")
+			return &fsm.Command{Op: opMulti(a, compares(mInstanceIs("/a/b/f", 1)), mDelete("/a/b/f"))}
+		}, want{paths: []string{"/", "/a", "/a/b", "/a/b/f"}, trees: []string{"/a/b/f"}}},
+		{"multi: a pinned delete in an orphaned ephemeral directory", func(h *harness) *fsm.Command {
+			a, b := h.session(), h.session()
+			h.mkdir(a, "/p/q")
+			h.ok(opMkdir(b, "/p/q/e", false, true))
+			h.write(b, "/p/q/e/f", "")
+			h.ok(opEnd(b, false))
+			return &fsm.Command{Op: opMulti(a, compares(mInstanceIs("/p/q/e/f", h.node("/p/q/e/f").instance)), mDelete("/p/q/e/f"))}
+		}, want{paths: []string{"/p", "/p/q", "/p/q/e", "/p/q/e/f"}, trees: []string{"/p/q/e/f"}}},
+		{"multi refused for its arguments", func(h *harness) *fsm.Command {
+			return &fsm.Command{Op: opMulti(h.session(), nil, mCreate("/a", ""), mDelete("/"))}
+		}, want{}},
 		{"open existing", func(h *harness) *fsm.Command {
 			a := h.session()
 			h.rw(a, "/f")

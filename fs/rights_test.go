@@ -174,6 +174,36 @@ func TestRights(t *testing.T) {
 		{"Delete in a directory", func(f *aclFixture, who string) error {
 			return f.run(opDelete(f.handle(who, "/team/locked/inner/z"), false))
 		}, "alice", "/team/locked/inner", WriteRight, "root"},
+		{"Multi CREATE: write on the directory, as CreateFile", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], nil, mCreate("/team/m", "c")))
+		}, "bob", "/team", WriteRight, "alice"},
+		{"Multi CREATE of a directory, as Mkdir", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], nil, mMkdir("/team/md")))
+		}, "bob", "/team", WriteRight, "alice"},
+		{"Multi CREATE of an existing node: write on the directory before EXISTS", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], nil, mCreate("/team/x", "")))
+		}, "bob", "/team", WriteRight, ""},
+		{"Multi SET_CONTENTS: write", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], nil, mSet("/team/x", "new")))
+		}, "bob", "/team/x", WriteRight, "alice"},
+		{"Multi DELETE: write on the directory", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], nil, mDelete("/team/x")))
+		}, "bob", "/team", WriteRight, "alice"},
+		{"Multi DELETE recursive: a directory deep inside", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], nil, mDeleteAll("/team/locked")))
+		}, "alice", "/team/locked/inner", WriteRight, ""},
+		{"Multi compare: read on the node", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], compares(mExists("/team/x")), mSet("/star", "s")))
+		}, "carol", "/team/x", ReadRight, "bob"},
+		{"Multi compare of a missing node: read on the nearest existing ancestor", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], compares(mNotExists("/team/nope/deeper")), mSet("/star", "s")))
+		}, "carol", "/team", ReadRight, "bob"},
+		{"Multi compare through a file: read on the file", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], compares(mNotExists("/team/x/y")), mSet("/star", "s")))
+		}, "carol", "/team/x", ReadRight, "bob"},
+		{"Multi compares' rights before the compares", func(f *aclFixture, who string) error {
+			return f.run(opMulti(f.sess[who], compares(mExists("/star/nope"), mExists("/team/x")), mSet("/star", "s")))
+		}, "carol", "/team/x", ReadRight, ""},
 		{"TryAcquire: write", func(f *aclFixture, who string) error {
 			return f.run(opAcquire(f.handle(who, "/team/x"), excl, false, 0))
 		}, "bob", "/team/x", WriteRight, "alice"},

@@ -50,8 +50,12 @@ func checkAnswer(res *fsm.Result_) error {
 		return nil
 	case res.Err.Code <= 0 || res.Err.Code > chubby.ErrorCode_INTERNAL:
 		return fmt.Errorf("error code %d", res.Err.Code)
-	case res.Session != nil || res.Handle != nil || res.Stat != nil || res.Sequencer != nil || res.Created != nil || res.Waiting != nil:
+	case res.Session != nil || res.Handle != nil || res.Stat != nil || res.Sequencer != nil || res.Created != nil || res.Waiting != nil ||
+		res.TimestampsReserved != nil || res.Multi != nil:
 		return fmt.Errorf("a refusal with results")
+	}
+	if m := res.Multi; m != nil && slices.Contains(m.Stats, nil) {
+		return fmt.Errorf("a Multi answer with a missing Stat")
 	}
 	return nil
 }

@@ -41,6 +41,10 @@ type State struct {
 	// applied (scratch for Effects.Notified; empty between commands).
 	notified []*session
 
+	// tent is set while a Multi's ops apply: what they changed, to take
+	// back or carry out (ops_multi.go); nil between commands.
+	tent *tentative
+
 	// Counters kept in step with the structures above (checkInvariants
 	// recomputes them).
 	nodes        int

@@ -37,11 +37,16 @@ type wireList struct {
 	inner bool
 }
 
-// Schemas of the structs that have list fields: snapshots, and commands
-// through TrimEvents (Command.op.trim_events.acks). Results have none.
+// Schemas of the structs that have list fields: snapshots (their
+// sessions' saved answers are Results), commands through TrimEvents
+// (Command.op.trim_events.acks) and Multi (Command.op.multi.compares and
+// .ops), and results through Multi (Result.multi.stats).
 var (
+	resultSchema = wireSchema{9: {inner: true, sub: wireSchema{3: {elem: thrift.STRUCT}}}}
+
 	snapNodeSchema    = wireSchema{14: {elem: thrift.I64}, 15: {elem: thrift.I64}}
-	snapSessionSchema = wireSchema{5: {elem: thrift.STRUCT}, 7: {elem: thrift.STRUCT}}
+	snapAnswerSchema  = wireSchema{2: {inner: true, sub: resultSchema}}
+	snapSessionSchema = wireSchema{5: {elem: thrift.STRUCT, sub: snapAnswerSchema}, 7: {elem: thrift.STRUCT}}
 	snapshotSchema    = wireSchema{
 		6: {elem: thrift.STRUCT, sub: snapNodeSchema},
 		7: {elem: thrift.STRUCT, sub: snapSessionSchema},
@@ -49,6 +54,7 @@ var (
 	}
 	commandSchema = wireSchema{4: {inner: true, sub: wireSchema{
 		13: {inner: true, sub: wireSchema{1: {elem: thrift.STRUCT}}},
+		17: {inner: true, sub: wireSchema{2: {elem: thrift.STRUCT}, 3: {elem: thrift.STRUCT}}},
 	}}}
 )
 
