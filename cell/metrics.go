@@ -284,6 +284,14 @@ func opName(op *fsm.Op) string {
 		return "tick"
 	case op.TrimEvents != nil:
 		return "trim_events"
+	case op.SetAcl != nil:
+		return "set_acl"
+	case op.InitAcl != nil:
+		return "init_acl"
+	case op.ReserveTimestamps != nil:
+		return "reserve_timestamps"
+	case op.Multi != nil:
+		return "multi"
 	}
 	return "unknown"
 }

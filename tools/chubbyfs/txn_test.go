@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/chubbygo/chubby/cell/celltest"
 	"strings"
 	"testing"
 
@@ -49,4 +50,21 @@ write /w
 			t.Errorf("script %q accepted", bad)
 		}
 	}
+}
+
+// TestTxnCommand: a script applied, one whose condition fails (nothing
+// applied), one whose change is refused (nothing applied).
+func TestTxnCommand(t *testing.T) {
+	c := celltest.Start(t, celltest.Options{})
+	want(t, at(t, c.Addr, "v1", "write", "/a"), exitOK, "", "")
+	want(t, at(t, c.Addr, "if exists /a\nif not-exists /b\ncreate /b moved\ndelete /a\n", "txn"), exitOK, "create /b generation=1", "")
+	want(t, at(t, c.Addr, "", "cat", "/b"), exitOK, "moved", "")
+	want(t, at(t, c.Addr, "", "stat", "/a"), exitRefused, "", "not found")
+	// The condition fails: nothing happens.
+	want(t, at(t, c.Addr, "if exists /a\ncreate /c x\n", "txn"), exitRefused, "", "line 1 does not hold: exists /a")
+	want(t, at(t, c.Addr, "", "stat", "/c"), exitRefused, "", "not found")
+	// The second change fails: the first is not applied either.
+	want(t, at(t, c.Addr, "create /d x\ncreate /b again\n", "txn"), exitRefused, "", "op 1")
+	want(t, at(t, c.Addr, "", "stat", "/d"), exitRefused, "", "not found")
+	want(t, at(t, c.Addr, "frobnicate /x\n", "txn"), exitUsage, "", "line 1")
 }
