@@ -143,6 +143,8 @@ type Result struct {
 	Expired     int    // sessions that expired (cell or grace period)
 	Jeopardy    int    // times a session went into jeopardy
 	Beliefs     int    // lock beliefs started (acquired, or safe again holding)
+	TsCalls     int    // timestamps calls answered (and the answer received)
+	Timestamps  int64  // timestamps they returned
 	Events      int
 	VirtualTime time.Duration
 	// Settle is how long after the faults stopped the last client
@@ -155,9 +157,9 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	s := fmt.Sprintf("seed=%d replicas=%d clients=%d lease=%v ops=%d cached-reads=%d ambiguous=%d entries=%d view-changes=%d crashes=%d disk-fails=%d pauses=%d snapshot-installs=%d sessions=%d expired=%d jeopardy=%d beliefs=%d events=%d virtual=%v settle=%v",
+	s := fmt.Sprintf("seed=%d replicas=%d clients=%d lease=%v ops=%d cached-reads=%d ambiguous=%d entries=%d view-changes=%d crashes=%d disk-fails=%d pauses=%d snapshot-installs=%d sessions=%d expired=%d jeopardy=%d beliefs=%d ts-calls=%d timestamps=%d events=%d virtual=%v settle=%v",
 		r.Seed, r.Replicas, r.Clients, r.Lease, r.Ops, r.CachedReads, r.Ambiguous, r.Entries, r.ViewChanges, r.Crashes, r.DiskFails, r.Pauses,
-		r.Snapshots, r.Sessions, r.Expired, r.Jeopardy, r.Beliefs, r.Events, r.VirtualTime, r.Settle)
+		r.Snapshots, r.Sessions, r.Expired, r.Jeopardy, r.Beliefs, r.TsCalls, r.Timestamps, r.Events, r.VirtualTime, r.Settle)
 	if r.Reconfigs > 0 || r.Epochs > 0 {
 		s += fmt.Sprintf(" reconfigs=%d epoch=%d", r.Reconfigs, r.Epochs)
 	}
@@ -193,7 +195,8 @@ func (h *eventHeap) Pop() any {
 }
 
 type world struct {
-	chunkBytes int // snapshot chunk size of the simulated disks
+	chunkBytes int   // snapshot chunk size of the simulated disks
+	tsWindow   int64 // timestamps one oracle reservation adds (0: the default)
 
 	opt Options
 	rng *rand.Rand
@@ -381,6 +384,10 @@ func (w *world) setup() {
 	// transfer of a few KiB is cut by the faults at every point. Taken
 	// from the seed, not the stream, so older seeds replay as before.
 	w.chunkBytes = 64 << (w.opt.Seed % 5)
+	// Oracle windows from a few timestamps (a reservation every call or
+	// two, some smaller than a call) to the cell's default; from the seed
+	// too.
+	w.tsWindow = []int64{3, 10, 100, 0}[(w.opt.Seed/5)%4]
 	for i := range o.Replicas {
 		r := newReplica(w, uint64(i+1), snapEvery)
 		w.replicas = append(w.replicas, r)
