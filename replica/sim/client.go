@@ -59,6 +59,7 @@ type op struct {
 	cacheGen uint64    // a read: the session's cache generation when sent
 	sent     int64     // create-session: the client's clock at the send
 	count    int64     // timestamps: how many
+	patient  bool      // timestamps: a caller with a long deadline
 	callEv   int       // the event it began in (orders the calls of one instant)
 }
 
@@ -117,6 +118,9 @@ type client struct {
 
 	stopping bool
 	finished bool
+	// oracleOnly: a client of the timestamp oracle alone (a transaction
+	// coordinator): no session, one GetTimestamps after another.
+	oracleOnly bool
 }
 
 func newClient(w *world, id int) *client {
@@ -152,7 +156,13 @@ func (c *client) describe() string {
 
 // start begins the client's first session. Client 0 creates the files and
 // locks; the others wait until it has.
-func (c *client) start() { c.newSession() }
+func (c *client) start() {
+	if c.oracleOnly {
+		c.think()
+		return
+	}
+	c.newSession()
+}
 
 func (c *client) newSession() {
 	c.sess = nil
@@ -255,6 +265,11 @@ func (c *client) think() {
 func (c *client) nextOp() {
 	w, s := c.w, c.sess
 	o := &op{}
+	if c.oracleOnly {
+		*o = op{kind: opTimestamps, count: int64(1 + w.intn(5)), patient: w.chance(0.5)}
+		c.begin(o)
+		return
+	}
 	// 0..99 the mix as it was before the oracle; 100..109 timestamps.
 	switch k := w.intn(110); {
 	case k < 35:
@@ -299,7 +314,7 @@ func (c *client) nextOp() {
 		o.cmd = c.command(&fsm.Op{CreateFile: &chubby.CreateFileRequest{Session: s.id, Path: createPath(i), Content: []byte(v)}})
 		o.in = modelInput{kind: opCreate, key: createPath(i)}
 	default:
-		*o = op{kind: opTimestamps, count: int64(1 + w.intn(5))}
+		*o = op{kind: opTimestamps, count: int64(1 + w.intn(5)), patient: w.chance(0.5)}
 	}
 	c.begin(o)
 }
@@ -376,7 +391,11 @@ func (c *client) attempt() {
 		q.kind, q.cmd = reqCommand, o.cmd
 	}
 	c.deliver(c.target, q)
-	w.after(w.between(100*ms, 200*ms), func() {
+	timeout := w.between(100*ms, 200*ms)
+	if o.kind == opTimestamps && o.patient && w.now < w.faultsEnd {
+		timeout = min(w.between(int64(w.lease), 2*int64(w.lease)), max(timeout, w.faultsEnd-w.now))
+	}
+	w.after(timeout, func() {
 		if c.cur == o && o.attempts == att && !c.waiting {
 			c.target = c.nextTarget()
 			c.attempt()

@@ -403,6 +403,12 @@ func (w *world) setup() {
 	for i := range o.Clients {
 		w.clients = append(w.clients, newClient(w, i))
 	}
+	// In two thirds of the seeds one or two clients of the oracle alone.
+	for i := range int(w.opt.Seed/7) % 3 {
+		c := newClient(w, o.Clients+i)
+		c.oracleOnly = true
+		w.clients = append(w.clients, c)
+	}
 	for _, c := range w.clients {
 		c.start()
 	}
