@@ -14,6 +14,14 @@ import (
 // mastership meanwhile, as the cell does); a call that finds the window
 // empty waits for the window to change and tries again, at most
 // maxOracleRounds times.
+//
+// The checker (check.go, tsHandedOut and tsAnswered) has been seen to
+// fail when this breaks the rules: a Reset from 0 (nine seeds in ten), or
+// from the mark read when the replica became primary, before its log
+// caught up (one in eight); a window counted before its reservation
+// committed (one in five); Take without the master lease (about one in
+// two hundred: it needs a master cut off or paused with oracle clients on
+// both sides).
 
 // maxOracleRounds bounds the window changes one call waits through (the
 // cell's maxOracleRounds).
