@@ -203,13 +203,19 @@ func (k *checker) cachedRead(c *client, path string, f cachedFile) {
 	}
 }
 
-// tsHandedOut checks a range of timestamps a master hands out (Take)
-// against every range handed out before: none is handed out twice.
+// tsHandedOut checks a range of timestamps a master hands out (Take):
+// it is at or below the mark of the committed state (the reservation that
+// covers it committed, so every later master starts above it), and no
+// range handed out before overlaps it (none is handed out twice).
 func (k *checker) tsHandedOut(r *replica, first, n int64) {
 	w := k.w
 	t := tsRange{first: first, last: first + n - 1, replica: r.id, at: w.now}
 	if first < 1 {
 		w.fail("oracle: r%d handed out %v", r.id, t)
+		return
+	}
+	if mark := k.oracle.TimestampsReserved(); t.last > mark {
+		w.fail("oracle: r%d handed out %v above the committed mark %d", r.id, t, mark)
 		return
 	}
 	i, _ := slices.BinarySearchFunc(k.handed, first, func(h tsRange, f int64) int { return cmp.Compare(h.first, f) })

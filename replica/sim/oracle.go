@@ -19,7 +19,7 @@ import (
 // fail when this breaks the rules: a Reset from 0 (nine seeds in ten), or
 // from the mark read when the replica became primary, before its log
 // caught up (one in eight); a window counted before its reservation
-// committed (one in five); Take without the master lease (about one in
+// committed (one in two); Take without the master lease (about one in
 // two hundred: it needs a master cut off or paused with oracle clients on
 // both sides).
 

@@ -73,11 +73,12 @@
 //     never older than a write acknowledged before it;
 //   - the timestamp oracle (check.go), as users rely on it: no timestamp
 //     is handed out twice (every range any master hands out, whether its
-//     answer arrives or not), and real-time order: if one call's answer
-//     was received before another call began (simulated global time),
-//     every timestamp of the later call is larger than every one of the
-//     earlier — across failovers, crashes, power cuts, pauses, partitions
-//     and reconfiguration;
+//     answer arrives or not; and none above the mark of the committed
+//     state), and real-time order: if one call's answer was received
+//     before another call began (simulated global time), every timestamp
+//     of the later call is larger than every one of the earlier — across
+//     failovers, crashes, power cuts, pauses, partitions and
+//     reconfiguration;
 //   - at every write: no (index, view) names two entries on any disk;
 //     writes append contiguously;
 //   - at every apply: every replica applies the same entry at every index
