@@ -2,11 +2,14 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -26,6 +29,8 @@ const farFuture = math.MaxInt64 / 4
 //     replica applied, so committed by a quorum);
 //   - what clients believe, against the oracle and each other (locks,
 //     cached reads);
+//   - the timestamp oracle: no timestamp handed out twice, and real-time
+//     order of the answered calls (tsHandedOut, tsAnswered);
 //   - linearizability of the client history (porcupine) at the end;
 //   - convergence at the end: every replica at the same state.
 type checker struct {
@@ -38,6 +43,30 @@ type checker struct {
 	stamps     map[[2]uint64]uint64 // (index, view) → hash of the entry persisted with it
 	hist       []porcupine.Operation
 	acked      map[string]int64 // file → highest content generation a client was told it wrote
+
+	handed  []tsRange // every range a master handed out, by first timestamp
+	tsCalls []tsRange // the answered calls, in the order their answers were received
+	tsMax   []int     // tsMax[i]: the call of tsCalls[:i+1] with the highest last timestamp
+}
+
+// tsRange is timestamps first..last, handed out by a master or received
+// by a client.
+type tsRange struct {
+	first, last int64
+	replica     uint64
+	at          int64 // handed out then (real time)
+	// A call's: who called, when it began and when its answer arrived
+	// (real time, and the event numbers that order events of one instant).
+	client        int
+	callAt, retAt int64
+	callEv, retEv int
+}
+
+func (t tsRange) String() string {
+	if t.retAt == 0 {
+		return fmt.Sprintf("[%d, %d] from r%d at %v", t.first, t.last, t.replica, time.Duration(t.at))
+	}
+	return fmt.Sprintf("[%d, %d] from r%d to c%d, call [%v, %v]", t.first, t.last, t.replica, t.client, time.Duration(t.callAt), time.Duration(t.retAt))
 }
 
 func newChecker(w *world) *checker {
@@ -172,6 +201,59 @@ func (k *checker) cachedRead(c *client, path string, f cachedFile) {
 		k.w.fail("stale cache: client %d (session %d, safe) read %s generation %d %q from its cache after generation %d was acknowledged",
 			c.id, c.sess.id, path, f.gen, f.value, k.acked[path])
 	}
+}
+
+// tsHandedOut checks a range of timestamps a master hands out (Take):
+// it is at or below the mark of the committed state (the reservation that
+// covers it committed, so every later master starts above it), and no
+// range handed out before overlaps it (none is handed out twice).
+func (k *checker) tsHandedOut(r *replica, first, n int64) {
+	w := k.w
+	t := tsRange{first: first, last: first + n - 1, replica: r.id, at: w.now}
+	if first < 1 {
+		w.fail("oracle: r%d handed out %v", r.id, t)
+		return
+	}
+	if mark := k.oracle.TimestampsReserved(); t.last > mark {
+		w.fail("oracle: r%d handed out %v above the committed mark %d", r.id, t, mark)
+		return
+	}
+	i, _ := slices.BinarySearchFunc(k.handed, first, func(h tsRange, f int64) int { return cmp.Compare(h.first, f) })
+	for _, j := range []int{i - 1, i} {
+		if j >= 0 && j < len(k.handed) && k.handed[j].first <= t.last && t.first <= k.handed[j].last {
+			w.fail("oracle: timestamps handed out twice: %v, and before %v", t, k.handed[j])
+			return
+		}
+	}
+	k.handed = slices.Insert(k.handed, i, t)
+}
+
+// tsAnswered checks the answer a client received to a timestamps call
+// that began at callAt (event callEv) in real-time order: if a call's
+// answer was received before another call began, every timestamp of the
+// later call is larger than every one of the earlier. (The answers are
+// checked as they arrive, so every call that must be smaller is in
+// tsCalls: it was received before this one began.)
+func (k *checker) tsAnswered(c *client, callAt int64, callEv int, rep reply) {
+	w := k.w
+	t := tsRange{first: rep.tsFirst, last: rep.tsFirst + rep.tsCount - 1, replica: rep.from,
+		client: c.id, callAt: callAt, retAt: w.now, callEv: callEv, retEv: w.nevent}
+	w.res.TsCalls++
+	w.res.Timestamps += rep.tsCount
+	// The calls received before this one began: a prefix of tsCalls.
+	j := sort.Search(len(k.tsCalls), func(i int) bool { return k.tsCalls[i].retEv >= callEv })
+	if j > 0 {
+		if before := k.tsCalls[k.tsMax[j-1]]; before.last >= t.first {
+			w.fail("oracle: real-time order: c%d's call received %v, which began after the answer %v had been received", c.id, t, before)
+			return
+		}
+	}
+	k.tsCalls = append(k.tsCalls, t)
+	top := len(k.tsCalls) - 1
+	if top > 0 && k.tsCalls[k.tsMax[top-1]].last > t.last {
+		top = k.tsMax[top-1]
+	}
+	k.tsMax = append(k.tsMax, top)
 }
 
 func (k *checker) addOp(client int, in modelInput, call int64, out modelOutput, ret int64) {

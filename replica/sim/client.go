@@ -12,7 +12,8 @@ import (
 
 // The workload: a few files written, read (through the cache) and
 // compare-and-swapped, a few exclusive locks taken and released, a few
-// names raced for by CreateFile.
+// names raced for by CreateFile, and now and then a few timestamps from
+// the oracle.
 const (
 	nFiles   = 2
 	nLocks   = 2
@@ -35,9 +36,10 @@ const (
 	opCreate
 	opAcquire
 	opRelease
+	opTimestamps
 )
 
-var opNames = [...]string{"create-session", "setup-create", "open", "read", "write", "cas", "create", "acquire", "release"}
+var opNames = [...]string{"create-session", "setup-create", "open", "read", "write", "cas", "create", "acquire", "release", "timestamps"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -56,6 +58,9 @@ type op struct {
 	sess     *csession // the session it runs in
 	cacheGen uint64    // a read: the session's cache generation when sent
 	sent     int64     // create-session: the client's clock at the send
+	count    int64     // timestamps: how many
+	patient  bool      // timestamps: a caller with a long deadline
+	callEv   int       // the event it began in (orders the calls of one instant)
 }
 
 // csession is one session of a client: its local lease (client/lease, the
@@ -113,6 +118,9 @@ type client struct {
 
 	stopping bool
 	finished bool
+	// oracleOnly: a client of the timestamp oracle alone (a transaction
+	// coordinator): no session, one GetTimestamps after another.
+	oracleOnly bool
 }
 
 func newClient(w *world, id int) *client {
@@ -148,7 +156,13 @@ func (c *client) describe() string {
 
 // start begins the client's first session. Client 0 creates the files and
 // locks; the others wait until it has.
-func (c *client) start() { c.newSession() }
+func (c *client) start() {
+	if c.oracleOnly {
+		c.think()
+		return
+	}
+	c.newSession()
+}
 
 func (c *client) newSession() {
 	c.sess = nil
@@ -251,7 +265,13 @@ func (c *client) think() {
 func (c *client) nextOp() {
 	w, s := c.w, c.sess
 	o := &op{}
-	switch k := w.intn(100); {
+	if c.oracleOnly {
+		*o = op{kind: opTimestamps, count: int64(1 + w.intn(5)), patient: w.chance(0.5)}
+		c.begin(o)
+		return
+	}
+	// 0..99 the mix as it was before the oracle; 100..109 timestamps.
+	switch k := w.intn(110); {
 	case k < 35:
 		i := w.intn(nFiles)
 		*o = op{kind: opRead, idx: i, handle: s.files[i]}
@@ -287,12 +307,14 @@ func (c *client) nextOp() {
 			o.cmd = c.command(&fsm.Op{Acquire: &fsm.Acquire{Handle: s.locks[i], Mode: chubby.LockMode_EXCLUSIVE, Wait: false, LockDelayMs: delay}})
 		}
 		o.in = modelInput{kind: o.kind, key: lockPath(i), client: c.id}
-	default:
+	case k < 100:
 		i := w.intn(nCreates)
 		v := c.newValue()
 		*o = op{kind: opCreate, idx: i}
 		o.cmd = c.command(&fsm.Op{CreateFile: &chubby.CreateFileRequest{Session: s.id, Path: createPath(i), Content: []byte(v)}})
 		o.in = modelInput{kind: opCreate, key: createPath(i)}
+	default:
+		*o = op{kind: opTimestamps, count: int64(1 + w.intn(5)), patient: w.chance(0.5)}
 	}
 	c.begin(o)
 }
@@ -306,9 +328,14 @@ func (c *client) begin(o *op) {
 	c.opSeq++
 	o.id = uint64(c.id)<<32 | c.opSeq
 	o.call = c.w.now
+	o.callEv = c.w.nevent
 	o.sess = c.sess
 	c.cur = o
-	c.w.tracef("c%d begin %v#%d %s", c.id, o.kind, o.id, o.in.String())
+	if o.kind == opTimestamps {
+		c.w.tracef("c%d begin %v#%d (%d)", c.id, o.kind, o.id, o.count)
+	} else {
+		c.w.tracef("c%d begin %v#%d %s", c.id, o.kind, o.id, o.in.String())
+	}
 	if o.kind == opRead && c.serveFromCache(o) {
 		return
 	}
@@ -338,11 +365,11 @@ func (c *client) serveFromCache(o *op) bool {
 
 // attempt sends the current operation once more — for a call of a
 // session, only while the session is safe (the library's calls wait in
-// jeopardy).
+// jeopardy). GetTimestamps belongs to no session.
 func (c *client) attempt() {
 	w := c.w
 	o := c.cur
-	if o.kind != opCreateSession && !o.sess.ll.Safe(c.localTime()) ||
+	if o.kind != opCreateSession && o.kind != opTimestamps && !o.sess.ll.Safe(c.localTime()) ||
 		o.kind == opOpen && !w.setupOK {
 		c.waiting = true // resumed when the session is safe again, or the files exist
 		return
@@ -358,11 +385,17 @@ func (c *client) attempt() {
 	case o.kind == opRead:
 		q.kind, q.handle, q.cache = reqRead, o.handle, true
 		o.cacheGen = o.sess.cacheGen
+	case o.kind == opTimestamps:
+		q.kind, q.count = reqTimestamps, o.count
 	default:
 		q.kind, q.cmd = reqCommand, o.cmd
 	}
 	c.deliver(c.target, q)
-	w.after(w.between(100*ms, 200*ms), func() {
+	timeout := w.between(100*ms, 200*ms)
+	if o.kind == opTimestamps && o.patient && w.now < w.faultsEnd {
+		timeout = min(w.between(int64(w.lease), 2*int64(w.lease)), max(timeout, w.faultsEnd-w.now))
+	}
+	w.after(timeout, func() {
 		if c.cur == o && o.attempts == att && !c.waiting {
 			c.target = c.nextTarget()
 			c.attempt()
@@ -457,6 +490,9 @@ func (c *client) complete(o *op, rep reply) {
 			o.sess.files[o.idx] = rep.res.Handle
 			c.lastGen[o.idx] = max(c.lastGen[o.idx], rep.res.Stat.ContentGeneration)
 		}
+	case opTimestamps:
+		w.res.Ops++
+		w.check.tsAnswered(c, o.call, o.callEv, rep)
 	default:
 		c.record(o, rep)
 	}
@@ -724,6 +760,8 @@ func describeReply(rep reply) string {
 	switch {
 	case rep.session != 0:
 		return fmt.Sprintf("from r%d: session %d", rep.from, rep.session)
+	case rep.tsCount != 0:
+		return fmt.Sprintf("from r%d: timestamps %d..%d", rep.from, rep.tsFirst, rep.tsFirst+rep.tsCount-1)
 	case rep.res != nil && rep.res.Err != nil:
 		return fmt.Sprintf("from r%d: %v", rep.from, rep.res.Err.Code)
 	case rep.res != nil:

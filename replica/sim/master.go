@@ -28,6 +28,7 @@ type masterSim struct {
 	leases *master.Leases
 	cache  *master.Cache
 	writes *master.Writes
+	oracle *master.Oracle // the timestamp oracle (oracle.go)
 
 	view     uint64
 	epoch    int64
@@ -41,6 +42,7 @@ type masterSim struct {
 	pollAt  int64      // a poll is scheduled then (local clock), 0: none
 	expAt   int64      // the expiry timer is set for then (local), 0: none
 	tickAt  int64      // lock-delay Tick scheduled for then (wall ms), 0: none
+	tsWait  []*tsCall  // timestamps calls waiting for the window to change
 }
 
 // simKA is a parked KeepAlive.
@@ -68,6 +70,7 @@ func newMasterSim(r *replica) *masterSim {
 		leases: master.NewLeases(master.LeaseConfig{Lease: l, Margin: l / 4, MaxDrift: vr.MaxClockDrift, MaxParked: 1000}),
 		cache:  master.NewCache(0, 0),
 		writes: master.NewWrites(),
+		oracle: master.NewOracle(r.w.tsWindow),
 	}
 }
 
@@ -125,6 +128,7 @@ func (m *masterSim) lose() {
 		c.done(nil, errNotMaster)
 	}
 	m.changes, m.ends = nil, nil
+	m.stopOracle()
 	m.expAt, m.tickAt, m.pollAt = 0, 0, 0
 	if wasServing {
 		m.r.w.tracef("r%d stops serving as master (view %d)", m.r.id, m.view)
@@ -209,6 +213,7 @@ func (m *masterSim) become() {
 	m.cache.Reset(m.epoch, st.CachingSessions())
 	m.writes.Reset()
 	m.serving = true
+	m.resetOracle(st.TimestampsReserved())
 	m.r.w.tracef("r%d master: view %d epoch %d sessions %d", m.r.id, m.view, m.epoch, len(st.Sessions()))
 	m.armExpiry()
 	m.armTick()
@@ -426,6 +431,7 @@ const (
 	reqKeepAlive
 	reqCommand
 	reqRead
+	reqTimestamps
 )
 
 // request is a client's call as a replica receives it.
@@ -445,6 +451,8 @@ type request struct {
 	// a read
 	handle *chubby.Handle
 	cache  bool
+	// timestamps
+	count int64
 }
 
 type replyKind int
@@ -473,6 +481,8 @@ type reply struct {
 	grant   *chubby.LeaseGrant // a KeepAlive's
 	session int64              // CreateSession's
 	leaseMs int64
+	tsFirst int64 // timestamps: tsFirst..tsFirst+tsCount-1
+	tsCount int64
 }
 
 // onRequest is a client call arriving at the replica.
@@ -491,6 +501,8 @@ func (m *masterSim) onRequest(q *request) {
 		m.command(q)
 	case reqRead:
 		m.read(q)
+	case reqTimestamps:
+		m.timestamps(q)
 	}
 }
 

@@ -1,9 +1,9 @@
 // Package sim is a deterministic simulator of a lock cell: the code that
 // ships — the replica driver (replica.Driver) around the protocol core
 // (replica/vr), the state machine (fs), the master's session lease and
-// cache tables (cell/master) and the client's lease rules (client/lease)
-// — on simulated clocks, disks and networks, with clients, faults and
-// checkers. One seeded random source (PCG) drives everything and nothing
+// cache tables and its timestamp oracle (cell/master) and the client's
+// lease rules (client/lease) — on simulated clocks, disks and networks,
+// with clients, faults and checkers. One seeded random source (PCG) drives everything and nothing
 // iterates a map where order matters, so a seed replays exactly.
 //
 // # What runs
@@ -17,8 +17,16 @@
 // handlers do, in simulated form (master.go): failover duties, CreateSession
 // and KeepAlive through master.Leases (parked, answered only under the
 // master lease held at that moment), lease expiry proposing EndSession,
-// lock-delay Ticks, and cache invalidation through master.Cache before
-// every change commits.
+// lock-delay Ticks, cache invalidation through master.Cache before
+// every change commits, and the timestamp oracle (oracle.go) as
+// cell/oracle.go drives master.Oracle: Reset at the failover duties from
+// the mark in the state (fs.State.TimestampsReserved), Stop when
+// mastership ends, GetTimestamps answered from Take only under the master
+// lease held at that moment, a ReserveTimestamps proposed when Want says
+// so, its end reported by term (Reserved, Failed), calls that find the
+// window empty waiting for the next reservation (at most 8 times). A
+// reservation adds 3, 10 or 100 timestamps or the cell's default (from
+// the seed).
 //
 // 2 to 5 clients, each with one session at a time kept alive by
 // KeepAlives under the rules of client/lease: the local lease counts from
@@ -26,9 +34,15 @@
 // period, expiry (then the client starts a new session). Each client's
 // clock drifts too. They issue SetContents, CAS (SetContents with
 // expected generation), reads (cached while the session is safe),
-// CreateFile races and exclusive TryAcquire/Release with lock-delay. A
-// client retries after a timeout, follows NOT_MASTER hints, and resends a
-// command with the same (session, seq), so fs applies it once.
+// CreateFile races and exclusive TryAcquire/Release with lock-delay, and
+// now and then GetTimestamps of 1–5. A client retries after a timeout,
+// follows NOT_MASTER hints, and resends a command with the same (session,
+// seq), so fs applies it once. In two thirds of the seeds one or two more
+// clients (counted in clients=) use the oracle alone, without a session,
+// one call after another, as a transaction coordinator would; half of all
+// timestamps calls are patient while the faults last (an attempt waits a
+// lease or two for its answer, not 100–200 ms), so that answers from a
+// master that was paused or cut off reach their callers.
 //
 // In half the seeds (reconfig.go) one or two more replicas start with an
 // empty log, and every 100–700 ms of the faults the primary is asked for
@@ -57,6 +71,14 @@
 //     a client whose session is safe holds, in the committed state, every
 //     lock it believes it holds; a read served from a client's cache is
 //     never older than a write acknowledged before it;
+//   - the timestamp oracle (check.go), as users rely on it: no timestamp
+//     is handed out twice (every range any master hands out, whether its
+//     answer arrives or not; and none above the mark of the committed
+//     state), and real-time order: if one call's answer was received
+//     before another call began (simulated global time), every timestamp
+//     of the later call is larger than every one of the earlier — across
+//     failovers, crashes, power cuts, pauses, partitions and
+//     reconfiguration;
 //   - at every write: no (index, view) names two entries on any disk;
 //     writes append contiguously;
 //   - at every apply: every replica applies the same entry at every index
@@ -143,6 +165,8 @@ type Result struct {
 	Expired     int    // sessions that expired (cell or grace period)
 	Jeopardy    int    // times a session went into jeopardy
 	Beliefs     int    // lock beliefs started (acquired, or safe again holding)
+	TsCalls     int    // timestamps calls answered (and the answer received)
+	Timestamps  int64  // timestamps they returned
 	Events      int
 	VirtualTime time.Duration
 	// Settle is how long after the faults stopped the last client
@@ -155,9 +179,9 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	s := fmt.Sprintf("seed=%d replicas=%d clients=%d lease=%v ops=%d cached-reads=%d ambiguous=%d entries=%d view-changes=%d crashes=%d disk-fails=%d pauses=%d snapshot-installs=%d sessions=%d expired=%d jeopardy=%d beliefs=%d events=%d virtual=%v settle=%v",
+	s := fmt.Sprintf("seed=%d replicas=%d clients=%d lease=%v ops=%d cached-reads=%d ambiguous=%d entries=%d view-changes=%d crashes=%d disk-fails=%d pauses=%d snapshot-installs=%d sessions=%d expired=%d jeopardy=%d beliefs=%d ts-calls=%d timestamps=%d events=%d virtual=%v settle=%v",
 		r.Seed, r.Replicas, r.Clients, r.Lease, r.Ops, r.CachedReads, r.Ambiguous, r.Entries, r.ViewChanges, r.Crashes, r.DiskFails, r.Pauses,
-		r.Snapshots, r.Sessions, r.Expired, r.Jeopardy, r.Beliefs, r.Events, r.VirtualTime, r.Settle)
+		r.Snapshots, r.Sessions, r.Expired, r.Jeopardy, r.Beliefs, r.TsCalls, r.Timestamps, r.Events, r.VirtualTime, r.Settle)
 	if r.Reconfigs > 0 || r.Epochs > 0 {
 		s += fmt.Sprintf(" reconfigs=%d epoch=%d", r.Reconfigs, r.Epochs)
 	}
@@ -193,7 +217,8 @@ func (h *eventHeap) Pop() any {
 }
 
 type world struct {
-	chunkBytes int // snapshot chunk size of the simulated disks
+	chunkBytes int   // snapshot chunk size of the simulated disks
+	tsWindow   int64 // timestamps one oracle reservation adds (0: the default)
 
 	opt Options
 	rng *rand.Rand
@@ -381,6 +406,10 @@ func (w *world) setup() {
 	// transfer of a few KiB is cut by the faults at every point. Taken
 	// from the seed, not the stream, so older seeds replay as before.
 	w.chunkBytes = 64 << (w.opt.Seed % 5)
+	// Oracle windows from a few timestamps (a reservation every call or
+	// two, some smaller than a call) to the cell's default; from the seed
+	// too.
+	w.tsWindow = []int64{3, 10, 100, 0}[(w.opt.Seed/5)%4]
 	for i := range o.Replicas {
 		r := newReplica(w, uint64(i+1), snapEvery)
 		w.replicas = append(w.replicas, r)
@@ -395,6 +424,12 @@ func (w *world) setup() {
 	}
 	for i := range o.Clients {
 		w.clients = append(w.clients, newClient(w, i))
+	}
+	// In two thirds of the seeds one or two clients of the oracle alone.
+	for i := range int(w.opt.Seed/7) % 3 {
+		c := newClient(w, o.Clients+i)
+		c.oracleOnly = true
+		w.clients = append(w.clients, c)
 	}
 	for _, c := range w.clients {
 		c.start()

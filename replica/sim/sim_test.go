@@ -87,9 +87,9 @@ func TestSim(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d seeds [%d, %d) in %v: %d client ops (%d cached reads, %d ambiguous), %d view changes, %d crashes, %d disk failures, %d pauses, %d snapshot installs, %d sessions (%d expired, %d jeopardies), %d lock beliefs, slowest settle %v; failed: %v",
+	t.Logf("%d seeds [%d, %d) in %v: %d client ops (%d cached reads, %d ambiguous), %d view changes, %d crashes, %d disk failures, %d pauses, %d snapshot installs, %d sessions (%d expired, %d jeopardies), %d lock beliefs, %d timestamps calls (%d timestamps), slowest settle %v; failed: %v",
 		n, *flagBase, end, time.Since(start).Round(time.Millisecond), sum.Ops, sum.CachedReads, sum.Ambiguous, sum.ViewChanges,
-		sum.Crashes, sum.DiskFails, sum.Pauses, sum.Snapshots, sum.Sessions, sum.Expired, sum.Jeopardy, sum.Beliefs, maxSettle, failed)
+		sum.Crashes, sum.DiskFails, sum.Pauses, sum.Snapshots, sum.Sessions, sum.Expired, sum.Jeopardy, sum.Beliefs, sum.TsCalls, sum.Timestamps, maxSettle, failed)
 }
 
 // add sums the counters of r into s.
@@ -106,6 +106,8 @@ func (s *Result) add(r Result) {
 	s.Expired += r.Expired
 	s.Jeopardy += r.Jeopardy
 	s.Beliefs += r.Beliefs
+	s.TsCalls += r.TsCalls
+	s.Timestamps += r.Timestamps
 }
 
 // regressions are seeds that once failed, with the bug each found. They
