@@ -3,6 +3,7 @@ package cell
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
@@ -48,6 +49,9 @@ func (or *oracle) stop() {
 // maxOracleRounds bounds the reservations one call waits through.
 const maxOracleRounds = 8
 
+// reserveRetryDelay spaces a failed reservation from the next.
+const reserveRetryDelay = 20 * time.Millisecond
+
 // timestamps hands out n timestamps (GetTimestamps), reserving more
 // through the log when the window runs low. Only under the master lease:
 // a master cut off from the others, whose successor may be handing out
@@ -88,15 +92,24 @@ func (s *Server) timestamps(ctx context.Context, n int64) (int64, error) {
 // and reports how it ended.
 func (s *Server) reserveTimestamps(term uint64, upto int64) {
 	_, err := s.propose(context.Background(), &fsm.Op{ReserveTimestamps: &fsm.ReserveTimestamps{Upto: upto}})
+	if err != nil {
+		s.cfg.Logger.Warn("oracle: reserving timestamps", "upto", upto, "err", err)
+		s.metrics.tsReserves.WithLabelValues("failed").Inc()
+		// Not again at once: a full proposal queue or a view change would
+		// refuse the next attempt too, and each end wakes every waiter.
+		select {
+		case <-time.After(reserveRetryDelay):
+		case <-s.closed:
+		}
+	} else {
+		s.metrics.tsReserves.WithLabelValues("ok").Inc()
+	}
 	or := s.oracle
 	or.mu.Lock()
 	defer or.mu.Unlock()
 	if err != nil {
-		s.cfg.Logger.Warn("oracle: reserving timestamps", "upto", upto, "err", err)
-		s.metrics.tsReserves.WithLabelValues("failed").Inc()
 		or.o.Failed(term)
 	} else {
-		s.metrics.tsReserves.WithLabelValues("ok").Inc()
 		or.o.Reserved(term, upto)
 	}
 	or.signal()

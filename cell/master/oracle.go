@@ -12,10 +12,13 @@ import "fmt"
 // master hands out only timestamps at or below a high-water mark that has
 // committed (limit), and starts, when it becomes master, above the mark in
 // its state (Reset), which holds every committed reservation: every
-// timestamp any earlier master handed out is at or below it. Masters serve
-// one after another in real time (the master lease: an old master stops
-// handing out before a new one starts), so a timestamp handed out after
-// another was is larger. A reservation of an earlier term that commits
+// timestamp any earlier master handed out is at or below it. A master
+// takes timestamps only for calls it received while it held its master
+// lease, and a new master's lease begins after the old one's ended; a
+// call the old master takes for late (a pause between its lease check
+// and Take) began while the old lease held, so it overlaps every call
+// the new master serves, and what it gets is below the new master's
+// mark. So a call sent after another's answer gets larger timestamps. A reservation of an earlier term that commits
 // late raises the mark in the state, which only moves later masters
 // higher; its answer is ignored here (Reserved checks the term).
 type Oracle struct {
