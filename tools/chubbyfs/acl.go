@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -20,23 +21,18 @@ or "anonymous" without one — and whether the connection is TLS.`,
 			if len(args) != 0 {
 				return usagef("whoami takes no arguments")
 			}
-			ctx, cancel := a.commandContext(cmd.Context())
-			defer cancel()
-			c, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			id, err := c.WhoAmI(ctx)
-			if err != nil {
-				return refused("whoami", "", err)
-			}
-			link := "plaintext (the cell runs without TLS)"
-			if id.TLS {
-				link = "mutual TLS"
-			}
-			fmt.Fprintf(a.stdout, "%s\t%s\n", id.Principal, link)
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				id, err := c.WhoAmI(ctx)
+				if err != nil {
+					return refused("whoami", "", err)
+				}
+				link := "plaintext (the cell runs without TLS)"
+				if id.TLS {
+					link = "mutual TLS"
+				}
+				fmt.Fprintf(a.stdout, "%s\t%s\n", id.Principal, link)
+				return nil
+			})
 		},
 	}
 }

@@ -484,24 +484,19 @@ session.`,
 			if len(args) != 0 {
 				return usagef("status takes no arguments")
 			}
-			ctx, cancel := a.commandContext(cmd.Context())
-			defer cancel()
-			c, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			st, err := c.Status(ctx)
-			if err != nil {
-				return refused("status", "", err)
-			}
-			if asJSON {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(toStatusJSON(st))
-			}
-			printStatus(a.stdout, st)
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				st, err := c.Status(ctx)
+				if err != nil {
+					return refused("status", "", err)
+				}
+				if asJSON {
+					enc := json.NewEncoder(a.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(toStatusJSON(st))
+				}
+				printStatus(a.stdout, st)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text (default: text)")

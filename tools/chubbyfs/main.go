@@ -228,6 +228,19 @@ func (a *app) tlsConfig() (*tls.Config, error) {
 	return client.TLSFromFiles(ca, cert, key, a.getenv(client.EnvTLSServerName))
 }
 
+// withClient runs fn with a client (closed afterwards) under the command's
+// --timeout: for the commands that need no session.
+func (a *app) withClient(cmd *cobra.Command, fn func(context.Context, *client.Client) error) error {
+	ctx, cancel := a.commandContext(cmd.Context())
+	defer cancel()
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(ctx, c)
+}
+
 // withSession runs fn with a fresh session and closes the session (and
 // client) afterwards, also when fn fails or ctx has ended. op and path
 // label failures to set the session up.

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"strconv"
 
 	"github.com/spf13/cobra"
+
+	"github.com/chubbygo/chubby/client"
 )
 
 func (a *app) tsCommand() *cobra.Command {
@@ -30,22 +33,17 @@ not clock readings. It needs no session.`,
 			default:
 				return usagef("ts takes at most one argument, N")
 			}
-			ctx, cancel := a.commandContext(cmd.Context())
-			defer cancel()
-			c, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			first, err := c.Timestamps(ctx, n)
-			if err != nil {
-				return refused("ts", "", err)
-			}
-			w := bufio.NewWriter(a.stdout)
-			for i := range int64(n) {
-				fmt.Fprintln(w, first+i)
-			}
-			return w.Flush()
+			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				first, err := c.Timestamps(ctx, n)
+				if err != nil {
+					return refused("ts", "", err)
+				}
+				w := bufio.NewWriter(a.stdout)
+				for i := range int64(n) {
+					fmt.Fprintln(w, first+i)
+				}
+				return w.Flush()
+			})
 		},
 	}
 }
