@@ -3,9 +3,7 @@ package client
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,14 +23,7 @@ func TestOracleThroughput(t *testing.T) {
 	if os.Getenv("CHUBBY_ORACLE_BENCH") == "" {
 		t.Skip("a measurement: set CHUBBY_ORACLE_BENCH=1")
 	}
-	window := 3 * time.Second
-	if s := os.Getenv("CHUBBY_ORACLE_SECONDS"); s != "" {
-		d, err := time.ParseDuration(s + "s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		window = d
-	}
+	window := envSeconds(t, "CHUBBY_ORACLE_SECONDS", 3*time.Second)
 	cl := celltest.Start(t, celltest.Options{})
 	ctx := testCtx(t)
 	connect := func() *Client {
@@ -54,28 +45,11 @@ func TestOracleThroughput(t *testing.T) {
 				clients[i] = connect()
 			}
 		}
-		var mu sync.Mutex
-		var lat []time.Duration
-		var wg sync.WaitGroup
-		end := time.Now().Add(window)
 		before := shared.ts.calls.Load()
-		for i := range m.callers {
-			wg.Go(func() {
-				var mine []time.Duration
-				for time.Now().Before(end) {
-					t0 := time.Now()
-					if _, err := clients[i].Timestamps(ctx, m.n); err != nil {
-						t.Errorf("timestamp: %v", err)
-						return
-					}
-					mine = append(mine, time.Since(t0))
-				}
-				mu.Lock()
-				lat = append(lat, mine...)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
+		lat := closedLoop(t, m.callers, window, func(i int) error {
+			_, err := clients[i].Timestamps(ctx, m.n)
+			return err
+		})
 		calls := shared.ts.calls.Load() - before
 		if m.own {
 			calls = 0
@@ -83,14 +57,12 @@ func TestOracleThroughput(t *testing.T) {
 				calls += c.ts.calls.Load()
 			}
 		}
-		slices.Sort(lat)
-		p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))] }
 		who := "1 shared"
 		if m.own {
 			who = "1 each"
 		}
 		fmt.Fprintf(&b, "| %d | %d | %s | %.0f | %.0f | %v | %v |\n", m.callers, m.n, who, float64(len(lat)*m.n)/window.Seconds(),
-			float64(calls)/window.Seconds(), p(0.5).Round(time.Microsecond), p(0.99).Round(time.Microsecond))
+			float64(calls)/window.Seconds(), lat.at(0.5).Round(time.Microsecond), lat.at(0.99).Round(time.Microsecond))
 	}
 	t.Log(b.String())
 }

@@ -33,14 +33,7 @@ func TestTLSCost(t *testing.T) {
 	if os.Getenv("CHUBBY_TLS_COST") == "" {
 		t.Skip("a measurement: set CHUBBY_TLS_COST=1")
 	}
-	window := 3 * time.Second
-	if s := os.Getenv("CHUBBY_TLS_COST_SECONDS"); s != "" {
-		d, err := time.ParseDuration(s + "s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		window = d
-	}
+	window := envSeconds(t, "CHUBBY_TLS_COST_SECONDS", 3*time.Second)
 	rounds := 5
 	if s := os.Getenv("CHUBBY_TLS_COST_ROUNDS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -132,19 +125,19 @@ func lockCycles(t *testing.T, connect func(*testing.T) *Client, n int, window ti
 		defer s.Close(context.Background())
 		hs[i] = must[*Handle](t, "open")(s.Open(ctx, fmt.Sprintf("/cost-lock-%d", i), OpenOptions{Create: chubby.CreateMode_OPEN_OR_CREATE}))
 	}
-	return closedLoop(n, window, func(i int) error {
+	return closedLoop(t, n, window, func(i int) error {
 		if _, err := hs[i].Acquire(ctx, chubby.LockMode_EXCLUSIVE, 10*time.Second, LockOptions{}); err != nil {
 			return err
 		}
 		return hs[i].Release(ctx)
-	}, t)
+	}).rateP50(window)
 }
 
 // newSessions runs n workers each connecting a new client, creating a
 // session, closing both, for window.
 func newSessions(t *testing.T, connect func(*testing.T) *Client, n int, window time.Duration) (float64, float64) {
 	ctx := testCtx(t)
-	return closedLoop(n, window, func(int) error {
+	return closedLoop(t, n, window, func(int) error {
 		c := connect(t)
 		defer c.Close()
 		s, err := c.NewSession(ctx)
@@ -152,14 +145,45 @@ func newSessions(t *testing.T, connect func(*testing.T) *Client, n int, window t
 			return err
 		}
 		return s.Close(ctx)
-	}, t)
+	}).rateP50(window)
 }
 
-// closedLoop runs op on n workers for window and returns ops per second
-// and the p50 in milliseconds.
-func closedLoop(n int, window time.Duration, op func(i int) error, t *testing.T) (float64, float64) {
+// envSeconds is the duration the environment variable name gives in
+// seconds, def when it is unset.
+func envSeconds(t *testing.T, name string, def time.Duration) time.Duration {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s + "s")
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want seconds", name, s)
+	}
+	return d
+}
+
+// latencies are the sorted durations of a closed loop's operations.
+type latencies []time.Duration
+
+// at is the q quantile (0..1); 0 when there is none.
+func (l latencies) at(q float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	return l[int(q*float64(len(l)-1))]
+}
+
+// rateP50 is operations per second over window and the p50 in ms.
+func (l latencies) rateP50(window time.Duration) (float64, float64) {
+	return float64(len(l)) / window.Seconds(), float64(l.at(0.5).Microseconds()) / 1000
+}
+
+// closedLoop runs op on n workers for window and returns the sorted
+// durations of the operations.
+func closedLoop(t *testing.T, n int, window time.Duration, op func(i int) error) latencies {
 	var mu sync.Mutex
-	var lat []time.Duration
+	var lat latencies
 	var wg sync.WaitGroup
 	end := time.Now().Add(window)
 	for i := range n {
@@ -179,9 +203,6 @@ func closedLoop(n int, window time.Duration, op func(i int) error, t *testing.T)
 		})
 	}
 	wg.Wait()
-	if len(lat) == 0 {
-		return 0, 0
-	}
 	slices.Sort(lat)
-	return float64(len(lat)) / window.Seconds(), float64(lat[len(lat)/2].Microseconds()) / 1000
+	return lat
 }
