@@ -659,7 +659,12 @@ func TestClientMaxInFlight(t *testing.T) {
 // the median and 99th percentile.
 func BenchmarkEchoRoundTrip(b *testing.B) {
 	addr := startServer(b, newEchoHandler(false), rpc.ServerConfig{})
-	c := newClient(b, rpc.ClientConfig{Addrs: []string{addr}})
+	benchEcho(b, newClient(b, rpc.ClientConfig{Addrs: []string{addr}}))
+}
+
+// benchEcho times one caller's Echo calls through c and reports the
+// median and 99th percentile.
+func benchEcho(b *testing.B, c echo.Client) {
 	ctx := context.Background()
 	if _, err := c.Echo(ctx, "warm up"); err != nil {
 		b.Fatal(err)

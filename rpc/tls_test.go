@@ -184,20 +184,7 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 func BenchmarkEchoRoundTripTLS(b *testing.B) {
 	r := tlstest.NewPKI(b, "cell").Reloader(b, "replica-1", tlstest.Both, nil)
 	addr := startServer(b, newEchoHandler(false), rpc.ServerConfig{TLS: r.ServerConfig(tlsconf.RequireCert, true)})
-	c := newClient(b, rpc.ClientConfig{Addrs: []string{addr}, TLS: r.ClientConfig()})
-	ctx := context.Background()
-	if _, err := c.Echo(ctx, "warm up"); err != nil {
-		b.Fatal(err)
-	}
-	lat := make([]time.Duration, 0, b.N)
-	for b.Loop() {
-		start := time.Now()
-		if _, err := c.Echo(ctx, "ping"); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start))
-	}
-	reportPercentiles(b, lat)
+	benchEcho(b, newClient(b, rpc.ClientConfig{Addrs: []string{addr}, TLS: r.ClientConfig()}))
 }
 
 // The connection limit counts connections open now, not every connection
