@@ -76,10 +76,7 @@ func (a *app) aclGetCommand() *cobra.Command {
 				if err != nil {
 					return refused("acl get", p, err)
 				}
-				st, err := h.GetStat(ctx)
-				if err != nil {
-					return refused("acl get", p, err)
-				}
+				st := h.Stat() // as Open found it: no second call
 				acl := client.ACLOf(st)
 				fmt.Fprintf(a.stdout, "read:           %s\nwrite:          %s\nchange_acl:     %s\nacl_generation: %d\n",
 					aclName(acl.Read), aclName(acl.Write), aclName(acl.ChangeACL), st.GetAclGeneration())
@@ -123,10 +120,7 @@ node's acl_generation. Give a name as "" to grant a right to everybody.`,
 				if err != nil {
 					return refused("acl set", p, err)
 				}
-				st, err := h.GetStat(ctx)
-				if err != nil {
-					return refused("acl set", p, err)
-				}
+				st := h.Stat() // as Open found it: no second call
 				acl := client.ACLOf(st)
 				for _, f := range []struct {
 					flag string
