@@ -1,0 +1,170 @@
+package txn
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// GCStats says what a garbage collection did.
+type GCStats struct {
+	Rows            int   // rows visited
+	RowsDeleted     int   // rows left empty and deleted
+	VersionsRemoved int   // write records and values removed
+	LocksResolved   int   // dead workers' locks below the safe point resolved
+	Floor           int64 // the table's floor afterwards
+}
+
+// GC removes the versions no snapshot at or above safePoint can see: in
+// each column, every write record at or below it but the latest (and that
+// one too if it is a delete or a rollback), and the values they point to.
+// Transactions that start below the floor then fail with
+// ErrSnapshotTooOld. safePoint must not be above a timestamp the oracle
+// already handed out; choose one older than any transaction still
+// running (e.g. a timestamp taken a few minutes ago).
+//
+// The order makes it safe with transactions running:
+//  1. The floor is raised first, so a read that sees a removal sees the
+//     floor too (readers read the floor after the row).
+//  2. Every lock below the safe point is resolved before anything is
+//     removed, because resolving a secondary needs its primary's commit
+//     record, which step 3 may remove. A live worker's lock there is
+//     waited for (Config.LockWait); if it stays, GC stops with ErrLocked
+//     having removed nothing.
+//  3. Rows are collected one compare-and-swap each. A lock written after
+//     step 2 belongs to a transaction whose commit timestamp will be above
+//     the oracle's time at step 1, so no record it needs is removed.
+func (db *DB) GC(ctx context.Context, safePoint int64) (GCStats, error) {
+	var st GCStats
+	now, err := db.oracle.Timestamps(ctx, 1)
+	if err != nil {
+		return st, fmt.Errorf("txn: gc: %w", err)
+	}
+	if safePoint < 1 || safePoint > now {
+		return st, fmt.Errorf("%w: gc safe point %d not in [1, %d] (handed out so far)", ErrInvalid, safePoint, now)
+	}
+	err = db.update(ctx, metaKey, func(r *Row) (bool, error) {
+		if r.Floor >= safePoint {
+			return false, nil
+		}
+		r.Floor = safePoint
+		return true, nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("txn: gc: raise floor: %w", err)
+	}
+	if st.Floor, err = db.floor(ctx); err != nil {
+		return st, err
+	}
+	keys, err := db.store.Keys(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, k := range keys {
+		n, err := db.resolveBelow(ctx, k, safePoint)
+		st.LocksResolved += n
+		if err != nil {
+			return st, fmt.Errorf("txn: gc: %w", err)
+		}
+	}
+	for _, k := range keys {
+		st.Rows++
+		removed, deleted := 0, false
+		err := db.update(ctx, k, func(r *Row) (bool, error) {
+			removed = collect(r, safePoint)
+			deleted = r.isEmpty()
+			return removed > 0, nil
+		})
+		if err != nil {
+			return st, fmt.Errorf("txn: gc: %w", err)
+		}
+		st.VersionsRemoved += removed
+		if deleted && removed > 0 {
+			st.RowsDeleted++
+		}
+	}
+	return st, nil
+}
+
+// resolveBelow resolves every lock of row older than ts, waiting for live
+// ones up to Config.LockWait.
+func (db *DB) resolveBelow(ctx context.Context, row string, ts int64) (int, error) {
+	deadline := time.Now().Add(db.cfg.LockWait)
+	resolved := 0
+	for i := 0; ; i++ {
+		r, _, err := db.store.Read(ctx, row)
+		if err != nil {
+			return resolved, err
+		}
+		var old *Lock
+		for _, c := range r.Cols {
+			if c.Lock != nil && c.Lock.Start < ts {
+				old = c.Lock
+				break
+			}
+		}
+		if old == nil {
+			return resolved, nil
+		}
+		ok, err := db.resolve(ctx, row, *old)
+		if err != nil {
+			return resolved, err
+		}
+		if ok {
+			resolved++
+			continue
+		}
+		if time.Now().After(deadline) {
+			return resolved, fmt.Errorf("%w: row %q: transaction %d of live worker %s is older than the safe point %d",
+				ErrLocked, row, old.Start, old.Worker, ts)
+		}
+		if err := sleep(ctx, backoff(i)); err != nil {
+			return resolved, err
+		}
+	}
+}
+
+// collect removes from r what no snapshot at or above sp can see and
+// returns how many versions (write records and values) it removed.
+func collect(r *Row, sp int64) int {
+	removed := 0
+	for name, c := range r.Cols {
+		keep := c.Writes[:0:0]
+		latest := -1 // index of the latest commit or delete at or below sp
+		for i, w := range c.Writes {
+			if w.Commit <= sp && w.Kind != KindRollback {
+				latest = i
+			}
+		}
+		for i, w := range c.Writes {
+			if w.Commit > sp || i == latest && w.Kind == KindPut {
+				keep = append(keep, w)
+			}
+		}
+		removed += len(c.Writes) - len(keep)
+		c.Writes = keep
+		data := c.Data[:0:0]
+		for _, d := range c.Data {
+			if c.Lock != nil && c.Lock.Start == d.Start || c.referenced(d.Start) {
+				data = append(data, d)
+			}
+		}
+		removed += len(c.Data) - len(data)
+		c.Data = data
+		if c.empty() {
+			delete(r.Cols, name)
+		}
+	}
+	return removed
+}
+
+// referenced reports whether a committed put points at the value written
+// at start.
+func (c *Column) referenced(start int64) bool {
+	for _, w := range c.Writes {
+		if w.Start == start && w.Kind == KindPut {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,418 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// cell names one column of one row.
+type cell struct{ row, col string }
+
+func (c cell) String() string { return c.row + ":" + c.col }
+
+func compareCells(a, b cell) int {
+	if c := strings.Compare(a.row, b.row); c != 0 {
+		return c
+	}
+	return strings.Compare(a.col, b.col)
+}
+
+// mutation is a buffered write: a put of value, or a delete.
+type mutation struct {
+	kind  Kind
+	value []byte
+}
+
+// Txn is one snapshot-isolation transaction. Reads see the snapshot at its
+// start; writes are buffered until Commit. Not safe for concurrent use.
+type Txn struct {
+	db     *DB
+	start  int64
+	writes map[cell]mutation
+	done   bool
+}
+
+// Start returns the transaction's start timestamp (its snapshot).
+func (t *Txn) Start() int64 { return t.start }
+
+// Get returns the value of column col of row as of the transaction's
+// snapshot (or its own buffered write); ok is false if there is none. A
+// lock of an older transaction is resolved if its worker is dead and
+// waited for (Config.LockWait) if not.
+func (t *Txn) Get(ctx context.Context, row, col string) (value []byte, ok bool, err error) {
+	if err := t.usable(row, col); err != nil {
+		return nil, false, err
+	}
+	if m, mine := t.writes[cell{row, col}]; mine {
+		return m.value, m.kind == KindPut, nil
+	}
+	return t.db.snapshotGet(ctx, t.start, row, col)
+}
+
+// Set buffers a write of value to column col of row.
+func (t *Txn) Set(row, col string, value []byte) error {
+	if err := t.usable(row, col); err != nil {
+		return err
+	}
+	if len(value) > MaxValueBytes {
+		return fmt.Errorf("%w: value of %d bytes, more than %d", ErrInvalid, len(value), MaxValueBytes)
+	}
+	return t.buffer(cell{row, col}, mutation{kind: KindPut, value: slices.Clone(value)})
+}
+
+// Delete buffers a delete of column col of row.
+func (t *Txn) Delete(row, col string) error {
+	if err := t.usable(row, col); err != nil {
+		return err
+	}
+	return t.buffer(cell{row, col}, mutation{kind: KindDelete})
+}
+
+func (t *Txn) buffer(c cell, m mutation) error {
+	if _, ok := t.writes[c]; !ok && len(t.writes) >= MaxWrites {
+		return fmt.Errorf("%w: more than %d cells written", ErrInvalid, MaxWrites)
+	}
+	t.writes[c] = m
+	return nil
+}
+
+func (t *Txn) usable(row, col string) error {
+	switch {
+	case t.done:
+		return fmt.Errorf("%w: transaction %d already committed or rolled back", ErrInvalid, t.start)
+	case row == "" || len(row) > MaxKeyBytes:
+		return fmt.Errorf("%w: row key of %d bytes (1..%d)", ErrInvalid, len(row), MaxKeyBytes)
+	case col == "" || len(col) > MaxColumnBytes:
+		return fmt.Errorf("%w: column name of %d bytes (1..%d)", ErrInvalid, len(col), MaxColumnBytes)
+	}
+	return nil
+}
+
+// Rollback ends a transaction that has not committed; its buffered writes
+// are dropped (nothing was written before Commit).
+func (t *Txn) Rollback(ctx context.Context) error {
+	t.done = true
+	t.writes = nil
+	return nil
+}
+
+// snapshotGet reads col of row at ts.
+func (db *DB) snapshotGet(ctx context.Context, ts int64, row, col string) ([]byte, bool, error) {
+	deadline := time.Now().Add(db.cfg.LockWait)
+	for i := 0; ; i++ {
+		r, _, err := db.store.Read(ctx, row)
+		if err != nil {
+			return nil, false, err
+		}
+		c := r.Cols[col]
+		if c != nil && c.Lock != nil && c.Lock.Start < ts {
+			resolved, err := db.resolve(ctx, row, *c.Lock)
+			if err != nil {
+				return nil, false, err
+			}
+			if !resolved {
+				if i == 0 {
+					db.st.waits.Add(1)
+				}
+				if time.Now().After(deadline) {
+					return nil, false, fmt.Errorf("%w: %s:%s by transaction %d of worker %s", ErrLocked, row, col, c.Lock.Start, c.Lock.Worker)
+				}
+				if err := sleep(ctx, backoff(i)); err != nil {
+					return nil, false, err
+				}
+			}
+			continue
+		}
+		// The floor is read after the row: garbage collection raises it
+		// before it removes anything, so a row read that saw a removal is
+		// followed by a floor read that sees the raise.
+		f, err := db.floor(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		if ts < f {
+			return nil, false, fmt.Errorf("%w: start %d, floor %d", ErrSnapshotTooOld, ts, f)
+		}
+		if c == nil {
+			return nil, false, nil
+		}
+		w, ok := c.visible(ts)
+		if !ok || w.Kind == KindDelete {
+			return nil, false, nil
+		}
+		v, ok := c.data(w.Start)
+		if !ok {
+			return nil, false, fmt.Errorf("%w: row %q column %q: commit %d has no data", ErrCorrupt, row, col, w.Commit)
+		}
+		return slices.Clone(v), true, nil
+	}
+}
+
+// Commit runs Percolator's two phases: prewrite (a lock and the data on
+// every written cell, the primary first), a commit timestamp, the commit of
+// the primary (the commit point: its write record replaces its lock in one
+// row write), then the secondaries. It returns the commit timestamp (the
+// start timestamp for a transaction that wrote nothing). Any error but
+// ErrCommitUnknown means nothing was committed; the locks already
+// written are then removed.
+func (t *Txn) Commit(ctx context.Context) (int64, error) {
+	if t.done {
+		return 0, fmt.Errorf("%w: transaction %d already committed or rolled back", ErrInvalid, t.start)
+	}
+	t.done = true
+	if len(t.writes) == 0 {
+		return t.start, nil
+	}
+	db := t.db
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	if db.closed {
+		return 0, fmt.Errorf("%w: the DB is closed", ErrInvalid)
+	}
+	commit, err := t.commit(ctx)
+	switch {
+	case err == nil:
+		db.st.commits.Add(1)
+	case errors.Is(err, ErrConflict):
+		db.st.conflicts.Add(1)
+	default:
+		db.st.aborts.Add(1)
+	}
+	return commit, err
+}
+
+func (t *Txn) commit(ctx context.Context) (int64, error) {
+	db := t.db
+	cells := slices.SortedFunc(func(yield func(cell) bool) {
+		for c := range t.writes {
+			if !yield(c) {
+				return
+			}
+		}
+	}, compareCells)
+	primary := cells[0]
+	rows := groupByRow(cells)
+	if f, err := db.floor(ctx); err != nil {
+		return 0, err
+	} else if t.start < f {
+		return 0, fmt.Errorf("%w: start %d, floor %d", ErrSnapshotTooOld, t.start, f)
+	}
+	if err := t.prewriteRow(ctx, primary, rows[0]); err != nil {
+		t.cleanup(ctx, rows[:1])
+		return 0, err
+	}
+	if err := forEach(rows[1:], func(cs []cell) error { return t.prewriteRow(ctx, primary, cs) }); err != nil {
+		t.cleanup(ctx, rows)
+		return 0, err
+	}
+	db.hook(pointPrewritten, t.start, 0)
+	commit, err := db.oracle.Timestamps(ctx, 1)
+	if err != nil {
+		t.cleanup(ctx, rows)
+		return 0, fmt.Errorf("txn: commit timestamp: %w", err)
+	}
+	if err := t.commitPrimary(ctx, primary, commit); err != nil {
+		if errors.Is(err, ErrAborted) {
+			t.cleanup(ctx, rows)
+		}
+		return 0, err
+	}
+	db.hook(pointPrimaryCommited, t.start, commit)
+	// Committed. A secondary left locked by a failure here is rolled
+	// forward by whoever meets it, so errors are only logged.
+	forEach(rows[1:], func(cs []cell) error {
+		err := db.finish(ctx, cs[0].row, t.start, commit)
+		if err != nil {
+			db.cfg.Logger.Warn("txn: secondary not committed; a reader will roll it forward",
+				"row", cs[0].row, "start", t.start, "commit", commit, "err", err)
+		}
+		return nil
+	})
+	return commit, nil
+}
+
+// groupByRow splits sorted cells into runs of one row each.
+func groupByRow(cells []cell) [][]cell {
+	var out [][]cell
+	for i, c := range cells {
+		if i == 0 || c.row != cells[i-1].row {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], c)
+	}
+	return out
+}
+
+// forEach runs f on every element concurrently and returns the first error.
+func forEach[T any](xs []T, f func(T) error) error {
+	if len(xs) == 1 {
+		return f(xs[0])
+	}
+	errs := make([]error, len(xs))
+	var wg sync.WaitGroup
+	for i, x := range xs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(x)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// prewriteRow locks and writes the cells cs of one row in one row write.
+// A lock of a dead worker is resolved first; a live one, or a commit
+// after our start, is a conflict.
+func (t *Txn) prewriteRow(ctx context.Context, primary cell, cs []cell) error {
+	db, row := t.db, cs[0].row
+	for attempt := 0; ; attempt++ {
+		var blocker *Lock
+		err := db.update(ctx, row, func(r *Row) (bool, error) {
+			blocker = nil
+			for _, c := range cs {
+				col := r.Cols[c.col]
+				if col == nil {
+					continue
+				}
+				if l := col.Lock; l != nil && l.Start != t.start {
+					blocker = l
+					return false, nil
+				}
+				if w, bad := col.conflict(t.start); bad {
+					if w.Start == t.start {
+						return false, fmt.Errorf("%w: %s was rolled back", ErrAborted, c)
+					}
+					return false, fmt.Errorf("%w: %s committed at %d after our start %d", ErrConflict, c, w.Commit, t.start)
+				}
+			}
+			for _, c := range cs {
+				m := t.writes[c]
+				col := r.col(c.col)
+				col.Lock = &Lock{Start: t.start, PrimaryRow: primary.row, PrimaryCol: primary.col, Worker: db.worker, Kind: m.kind}
+				if m.kind == KindPut {
+					col.putData(t.start, m.value)
+				}
+			}
+			return true, nil
+		})
+		if err != nil || blocker == nil {
+			return err
+		}
+		resolved, err := db.resolve(ctx, row, *blocker)
+		if err != nil {
+			return err
+		}
+		if !resolved || attempt >= 3 {
+			return fmt.Errorf("%w: %s locked by transaction %d of worker %s", ErrConflict, row, blocker.Start, blocker.Worker)
+		}
+	}
+}
+
+// commitPrimary is the commit point: the primary row's locks of this
+// transaction become write records at commit, in one row write. If the
+// lock is gone, a resolver rolled us back: ErrAborted. If the outcome of
+// the write cannot be learned, ErrCommitUnknown.
+func (t *Txn) commitPrimary(ctx context.Context, primary cell, commit int64) error {
+	db := t.db
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		committed := false
+		err := db.update(ctx, primary.row, func(r *Row) (bool, error) {
+			c := r.Cols[primary.col]
+			if c != nil && c.Lock != nil && c.Lock.Start == t.start {
+				commitLocks(r, t.start, commit)
+				return true, nil
+			}
+			if c != nil {
+				if w, ok := c.writeOf(t.start); ok && w.Kind != KindRollback {
+					committed = true // an earlier attempt did it
+					return false, nil
+				}
+			}
+			return false, fmt.Errorf("%w: transaction %d's primary lock on %s is gone", ErrAborted, t.start, primary)
+		})
+		if err == nil || committed || errors.Is(err, ErrAborted) {
+			return err
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+		if err := sleep(ctx, backoff(attempt+3)); err != nil {
+			break
+		}
+	}
+	return fmt.Errorf("%w: transaction %d: %w", ErrCommitUnknown, t.start, lastErr)
+}
+
+// commitLocks turns every lock of the transaction that started at start in
+// r into a write record at commit; it reports whether there was one.
+func commitLocks(r *Row, start, commit int64) bool {
+	any := false
+	for _, c := range r.Cols {
+		if l := c.Lock; l != nil && l.Start == start {
+			c.addWrite(Write{Commit: commit, Start: start, Kind: l.Kind})
+			c.Lock = nil
+			any = true
+		}
+	}
+	return any
+}
+
+// rollbackLocks removes every lock of the transaction that started at
+// start from r, with its data. primaryCol is "" unless r is the
+// transaction's primary row: there the primary column gets a rollback
+// record, so that the transaction's own late commit finds it and stops.
+// It reports whether there was a lock.
+func rollbackLocks(r *Row, start int64, primaryCol string) bool {
+	any := false
+	for name, c := range r.Cols {
+		if l := c.Lock; l != nil && l.Start == start {
+			c.Lock = nil
+			c.dropData(start)
+			if name == primaryCol {
+				c.addWrite(Write{Commit: start, Start: start, Kind: KindRollback})
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+// finish commits the locks of the transaction that started at start on
+// row (a secondary) at commit.
+func (db *DB) finish(ctx context.Context, row string, start, commit int64) error {
+	return db.update(ctx, row, func(r *Row) (bool, error) { return commitLocks(r, start, commit), nil })
+}
+
+// cleanup rolls back what a failed commit wrote: the primary's row first,
+// so that the transaction is decided, then the others. Failures are
+// logged: the locks then stay until a reader resolves them after this
+// worker is gone.
+func (t *Txn) cleanup(ctx context.Context, rows [][]cell) {
+	db := t.db
+	ctx = context.WithoutCancel(ctx)
+	primary := rows[0][0]
+	undo := func(cs []cell) error {
+		pc := ""
+		if cs[0].row == primary.row {
+			pc = primary.col
+		}
+		err := db.update(ctx, cs[0].row, func(r *Row) (bool, error) {
+			return rollbackLocks(r, t.start, pc), nil
+		})
+		if err != nil {
+			db.cfg.Logger.Warn("txn: rollback left locks behind", "row", cs[0].row, "start", t.start, "err", err)
+		}
+		return err
+	}
+	if undo(rows[0]) == nil {
+		forEach(rows[1:], undo)
+	}
+}
