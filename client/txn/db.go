@@ -26,6 +26,7 @@ const (
 	metaKey        = ""       // the table's meta row (garbage-collection floor)
 	maxTimestamp   = 1 << 62  // the oracle's bound
 	maxObserved    = 1024     // columns one DB observes
+	maxPending     = 1024     // failed cleanups a DB keeps retrying
 	minBackoff     = time.Millisecond
 	maxBackoff     = 50 * time.Millisecond
 )
@@ -140,6 +141,9 @@ type DB struct {
 	// worker's token is gone this DB must never write a lock or a commit.
 	mu     sync.RWMutex
 	closed bool
+
+	pmu     sync.Mutex
+	pending []pending // cleanups to retry (resolve.go)
 }
 
 // New returns a DB on any store: transactions take timestamps from oracle
@@ -217,6 +221,7 @@ func (db *DB) Stats() Stats {
 // Begin starts a transaction: its snapshot is everything committed before
 // the oracle handed out its start timestamp.
 func (db *DB) Begin(ctx context.Context) (*Txn, error) {
+	db.settlePending(ctx)
 	ts, err := db.oracle.Timestamps(ctx, 1)
 	if err != nil {
 		return nil, fmt.Errorf("txn: begin: %w", err)

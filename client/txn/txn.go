@@ -217,8 +217,16 @@ func (t *Txn) commit(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("txn: commit timestamp: %w", err)
 	}
 	if err := t.commitPrimary(ctx, primary, commit); err != nil {
-		if errors.Is(err, ErrAborted) {
-			t.cleanup(ctx, rows)
+		// Rolled back by a resolver, or unknown: either way this worker
+		// now decides (a lock still there is rolled back), and then the
+		// primary may tell the outcome after all.
+		t.cleanup(ctx, rows)
+		if errors.Is(err, ErrCommitUnknown) {
+			if c, known, committed := db.outcome(ctx, primary, t.start); known && committed {
+				return c, nil
+			} else if known {
+				return 0, fmt.Errorf("%w: transaction %d was rolled back after a failed commit: %w", ErrAborted, t.start, err)
+			}
 		}
 		return 0, err
 	}
@@ -234,6 +242,27 @@ func (t *Txn) commit(ctx context.Context) (int64, error) {
 		return nil
 	})
 	return commit, nil
+}
+
+// outcome reads the fate of the transaction that started at start from
+// its primary: known is false while the primary is still locked by it or
+// cannot be read.
+func (db *DB) outcome(ctx context.Context, primary cell, start int64) (commit int64, known, committed bool) {
+	r, _, err := db.store.Read(context.WithoutCancel(ctx), primary.row)
+	if err != nil {
+		return 0, false, false
+	}
+	c := r.Cols[primary.col]
+	if c == nil {
+		return 0, true, false
+	}
+	if c.Lock != nil && c.Lock.Start == start {
+		return 0, false, false
+	}
+	if w, ok := c.writeOf(start); ok && w.Kind != KindRollback {
+		return w.Commit, true, true
+	}
+	return 0, true, false
 }
 
 // groupByRow splits sorted cells into runs of one row each.
@@ -391,28 +420,11 @@ func (db *DB) finish(ctx context.Context, row string, start, commit int64) error
 	return db.update(ctx, row, func(r *Row) (bool, error) { return commitLocks(r, start, commit), nil })
 }
 
-// cleanup rolls back what a failed commit wrote: the primary's row first,
-// so that the transaction is decided, then the others. Failures are
-// logged: the locks then stay until a reader resolves them after this
-// worker is gone.
+// cleanup settles the locks rows may hold after a commit that failed.
 func (t *Txn) cleanup(ctx context.Context, rows [][]cell) {
-	db := t.db
-	ctx = context.WithoutCancel(ctx)
-	primary := rows[0][0]
-	undo := func(cs []cell) error {
-		pc := ""
-		if cs[0].row == primary.row {
-			pc = primary.col
-		}
-		err := db.update(ctx, cs[0].row, func(r *Row) (bool, error) {
-			return rollbackLocks(r, t.start, pc), nil
-		})
-		if err != nil {
-			db.cfg.Logger.Warn("txn: rollback left locks behind", "row", cs[0].row, "start", t.start, "err", err)
-		}
-		return err
+	keys := make([]string, len(rows))
+	for i, cs := range rows {
+		keys[i] = cs[0].row
 	}
-	if undo(rows[0]) == nil {
-		forEach(rows[1:], undo)
-	}
+	t.db.cleanup(ctx, pending{start: t.start, rows: keys})
 }
