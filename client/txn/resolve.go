@@ -17,9 +17,11 @@ import (
 //     timestamp.
 //   - otherwise (a rollback record, or nothing): roll row back.
 //
-// Deciding from a dead worker's primary is safe because the worker can
-// never write again (see Liveness), so the primary cannot change under
-// the decision except by another resolver making the same one.
+// Safety does not rest on liveness being right: the decision is made in
+// the primary's own row write (see settle), so a worker wrongly thought
+// dead only loses its transaction (its commit finds the rollback record).
+// Liveness decides when a lock may be overruled, so that a live worker is
+// not aborted by every reader it meets.
 func (db *DB) resolve(ctx context.Context, row string, l Lock) (bool, error) {
 	alive, err := db.live.Alive(ctx, l.Worker)
 	if err != nil || alive {
@@ -34,44 +36,36 @@ func (db *DB) resolve(ctx context.Context, row string, l Lock) (bool, error) {
 // this DB cleaning up after itself). counted says whether to count the
 // resolution in Stats.
 func (db *DB) settle(ctx context.Context, row string, l Lock, counted bool) error {
-	p, _, err := db.store.Read(ctx, l.PrimaryRow)
-	if err != nil {
-		return fmt.Errorf("txn: resolve %d: %w", l.Start, err)
-	}
-	pc := p.Cols[l.PrimaryCol]
+	// The decision is taken inside the primary's compare-and-swap, on the
+	// row as it is when written, so that it cannot be overtaken: had the
+	// worker committed meanwhile (it was not dead after all, say its token
+	// was deleted by hand), its commit record is seen and followed.
 	var (
-		commit     int64
-		forward    bool
-		rolledBack bool // the primary's row
-		did        bool // this call, not a racing resolver, changed a row
+		commit  int64
+		forward bool
+		did     bool // this call, not a racing resolver, changed a row
 	)
-	switch {
-	case pc != nil && pc.Lock != nil && pc.Lock.Start == l.Start:
-		err = db.update(ctx, l.PrimaryRow, func(r *Row) (bool, error) {
-			did = rollbackLocks(r, l.Start, l.PrimaryCol)
-			return did, nil
-		})
-		if err != nil {
-			return fmt.Errorf("txn: roll back %d: %w", l.Start, err)
-		}
-		rolledBack = true
-	case pc != nil:
-		if w, ok := pc.writeOf(l.Start); ok && w.Kind != KindRollback {
-			commit, forward = w.Commit, true
-		}
-	}
-	if forward || !(rolledBack && row == l.PrimaryRow) {
-		pcol := ""
-		if row == l.PrimaryRow {
-			pcol = l.PrimaryCol
-		}
-		err = db.update(ctx, row, func(r *Row) (bool, error) {
-			if forward {
-				did = commitLocks(r, l.Start, commit)
-			} else {
-				did = rollbackLocks(r, l.Start, pcol) || did
+	err := db.update(ctx, l.PrimaryRow, func(r *Row) (bool, error) {
+		commit, forward, did = 0, false, false
+		if c := r.Cols[l.PrimaryCol]; c != nil && (c.Lock == nil || c.Lock.Start != l.Start) {
+			if w, ok := c.writeOf(l.Start); ok && w.Kind != KindRollback {
+				commit, forward = w.Commit, true
+				return false, nil
 			}
-			return did, nil
+		}
+		did = rollbackLocks(r, l.Start, l.PrimaryCol) // all of l's locks on the primary's row
+		return did, nil
+	})
+	if err == nil && (forward || row != l.PrimaryRow) {
+		err = db.update(ctx, row, func(r *Row) (bool, error) {
+			var changed bool
+			if forward {
+				changed = commitLocks(r, l.Start, commit)
+			} else {
+				changed = rollbackLocks(r, l.Start, "")
+			}
+			did = did || changed
+			return changed, nil
 		})
 	}
 	if err != nil {
@@ -84,7 +78,7 @@ func (db *DB) settle(ctx context.Context, row string, l Lock, counted bool) erro
 	case did:
 		db.st.back.Add(1)
 	}
-	db.cfg.Logger.Debug("txn: resolved a dead worker's lock", "row", row, "start", l.Start,
+	db.cfg.Logger.Debug("txn: resolved a lock", "row", row, "start", l.Start,
 		"worker", l.Worker, "forward", forward, "commit", commit)
 	return nil
 }

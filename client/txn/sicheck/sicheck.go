@@ -25,8 +25,10 @@
 // # The checks
 //
 // Of the history itself: starts are positive and unique
-// ([DuplicateStart]); a committed transaction commits after it starts, at
-// a timestamp no other committed transaction has ([BadCommit]); every
+// ([DuplicateStart]); a committed transaction that wrote commits after it
+// starts, at a timestamp no other committed transaction has ([BadCommit];
+// a read-only transaction's Commit is ignored: Percolator commits it at
+// its start, with nothing to order); every
 // outcome is known ([Unresolved]: the test lost track of a transaction,
 // which it must resolve before the history can be trusted).
 //
@@ -114,8 +116,8 @@ type Txn struct {
 	// transactions sharing a start only the first is checked further; a
 	// transaction with Start <= 0 is not checked further.
 	Start int64
-	// Commit is the commit timestamp: > Start when Outcome == Committed;
-	// ignored otherwise.
+	// Commit is the commit timestamp: > Start when Outcome == Committed
+	// and the transaction wrote; ignored otherwise.
 	Commit  int64
 	Outcome Outcome
 	// Reads are the transaction's reads, in the order it made them.
@@ -139,8 +141,8 @@ const (
 	// DuplicateStart: two transactions with one start timestamp, or a
 	// Start <= 0.
 	DuplicateStart Kind = "duplicate-start"
-	// BadCommit: a committed transaction with Commit <= Start, or two
-	// committed transactions with one commit timestamp.
+	// BadCommit: a committed transaction that wrote with Commit <= Start,
+	// or two such transactions with one commit timestamp.
 	BadCommit Kind = "bad-commit"
 	// Unresolved: a transaction whose Outcome is Unknown (or not a valid
 	// Outcome).

@@ -61,6 +61,7 @@ func cleanHistory() []Txn {
 		wr(44, 45, reads(rd("x", 40), rd("x", 44)), "x"), // reads its own write
 		wr(46, 47, reads(rd("z", 0)), "z"),               // re-opens z
 		ab(48, reads(rd("z", 46), rd("y", 41))),          // an aborted reader read a proper snapshot
+		wr(49, 49, reads(rd("x", 44))),                   // read-only, committed at its start as Percolator does
 	}
 }
 
