@@ -259,6 +259,8 @@ func (h *bankHistory) add(r bankRec) {
 // bankRun is one run of worker processes against a cell.
 type bankRun struct {
 	t        *testing.T
+	db       *DB // the test's own worker: settles what killed workers leave
+	settling sync.WaitGroup
 	cfg      bankConfig
 	hist     *bankHistory
 	rng      *rand.Rand
@@ -311,6 +313,7 @@ func (b *bankRun) start(ctx context.Context) <-chan struct{} {
 	}
 	go func() {
 		defer close(done)
+		var open int64 // start of an intent without its result
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
@@ -320,13 +323,57 @@ func (b *bankRun) start(ctx context.Context) <-chan struct{} {
 				continue
 			}
 			b.hist.add(r)
+			switch r.Kind {
+			case "intent":
+				open = r.Start
+			case "done", "pause":
+				open = 0
+			}
 			if r.Kind == "pause" {
 				cmd.Process.Kill() // SIGKILL
 			}
 		}
 		cmd.Wait()
+		if open != 0 {
+			// Killed with a commit in flight: learn its outcome now,
+			// before garbage collection may remove the record.
+			b.settling.Go(func() { b.settleUnknown(ctx, open) })
+		}
 	}()
 	return done
+}
+
+// settleUnknown learns the outcome of the killed transaction that
+// started at start: a read of its primary resolves the lock once the dead
+// worker's session has expired, and the primary then tells.
+func (b *bankRun) settleUnknown(ctx context.Context, start int64) {
+	b.hist.mu.Lock()
+	r := b.hist.recs[start]
+	b.hist.mu.Unlock()
+	primary := bankPrimary(r)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if tx, err := b.db.Begin(ctx); err == nil {
+			tx.Get(ctx, primary.row, primary.col)
+		}
+		if c, known, committed := b.db.outcome(ctx, primary, start); known {
+			b.hist.mu.Lock()
+			r.Outcome, r.Commit = "aborted", 0
+			if committed {
+				r.Outcome, r.Commit = "committed", c
+			}
+			b.hist.mu.Unlock()
+			return
+		}
+	}
+}
+
+// bankPrimary is a transfer's primary: its first written cell.
+func bankPrimary(r *bankRec) cell {
+	p := cell{r.Writes[0].Key, bankCol}
+	if r.Writes[1].Key < p.row {
+		p.row = r.Writes[1].Key
+	}
+	return p
 }
 
 func TestBank(t *testing.T) {
@@ -361,11 +408,14 @@ func TestBank(t *testing.T) {
 	for i := range accounts {
 		hist.recs[init.Start()].Writes = append(hist.recs[init.Start()].Writes, bankRead{Key: account(i), Writer: init.Start(), Bal: bankInitial})
 	}
-	run := &bankRun{t: t, hist: hist, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)), maxProcs: procs,
+	run := &bankRun{t: t, db: db, hist: hist, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)), maxProcs: procs,
 		cfg: bankConfig{Addrs: rc.Addrs(), Accounts: accounts, Txns: txns}}
 
 	// Workers: concurrent at a time, each replaced when it ends, procs in
 	// all; the master is stopped after a third and two thirds of them.
+	gcCtx, stopGC := context.WithCancel(ctx)
+	gcDone := make(chan struct{})
+	go func() { defer close(gcDone); db.GCLoop(gcCtx, 300*time.Millisecond, 5*time.Second) }()
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, concurrent)
 	stopped := []int{}
@@ -381,6 +431,14 @@ func TestBank(t *testing.T) {
 		wg.Go(func() { <-done; <-slots })
 	}
 	wg.Wait()
+	run.settling.Wait()
+	stopGC()
+	<-gcDone
+	if f, err := db.floor(ctx); err != nil || f == 0 {
+		t.Errorf("garbage collection never ran during the test (floor %d, %v)", f, err)
+	} else {
+		t.Logf("garbage collected below %d while the workers ran", f)
+	}
 	checkBank(t, ctx, db, hist, accounts)
 }
 
@@ -424,11 +482,7 @@ func checkBank(t *testing.T, ctx context.Context, db *DB, h *bankHistory, accoun
 			continue
 		}
 		unknown++
-		primary := cell{r.Writes[0].Key, bankCol}
-		if r.Writes[1].Key < primary.row {
-			primary.row = r.Writes[1].Key
-		}
-		c, known, committed := db.outcome(ctx, primary, r.Start)
+		c, known, committed := db.outcome(ctx, bankPrimary(r), r.Start)
 		switch {
 		case !known:
 			t.Errorf("transaction %d: outcome still unknown", r.Start)

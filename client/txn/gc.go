@@ -168,3 +168,65 @@ func (c *Column) referenced(start int64) bool {
 	}
 	return false
 }
+
+// GCLoop collects garbage every interval, with a safe point about keep
+// old: oracle timestamps are counters, not clock readings, so the loop
+// samples one per interval and uses the newest sample taken at least keep
+// ago (by this process's clock). A transaction running longer than keep
+// may then fail with ErrSnapshotTooOld; nothing else changes for it.
+// Errors are logged and the loop goes on; it returns when ctx ends.
+func (db *DB) GCLoop(ctx context.Context, interval, keep time.Duration) {
+	if interval <= 0 || keep <= 0 {
+		db.cfg.Logger.Error("txn: GCLoop needs a positive interval and keep", "interval", interval, "keep", keep)
+		return
+	}
+	var samples []gcSample // oldest first, bounded by keep/interval + 2
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ts, err := db.oracle.Timestamps(ctx, 1)
+		if err != nil {
+			db.cfg.Logger.Warn("txn: gc: no timestamp", "err", err)
+			continue
+		}
+		now := time.Now()
+		samples = append(samples, gcSample{at: now, ts: ts})
+		sp, rest := pickSafePoint(samples, now.Add(-keep))
+		samples = rest
+		if sp == 0 {
+			continue
+		}
+		st, err := db.GC(ctx, sp)
+		if err != nil {
+			db.cfg.Logger.Warn("txn: gc failed; will try again", "safe_point", sp, "err", err)
+			continue
+		}
+		db.cfg.Logger.Debug("txn: gc", "safe_point", sp, "rows", st.Rows, "removed", st.VersionsRemoved,
+			"rows_deleted", st.RowsDeleted, "locks_resolved", st.LocksResolved)
+	}
+}
+
+type gcSample struct {
+	at time.Time
+	ts int64
+}
+
+// pickSafePoint returns the newest sample taken at or before cutoff (0 if
+// none) and the samples still worth keeping: that one and the newer ones.
+func pickSafePoint(samples []gcSample, cutoff time.Time) (int64, []gcSample) {
+	i := -1
+	for j, s := range samples {
+		if !s.at.After(cutoff) {
+			i = j
+		}
+	}
+	if i < 0 {
+		return 0, samples
+	}
+	return samples[i].ts, samples[i:]
+}

@@ -245,22 +245,25 @@ func (t *Txn) commit(ctx context.Context) (int64, error) {
 }
 
 // outcome reads the fate of the transaction that started at start from
-// its primary: known is false while the primary is still locked by it or
-// cannot be read.
+// its primary: known is false while the primary is still locked by it,
+// cannot be read, or may have lost the record to garbage collection.
 func (db *DB) outcome(ctx context.Context, primary cell, start int64) (commit int64, known, committed bool) {
 	r, _, err := db.store.Read(context.WithoutCancel(ctx), primary.row)
 	if err != nil {
 		return 0, false, false
 	}
-	c := r.Cols[primary.col]
-	if c == nil {
-		return 0, true, false
+	if c := r.Cols[primary.col]; c != nil {
+		if c.Lock != nil && c.Lock.Start == start {
+			return 0, false, false
+		}
+		if w, ok := c.writeOf(start); ok && w.Kind != KindRollback {
+			return w.Commit, true, true
+		}
 	}
-	if c.Lock != nil && c.Lock.Start == start {
+	// No record: rolled back, unless garbage collection removed the
+	// record of a commit that newer ones superseded.
+	if f, err := db.floor(ctx); err != nil || start < f {
 		return 0, false, false
-	}
-	if w, ok := c.writeOf(start); ok && w.Kind != KindRollback {
-		return w.Commit, true, true
 	}
 	return 0, true, false
 }

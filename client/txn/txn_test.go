@@ -403,3 +403,49 @@ func FuzzEscapeKey(f *testing.F) {
 		}
 	})
 }
+
+func TestPickSafePoint(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := []gcSample{{t0, 10}, {t0.Add(time.Second), 20}, {t0.Add(2 * time.Second), 30}}
+	for _, c := range []struct {
+		cutoff time.Time
+		sp     int64
+		left   int
+	}{
+		{t0.Add(-time.Second), 0, 3},
+		{t0, 10, 3},
+		{t0.Add(1500 * time.Millisecond), 20, 2},
+		{t0.Add(time.Hour), 30, 1},
+	} {
+		sp, rest := pickSafePoint(s, c.cutoff)
+		if sp != c.sp || len(rest) != c.left {
+			t.Errorf("cutoff %v: safe point %d with %d samples left, want %d with %d", c.cutoff.Sub(t0), sp, len(rest), c.sp, c.left)
+		}
+	}
+}
+
+// TestGCLoop: the loop collects old versions and leaves snapshots
+// younger than keep readable.
+func TestGCLoop(t *testing.T) {
+	m, o := NewMemStore(), &counter{}
+	db := memDB(t, m, o, "w", Config{})
+	for i := range 10 {
+		write(t, db, "a", "c", fmt.Sprint(i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); db.GCLoop(ctx, 5*time.Millisecond, 20*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r, _, _ := m.Read(context.Background(), "a")
+		if len(r.Cols["c"].Writes) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versions left after 10 s of GCLoop: %d", len(r.Cols["c"].Writes))
+		}
+	}
+	if got := mustGet(t, begin(t, db), "a", "c"); got != "9" {
+		t.Errorf("after gc: %s", got)
+	}
+}
