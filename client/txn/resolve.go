@@ -57,16 +57,16 @@ func (db *DB) settle(ctx context.Context, row string, l Lock, counted bool) erro
 		return did, nil
 	})
 	if err == nil && (forward || row != l.PrimaryRow) {
+		var rowDid bool // of the attempt that counted
 		err = db.update(ctx, row, func(r *Row) (bool, error) {
-			var changed bool
 			if forward {
-				changed = commitLocks(r, l.Start, commit)
+				rowDid = commitLocks(r, l.Start, commit)
 			} else {
-				changed = rollbackLocks(r, l.Start, "")
+				rowDid = rollbackLocks(r, l.Start, "")
 			}
-			did = did || changed
-			return changed, nil
+			return rowDid, nil
 		})
+		did = did || rowDid
 	}
 	if err != nil {
 		return fmt.Errorf("txn: resolve %d on %q: %w", l.Start, row, err)
