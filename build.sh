@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # build.sh — the one entry point.
 #   ./build.sh            build bin/chubbyd and bin/chubbyfs
-#   ./build.sh gen        regenerate gen/ from idl/ with the pinned Kitex generator
+#   ./build.sh gen        regenerate gen/ from idl/ with the pinned Kitex generator, and
+#                         gen/apachethrift/ from idl/chubby.thrift with Apache Thrift's Go
+#                         generator (Debian's thrift-compiler 0.17.0, for the interop test)
 #   ./build.sh test       the whole check: gofmt, go vet, gen/ up to date, go test -race ./...
 #                         (installs Debian's thrift-compiler, python3-thrift and iproute2 if missing;
 #                         the network-namespace tests need root and skip without it)
@@ -26,7 +28,8 @@ gen() {
 	if ! { go tool kitex -module "$MODULE" -gen-path gen idl/rpctest.thrift &&
 		go tool kitex -module "$MODULE" -gen-path gen idl/replica.thrift &&
 		go tool kitex -module "$MODULE" -gen-path gen idl/fsm.thrift &&
-		go tool kitex -module "$MODULE" -gen-path gen -combine-service idl/chubby.thrift; } >"$log" 2>&1; then
+		go tool kitex -module "$MODULE" -gen-path gen -combine-service idl/chubby.thrift &&
+		gen_apachethrift; } >"$log" 2>&1; then
 		cat "$log" >&2
 		rm -f "$log"
 		return 1
@@ -34,6 +37,29 @@ gen() {
 	rm -f "$log"
 	gofmt -w gen
 	echo "gen/ regenerated from idl/"
+}
+
+# gen_apachethrift writes the client-facing interface as the Apache Thrift
+# compiler's Go generator makes it (on github.com/apache/thrift, not Kitex)
+# into gen/apachethrift/chubby, for tools/interop's Go client. The compiler
+# must be the version go.mod pins the library at, so that the two match and
+# the output (which names the compiler's version) is the same everywhere.
+# skip_remote: no <service>-remote main programs.
+APACHE_THRIFT_VERSION=0.17.0
+gen_apachethrift() {
+	local thrift version
+	if ! thrift=$(command -v thrift); then
+		echo "gen: the Apache Thrift compiler is missing (apt-get install thrift-compiler)"
+		return 1
+	fi
+	version=$("$thrift" --version)
+	if [ "$version" != "Thrift version $APACHE_THRIFT_VERSION" ]; then
+		echo "gen: $thrift is \"$version\"; gen/apachethrift needs Thrift version $APACHE_THRIFT_VERSION (as github.com/apache/thrift in go.mod)"
+		return 1
+	fi
+	mkdir -p gen/apachethrift
+	"$thrift" --gen "go:package_prefix=$MODULE/gen/apachethrift/,thrift_import=github.com/apache/thrift/lib/go/thrift,skip_remote" \
+		-out gen/apachethrift idl/chubby.thrift
 }
 
 build() {
@@ -152,7 +178,7 @@ sim)
 	shift
 	go test ./replica/sim -run 'TestSim$' -count=1 -timeout 0 -v -args "$@" | grep -v -e '^=== RUN' -e '^    --- PASS'
 	;;
-help | -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' ;;
+help | -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
 	echo "unknown command: $1 (try ./build.sh help)" >&2
 	exit 2

@@ -3,6 +3,7 @@ module github.com/chubbygo/chubby
 go 1.26.8
 
 require (
+	github.com/apache/thrift v0.17.0
 	github.com/cloudwego/gopkg v0.1.8
 	github.com/cloudwego/kitex v0.16.1
 	github.com/cloudwego/netpoll v0.7.2
