@@ -276,15 +276,17 @@ func (b *bankRun) start(ctx context.Context) <-chan struct{} {
 	cfg := b.cfg
 	cfg.Seed = b.rng.Uint64()
 	randomKill := time.Duration(0)
-	switch n := b.rng.IntN(5); {
-	case b.started >= b.maxProcs-2: // the last ones finish, so the run ends
-	case n == 0:
+	// Every crash point in turn, so that each is hit in every run; the
+	// last two workers finish, so that the run ends.
+	switch p := b.started; {
+	case p >= b.maxProcs-2:
+	case p%4 == 0:
 		cfg.Crash, cfg.CrashAt = string(pointPrewritten), 1+b.rng.IntN(cfg.Txns/2)
-	case n == 1:
+	case p%4 == 1:
 		cfg.Crash, cfg.CrashAt = string(pointPrimaryCommited), 1+b.rng.IntN(cfg.Txns/2)
-	case n == 2:
+	case p%4 == 2:
 		cfg.Crash, cfg.CrashAt = string(pointResolving), 1
-	case n == 3:
+	default:
 		randomKill = time.Duration(500+b.rng.IntN(3000)) * time.Millisecond
 	}
 	b.started++
@@ -546,6 +548,11 @@ func checkBank(t *testing.T, ctx context.Context, db *DB, h *bankHistory, accoun
 	h.stats.RolledBack += db.Stats().RolledBack
 	t.Logf("%d transactions (%d snapshots): %v; %d unknown until the end; killed %v; locks of dead workers rolled forward %d, back %d (by the workers that finished and the final read)",
 		len(h.recs), snapshots, outcomes, unknown, h.killed, h.stats.RolledForward, h.stats.RolledBack)
+	for _, p := range []point{pointPrewritten, pointPrimaryCommited, pointResolving} {
+		if h.killed[string(p)] == 0 {
+			t.Errorf("no worker was killed at %s", p)
+		}
+	}
 	if outcomes["committed"] < 10 {
 		t.Errorf("only %d transactions committed: the test proves little", outcomes["committed"])
 	}
