@@ -78,7 +78,8 @@ type Session struct {
 	// RequestID); a number is kept across every resend of one call, so the
 	// cell applies it once. inflight holds the numbers of calls not
 	// finished yet: the lowest is the floor sent with every request (the
-	// cell may forget answers below it).
+	// cell may forget answers below it). A number is taken and recorded
+	// in one step under inflightMu (beginRequest).
 	reqSeq     atomic.Uint64
 	inflightMu sync.Mutex
 	inflight   map[uint64]struct{}
@@ -761,8 +762,7 @@ func sessionCall[T any](ctx context.Context, s *Session, spec callSpec,
 	if spec.setRID != nil {
 		// One number per call, the same on every resend; the floor says
 		// which earlier calls are finished.
-		seq := s.reqSeq.Add(1)
-		floor := s.beginRequest(seq)
+		seq, floor := s.beginRequest()
 		defer s.endRequest(seq)
 		spec.setRID(&chubby.RequestID{Seq: int64(seq), Floor: int64(floor)})
 	}
@@ -836,20 +836,25 @@ func await[T any](ctx context.Context, f *rpc.Future[T]) (T, error) {
 	return f.Wait(context.WithoutCancel(ctx))
 }
 
-// beginRequest records a numbered call in flight and returns the floor to
-// send with it: the lowest number still in flight.
-func (s *Session) beginRequest(seq uint64) uint64 {
+// beginRequest numbers a call, records it in flight and returns its
+// number and the floor to send with it: the lowest number still in
+// flight. Numbering and recording are one step under inflightMu, so that
+// no call can be numbered and not yet counted in another's floor: a floor
+// above a call not yet sent would make the cell refuse that call as
+// finished.
+func (s *Session) beginRequest() (seq, floor uint64) {
 	s.inflightMu.Lock()
 	defer s.inflightMu.Unlock()
 	if s.inflight == nil {
 		s.inflight = make(map[uint64]struct{})
 	}
+	seq = s.reqSeq.Add(1)
 	s.inflight[seq] = struct{}{}
-	floor := seq
+	floor = seq
 	for q := range s.inflight {
 		floor = min(floor, q)
 	}
-	return floor
+	return seq, floor
 }
 
 // endRequest records that a numbered call is finished (answered or given
