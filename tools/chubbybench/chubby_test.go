@@ -101,10 +101,14 @@ func TestWorkloadSelection(t *testing.T) {
 		names = append(names, w.Name())
 	}
 	for _, want := range []string{"lock-distinct/1", "lock-distinct/64", "lock-contended/1", "lock-contended/16", "write/64", "read/1",
-		"read-cached/64", "session-create/16", "failover", "sessions-held/batched", "sessions-held/direct"} {
+		"read-cached/64", "session-create/16", "failover", "sessions-held/batched", "sessions-held/direct",
+		"transfer-spread/1", "transfer-spread/16", "transfer-spread/64", "transfer-hot/16", "transfer-hot/64"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("workloads lack %s: %v", want, names)
 		}
+	}
+	if slices.Contains(names, "transfer-hot/1") {
+		t.Error("transfer-hot/1 runs: one client contends with nobody")
 	}
 	for _, w := range all {
 		if back := workloadByName(w.Name()); back.Name() != w.Name() {
@@ -115,10 +119,23 @@ func TestWorkloadSelection(t *testing.T) {
 		t.Errorf("workloadByName of nonsense = %+v", w)
 	}
 	quick := selectWorkloads(all, true, nil)
+	var quickTxn []string
 	for _, w := range quick {
 		if w.Name() == "lock-contended/1" {
 			t.Error("--quick runs lock-contended/1 (the same as lock-distinct/1)")
 		}
+		if w.isTxn() {
+			quickTxn = append(quickTxn, w.Name())
+		}
+	}
+	if want := []string{"transfer-spread/16", "transfer-hot/16"}; !slices.Equal(quickTxn, want) {
+		t.Errorf("--quick runs transfers %v, want %v", quickTxn, want)
+	}
+	if w := workloadByName("transfer-hot/16"); !w.isTxn() || !w.isLoad() || w.accounts() != hotAccounts {
+		t.Errorf("transfer-hot/16 = %+v", w)
+	}
+	if w := workloadByName("transfer-spread/1"); w.accounts() != spreadAccounts {
+		t.Errorf("transfer-spread/1 has %d accounts", w.accounts())
 	}
 	only := selectWorkloads(all, false, []string{"lock-distinct", "failover"})
 	if len(only) != 4 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,10 @@ func (s *etcdSystem) Bound(w Workload) string {
 		return fmt.Sprintf("%d s leases kept alive over one client connection (one gRPC stream)", peerTTLSeconds)
 	case kindFailover:
 		return "election timeout 1 s (heartbeat 100 ms; etcd defaults) + the client's retry"
+	case kindTransferSpread, kindTransferHot:
+		return "concurrency.NewSTM (SerializableSnapshot): 2 Gets at one revision (a linearizable Txn, then a serializable one), " +
+			"1 Txn comparing both keys' mod revisions and putting both: one Raft entry, WAL fsync; a failed compare is an abort, " +
+			"and NewSTM retries at once with the keys the failed Txn returned (1 round trip per retry)"
 	}
 	return ""
 }
@@ -234,6 +239,82 @@ func (c *etcdClient) NewSession(ctx context.Context) (func(context.Context) erro
 		return err
 	}, nil
 }
+
+func (c *etcdClient) Accounts(ctx context.Context, name string, n int) (Accounts, error) {
+	return &etcdAccounts{cli: c.cli, prefix: "/bench/txn/" + name + "/", n: n}, nil
+}
+
+// etcdAccounts are the keys prefix+"acct-<i>".
+type etcdAccounts struct {
+	cli    *clientv3.Client
+	prefix string
+	n      int
+}
+
+func (a *etcdAccounts) key(i int) string { return a.prefix + "acct-" + strconv.Itoa(i) }
+
+// etcdTxnOps is how many puts one set-up Txn carries (etcd's default
+// --max-txn-ops is 128).
+const etcdTxnOps = 100
+
+func (a *etcdAccounts) Create(ctx context.Context, from, to int, balance int64) error {
+	v := strconv.FormatInt(balance, 10)
+	for lo := from; lo < to; lo += etcdTxnOps {
+		var ops []clientv3.Op
+		for i := lo; i < min(lo+etcdTxnOps, to); i++ {
+			ops = append(ops, clientv3.OpPut(a.key(i), v))
+		}
+		if _, err := a.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("put %s...: %w", a.key(lo), err)
+		}
+	}
+	return nil
+}
+
+// Transfer runs one concurrency.NewSTM: it calls apply again for every
+// attempt whose commit failed its compare, so every call beyond the first
+// is an aborted attempt.
+func (a *etcdAccounts) Transfer(ctx context.Context, x, y int) (int, error) {
+	calls := 0
+	kx, ky := a.key(x), a.key(y)
+	_, err := concurrency.NewSTM(a.cli, func(stm concurrency.STM) error {
+		calls++
+		bx, err := strconv.ParseInt(stm.Get(kx), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %w", kx, err)
+		}
+		by, err := strconv.ParseInt(stm.Get(ky), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ky, err)
+		}
+		stm.Put(kx, strconv.FormatInt(bx-1, 10))
+		stm.Put(ky, strconv.FormatInt(by+1, 10))
+		return nil
+	}, concurrency.WithIsolation(concurrency.SerializableSnapshot), concurrency.WithAbortContext(ctx))
+	return max(0, calls-1), err
+}
+
+// Total reads every account in one range Get (one revision).
+func (a *etcdAccounts) Total(ctx context.Context) (int64, error) {
+	r, err := a.cli.Get(ctx, a.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	if len(r.Kvs) != a.n {
+		return 0, fmt.Errorf("%d accounts under %s, want %d", len(r.Kvs), a.prefix, a.n)
+	}
+	var sum int64
+	for _, kv := range r.Kvs {
+		b, err := strconv.ParseInt(string(kv.Value), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", kv.Key, err)
+		}
+		sum += b
+	}
+	return sum, nil
+}
+
+func (a *etcdAccounts) Close() error { return nil }
 
 func (c *etcdClient) Close() error {
 	err := c.sess.Close()

@@ -153,6 +153,29 @@ func groupThousands(n int64) string {
 	return b.String()
 }
 
+// fmtAbortRate formats a transfer result's abort rate with its counts:
+// "12.5% (100 of 800 attempts)"; "—" when there were no attempts (or the
+// result is from a run before transfer existed).
+func fmtAbortRate(r Result) string {
+	rate, ok := r.abortRate()
+	if !ok {
+		return "—"
+	}
+	pct := rate * 100
+	var s string
+	switch {
+	case r.Aborts == 0:
+		s = "0%"
+	case pct < 0.1:
+		s = fmt.Sprintf("%.3f%%", pct)
+	case pct < 10:
+		s = fmt.Sprintf("%.2f%%", pct)
+	default:
+		s = fmt.Sprintf("%.1f%%", pct)
+	}
+	return fmt.Sprintf("%s (%s of %s attempts)", s, groupThousands(r.Aborts), groupThousands(r.Attempts))
+}
+
 func fmtBytes(n int64) string {
 	switch {
 	case n <= 0:
