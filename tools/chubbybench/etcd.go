@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -74,9 +75,14 @@ func (s *etcdSystem) Bound(w Workload) string {
 	case kindFailover:
 		return "election timeout 1 s (heartbeat 100 ms; etcd defaults) + the client's retry"
 	case kindTransferSpread, kindTransferHot:
-		return "concurrency.NewSTM (SerializableSnapshot): 2 Gets at one revision (a linearizable Txn, then a serializable one), " +
+		b := "concurrency.NewSTM (SerializableSnapshot): 2 Gets at one revision (a linearizable Txn, then a serializable one), " +
 			"1 Txn comparing both keys' mod revisions and putting both: one Raft entry, WAL fsync; a failed compare is an abort, " +
 			"and NewSTM retries at once with the keys the failed Txn returned (1 round trip per retry)"
+		if s.n > 1 {
+			b += "; the client spreads requests over the members, and a serializable Get at a revision its member has not applied yet " +
+				"fails the NewSTM (ErrFutureRev): an abort too, and a new NewSTM"
+		}
+		return b
 	}
 	return ""
 }
@@ -271,13 +277,28 @@ func (a *etcdAccounts) Create(ctx context.Context, from, to int, balance int64) 
 	return nil
 }
 
-// Transfer runs one concurrency.NewSTM: it calls apply again for every
+// Transfer runs concurrency.NewSTM: it calls apply again for every
 // attempt whose commit failed its compare, so every call beyond the first
-// is an aborted attempt.
+// is an aborted attempt. The second read of SerializableSnapshot is a
+// serializable Get at the first read's revision, and the client spreads
+// requests over the members: one that has not applied that revision yet
+// fails the whole NewSTM with ErrFutureRev, so that attempt is aborted too
+// and a new NewSTM begins.
 func (a *etcdAccounts) Transfer(ctx context.Context, x, y int) (int, error) {
-	calls := 0
+	aborts := 0
+	for {
+		calls, err := a.stm(ctx, x, y)
+		if !errors.Is(err, rpctypes.ErrFutureRev) || ctx.Err() != nil {
+			return aborts + max(0, calls-1), err
+		}
+		aborts += calls
+	}
+}
+
+// stm is one NewSTM call of Transfer; calls counts apply's calls.
+func (a *etcdAccounts) stm(ctx context.Context, x, y int) (calls int, err error) {
 	kx, ky := a.key(x), a.key(y)
-	_, err := concurrency.NewSTM(a.cli, func(stm concurrency.STM) error {
+	_, err = concurrency.NewSTM(a.cli, func(stm concurrency.STM) error {
 		calls++
 		bx, err := strconv.ParseInt(stm.Get(kx), 10, 64)
 		if err != nil {
@@ -291,7 +312,7 @@ func (a *etcdAccounts) Transfer(ctx context.Context, x, y int) (int, error) {
 		stm.Put(ky, strconv.FormatInt(by+1, 10))
 		return nil
 	}, concurrency.WithIsolation(concurrency.SerializableSnapshot), concurrency.WithAbortContext(ctx))
-	return max(0, calls-1), err
+	return calls, err
 }
 
 // Total reads every account in one range Get (one revision).
