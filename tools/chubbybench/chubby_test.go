@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -130,6 +131,20 @@ func TestWorkloadSelection(t *testing.T) {
 	}
 	if want := []string{"transfer-spread/16", "transfer-hot/16"}; !slices.Equal(quickTxn, want) {
 		t.Errorf("--quick runs transfers %v, want %v", quickTxn, want)
+	}
+	// Other client counts: --quick still runs each transfer workload once.
+	for _, cs := range [][]int{{1, 64}, {1}, {4, 8, 32}} {
+		var got []string
+		for _, w := range selectWorkloads(workloads(cs), true, nil) {
+			if w.isTxn() {
+				got = append(got, w.Name())
+			}
+		}
+		want := map[string][]string{"[1 64]": {"transfer-spread/1", "transfer-hot/64"}, "[1]": {"transfer-spread/1"},
+			"[4 8 32]": {"transfer-spread/8", "transfer-hot/8"}}[fmt.Sprint(cs)]
+		if !slices.Equal(got, want) {
+			t.Errorf("--quick --clients %v runs transfers %v, want %v", cs, got, want)
+		}
 	}
 	if w := workloadByName("transfer-hot/16"); !w.isTxn() || !w.isLoad() || w.accounts() != hotAccounts {
 		t.Errorf("transfer-hot/16 = %+v", w)

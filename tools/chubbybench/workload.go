@@ -139,15 +139,17 @@ func workloads(clients []int) []Workload {
 	for _, c := range rw {
 		out = append(out, Workload{Kind: kindReadCached, Clients: c})
 	}
-	// Transfers: --quick runs each at 16 clients (or the most there are);
-	// one client alone contends with nobody: no transfer-hot/1.
-	quickTxn := min(16, slices.Max(clients))
+	// Transfers: --quick runs each at one client count (16 by default).
+	// One client alone contends with nobody: no transfer-hot/1.
+	q := quickClients(clients)
 	for _, c := range clients {
-		out = append(out, Workload{Kind: kindTransferSpread, Clients: c, FullOnly: c != quickTxn})
+		out = append(out, Workload{Kind: kindTransferSpread, Clients: c, FullOnly: c != q})
 	}
-	for _, c := range clients {
-		if c > 1 {
-			out = append(out, Workload{Kind: kindTransferHot, Clients: c, FullOnly: c != quickTxn})
+	hot := slices.DeleteFunc(slices.Clone(clients), func(c int) bool { return c == 1 })
+	if len(hot) > 0 {
+		q := quickClients(hot)
+		for _, c := range hot {
+			out = append(out, Workload{Kind: kindTransferHot, Clients: c, FullOnly: c != q})
 		}
 	}
 	out = append(out,
@@ -157,6 +159,21 @@ func workloads(clients []int) []Workload {
 		Workload{Kind: kindSessionsHeld, Variant: variantDirect},
 	)
 	return out
+}
+
+// quickClients is the one client count of cs at which --quick runs a
+// transfer workload: 16, else the most below 16, else the fewest.
+func quickClients(cs []int) int {
+	best := 0
+	for _, c := range cs {
+		if c <= 16 && c > best {
+			best = c
+		}
+	}
+	if best == 0 {
+		best = slices.Min(cs)
+	}
+	return best
 }
 
 // selectWorkloads keeps the workloads of the run: by --quick and by the
