@@ -315,22 +315,29 @@ func (a *etcdAccounts) stm(ctx context.Context, x, y int) (calls int, err error)
 	return calls, err
 }
 
-// Total reads every account in one range Get (one revision).
-func (a *etcdAccounts) Total(ctx context.Context) (int64, error) {
-	r, err := a.cli.Get(ctx, a.prefix, clientv3.WithPrefix())
-	if err != nil {
-		return 0, err
-	}
-	if len(r.Kvs) != a.n {
-		return 0, fmt.Errorf("%d accounts under %s, want %d", len(r.Kvs), a.prefix, a.n)
-	}
+// Sum reads the accounts with Txns of Gets (etcdTxnOps each).
+func (a *etcdAccounts) Sum(ctx context.Context, from, to int) (int64, error) {
 	var sum int64
-	for _, kv := range r.Kvs {
-		b, err := strconv.ParseInt(string(kv.Value), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", kv.Key, err)
+	for lo := from; lo < to; lo += etcdTxnOps {
+		var ops []clientv3.Op
+		for i := lo; i < min(lo+etcdTxnOps, to); i++ {
+			ops = append(ops, clientv3.OpGet(a.key(i)))
 		}
-		sum += b
+		r, err := a.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return 0, err
+		}
+		for k, op := range r.Responses {
+			kvs := op.GetResponseRange().GetKvs()
+			if len(kvs) != 1 {
+				return 0, fmt.Errorf("%s missing", a.key(lo+k))
+			}
+			b, err := strconv.ParseInt(string(kvs[0].Value), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", kvs[0].Key, err)
+			}
+			sum += b
+		}
 	}
 	return sum, nil
 }

@@ -78,10 +78,10 @@ type Accounts interface {
 	// to a concurrent writer is aborted and retried with a new one until
 	// one commits (or ctx ends); aborts is how many were.
 	Transfer(ctx context.Context, a, b int) (aborts int, err error)
-	// Total is the sum of the n balances, read after a run (nothing
-	// writes then; in one transaction or snapshot where the system
-	// has one) for its check, untimed.
-	Total(ctx context.Context) (int64, error)
+	// Sum is the sum of the balances of accounts from..to-1, read after a
+	// run (nothing writes then; in one transaction or snapshot where the
+	// system has one) for its check, untimed.
+	Sum(ctx context.Context, from, to int) (int64, error)
 	Close() error
 }
 

@@ -59,12 +59,12 @@ func (a memAccounts) Transfer(ctx context.Context, x, y int) (int, error) {
 	}
 }
 
-func (a memAccounts) Total(context.Context) (int64, error) {
+func (a memAccounts) Sum(_ context.Context, from, to int) (int64, error) {
 	a.b.mu.Lock()
 	defer a.b.mu.Unlock()
 	var sum int64
-	for _, v := range a.b.bal {
-		sum += v
+	for i := from; i < to; i++ {
+		sum += a.b.bal[i]
 	}
 	return sum, nil
 }
