@@ -354,8 +354,10 @@ func (r *runner) runLoad(ctx context.Context, sys System, clients []Client, w Wo
 	if err != nil {
 		if s.Ops == 0 {
 			res.Error = err.Error()
-		} else {
+		} else if s.Errors > 0 {
 			res.Note = joinNonEmpty("; ", fmt.Sprintf("%d operations failed; first: %v", s.Errors, err), res.Note)
+		} else {
+			res.Note = joinNonEmpty("; ", fmt.Sprintf("no operation in the window failed; one in the lead-in or at its end did: %v", err), res.Note)
 		}
 	}
 	return res
