@@ -18,6 +18,7 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 
 	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/client/txn"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
 	"github.com/chubbygo/chubby/rpc"
@@ -31,6 +32,11 @@ import (
 const (
 	chubbyLockDir = "/bench/locks"
 	chubbyFileDir = "/bench/files"
+	// chubbyTxnDir is the table (client/txn) of the transfer workloads:
+	// a row per account, "<workload>/acct-<i>", its balance in column
+	// chubbyTxnCol.
+	chubbyTxnDir = "/bench/txn"
+	chubbyTxnCol = "bal"
 )
 
 // directMaxConnections is chubbyd's --max-connections for the
@@ -239,6 +245,11 @@ func (s *chubbySystem) Bound(w Workload) string {
 		return fmt.Sprintf("Go client: one parked KeepAlive, so one connection, per session; 20,000 open files per process (a fresh cell for this run gets --max-connections %d)", directMaxConnections)
 	case kindFailover:
 		return "view change after the primary's silence + the client's master search"
+	case kindTransferSpread, kindTransferHot:
+		return "client/txn (Percolator, snapshot isolation): a start timestamp, 2 row reads (each with the table's floor), then 4 row compare-and-swaps in turn " +
+			"(prewrite primary, prewrite secondary, after a commit timestamp commit primary — the commit point — then secondary), each one Multi " + disk +
+			"; about 15 round trips per attempt; first committer wins (ErrConflict: abort, retried at once); a read that meets a live transaction's lock " +
+			"waits for it (backoff 1-50 ms); rows keep every version (no GC during the run)"
 	}
 	return ""
 }
@@ -425,6 +436,7 @@ type chubbyClient struct {
 	c         *client.Client
 	s         *client.Session
 	opTimeout time.Duration
+	db        *txn.DB // the client's worker of the transfer table, opened by the first Accounts
 }
 
 func (c *chubbyClient) open(ctx context.Context, path string, content []byte) (*client.Handle, error) {
@@ -466,9 +478,126 @@ func (c *chubbyClient) NewSession(ctx context.Context) (func(context.Context) er
 func (c *chubbyClient) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opTimeout)
 	defer cancel()
-	err := c.s.Close(ctx)
+	var err error
+	if c.db != nil {
+		err = c.db.Close(ctx)
+	}
+	err = errors.Join(err, c.s.Close(ctx))
 	return errors.Join(err, c.c.Close())
 }
+
+// Accounts opens the client's DB on the transfer table once (one worker
+// per client, in the lead-in): the accounts are its rows "<name>/acct-<i>".
+func (c *chubbyClient) Accounts(ctx context.Context, name string, n int) (Accounts, error) {
+	if c.db == nil {
+		db, err := txn.Open(ctx, c.s, chubbyTxnDir, txn.Config{Logger: c.sys.env.log})
+		if err != nil {
+			return nil, fmt.Errorf("txn open %s: %w", chubbyTxnDir, err)
+		}
+		c.db = db
+	}
+	return &chubbyAccounts{db: c.db, set: name, n: n}, nil
+}
+
+// chubbyAccounts is one client's handle on a set of accounts in the
+// transfer table.
+type chubbyAccounts struct {
+	db  *txn.DB
+	set string
+	n   int
+}
+
+func (a *chubbyAccounts) row(i int) string { return a.set + "/acct-" + strconv.Itoa(i) }
+
+// Create writes the accounts in transactions of at most txn.MaxWrites.
+func (a *chubbyAccounts) Create(ctx context.Context, from, to int, balance int64) error {
+	v := strconv.AppendInt(nil, balance, 10)
+	for lo := from; lo < to; lo += txn.MaxWrites {
+		hi := min(lo+txn.MaxWrites, to)
+		if _, err := a.retry(ctx, func(tx *txn.Txn) error {
+			for i := lo; i < hi; i++ {
+				if err := tx.Set(a.row(i), chubbyTxnCol, v); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("create %s..%s: %w", a.row(lo), a.row(hi-1), err)
+		}
+	}
+	return nil
+}
+
+// Transfer reads both balances in a transaction, writes both and
+// commits; an attempt that txn.Retryable says did not commit (a conflict)
+// is an abort, and a new transaction is begun at once.
+func (a *chubbyAccounts) Transfer(ctx context.Context, x, y int) (int, error) {
+	return a.retry(ctx, func(tx *txn.Txn) error {
+		bx, err := a.balance(ctx, tx, x)
+		if err != nil {
+			return err
+		}
+		by, err := a.balance(ctx, tx, y)
+		if err != nil {
+			return err
+		}
+		if err := tx.Set(a.row(x), chubbyTxnCol, strconv.AppendInt(nil, bx-1, 10)); err != nil {
+			return err
+		}
+		return tx.Set(a.row(y), chubbyTxnCol, strconv.AppendInt(nil, by+1, 10))
+	})
+}
+
+// retry runs f in a new transaction and commits it until one commits; it
+// returns how many attempts were aborted (txn.Retryable) before.
+func (a *chubbyAccounts) retry(ctx context.Context, f func(*txn.Txn) error) (aborts int, err error) {
+	for ; ; aborts++ {
+		tx, err := a.db.Begin(ctx)
+		if err != nil {
+			return aborts, err
+		}
+		if err = f(tx); err == nil {
+			_, err = tx.Commit(ctx)
+		} else {
+			tx.Rollback(ctx)
+		}
+		if err == nil || !txn.Retryable(err) || ctx.Err() != nil {
+			return aborts, err
+		}
+	}
+}
+
+func (a *chubbyAccounts) balance(ctx context.Context, tx *txn.Txn, i int) (int64, error) {
+	v, ok, err := tx.Get(ctx, a.row(i), chubbyTxnCol)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("account %s missing", a.row(i))
+	}
+	return strconv.ParseInt(string(v), 10, 64)
+}
+
+// Sum reads the balances in one transaction's snapshot, one after the
+// other: the session's calls one at a time (see transfers.check).
+func (a *chubbyAccounts) Sum(ctx context.Context, from, to int) (int64, error) {
+	tx, err := a.db.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx)
+	var sum int64
+	for i := from; i < to; i++ {
+		b, err := a.balance(ctx, tx, i)
+		if err != nil {
+			return 0, err
+		}
+		sum += b
+	}
+	return sum, nil
+}
+
+func (a *chubbyAccounts) Close() error { return nil }
 
 type chubbyLocker struct {
 	h    *client.Handle

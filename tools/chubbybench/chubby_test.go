@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -101,10 +102,14 @@ func TestWorkloadSelection(t *testing.T) {
 		names = append(names, w.Name())
 	}
 	for _, want := range []string{"lock-distinct/1", "lock-distinct/64", "lock-contended/1", "lock-contended/16", "write/64", "read/1",
-		"read-cached/64", "session-create/16", "failover", "sessions-held/batched", "sessions-held/direct"} {
+		"read-cached/64", "session-create/16", "failover", "sessions-held/batched", "sessions-held/direct",
+		"transfer-spread/1", "transfer-spread/16", "transfer-spread/64", "transfer-hot/16", "transfer-hot/64"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("workloads lack %s: %v", want, names)
 		}
+	}
+	if slices.Contains(names, "transfer-hot/1") {
+		t.Error("transfer-hot/1 runs: one client contends with nobody")
 	}
 	for _, w := range all {
 		if back := workloadByName(w.Name()); back.Name() != w.Name() {
@@ -115,10 +120,37 @@ func TestWorkloadSelection(t *testing.T) {
 		t.Errorf("workloadByName of nonsense = %+v", w)
 	}
 	quick := selectWorkloads(all, true, nil)
+	var quickTxn []string
 	for _, w := range quick {
 		if w.Name() == "lock-contended/1" {
 			t.Error("--quick runs lock-contended/1 (the same as lock-distinct/1)")
 		}
+		if w.isTxn() {
+			quickTxn = append(quickTxn, w.Name())
+		}
+	}
+	if want := []string{"transfer-spread/16", "transfer-hot/16"}; !slices.Equal(quickTxn, want) {
+		t.Errorf("--quick runs transfers %v, want %v", quickTxn, want)
+	}
+	// Other client counts: --quick still runs each transfer workload once.
+	for _, cs := range [][]int{{1, 64}, {1}, {4, 8, 32}} {
+		var got []string
+		for _, w := range selectWorkloads(workloads(cs), true, nil) {
+			if w.isTxn() {
+				got = append(got, w.Name())
+			}
+		}
+		want := map[string][]string{"[1 64]": {"transfer-spread/1", "transfer-hot/64"}, "[1]": {"transfer-spread/1"},
+			"[4 8 32]": {"transfer-spread/8", "transfer-hot/8"}}[fmt.Sprint(cs)]
+		if !slices.Equal(got, want) {
+			t.Errorf("--quick --clients %v runs transfers %v, want %v", cs, got, want)
+		}
+	}
+	if w := workloadByName("transfer-hot/16"); !w.isTxn() || !w.isLoad() || w.accounts() != hotAccounts {
+		t.Errorf("transfer-hot/16 = %+v", w)
+	}
+	if w := workloadByName("transfer-spread/1"); w.accounts() != spreadAccounts {
+		t.Errorf("transfer-spread/1 has %d accounts", w.accounts())
 	}
 	only := selectWorkloads(all, false, []string{"lock-distinct", "failover"})
 	if len(only) != 4 {

@@ -26,7 +26,8 @@ func TestEndToEndAgainstOneReplica(t *testing.T) {
 	e := &env{cfg: &cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), procs: newProcSet(), work: t.TempDir(), logs: t.TempDir(), prog: newProgress(io.Discard)}
 	r := &runner{cfg: &cfg, env: e, prog: e.prog}
 	sys := newChubbySystem(e, 0, "", false, cfg.ChubbyCell)
-	wls := []Workload{{Kind: kindLockDistinct, Clients: 1}, {Kind: kindReadCached, Clients: 1}, {Kind: kindFailover, Clients: 1}}
+	wls := []Workload{{Kind: kindLockDistinct, Clients: 1}, {Kind: kindReadCached, Clients: 1}, {Kind: kindFailover, Clients: 1},
+		{Kind: kindTransferSpread, Clients: 4}, {Kind: kindTransferHot, Clients: 4}}
 	r.runSystem(ctx, sys, wls)
 
 	if len(r.results) != len(wls) {
@@ -45,6 +46,18 @@ func TestEndToEndAgainstOneReplica(t *testing.T) {
 			if res.NA == "" {
 				t.Errorf("failover on one replica ran: %+v", res)
 			}
+		case "transfer-spread/4", "transfer-hot/4":
+			// Every operation is a committed transfer; its aborted attempts
+			// are counted beside it, and the balances still add up (Note).
+			if !res.measured() || res.Error != "" || res.Errors != 0 || res.Note != "" {
+				t.Errorf("%s: %+v", res.Workload, res)
+			}
+			if res.Attempts < res.Ops || res.Aborts != res.Attempts-res.Ops {
+				t.Errorf("%s: %d attempts, %d aborts for %d committed transfers", res.Workload, res.Attempts, res.Aborts, res.Ops)
+			}
+			rate, _ := res.abortRate()
+			t.Logf("%s on a one-replica cell: %.0f txns/s, p50 %.3f ms, p99 %.3f ms, %d of %d attempts aborted (%.1f%%)",
+				res.Workload, res.Throughput, res.P50Ms, res.P99Ms, res.Aborts, res.Attempts, 100*rate)
 		}
 	}
 	if !lock.measured() || lock.Error != "" || lock.Errors != 0 {
@@ -65,7 +78,7 @@ func TestEndToEndAgainstOneReplica(t *testing.T) {
 		t.Errorf("%d locks still held after the run", st.GetLocksHeld())
 	}
 
-	rep := &Report{Started: time.Now(), Finished: time.Now(), Workloads: []string{"lock-distinct/1", "read-cached/1", "failover"}, Results: r.results}
+	rep := &Report{Started: time.Now(), Finished: time.Now(), Workloads: []string{"lock-distinct/1", "read-cached/1", "failover", "transfer-spread/4", "transfer-hot/4"}, Results: r.results}
 	if _, err := writeOutputs(t.TempDir(), rep, 20, 14); err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -72,6 +74,15 @@ func (s *etcdSystem) Bound(w Workload) string {
 		return fmt.Sprintf("%d s leases kept alive over one client connection (one gRPC stream)", peerTTLSeconds)
 	case kindFailover:
 		return "election timeout 1 s (heartbeat 100 ms; etcd defaults) + the client's retry"
+	case kindTransferSpread, kindTransferHot:
+		b := "concurrency.NewSTM (SerializableSnapshot): 2 Gets at one revision (a linearizable Txn, then a serializable one), " +
+			"1 Txn comparing both keys' mod revisions and putting both: one Raft entry, WAL fsync; a failed compare is an abort, " +
+			"and NewSTM retries at once with the keys the failed Txn returned (1 round trip per retry)"
+		if s.n > 1 {
+			b += "; the client spreads requests over the members, and a serializable Get at a revision its member has not applied yet " +
+				"fails the NewSTM (ErrFutureRev): an abort too, and a new NewSTM"
+		}
+		return b
 	}
 	return ""
 }
@@ -234,6 +245,104 @@ func (c *etcdClient) NewSession(ctx context.Context) (func(context.Context) erro
 		return err
 	}, nil
 }
+
+func (c *etcdClient) Accounts(ctx context.Context, name string, n int) (Accounts, error) {
+	return &etcdAccounts{cli: c.cli, prefix: "/bench/txn/" + name + "/", n: n}, nil
+}
+
+// etcdAccounts are the keys prefix+"acct-<i>".
+type etcdAccounts struct {
+	cli    *clientv3.Client
+	prefix string
+	n      int
+}
+
+func (a *etcdAccounts) key(i int) string { return a.prefix + "acct-" + strconv.Itoa(i) }
+
+// etcdTxnOps is how many puts one set-up Txn carries (etcd's default
+// --max-txn-ops is 128).
+const etcdTxnOps = 100
+
+func (a *etcdAccounts) Create(ctx context.Context, from, to int, balance int64) error {
+	v := strconv.FormatInt(balance, 10)
+	for lo := from; lo < to; lo += etcdTxnOps {
+		var ops []clientv3.Op
+		for i := lo; i < min(lo+etcdTxnOps, to); i++ {
+			ops = append(ops, clientv3.OpPut(a.key(i), v))
+		}
+		if _, err := a.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("put %s...: %w", a.key(lo), err)
+		}
+	}
+	return nil
+}
+
+// Transfer runs concurrency.NewSTM: it calls apply again for every
+// attempt whose commit failed its compare, so every call beyond the first
+// is an aborted attempt. The second read of SerializableSnapshot is a
+// serializable Get at the first read's revision, and the client spreads
+// requests over the members: one that has not applied that revision yet
+// fails the whole NewSTM with ErrFutureRev, so that attempt is aborted too
+// and a new NewSTM begins.
+func (a *etcdAccounts) Transfer(ctx context.Context, x, y int) (int, error) {
+	aborts := 0
+	for {
+		calls, err := a.stm(ctx, x, y)
+		if !errors.Is(err, rpctypes.ErrFutureRev) || ctx.Err() != nil {
+			return aborts + max(0, calls-1), err
+		}
+		aborts += calls
+	}
+}
+
+// stm is one NewSTM call of Transfer; calls counts apply's calls.
+func (a *etcdAccounts) stm(ctx context.Context, x, y int) (calls int, err error) {
+	kx, ky := a.key(x), a.key(y)
+	_, err = concurrency.NewSTM(a.cli, func(stm concurrency.STM) error {
+		calls++
+		bx, err := strconv.ParseInt(stm.Get(kx), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %w", kx, err)
+		}
+		by, err := strconv.ParseInt(stm.Get(ky), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ky, err)
+		}
+		stm.Put(kx, strconv.FormatInt(bx-1, 10))
+		stm.Put(ky, strconv.FormatInt(by+1, 10))
+		return nil
+	}, concurrency.WithIsolation(concurrency.SerializableSnapshot), concurrency.WithAbortContext(ctx))
+	return calls, err
+}
+
+// Sum reads the accounts with Txns of Gets (etcdTxnOps each).
+func (a *etcdAccounts) Sum(ctx context.Context, from, to int) (int64, error) {
+	var sum int64
+	for lo := from; lo < to; lo += etcdTxnOps {
+		var ops []clientv3.Op
+		for i := lo; i < min(lo+etcdTxnOps, to); i++ {
+			ops = append(ops, clientv3.OpGet(a.key(i)))
+		}
+		r, err := a.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return 0, err
+		}
+		for k, op := range r.Responses {
+			kvs := op.GetResponseRange().GetKvs()
+			if len(kvs) != 1 {
+				return 0, fmt.Errorf("%s missing", a.key(lo+k))
+			}
+			b, err := strconv.ParseInt(string(kvs[0].Value), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", kvs[0].Key, err)
+			}
+			sum += b
+		}
+	}
+	return sum, nil
+}
+
+func (a *etcdAccounts) Close() error { return nil }
 
 func (c *etcdClient) Close() error {
 	err := c.sess.Close()

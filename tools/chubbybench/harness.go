@@ -41,6 +41,12 @@ type loop struct {
 	// still yields percentiles instead of an empty window. 0: no extension.
 	MinOps      int
 	MaxDuration time.Duration
+	// Counted, if set, is called by worker w after each of its operations
+	// that counts in the measured window, failed (err) or not, before its
+	// next operation: a workload with a figure of its own per operation
+	// (transfer's aborted attempts) adds it up there, for exactly the
+	// operations the Summary counts.
+	Counted func(w int, err error)
 }
 
 // errNoSuccess is reported when a run completed no operation at all.
@@ -115,6 +121,9 @@ func (l loop) run(ctx context.Context, f op) (Summary, error) {
 				measured := !t0.Before(measureFrom) && done.UnixNano() <= end.Load()
 				if measured && err == nil {
 					completed.Add(1)
+				}
+				if measured && l.Counted != nil {
+					l.Counted(w, err)
 				}
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })

@@ -77,3 +77,38 @@ func TestLoopStopsWithContext(t *testing.T) {
 		t.Errorf("run took %v after its context ended", d)
 	}
 }
+
+// Counted sees exactly the operations the Summary counts: those that
+// started and ended in the measured window, failed or not.
+func TestLoopCountedMatchesTheSummary(t *testing.T) {
+	var calls, counted, failed [3]int64
+	boom := errors.New("boom")
+	l := loop{Workers: 3, Warmup: 20 * time.Millisecond, Duration: 100 * time.Millisecond, OpTimeout: time.Second}
+	l.Counted = func(w int, err error) {
+		counted[w]++ // only worker w's goroutine touches index w
+		if err != nil {
+			failed[w]++
+		}
+	}
+	s, err := l.run(context.Background(), timed(func(ctx context.Context, w int) error {
+		calls[w]++
+		time.Sleep(time.Millisecond)
+		if calls[w]%5 == 0 {
+			return boom
+		}
+		return nil
+	}))
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want boom", err)
+	}
+	var all, errs, made int64
+	for w := range 3 {
+		all, errs, made = all+counted[w], errs+failed[w], made+calls[w]
+	}
+	if all != s.Ops+s.Errors || errs != s.Errors {
+		t.Errorf("Counted saw %d operations (%d failed); the Summary counts %d ops and %d errors", all, errs, s.Ops, s.Errors)
+	}
+	if all == 0 || all >= made {
+		t.Errorf("Counted saw %d of %d operations: the warm-up must not count", all, made)
+	}
+}

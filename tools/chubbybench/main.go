@@ -10,12 +10,14 @@
 // cycles on distinct locks and on one contended lock with 1, 16 and 64
 // clients; small writes; reads (uncached, and cached where the system has a
 // comparable read); session creation; holding many sessions alive while the
-// master's CPU and RSS are measured from /proc; and failover (kill -9 of the
-// leader, time to the next successful lock cycle). Our cell is started as N
-// chubbyd processes from a peer list; the peers are started as 1 and 3 nodes
-// on loopback with their default durability and driven by their standard Go
-// clients. Results go to --out as results.md, results.json and results.png,
-// with server logs in logs/ and pprof profiles of our cell in profiles/.
+// master's CPU and RSS are measured from /proc; transfers (2-row optimistic
+// transactions over 1,000 or 8 accounts, with their abort rate); and
+// failover (kill -9 of the leader, time to the next successful lock cycle).
+// Our cell is started as N chubbyd processes from a peer list; the peers are
+// started as 1 and 3 nodes on loopback with their default durability and
+// driven by their standard Go clients. Results go to --out as results.md,
+// results.json and results.png, with server logs in logs/ and pprof profiles
+// of our cell in profiles/.
 package main
 
 import (
@@ -64,7 +66,9 @@ computed pair by pair at the same node count.
 Workloads: lock cycles on distinct locks and on one contended lock (1, 16, 64
 clients), 64-byte writes, reads (uncached; cached where the system has it),
 session creation, sessions held alive (master CPU and RSS from /proc),
-failover (kill -9 of the leader → next successful lock cycle).
+transfers (transactions reading and writing two of 1,000 or of 8 accounts;
+committed/s, latency, abort rate), failover (kill -9 of the leader → next
+successful lock cycle).
 
 Results: <out>/results.md (tables), results.json, results.png (chart),
 logs/ (server logs), profiles/ (pprof of our cell under the lock workloads).

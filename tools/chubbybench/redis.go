@@ -73,6 +73,9 @@ func (s *redisSystem) Bound(w Workload) string {
 		return fmt.Sprintf("waiters poll SET NX every %v (no queue, no fencing token); %s", s.env.cfg.RedisRetry, common)
 	case kindWrite, kindRead:
 		return common
+	case kindTransferSpread, kindTransferHot:
+		return "WATCH a b, GET a, GET b, then MULTI SET a SET b EXEC in one round trip (4 round trips); EXEC fails when a watched key changed " +
+			"(redis.TxFailedErr): an abort, retried at once; one node (the primary) runs every transaction, no quorum; " + common
 	}
 	return ""
 }
@@ -190,6 +193,82 @@ func (c *redisClient) NewSession(ctx context.Context) (func(context.Context) err
 }
 
 func (c *redisClient) Close() error { return c.rdb.Close() }
+
+func (c *redisClient) Accounts(ctx context.Context, name string, n int) (Accounts, error) {
+	return &redisAccounts{rdb: c.rdb, prefix: "bench:txn:" + name + ":acct-", n: n}, nil
+}
+
+// redisAccounts are the keys prefix+"<i>".
+type redisAccounts struct {
+	rdb    *redis.Client
+	prefix string
+	n      int
+}
+
+func (a *redisAccounts) key(i int) string { return a.prefix + strconv.Itoa(i) }
+
+func (a *redisAccounts) Create(ctx context.Context, from, to int, balance int64) error {
+	var kv []any
+	for i := from; i < to; i++ {
+		kv = append(kv, a.key(i), balance)
+	}
+	return a.rdb.MSet(ctx, kv...).Err()
+}
+
+// Transfer is optimistic locking with WATCH: if either key changes
+// between the WATCH and the EXEC, EXEC runs nothing (redis.TxFailedErr),
+// an aborted attempt; the next watches and reads again at once.
+func (a *redisAccounts) Transfer(ctx context.Context, x, y int) (int, error) {
+	kx, ky := a.key(x), a.key(y)
+	for aborts := 0; ; aborts++ {
+		err := a.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			bx, err := tx.Get(ctx, kx).Int64()
+			if err != nil {
+				return fmt.Errorf("get %s: %w", kx, err)
+			}
+			by, err := tx.Get(ctx, ky).Int64()
+			if err != nil {
+				return fmt.Errorf("get %s: %w", ky, err)
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, kx, bx-1, 0)
+				p.Set(ctx, ky, by+1, 0)
+				return nil
+			})
+			return err
+		}, kx, ky)
+		if !errors.Is(err, redis.TxFailedErr) || ctx.Err() != nil {
+			return aborts, err
+		}
+	}
+}
+
+// Sum reads the accounts with one MGET.
+func (a *redisAccounts) Sum(ctx context.Context, from, to int) (int64, error) {
+	keys := make([]string, to-from)
+	for i := range keys {
+		keys[i] = a.key(from + i)
+	}
+	vs, err := a.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for i, v := range vs {
+		s, ok := v.(string)
+		if !ok {
+			return 0, fmt.Errorf("%s missing", keys[i])
+		}
+		b, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", keys[i], err)
+		}
+		sum += b
+	}
+	return sum, nil
+}
+
+func (a *redisAccounts) Close() error { return nil }
 
 type redisLocker struct {
 	c   *redisClient

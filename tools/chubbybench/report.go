@@ -153,6 +153,29 @@ func groupThousands(n int64) string {
 	return b.String()
 }
 
+// fmtAbortRate formats a transfer result's abort rate with its counts:
+// "12.5% (100 of 800 attempts)"; "—" when there were no attempts (or the
+// result is from a run before transfer existed).
+func fmtAbortRate(r Result) string {
+	rate, ok := r.abortRate()
+	if !ok {
+		return "—"
+	}
+	pct := rate * 100
+	var s string
+	switch {
+	case r.Aborts == 0:
+		s = "0%"
+	case pct < 0.1:
+		s = fmt.Sprintf("%.3f%%", pct)
+	case pct < 10:
+		s = fmt.Sprintf("%.2f%%", pct)
+	default:
+		s = fmt.Sprintf("%.1f%%", pct)
+	}
+	return fmt.Sprintf("%s (%s of %s attempts)", s, groupThousands(r.Aborts), groupThousands(r.Attempts))
+}
+
 func fmtBytes(n int64) string {
 	switch {
 	case n <= 0:
@@ -290,7 +313,7 @@ func writeMarkdown(w io.Writer, rep *Report) error {
 	p("|---|---|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, wl := range orderedWorkloads(rep.Workloads, rep.Results) {
 		rows := sortedRows(rep.Results, wl)
-		if len(rows) == 0 || !(Workload{Kind: rows[0].Kind}).isLoad() {
+		if len(rows) == 0 || !(Workload{Kind: rows[0].Kind}).isLoad() || (Workload{Kind: rows[0].Kind}).isTxn() {
 			continue
 		}
 		for _, r := range rows {
@@ -315,7 +338,9 @@ func writeMarkdown(w io.Writer, rep *Report) error {
 			p("%s |\n", cell(r.Note))
 		}
 	}
-	writeBounds(&b, rep, func(k string) bool { return (Workload{Kind: k}).isLoad() })
+	writeBounds(&b, rep, func(k string) bool { return (Workload{Kind: k}).isLoad() && !(Workload{Kind: k}).isTxn() })
+
+	writeTransfers(&b, rep)
 
 	p("\n## Sessions held (master process: CPU over the hold window, resident memory)\n\n")
 	p("| workload | system | sessions held (target) | set-up rate | master CPU | master RSS (before → held) | RSS per session | probe read p50 / p99 | ours ÷ peer: CPU per session | RSS per session | note |\n")
@@ -400,6 +425,51 @@ func writeMarkdown(w io.Writer, rep *Report) error {
 	return err
 }
 
+// writeTransfers writes the table of the transfer workloads, when the run
+// has any: committed transactions per second, the latency of a committed
+// transaction (its aborted attempts included) and the abort rate.
+func writeTransfers(b *strings.Builder, rep *Report) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	var wls []string
+	for _, wl := range orderedWorkloads(rep.Workloads, rep.Results) {
+		if rows := sortedRows(rep.Results, wl); len(rows) > 0 && (Workload{Kind: rows[0].Kind}).isTxn() {
+			wls = append(wls, wl)
+		}
+	}
+	if len(wls) == 0 {
+		return
+	}
+	p("\n## Transactions (transfer: read two accounts, write both; optimistic, an aborted attempt is retried)\n\n")
+	p("Throughput counts committed transactions; a transaction's latency runs from its first attempt to its commit, retries included; " +
+		"the abort rate is aborted attempts ÷ all attempts. Every balance is checked after each workload (the sum must not change).\n\n")
+	p("| workload | system | txns/s | p50 | p99 | abort rate | ours ÷ peer: txns/s | p50 | p99 | note |\n")
+	p("|---|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, wl := range wls {
+		for _, r := range sortedRows(rep.Results, wl) {
+			p("| %s | %s | ", wl, r.Label())
+			switch {
+			case r.NA != "":
+				p("%s | — | — | — | — | — | — |  |\n", cell(r.NA))
+				continue
+			case !r.measured():
+				p("failed: %s | — | — | — | — | — | — |  |\n", cell(r.Error))
+				continue
+			}
+			p("%s | %s | %s | %s | ", fmtRate(r.Throughput), fmtMs(r.P50Ms), fmtMs(r.P99Ms), fmtAbortRate(r))
+			switch ra, ok := ratioFor(rep.Ratios, r); {
+			case r.System == sysChubby:
+				p("— | — | — | ")
+			case ok:
+				p("%s | %s | %s | ", fmtRatio(ra.Throughput), fmtRatio(ra.P50), fmtRatio(ra.P99))
+			default:
+				p("%s | — | — | ", oursMissing(rep.Results, r))
+			}
+			p("%s |\n", cell(r.Note))
+		}
+	}
+	writeBounds(b, rep, func(k string) bool { return (Workload{Kind: k}).isTxn() })
+}
+
 // writeBounds lists, under a table, what bounds the figures of the workload
 // kinds keep selects: one line per kind and explanation, naming every
 // system it applies to.
@@ -413,8 +483,11 @@ func writeBounds(b *strings.Builder, rep *Report, keep func(kind string) bool) {
 				continue
 			}
 			kind := r.Kind
-			if r.Variant != "" {
+			switch {
+			case r.Variant != "":
 				kind = r.Workload // sessions-held/batched, sessions-held/direct
+			case (Workload{Kind: r.Kind}).isTxn():
+				kind = "transfer" // -spread and -hot: the same transactions
 			}
 			k := key{kind, r.Bound}
 			if _, ok := labels[k]; !ok {

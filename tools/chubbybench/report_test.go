@@ -163,3 +163,79 @@ func TestFormatting(t *testing.T) {
 		t.Error("div")
 	}
 }
+
+// transferResults are transfer rows: ours and etcd at one node, one with
+// a peer that failed.
+func transferResults() []Result {
+	return []Result{
+		{Workload: "transfer-hot/16", Kind: kindTransferHot, Clients: 16, System: sysChubby, Nodes: 1, Ops: 100, Throughput: 50, P50Ms: 80, P99Ms: 600,
+			Attempts: 400, Aborts: 300, Bound: "percolator"},
+		{Workload: "transfer-hot/16", Kind: kindTransferHot, Clients: 16, System: sysEtcd, Nodes: 1, Ops: 1000, Throughput: 500, P50Ms: 20, P99Ms: 100,
+			Attempts: 4000, Aborts: 3000, Bound: "stm"},
+		{Workload: "transfer-spread/16", Kind: kindTransferSpread, Clients: 16, System: sysChubby, Nodes: 1, Ops: 800, Throughput: 400, P50Ms: 30, P99Ms: 70,
+			Attempts: 800, Bound: "percolator"},
+		{Workload: "transfer-spread/16", Kind: kindTransferSpread, Clients: 16, System: sysRedis, Nodes: 1, Error: "start: boom"},
+	}
+}
+
+func TestTransferTable(t *testing.T) {
+	rep := &Report{Workloads: []string{"lock-distinct/1", "transfer-spread/16", "transfer-hot/16"},
+		Results: append(sampleResults()[:2], transferResults()...)}
+	rep.Ratios = computeRatios(rep.Results)
+	var b strings.Builder
+	if err := writeMarkdown(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"## Transactions (transfer",
+		"| workload | system | txns/s | p50 | p99 | abort rate | ours ÷ peer: txns/s | p50 | p99 | note |",
+		"| transfer-hot/16 | chubby×1 | 50/s | 80.0 ms | 600.0 ms | 75.0% (300 of 400 attempts) | — | — | — |  |",
+		"| transfer-hot/16 | etcd×1 | 500/s | 20.0 ms | 100.0 ms | 75.0% (3,000 of 4,000 attempts) | 0.10× | 4.00× | 6.00× |  |",
+		"| transfer-spread/16 | chubby×1 | 400/s | 30.0 ms | 70.0 ms | 0% (0 of 800 attempts) |",
+		"| transfer-spread/16 | redis×1 | failed: start: boom |",
+		"- transfer, chubby×1: percolator",
+		"- transfer, etcd×1: stm",
+		"**transfer-spread** — N clients", "**transfer-hot** — the same transfers among 8 accounts",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	// Transfers have their own table, after the locks' (spread before hot:
+	// the run's order).
+	locks, txns := strings.Index(md, "## Locks"), strings.Index(md, "## Transactions")
+	if i := strings.Index(md, "| transfer-hot/16 | chubby×1"); i < txns || txns < locks {
+		t.Error("transfer rows are not in the transactions table")
+	}
+	if strings.Index(md, "| transfer-spread/16 | chubby×1") > strings.Index(md, "| transfer-hot/16 | chubby×1") {
+		t.Error("transfer rows out of the run's order")
+	}
+	if strings.Count(md, "- transfer, chubby×1:") != 1 {
+		t.Error("one bound line per system for both transfer workloads")
+	}
+}
+
+// A results.json of a run before transfer existed renders as before: no
+// transactions table; a transfer row without attempts shows no abort rate.
+func TestRenderWithoutAbortFigures(t *testing.T) {
+	old := `{"workloads": ["lock-distinct/1"], "results": [
+		{"workload": "lock-distinct/1", "kind": "lock-distinct", "clients": 1, "system": "chubby", "nodes": 1, "ops": 10, "throughput_per_s": 100, "p50_ms": 1, "p99_ms": 2}]}`
+	var rep Report
+	if err := json.Unmarshal([]byte(old), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := writeMarkdown(&b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if md := b.String(); strings.Contains(md, "## Transactions") || !strings.Contains(md, "| lock-distinct/1 | chubby×1 | 100/s |") {
+		t.Errorf("an old run renders differently:\n%s", md)
+	}
+	if got := fmtAbortRate(Result{Kind: kindTransferHot, Ops: 5}); got != "—" {
+		t.Errorf("abort rate without attempts: %q", got)
+	}
+	if got := fmtAbortRate(Result{Attempts: 100_000, Aborts: 12}); got != "0.012% (12 of 100,000 attempts)" {
+		t.Errorf("small abort rate: %q", got)
+	}
+}

@@ -32,6 +32,13 @@ type Result struct {
 	P99Ms      float64 `json:"p99_ms,omitempty"`
 	MaxMs      float64 `json:"max_ms,omitempty"`
 
+	// transfer: the transaction attempts of the operations counted (each
+	// operation is one committed transaction and the attempts aborted
+	// before it) and how many of them were aborted. Results of runs
+	// before transfer existed have neither.
+	Attempts int64 `json:"attempts,omitempty"`
+	Aborts   int64 `json:"aborts,omitempty"`
+
 	// sessions-held: sessions established, how fast, and what the master
 	// (leader, primary) process used meanwhile. P50/P99 are of probe reads
 	// made during the hold.
@@ -61,6 +68,15 @@ func label(system string, nodes int) string { return fmt.Sprintf("%s×%d", syste
 // measured reports whether r carries figures.
 func (r Result) measured() bool {
 	return r.NA == "" && (r.Ops > 0 || r.Sessions > 0 || len(r.TrialsS) > 0)
+}
+
+// abortRate is the share of transaction attempts that were aborted, and
+// whether it is known (there were attempts).
+func (r Result) abortRate() (float64, bool) {
+	if r.Attempts <= 0 {
+		return 0, false
+	}
+	return float64(r.Aborts) / float64(r.Attempts), true
 }
 
 // rssPerSession is the resident memory the sessions added, per session.

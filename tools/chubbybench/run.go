@@ -268,6 +268,7 @@ func (r *runner) runLoad(ctx context.Context, sys System, clients []Client, w Wo
 	var (
 		f       op
 		cleanup func()
+		tr      *transfers
 	)
 	switch w.Kind {
 	case kindLockDistinct, kindLockContended:
@@ -324,6 +325,14 @@ func (r *runner) runLoad(ctx context.Context, sys System, clients []Client, w Wo
 			}
 			return lat, nil
 		}
+	case kindTransferSpread, kindTransferHot:
+		var err error
+		if tr, err = prepareTransfers(ctx, clients, w); err != nil {
+			res.Error = err.Error()
+			return res
+		}
+		cleanup = tr.close
+		f = tr.op
 	default:
 		res.Error = "unknown workload " + w.Kind
 		return res
@@ -331,13 +340,24 @@ func (r *runner) runLoad(ctx context.Context, sys System, clients []Client, w Wo
 	defer cleanup()
 	l := loop{Workers: n, Warmup: warmup, Duration: duration, OpTimeout: r.cfg.OpTimeout,
 		MinOps: 2 * n, MaxDuration: max(4*duration, 5*time.Second)}
+	if tr != nil {
+		l.Counted = tr.counted
+	}
 	s, err := l.run(ctx, f)
 	res.fill(s)
+	if tr != nil {
+		res.Attempts, res.Aborts = tr.totals()
+		if why := tr.check(ctx, r.cfg.OpTimeout); why != "" {
+			res.Note = why
+		}
+	}
 	if err != nil {
 		if s.Ops == 0 {
 			res.Error = err.Error()
+		} else if s.Errors > 0 {
+			res.Note = joinNonEmpty("; ", fmt.Sprintf("%d operations failed; first: %v", s.Errors, err), res.Note)
 		} else {
-			res.Note = fmt.Sprintf("%d operations failed; first: %v", s.Errors, err)
+			res.Note = joinNonEmpty("; ", fmt.Sprintf("no operation in the window failed; one in the lead-in or at its end did: %v", err), res.Note)
 		}
 	}
 	return res
@@ -360,6 +380,8 @@ func (r *runner) report(res Result) {
 	case res.Kind == kindSessionsHeld:
 		r.prog.printf("  %-12s %-26s %d sessions (%.0f/s to set up); master %.3f cores, RSS %s; probe read p50 %s p99 %s",
 			lbl, res.Workload, res.Sessions, res.SetupPerS, res.CPUCores, fmtBytes(res.RSSBytes), fmtMs(res.P50Ms), fmtMs(res.P99Ms))
+	case (Workload{Kind: res.Kind}).isTxn():
+		r.prog.printf("  %-12s %-26s %9.0f txns/s p50 %8s  p99 %8s  aborts %s%s", lbl, res.Workload, res.Throughput, fmtMs(res.P50Ms), fmtMs(res.P99Ms), fmtAbortRate(res), errSuffix(res))
 	default:
 		r.prog.printf("  %-12s %-26s %9.0f ops/s  p50 %8s  p99 %8s%s", lbl, res.Workload, res.Throughput, fmtMs(res.P50Ms), fmtMs(res.P99Ms), errSuffix(res))
 	}

@@ -60,6 +60,28 @@ type Client interface {
 	// NewSession creates one more session (lease, connection) and returns
 	// how to end it.
 	NewSession(ctx context.Context) (end func(context.Context) error, err error)
+	// Accounts prepares the accounts 0..n-1 of set name (rows, keys,
+	// znodes) for transfer transactions; Accounts.Create makes them.
+	Accounts(ctx context.Context, name string, n int) (Accounts, error)
+	Close() error
+}
+
+// Accounts is one client's handle on a set of accounts, each holding a
+// decimal balance, moved between by transactions in the system's own
+// optimistic idiom.
+type Accounts interface {
+	// Create creates accounts from..to-1 with balance each (set-up,
+	// untimed).
+	Create(ctx context.Context, from, to int, balance int64) error
+	// Transfer moves 1 from account a to account b in one transaction
+	// that reads both and writes both, atomically. An attempt that loses
+	// to a concurrent writer is aborted and retried with a new one until
+	// one commits (or ctx ends); aborts is how many were.
+	Transfer(ctx context.Context, a, b int) (aborts int, err error)
+	// Sum is the sum of the balances of accounts from..to-1, read after a
+	// run (nothing writes then; in one transaction or snapshot where the
+	// system has one) for its check, untimed.
+	Sum(ctx context.Context, from, to int) (int64, error)
 	Close() error
 }
 

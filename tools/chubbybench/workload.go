@@ -8,14 +8,25 @@ import (
 
 // Kinds of workload.
 const (
-	kindLockDistinct  = "lock-distinct"  // every client cycles its own lock
-	kindLockContended = "lock-contended" // every client cycles the same lock
-	kindWrite         = "write"          // replace a 64-byte file/key/znode
-	kindRead          = "read"           // read it back, from the server (uncached)
-	kindReadCached    = "read-cached"    // read through a client cache / local read
-	kindSessionCreate = "session-create" // create a session (timed), close it (untimed)
-	kindSessionsHeld  = "sessions-held"  // hold N sessions alive: master CPU and RSS
-	kindFailover      = "failover"       // kill -9 the leader: time to the next lock cycle
+	kindLockDistinct   = "lock-distinct"   // every client cycles its own lock
+	kindLockContended  = "lock-contended"  // every client cycles the same lock
+	kindWrite          = "write"           // replace a 64-byte file/key/znode
+	kindRead           = "read"            // read it back, from the server (uncached)
+	kindReadCached     = "read-cached"     // read through a client cache / local read
+	kindSessionCreate  = "session-create"  // create a session (timed), close it (untimed)
+	kindSessionsHeld   = "sessions-held"   // hold N sessions alive: master CPU and RSS
+	kindFailover       = "failover"        // kill -9 the leader: time to the next lock cycle
+	kindTransferSpread = "transfer-spread" // 2-row transactions over many accounts
+	kindTransferHot    = "transfer-hot"    // 2-row transactions over a few accounts
+)
+
+// Accounts of the transfer workloads: many, so that two transactions
+// rarely meet, or few, so that they often do.
+const (
+	spreadAccounts = 1000
+	hotAccounts    = 8
+	// initialBalance is every account's balance after the set-up.
+	initialBalance = 1_000_000
 )
 
 // Variants of sessions-held.
@@ -32,7 +43,7 @@ const (
 // Workload is one measurement, run against every system.
 type Workload struct {
 	Kind    string
-	Clients int    // closed-loop clients (lock, read, write, session-create)
+	Clients int    // closed-loop clients (lock, read, write, session-create, transfer)
 	Variant string // sessions-held only
 	// FullOnly workloads are skipped by --quick.
 	FullOnly bool
@@ -73,14 +84,31 @@ func (w Workload) Describe() string {
 		return "sessions kept alive with one connection per session"
 	case kindFailover:
 		return "kill -9 of the leader: time to the next successful lock cycle"
+	case kindTransferSpread:
+		return fmt.Sprintf("N clients, each running transactions that read two of %s accounts and move 1 from one to the other (optimistic; an aborted attempt is retried)", groupThousands(spreadAccounts))
+	case kindTransferHot:
+		return fmt.Sprintf("the same transfers among %d accounts (contended)", hotAccounts)
 	}
 	return w.Kind
+}
+
+// isTxn reports whether w is a transfer workload (transactions: its
+// figures carry an abort rate).
+func (w Workload) isTxn() bool { return w.Kind == kindTransferSpread || w.Kind == kindTransferHot }
+
+// accounts is how many accounts a transfer workload moves money among.
+func (w Workload) accounts() int {
+	if w.Kind == kindTransferHot {
+		return hotAccounts
+	}
+	return spreadAccounts
 }
 
 // isLoad reports whether w is a closed-loop throughput workload.
 func (w Workload) isLoad() bool {
 	switch w.Kind {
-	case kindLockDistinct, kindLockContended, kindWrite, kindRead, kindReadCached, kindSessionCreate:
+	case kindLockDistinct, kindLockContended, kindWrite, kindRead, kindReadCached, kindSessionCreate,
+		kindTransferSpread, kindTransferHot:
 		return true
 	}
 	return false
@@ -111,6 +139,19 @@ func workloads(clients []int) []Workload {
 	for _, c := range rw {
 		out = append(out, Workload{Kind: kindReadCached, Clients: c})
 	}
+	// Transfers: --quick runs each at one client count (16 by default).
+	// One client alone contends with nobody: no transfer-hot/1.
+	q := quickClients(clients)
+	for _, c := range clients {
+		out = append(out, Workload{Kind: kindTransferSpread, Clients: c, FullOnly: c != q})
+	}
+	hot := slices.DeleteFunc(slices.Clone(clients), func(c int) bool { return c == 1 })
+	if len(hot) > 0 {
+		q := quickClients(hot)
+		for _, c := range hot {
+			out = append(out, Workload{Kind: kindTransferHot, Clients: c, FullOnly: c != q})
+		}
+	}
 	out = append(out,
 		Workload{Kind: kindSessionCreate, Clients: min(16, slices.Max(clients))},
 		Workload{Kind: kindFailover, Clients: 1},
@@ -118,6 +159,21 @@ func workloads(clients []int) []Workload {
 		Workload{Kind: kindSessionsHeld, Variant: variantDirect},
 	)
 	return out
+}
+
+// quickClients is the one client count of cs at which --quick runs a
+// transfer workload: 16, else the most below 16, else the fewest.
+func quickClients(cs []int) int {
+	best := 0
+	for _, c := range cs {
+		if c <= 16 && c > best {
+			best = c
+		}
+	}
+	if best == 0 {
+		best = slices.Min(cs)
+	}
+	return best
 }
 
 // selectWorkloads keeps the workloads of the run: by --quick and by the

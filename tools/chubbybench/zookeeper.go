@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,13 @@ func (s *zkSystem) Bound(w Workload) string {
 		return fmt.Sprintf("one TCP connection per session; %d s session timeout, client pings every 4 s", peerTTLSeconds)
 	case kindFailover:
 		return "go-zookeeper's fixed 1 s reconnect back-off (the election itself takes ~0.5 s)"
+	case kindTransferSpread, kindTransferHot:
+		stale := ""
+		if s.n > 1 {
+			stale = ", also after a stale follower read"
+		}
+		return "getData of both znodes from the connected server's memory (with their versions), then multi of 2 setData at those versions: " +
+			"one quorum write, txn log fsync; a changed version (ZBADVERSION" + stale + ") is an abort, retried at once"
 	}
 	return ""
 }
@@ -155,7 +163,7 @@ func (s *zkSystem) Start(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	for _, p := range []string{"/bench", "/bench/locks", "/bench/files"} {
+	for _, p := range []string{"/bench", "/bench/locks", "/bench/files", "/bench/txn"} {
 		if _, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return fmt.Errorf("zookeeper create %s: %w", p, err)
 		}
@@ -325,6 +333,114 @@ func (c *zkClient) NewSession(ctx context.Context) (func(context.Context) error,
 	}
 	return func(context.Context) error { conn.Close(); return nil }, nil
 }
+
+func (c *zkClient) Accounts(ctx context.Context, name string, n int) (Accounts, error) {
+	return &zkAccounts{conn: c.conn, dir: "/bench/txn/" + name, n: n}, nil
+}
+
+// zkAccounts are the znodes dir/acct-<i>.
+type zkAccounts struct {
+	conn *zk.Conn
+	dir  string
+	n    int
+}
+
+func (a *zkAccounts) path(i int) string { return a.dir + "/acct-" + strconv.Itoa(i) }
+
+// zkMultiOps is how many creates one set-up multi carries.
+const zkMultiOps = 100
+
+func (a *zkAccounts) Create(ctx context.Context, from, to int, balance int64) error {
+	if _, err := a.conn.Create(a.dir, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return fmt.Errorf("create %s: %w", a.dir, err)
+	}
+	v := strconv.AppendInt(nil, balance, 10)
+	for lo := from; lo < to; lo += zkMultiOps {
+		var ops []any
+		for i := lo; i < min(lo+zkMultiOps, to); i++ {
+			ops = append(ops, &zk.CreateRequest{Path: a.path(i), Data: v, Acl: zk.WorldACL(zk.PermAll)})
+		}
+		if err := multiErr(a.conn.Multi(ops...)); err != nil {
+			return fmt.Errorf("create %s...: %w", a.path(lo), err)
+		}
+	}
+	return nil
+}
+
+// multiErr is the error of a multi: the call's, else the first op's.
+func multiErr(res []zk.MultiResponse, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.Error != nil {
+			return r.Error
+		}
+	}
+	return nil
+}
+
+// Transfer reads both znodes and writes both in one multi conditional on
+// the versions read; ZBADVERSION (another client wrote one since) is an
+// aborted attempt, and the next reads again at once.
+func (a *zkAccounts) Transfer(ctx context.Context, x, y int) (int, error) {
+	px, py := a.path(x), a.path(y)
+	for aborts := 0; ; aborts++ {
+		if err := ctx.Err(); err != nil {
+			return aborts, err
+		}
+		bx, vx, err := a.get(px)
+		if err != nil {
+			return aborts, err
+		}
+		by, vy, err := a.get(py)
+		if err != nil {
+			return aborts, err
+		}
+		err = multiErr(a.conn.Multi(
+			&zk.SetDataRequest{Path: px, Data: strconv.AppendInt(nil, bx-1, 10), Version: vx},
+			&zk.SetDataRequest{Path: py, Data: strconv.AppendInt(nil, by+1, 10), Version: vy},
+		))
+		if !errors.Is(err, zk.ErrBadVersion) {
+			return aborts, err
+		}
+	}
+}
+
+// get reads a balance and the znode's version.
+func (a *zkAccounts) get(p string) (int64, int32, error) {
+	v, st, err := a.conn.Get(p)
+	if err != nil {
+		return 0, 0, fmt.Errorf("get %s: %w", p, err)
+	}
+	b, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", p, err)
+	}
+	return b, st.Version, nil
+}
+
+// Sum syncs the connected server with the leader, then reads the
+// accounts: after the run nothing writes, so the reads see one state.
+func (a *zkAccounts) Sum(ctx context.Context, from, to int) (int64, error) {
+	if _, err := a.conn.Sync(a.dir); err != nil {
+		return 0, fmt.Errorf("sync %s: %w", a.dir, err)
+	}
+	var sum int64
+	for i := from; i < to; i++ {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		b, _, err := a.get(a.path(i))
+		if err != nil {
+			return 0, err
+		}
+		sum += b
+	}
+	return sum, nil
+}
+
+func (a *zkAccounts) Close() error { return nil }
 
 func (c *zkClient) Close() error {
 	c.conn.Close()
