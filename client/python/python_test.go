@@ -177,7 +177,7 @@ func startReplicas(t *testing.T) *celltest.Replicas {
 // TestPythonUnittest runs the unittest suite (client/python/tests/test_*.py)
 // against a three-replica cell: files, locks, events, errors, validation,
 // NOT_MASTER following, exactly-once resends through a proxy that loses
-// replies, and the lock of a SIGKILLed holder.
+// replies, the lock of a SIGKILLed holder, and examples/lock.py.
 func TestPythonUnittest(t *testing.T) {
 	generate(t)
 	rc := startReplicas(t)
