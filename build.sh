@@ -11,6 +11,11 @@
 #                         (installs them if missing; --quick: under 3 minutes; flags: ./build.sh bench --help)
 #   ./build.sh sim        the deterministic simulator over more seeds: ./build.sh sim --seeds 100000
 #                         [--seedbase N] (one seed: --seed N --simtrace; default suite: 1000 seeds)
+#   ./build.sh python     generate the Python client library's Thrift modules from idl/chubby.thrift
+#                         (Debian's thrift-compiler, into client/python/chubbycell/_thrift, not
+#                         committed; installs thrift-compiler and python3-thrift if missing); then
+#                         PYTHONPATH=client/python /usr/bin/python3 -c 'import chubbycell' works.
+#                         Its tests: go test ./client/python (part of ./build.sh test)
 #   ./build.sh help       this text
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -83,26 +88,68 @@ check_gen() {
 	echo "ok: gen/ is what ./build.sh gen produces"
 }
 
-# test_deps installs what the tests need beyond Go: the Apache Thrift
-# compiler and Python library for the cross-language test, iproute2 and
-# util-linux (ip netns, prlimit) for the network-namespace tests (Debian
-# packages).
-test_deps() {
-	local missing=()
-	command -v thrift >/dev/null || missing+=(thrift-compiler)
-	/usr/bin/python3 -c 'import thrift' 2>/dev/null || missing+=(python3-thrift)
-	command -v ip >/dev/null || missing+=(iproute2)
-	command -v prlimit >/dev/null || missing+=(util-linux)
-	if [ ${#missing[@]} -eq 0 ]; then
+# apt_install WHAT PACKAGE... installs the Debian packages given (the ones
+# found missing) for WHAT ("the tests"), as root only.
+apt_install() {
+	local what=$1
+	shift
+	if [ $# -eq 0 ]; then
 		return 0
 	fi
 	if [ "$(id -u)" != 0 ]; then
-		echo "FAIL: the tests need Debian's ${missing[*]}; install them as root" >&2
+		echo "FAIL: $what need Debian's $*; install them as root" >&2
 		return 1
 	fi
-	echo "installing ${missing[*]} for the tests..."
+	echo "installing $* for $what..." >&2
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# python_deps lists the Debian packages missing for the Python client:
+# the Apache Thrift compiler and Debian's python3 with its Thrift library.
+python_deps() {
+	command -v thrift >/dev/null || echo thrift-compiler
+	[ -x /usr/bin/python3 ] || echo python3
+	/usr/bin/python3 -c 'import thrift' 2>/dev/null || echo python3-thrift
+}
+
+# test_deps installs what the tests need beyond Go: the Apache Thrift
+# compiler and Python library for the cross-language test and the Python
+# client library's tests (client/python), iproute2 and util-linux (ip
+# netns, prlimit) for the network-namespace tests (Debian packages).
+test_deps() {
+	local missing
+	mapfile -t missing < <(python_deps)
+	command -v ip >/dev/null || missing+=(iproute2)
+	command -v prlimit >/dev/null || missing+=(util-linux)
+	apt_install "the tests" "${missing[@]}"
+}
+
+# python_gen generates the Thrift modules of the Python client library,
+# chubbycell, from idl/chubby.thrift with Debian's thrift compiler: the
+# IDL's Python namespace (chubby) lands in client/python/chubbycell/_thrift
+# (.gitignore'd), so the library imports it as chubbycell._thrift.chubby —
+# inside its own package, clashing with no other module named chubby. The
+# compiler's *-remote scripts (command-line tools importing a top-level
+# chubby) are left out. The new tree replaces the old one by a rename.
+python_gen() {
+	local missing
+	mapfile -t missing < <(python_deps)
+	apt_install "the Python client" "${missing[@]}"
+	local pkg=client/python/chubbycell out=client/python/chubbycell/_thrift tmp
+	tmp=$(mktemp -d "$pkg/.thrift-gen.XXXXXX")
+	if ! thrift --gen py -out "$tmp" idl/chubby.thrift; then
+		rm -rf "$tmp"
+		return 1
+	fi
+	rm -f "$tmp"/chubby/*-remote
+	chmod 755 "$tmp"
+	rm -rf "$out"
+	mv "$tmp" "$out"
+	PYTHONPATH="$out" PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -c \
+		'from chubby import Session, FileSystem, Lock, Cell, Oracle, ttypes, constants' ||
+		{ echo "FAIL: the generated modules do not import" >&2; return 1; }
+	echo "generated $out from idl/chubby.thrift ($(thrift --version))"
 }
 
 test_all() {
@@ -174,11 +221,12 @@ bench)
 	shift
 	bench "$@"
 	;;
+python) python_gen ;;
 sim)
 	shift
 	go test ./replica/sim -run 'TestSim$' -count=1 -timeout 0 -v -args "$@" | grep -v -e '^=== RUN' -e '^    --- PASS'
 	;;
-help | -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' ;;
+help | -h | --help) sed -n '2,/^[^#]/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
 *)
 	echo "unknown command: $1 (try ./build.sh help)" >&2
 	exit 2

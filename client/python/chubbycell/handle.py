@@ -1,0 +1,240 @@
+"""Handle: an open node — a session's reference to one instance of the node
+at its path. Once the node is deleted (or deleted and re-created), calls on
+the handle raise HandleInvalidError. Thread-safe.
+"""
+
+import threading
+import time
+
+from . import _wire
+from .cell import ONCE, SAFE, UNSENT
+from .errors import HandleInvalidError, InvalidArgumentError, ProtocolError, TimedOutError
+from .session import HANDLE_EVENT_BUFFER, _EventQueue
+from .types import (DirEntry, LockMode, MAX_ACQUIRE_WAIT_MS, MAX_LOCK_DELAY_MS, check_content, check_flag,
+                    check_seconds, ms_ceil)
+
+__all__ = ["Handle"]
+
+
+def _lock_delay_ms(lock_delay):
+    """None → unset (the cell's default, 15 s); else seconds in 0..60 → ms."""
+    if lock_delay is None:
+        return None
+    check_seconds("lock_delay", lock_delay, lo=0.0, lo_open=False, hi=MAX_LOCK_DELAY_MS / 1000.0)
+    return ms_ceil(lock_delay)
+
+
+class Handle:
+    """An open node (made by Session.open).
+
+    Attributes:
+        session: the Session it belongs to.
+        path: the node's path (with the counter, for a node created sequential).
+        created: True if the open created the node.
+
+    Use it as a context manager to close it on exit.
+    """
+
+    def __init__(self, session, wire_handle, created, stat, event_mask, on_event):
+        self.session = session
+        self._wire = wire_handle
+        self.path = wire_handle.path
+        self.created = created
+        self._mu = threading.Lock()
+        self._stat = stat
+        self._events = _EventQueue(HANDLE_EVENT_BUFFER)
+        self._on_event = on_event
+        if not event_mask:
+            self._events.close()
+
+    def __repr__(self):
+        return "<chubbycell.Handle %s id=%d session=%d>" % (self.path, self._wire.id, self.session.id)
+
+    @property
+    def last_stat(self):
+        """The latest Stat the client has seen for the node (from open or a
+        later stat, read_with_stat or write on this handle). It makes no call,
+        so it may be out of date; stat() asks the cell."""
+        with self._mu:
+            return self._stat
+
+    def _remember(self, st):
+        with self._mu:
+            self._stat = st
+        return st
+
+    def _req(self, **kw):
+        return _wire.ttypes.HandleRequest(handle=self._wire, **kw)
+
+    # -- reading ---------------------------------------------------------------
+
+    def read_with_stat(self):
+        """Read the file's content and metadata in one call: (bytes, Stat)."""
+        req = self._req()
+        r = self.session._call("read", self.path, SAFE, lambda c: c.fs.GetContentsAndStat(req))
+        if r.content is None:
+            raise ProtocolError("GetContentsAndStat reply lacks the content", op="read", path=self.path)
+        st = self._remember(_wire.stat(r.stat))
+        return bytes(r.content), st
+
+    def read(self):
+        """Read the file's content (bytes)."""
+        return self.read_with_stat()[0]
+
+    def stat(self):
+        """Read the node's metadata (a Stat)."""
+        req = self._req()
+        return self._remember(_wire.stat(self.session._call("stat", self.path, SAFE, lambda c: c.fs.GetStat(req))))
+
+    def readdir(self):
+        """List the directory's children, sorted by name (a list of DirEntry)."""
+        req = self._req()
+        r = self.session._call("readdir", self.path, SAFE, lambda c: c.fs.ReadDir(req))
+        if r.entries is None:
+            raise ProtocolError("ReadDir reply lacks its entries", op="readdir", path=self.path)
+        out = []
+        for d in r.entries:
+            if d is None or not d.name:
+                raise ProtocolError("ReadDir reply has an entry without a name", op="readdir", path=self.path)
+            out.append(DirEntry(name=d.name, stat=_wire.stat(d.stat)))
+        return out
+
+    # -- writing ---------------------------------------------------------------
+
+    def write(self, data, *, if_generation=None):
+        """Replace the file's content (the handle must be READ_WRITE) and
+        return the new Stat. With if_generation it is a compare-and-swap:
+        GenerationMismatchError unless the content generation is still that.
+        Exactly-once: resent after a lost reply or a failover, it is applied
+        once."""
+        data = check_content("data", data)
+        if if_generation is not None and (isinstance(if_generation, bool) or not isinstance(if_generation, int)
+                                          or if_generation < 0):
+            raise InvalidArgumentError("if_generation must be a non-negative int, not %r" % (if_generation,),
+                                       op="write", path=self.path)
+        req = _wire.ttypes.SetContentsRequest(handle=self._wire, content=data, expected_generation=if_generation)
+        st = self.session._call("write", self.path, ONCE, lambda c: c.fs.SetContents(req), rid_req=req)
+        return self._remember(_wire.stat(st))
+
+    def delete(self, *, recursive=False):
+        """Delete the node (the handle must be READ_WRITE); a non-empty
+        directory only when recursive. Exactly-once."""
+        check_flag("recursive", recursive)
+        req = _wire.ttypes.DeleteRequest(handle=self._wire, recursive=True if recursive else None)
+        self.session._call("delete", self.path, ONCE, lambda c: c.fs.Delete(req), rid_req=req)
+
+    # -- locks -------------------------------------------------------------------
+
+    def acquire(self, *, shared=False, timeout=None, lock_delay=None):
+        """Take the node's lock, exclusive (or shared), waiting in FIFO order
+        behind other waiters; return its Sequencer.
+
+        timeout: seconds to wait (None: as long as it takes, in turns of at
+        most MAX_ACQUIRE_WAIT_MS); TimedOutError when it passes.
+        lock_delay: seconds (0..60) the lock stays unavailable to others if
+        this session ends while holding it without releasing it (None: the
+        cell's default, 15 s; 0: none).
+
+        Acquire waits at the cell, so it is sent again only when the earlier
+        attempt certainly did nothing (NOT_MASTER, no connection); a resend
+        by a handle that already holds the lock gets its sequencer."""
+        check_flag("shared", shared)
+        check_seconds("timeout", timeout, hi=None, allow_none=True)
+        delay = _lock_delay_ms(lock_delay)
+        mode = LockMode.SHARED if shared else LockMode.EXCLUSIVE
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if deadline is None:
+                wait_ms = MAX_ACQUIRE_WAIT_MS
+            else:
+                wait_ms = max(1, min(MAX_ACQUIRE_WAIT_MS, ms_ceil(deadline - time.monotonic())))
+            req = _wire.ttypes.AcquireRequest(handle=self._wire, mode=int(mode), wait_ms=wait_ms,
+                                              lock_delay_ms=delay)
+            try:
+                # The cell parks the call for up to wait_ms.
+                r = self.session._call("acquire", self.path, UNSENT, lambda c: c.lock.Acquire(req),
+                                       timeout=wait_ms / 1000.0 + self.session.cell.call_timeout)
+            except TimedOutError:
+                if deadline is not None and time.monotonic() >= deadline - 0.001:
+                    raise
+                continue  # another turn
+            return _wire.sequencer(r)
+
+    def try_acquire(self, *, shared=False, lock_delay=None):
+        """Take the node's lock if it is available now; LockHeldError
+        otherwise. Returns its Sequencer. Exactly-once."""
+        check_flag("shared", shared)
+        delay = _lock_delay_ms(lock_delay)
+        mode = LockMode.SHARED if shared else LockMode.EXCLUSIVE
+        req = _wire.ttypes.TryAcquireRequest(handle=self._wire, mode=int(mode), lock_delay_ms=delay)
+        r = self.session._call("try-acquire", self.path, ONCE, lambda c: c.lock.TryAcquire(req), rid_req=req)
+        return _wire.sequencer(r)
+
+    def release(self):
+        """Release the lock the handle holds (LockNotHeldError if none). Exactly-once."""
+        req = self._req()
+        self.session._call("release", self.path, ONCE, lambda c: c.lock.Release(req), rid_req=req)
+
+    def sequencer(self):
+        """The Sequencer of the lock the handle holds (LockNotHeldError if none)."""
+        req = self._req()
+        return _wire.sequencer(self.session._call("get-sequencer", self.path, SAFE,
+                                                  lambda c: c.lock.GetSequencer(req)))
+
+    # -- events ----------------------------------------------------------------------
+
+    def _deliver(self, ev):
+        """Called by the session's KeepAlive thread; never blocks."""
+        if self._on_event is not None:
+            self.session._dispatch.submit(self._on_event, ev)
+        else:
+            self._events.push(ev)
+
+    def events(self, timeout=None):
+        """Iterate over the handle's events (the event_mask open asked for),
+        in the order the cell applied the changes, each once (also across a
+        failover), and EVENTS_LOST when the cell dropped some. The iteration
+        ends when the handle is closed, after HANDLE_INVALID (the node was
+        deleted: nothing follows), when the session ends — or, with timeout,
+        when no event comes within timeout seconds. It is empty for a handle
+        opened without an event mask or with on_event. At most
+        HANDLE_EVENT_BUFFER undelivered events are kept; past it the oldest
+        go (dropped_events counts them)."""
+        check_seconds("timeout", timeout, allow_none=True)
+        while True:
+            ev = self._events.get(timeout)
+            if ev is None:
+                return
+            yield ev
+
+    @property
+    def dropped_events(self):
+        """How many events were dropped because nobody read them in time."""
+        return self._events.dropped
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self):
+        """Close the handle: a lock it holds is released, a pending acquire on
+        it fails, and its events end. Exactly-once."""
+        req = _wire.ttypes.CloseRequest(handle=self._wire)
+        try:
+            self.session._call("close", self.path, ONCE, lambda c: c.fs.Close(req), rid_req=req)
+        except HandleInvalidError:
+            self.session._unwatch(self)  # the cell has no such handle: closed all the same
+            raise
+        self.session._unwatch(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        """Close the handle, unless its session has ended (then nothing is
+        left to close) or it is closed already (HANDLE_INVALID: closed
+        before, or its node is gone)."""
+        if self.session.error is None:
+            try:
+                self.close()
+            except HandleInvalidError:
+                pass
+        return False

@@ -1,0 +1,272 @@
+// Package python runs the tests of the Python client library chubbycell
+// (client/python/chubbycell) against real cells: it generates the
+// library's Thrift modules (./build.sh python), starts cells with
+// celltest, and runs Debian's python3 on the tests in client/python/tests
+// with the cell's addresses in CHUBBY_CELL. Scenarios only the Go side can
+// stage — stopping the master of a replicated cell, restarting a cell on
+// its data — are driven through the lines of tests/drive.py.
+package python
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/cell/celltest"
+	"github.com/chubbygo/chubby/client"
+)
+
+// python is Debian's interpreter, which has python3-thrift (another python3
+// may come first on PATH without it).
+const python = "/usr/bin/python3"
+
+// lease is the session lease of the cells started here: short, so that a
+// killed holder's session expires and a stopped master is noticed quickly.
+const lease = 2 * time.Second
+
+var (
+	genOnce sync.Once
+	genErr  error
+)
+
+// here is client/python.
+func here() string {
+	_, f, _, _ := runtime.Caller(0)
+	return filepath.Dir(f)
+}
+
+// generate runs ./build.sh python once per test binary: the tests use
+// the modules it writes to chubbycell/_thrift.
+func generate(t *testing.T) {
+	t.Helper()
+	genOnce.Do(func() {
+		b, err := exec.Command("bash", filepath.Join(here(), "..", "..", "build.sh"), "python").CombinedOutput()
+		if err != nil {
+			genErr = fmt.Errorf("./build.sh python: %v\n%s", err, b)
+		}
+	})
+	if genErr != nil {
+		t.Fatal(genErr)
+	}
+}
+
+// proc is a python process whose output the test reads line by line.
+type proc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string // stdout and stderr, line by line; closed at the end
+	done  chan struct{}
+	out   strings.Builder // everything it printed
+	mu    sync.Mutex
+}
+
+// startPython starts python with args in client/python, with CHUBBY_CELL
+// set to addrs. It dies with the test (its own process group, SIGKILL when
+// the test process dies), is killed by its pid when the test ends, and
+// after timeout at the latest.
+func startPython(t *testing.T, addrs []string, timeout time.Duration, args ...string) *proc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	cmd := exec.CommandContext(ctx, python, args...)
+	cmd.Dir = here()
+	cmd.Env = append(os.Environ(), "CHUBBY_CELL="+strings.Join(addrs, ","), "PYTHONPATH="+here(),
+		"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	p := &proc{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.lines <- sc.Text():
+			default: // nobody reads lines: the output is kept anyway
+			}
+		}
+		close(p.lines)
+		r.Close()
+		cmd.Wait()
+		cancel()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill() // by its pid; harmless once it has exited
+		<-p.done
+	})
+	return p
+}
+
+// output returns everything the process printed so far.
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// expect waits (bounded by within) for a line starting with prefix and
+// returns it; lines before it are skipped.
+func (p *proc) expect(prefix string, within time.Duration) string {
+	p.t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("python ended before printing %q:\n%s", prefix, p.output())
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			p.t.Fatalf("no %q from python within %v:\n%s", prefix, within, p.output())
+		}
+	}
+}
+
+// send writes a line to the process's stdin.
+func (p *proc) send(line string) {
+	p.t.Helper()
+	if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+		p.t.Fatalf("writing to python: %v", err)
+	}
+}
+
+// wait waits for the process to end and fails the test unless it exited 0.
+func (p *proc) wait() {
+	p.t.Helper()
+	<-p.done
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		p.t.Fatalf("python exited %d (%v):\n%s", code, p.cmd.ProcessState, p.output())
+	}
+}
+
+func startReplicas(t *testing.T) *celltest.Replicas {
+	t.Helper()
+	rc := celltest.StartStaticWith(t, 3, func(c *cell.Config) { c.Lease = lease })
+	rc.Master()
+	return rc
+}
+
+// TestPythonUnittest runs the unittest suite (client/python/tests/test_*.py)
+// against a three-replica cell: files, locks, events, errors, validation,
+// NOT_MASTER following, exactly-once resends through a proxy that loses
+// replies, the lock of a SIGKILLed holder, and examples/lock.py.
+func TestPythonUnittest(t *testing.T) {
+	generate(t)
+	rc := startReplicas(t)
+	p := startPython(t, rc.Addrs(), 3*time.Minute, "-m", "unittest", "discover", "-v", "-s", "tests")
+	<-p.done
+	out := p.output()
+	t.Logf("python -m unittest:\n%s", out)
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("the Python tests failed (exit %d)", code)
+	}
+	// Nothing may pass by being skipped, or by finding no tests.
+	if !strings.Contains(out, "\nOK\n") || strings.Contains(out, "skipped") || !strings.Contains(out, "Ran ") {
+		t.Fatalf("the Python tests did not all run and pass")
+	}
+}
+
+// TestPythonFailover: a Python session holding a lock survives the stop of
+// its cell's master: the Go side stops the master of a three-replica cell
+// while the Python process holds the lock; the session must go into
+// jeopardy and back to safe (never expire), keep its lock (its sequencer
+// stays valid, checked from Go too) and go on working. The replicas wait
+// 3 s without a master before they elect another (view-change timeout;
+// default 300 ms), more than the 2 s session lease, so the failover
+// certainly outlasts the session's local lease: with the default a new
+// master is often serving before the lease runs out, and jeopardy is a
+// matter of luck.
+func TestPythonFailover(t *testing.T) {
+	generate(t)
+	rc := celltest.StartStaticWith(t, 3, func(c *cell.Config) {
+		c.Lease = lease
+		c.Replication.ViewChangeTimeout = 3 * time.Second
+	})
+	rc.Master()
+	p := startPython(t, rc.Addrs(), 2*time.Minute, "tests/drive.py", "failover")
+	line := p.expect("LOCKED ", 30*time.Second)
+	seq, err := client.ParseSequencer(strings.Fields(line)[1])
+	if err != nil {
+		t.Fatalf("the Python sequencer %q: %v", line, err)
+	}
+	m := rc.Master()
+	rc.Stop(m)
+	next := rc.Master(m)
+	t.Logf("stopped the master (replica %d); replica %d is master now", m+1, next+1)
+	p.send("STOPPED")
+	ok := p.expect("OK", time.Minute)
+	t.Log("python: " + ok)
+
+	// The lock is still the Python session's, as the Go client sees it.
+	var alive []string
+	for i, a := range rc.Addrs() {
+		if i != m {
+			alive = append(alive, a)
+		}
+	}
+	c, err := client.Connect(context.Background(), client.Config{Addrs: alive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if valid, reason, err := c.CheckSequencer(ctx, seq); err != nil || !valid {
+		t.Errorf("CheckSequencer from Go after the failover: valid %v, %q, %v", valid, reason, err)
+	}
+	p.send("DONE")
+	p.wait() // it closes its session and exits 0
+	if valid, _, err := c.CheckSequencer(ctx, seq); err != nil || valid {
+		t.Errorf("CheckSequencer after the Python session closed: valid %v, %v; want invalid", valid, err)
+	}
+}
+
+// TestPythonJeopardy: a one-replica cell stops while a Python session holds
+// a lock; the session goes into jeopardy (a call made then waits); a new
+// master on the same data and address comes up within the grace period;
+// the session is safe again (after master-changed) with its lock, and the
+// call that waited succeeds.
+func TestPythonJeopardy(t *testing.T) {
+	generate(t)
+	dir := t.TempDir()
+	c := celltest.Start(t, celltest.Options{Lease: lease, DataDir: dir})
+	p := startPython(t, []string{c.Addr}, 2*time.Minute, "tests/drive.py", "restart")
+	p.expect("LOCKED ", 30*time.Second)
+	c.Stop()
+	p.expect("JEOPARDY", 30*time.Second)
+	c2 := celltest.Start(t, celltest.Options{Lease: lease, DataDir: dir, Addr: c.Addr})
+	p.send("RESTARTED")
+	t.Log("python: " + p.expect("OK", time.Minute))
+	p.wait()
+	if e1, e2 := c.Server().Epoch(), c2.Server().Epoch(); e2 <= e1 {
+		t.Errorf("the restarted cell's epoch %d is not above %d", e2, e1)
+	}
+}
