@@ -3,8 +3,13 @@
 #   ./build.sh            build bin/chubbyd and bin/chubbyfs
 #   ./build.sh gen        regenerate gen/ from idl/ with the pinned Kitex generator
 #   ./build.sh test       the whole check: gofmt, go vet, gen/ up to date, go test -race ./...
-#                         (installs Debian's thrift-compiler, python3-thrift and iproute2 if missing;
-#                         the network-namespace tests need root and skip without it)
+#                         (installs Debian's thrift-compiler, python3-thrift, iproute2 and the Java
+#                         build's packages if missing; the network-namespace tests need root and skip
+#                         without it)
+#   ./build.sh java       the Java client library: client/java/build/chubbycell.jar (Java generated
+#                         from idl/ by Debian's thrift, compiled with javac against libthrift-java;
+#                         installs the JDK, thrift-compiler and libthrift-java if missing), and the
+#                         example in client/java/build/test-classes
 #   ./build.sh bench      chubbybench: our cell against etcd, ZooKeeper and Redis on this machine
 #                         (installs them if missing; --quick: under 3 minutes; flags: ./build.sh bench --help)
 #   ./build.sh sim        the deterministic simulator over more seeds: ./build.sh sim --seeds 100000
@@ -57,9 +62,42 @@ check_gen() {
 	echo "ok: gen/ is what ./build.sh gen produces"
 }
 
+# install_missing installs the Debian packages named (what the caller found
+# missing) for what: as root with apt-get, or fails saying what to install.
+install_missing() {
+	local what=$1
+	shift
+	if [ $# -eq 0 ]; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		echo "FAIL: $what need Debian's $*; install them as root" >&2
+		return 1
+	fi
+	echo "installing $* for $what..." >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# The Java client library's build (./build.sh java) uses Debian's packages:
+# javac and jar from the JDK, the thrift compiler, the Apache Thrift Java
+# library and slf4j (its logging API; slf4j-nop silences it at run time).
+JAVA_DEPS_DIR=/usr/share/java
+JAVA_CP="$JAVA_DEPS_DIR/thrift.jar:$JAVA_DEPS_DIR/slf4j-api.jar"
+JAVA_RUNTIME_CP="$JAVA_CP:$JAVA_DEPS_DIR/slf4j-nop.jar"
+
+# java_missing prints the Debian packages the Java build needs that are missing.
+java_missing() {
+	{ command -v javac >/dev/null && command -v jar >/dev/null; } || echo openjdk-17-jdk-headless
+	command -v thrift >/dev/null || echo thrift-compiler
+	[ -f "$JAVA_DEPS_DIR/thrift.jar" ] || echo libthrift-java
+	{ [ -f "$JAVA_DEPS_DIR/slf4j-api.jar" ] && [ -f "$JAVA_DEPS_DIR/slf4j-nop.jar" ]; } || echo libslf4j-java
+}
+
 # test_deps installs what the tests need beyond Go: the Apache Thrift
 # compiler and Python library for the cross-language test, iproute2 and
-# util-linux (ip netns, prlimit) for the network-namespace tests (Debian
+# util-linux (ip netns, prlimit) for the network-namespace tests, and what
+# the Java client's build needs (java_missing) for its test (Debian
 # packages).
 test_deps() {
 	local missing=()
@@ -67,16 +105,55 @@ test_deps() {
 	/usr/bin/python3 -c 'import thrift' 2>/dev/null || missing+=(python3-thrift)
 	command -v ip >/dev/null || missing+=(iproute2)
 	command -v prlimit >/dev/null || missing+=(util-linux)
-	if [ ${#missing[@]} -eq 0 ]; then
-		return 0
+	local p
+	for p in $(java_missing); do
+		case " ${missing[*]} " in
+		*" $p "*) ;;
+		*) missing+=("$p") ;;
+		esac
+	done
+	install_missing "the tests" "${missing[@]}"
+}
+
+# java builds the Java client library into client/java/build (not
+# committed): the Java that Debian's thrift compiler generates from
+# idl/chubby.thrift (package chubby) and the library (client/java/src)
+# compiled against Debian's libthrift-java, in chubbycell.jar; the example
+# compiled against it, in test-classes; and
+# classpath, the runtime class path of both. The generated code is compiled
+# again only when its inputs change (the IDL, the compiler, the Thrift
+# jar: gen.stamp), as javac takes long over it; the rest is built anew
+# every time.
+java_build() {
+	# shellcheck disable=SC2046 # java_missing prints package names, one a line
+	install_missing "the Java build" $(java_missing)
+	local out=client/java/build stamp
+	mkdir -p "$out"
+	stamp=$({ thrift --version && sha256sum idl/chubby.thrift "$JAVA_DEPS_DIR/thrift.jar" && javac -version 2>&1; } | sha256sum)
+	if [ ! -f "$out/gen.stamp" ] || [ "$(cat "$out/gen.stamp")" != "$stamp" ]; then
+		rm -rf "$out/gen-java" "$out/gen-classes" "$out/gen.stamp"
+		mkdir -p "$out/gen-java" "$out/gen-classes"
+		thrift --gen java:generated_annotations=suppress -out "$out/gen-java" idl/chubby.thrift
+		# shellcheck disable=SC2046 # word splitting of the file list is meant
+		javac --release 17 -encoding UTF-8 -nowarn -cp "$JAVA_CP" -d "$out/gen-classes" \
+			$(find "$out/gen-java" -name '*.java' | sort)
+		echo "$stamp" >"$out/gen.stamp"
 	fi
-	if [ "$(id -u)" != 0 ]; then
-		echo "FAIL: the tests need Debian's ${missing[*]}; install them as root" >&2
-		return 1
-	fi
-	echo "installing ${missing[*]} for the tests..."
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	rm -rf "$out/classes" "$out/test-classes" "$out/chubbycell.jar" "$out/classpath"
+	mkdir -p "$out/classes" "$out/test-classes"
+	# Lint warnings fail the build, and doclint checks the public API's
+	# documentation.
+	# shellcheck disable=SC2046
+	javac --release 17 -encoding UTF-8 -Xlint:all,-path -Werror \
+		-Xdoclint:all/protected -Xdoclint/package:io.chubby.cell \
+		-cp "$out/gen-classes:$JAVA_CP" -d "$out/classes" $(find client/java/src -name '*.java' | sort)
+	jar --create --file "$out/chubbycell.jar" -C "$out/gen-classes" . -C "$out/classes" .
+	# shellcheck disable=SC2046
+	javac --release 17 -encoding UTF-8 -Xlint:all,-path -Werror \
+		-cp "$out/chubbycell.jar:$JAVA_CP" -d "$out/test-classes" \
+		$(find client/java/examples -name '*.java' | sort)
+	echo "$PWD/$out/chubbycell.jar:$JAVA_RUNTIME_CP" >"$out/classpath"
+	echo "built: $out/chubbycell.jar (run with -cp $(cat "$out/classpath"))"
 }
 
 test_all() {
@@ -144,6 +221,7 @@ case "${1:-build}" in
 build) build ;;
 gen) gen ;;
 test) test_all ;;
+java) java_build ;;
 bench)
 	shift
 	bench "$@"
@@ -152,7 +230,7 @@ sim)
 	shift
 	go test ./replica/sim -run 'TestSim$' -count=1 -timeout 0 -v -args "$@" | grep -v -e '^=== RUN' -e '^    --- PASS'
 	;;
-help | -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' ;;
+help | -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
 	echo "unknown command: $1 (try ./build.sh help)" >&2
 	exit 2
