@@ -9,7 +9,7 @@
 #   ./build.sh java       the Java client library: client/java/build/chubbycell.jar (Java generated
 #                         from idl/ by Debian's thrift, compiled with javac against libthrift-java;
 #                         installs the JDK, thrift-compiler and libthrift-java if missing), and the
-#                         example in client/java/build/test-classes
+#                         example and test runner in client/java/build/test-classes
 #   ./build.sh bench      chubbybench: our cell against etcd, ZooKeeper and Redis on this machine
 #                         (installs them if missing; --quick: under 3 minutes; flags: ./build.sh bench --help)
 #   ./build.sh sim        the deterministic simulator over more seeds: ./build.sh sim --seeds 100000
@@ -119,7 +119,7 @@ test_deps() {
 # committed): the Java that Debian's thrift compiler generates from
 # idl/chubby.thrift (package chubby) and the library (client/java/src)
 # compiled against Debian's libthrift-java, in chubbycell.jar; the example
-# compiled against it, in test-classes; and
+# and the Java test runner compiled against it, in test-classes; and
 # classpath, the runtime class path of both. The generated code is compiled
 # again only when its inputs change (the IDL, the compiler, the Thrift
 # jar: gen.stamp), as javac takes long over it; the rest is built anew
@@ -151,7 +151,7 @@ java_build() {
 	# shellcheck disable=SC2046
 	javac --release 17 -encoding UTF-8 -Xlint:all,-path -Werror \
 		-cp "$out/chubbycell.jar:$JAVA_CP" -d "$out/test-classes" \
-		$(find client/java/examples -name '*.java' | sort)
+		$(find client/java/examples client/java/test -name '*.java' | sort)
 	echo "$PWD/$out/chubbycell.jar:$JAVA_RUNTIME_CP" >"$out/classpath"
 	echo "built: $out/chubbycell.jar (run with -cp $(cat "$out/classpath"))"
 }
