@@ -59,6 +59,15 @@ func TestJavaClient(t *testing.T) {
 		if code := p.Wait(10 * time.Second); code != 0 {
 			t.Fatalf("CellTest basic exited %d", code)
 		}
+
+		// The example takes its lock, prints the sequencer and, held for
+		// 0 s, releases it.
+		ex := jr.startMain(t, "LockExample", "LockExample", c.Addr, "/java-example", "0")
+		held := ex.Expect("holding /java-example with sequencer chubby-seq:v1:E:1:", 30*time.Second)
+		ex.Expect("releasing /java-example (still held: true)", 30*time.Second)
+		if code := ex.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("LockExample exited %d after %q", code, held)
+		}
 	})
 
 	t.Run("replicated", func(t *testing.T) {
@@ -138,14 +147,21 @@ type proc struct {
 	done  chan struct{}
 }
 
-// start starts CellTest mode args. The JVM is in its own process group,
-// dies with the test process (Pdeathsig) and is killed, by its pid, when
-// the test ends. Its output is logged line by line.
+// start starts CellTest mode args (see startMain).
 func (j *jvm) start(t *testing.T, mode string, args ...string) *proc {
+	t.Helper()
+	return j.startMain(t, mode, "io.chubby.cell.CellTest", append([]string{mode}, args...)...)
+}
+
+// startMain starts the Java class main with args, calling the process name
+// in the log. The JVM is in its own process group, dies with the test
+// process (Pdeathsig) and is killed, by its pid, when the test ends. Its
+// output is logged line by line as it is read (Expect).
+func (j *jvm) startMain(t *testing.T, name, main string, args ...string) *proc {
 	t.Helper()
 	// A quick start matters more than peak speed: C1 only, serial GC.
 	cmd := exec.Command(j.java, append([]string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k",
-		"-cp", j.cp, "io.chubby.cell.CellTest", mode}, args...)...)
+		"-cp", j.cp, main}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -159,7 +175,7 @@ func (j *jvm) start(t *testing.T, mode string, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, name: mode, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), done: make(chan struct{})}
+	p := &proc{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		sc := bufio.NewScanner(out)
