@@ -48,7 +48,10 @@ import org.apache.thrift.transport.TTransportException;
  * <p><b>Calls.</b> A call made in jeopardy waits until the session is safe
  * (then it is sent) or expired (then it fails with SESSION_EXPIRED). A call
  * that gave up because no master could be reached waits until the session
- * reaches one again and is sent anew, at most 3 rounds in all.
+ * reaches one again and is sent anew, at most 3 rounds in all. A call
+ * already sent when the session ends is not interrupted: it ends when the
+ * cell answers (the cell ends an Acquire of an ended session) or its
+ * timeout passes; later calls fail at once.
  *
  * <p><b>Exactly-once.</b> Calls that change the cell (open, close, write,
  * delete, mkdir, createFile, tryAcquire, release) carry a request id: the
@@ -780,8 +783,8 @@ public final class Session implements AutoCloseable {
             return;
         }
         for (chubby.Event e : evs) {
-            if (e == null || e.getKind() == null) {
-                continue; // a kind this library does not know
+            if (e == null) {
+                continue;
             }
             if (e.getKind() == chubby.EventKind.MASTER_FAILED_OVER) {
                 noteEpoch(e.getEpoch());
@@ -802,6 +805,9 @@ public final class Session implements AutoCloseable {
                     chubby.Event gap = new chubby.Event(first - 1, chubby.EventKind.EVENTS_LOST, e.getTime_ms());
                     gap.setLost_from(next);
                     lostLocked(gap);
+                }
+                if (e.getKind() == null) {
+                    continue; // a kind this library does not know: received (so acknowledged), not delivered
                 }
                 if (e.getKind() == chubby.EventKind.EVENTS_LOST) {
                     chubby.Event lost = new chubby.Event(e.getSeq(), e.getKind(), e.getTime_ms());
