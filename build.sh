@@ -5,8 +5,9 @@
 #                         gen/apachethrift/ from idl/chubby.thrift with Apache Thrift's Go
 #                         generator (Debian's thrift-compiler 0.17.0, for the interop test)
 #   ./build.sh test       the whole check: gofmt, go vet, gen/ up to date, go test -race ./...
-#                         (installs Debian's thrift-compiler, python3-thrift and iproute2 if missing;
-#                         the network-namespace tests need root and skip without it)
+#                         (installs Debian's thrift-compiler, python3-thrift, iproute2 and the Java
+#                         build's packages if missing; the network-namespace tests need root and skip
+#                         without it)
 #   ./build.sh bench      chubbybench: our cell against etcd, ZooKeeper and Redis on this machine
 #                         (installs them if missing; --quick: under 3 minutes; flags: ./build.sh bench --help)
 #   ./build.sh sim        the deterministic simulator over more seeds: ./build.sh sim --seeds 100000
@@ -16,6 +17,10 @@
 #                         committed; installs thrift-compiler and python3-thrift if missing); then
 #                         PYTHONPATH=client/python /usr/bin/python3 -c 'import chubbycell' works.
 #                         Its tests: go test ./client/python (part of ./build.sh test)
+#   ./build.sh java       the Java client library: client/java/build/chubbycell.jar (Java generated
+#                         from idl/ by Debian's thrift, compiled with javac against libthrift-java;
+#                         installs the JDK, thrift-compiler and libthrift-java if missing), and the
+#                         example and test runner in client/java/build/test-classes
 #   ./build.sh help       this text
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -113,13 +118,30 @@ python_deps() {
 	/usr/bin/python3 -c 'import thrift' 2>/dev/null || echo python3-thrift
 }
 
+# The Java client library's build (./build.sh java) uses Debian's packages:
+# javac and jar from the JDK, the thrift compiler, the Apache Thrift Java
+# library and slf4j (its logging API; slf4j-nop silences it at run time).
+JAVA_DEPS_DIR=/usr/share/java
+JAVA_CP="$JAVA_DEPS_DIR/thrift.jar:$JAVA_DEPS_DIR/slf4j-api.jar"
+JAVA_RUNTIME_CP="$JAVA_CP:$JAVA_DEPS_DIR/slf4j-nop.jar"
+
+# java_missing prints the Debian packages the Java build needs that are missing.
+java_missing() {
+	{ command -v javac >/dev/null && command -v jar >/dev/null; } || echo openjdk-17-jdk-headless
+	command -v thrift >/dev/null || echo thrift-compiler
+	[ -f "$JAVA_DEPS_DIR/thrift.jar" ] || echo libthrift-java
+	{ [ -f "$JAVA_DEPS_DIR/slf4j-api.jar" ] && [ -f "$JAVA_DEPS_DIR/slf4j-nop.jar" ]; } || echo libslf4j-java
+}
+
 # test_deps installs what the tests need beyond Go: the Apache Thrift
 # compiler and Python library for the cross-language test and the Python
-# client library's tests (client/python), iproute2 and util-linux (ip
-# netns, prlimit) for the network-namespace tests (Debian packages).
+# client library's tests (client/python), what the Java client's build
+# needs (java_missing) for its test (client/java), and iproute2 and
+# util-linux (ip netns, prlimit) for the network-namespace tests (Debian
+# packages).
 test_deps() {
 	local missing
-	mapfile -t missing < <(python_deps)
+	mapfile -t missing < <({ python_deps && java_missing; } | sort -u)
 	command -v ip >/dev/null || missing+=(iproute2)
 	command -v prlimit >/dev/null || missing+=(util-linux)
 	apt_install "the tests" "${missing[@]}"
@@ -150,6 +172,47 @@ python_gen() {
 		'from chubby import Session, FileSystem, Lock, Cell, Oracle, ttypes, constants' ||
 		{ echo "FAIL: the generated modules do not import" >&2; return 1; }
 	echo "generated $out from idl/chubby.thrift ($(thrift --version))"
+}
+
+# java builds the Java client library into client/java/build (not
+# committed): the Java that Debian's thrift compiler generates from
+# idl/chubby.thrift (package chubby) and the library (client/java/src)
+# compiled against Debian's libthrift-java, in chubbycell.jar; the example
+# and the Java test runner compiled against it, in test-classes; and
+# classpath, the runtime class path of both. The generated code is compiled
+# again only when its inputs change (the IDL, the compiler, the Thrift
+# jar: gen.stamp), as javac takes long over it; the rest is built anew
+# every time.
+java_build() {
+	# shellcheck disable=SC2046 # java_missing prints package names, one a line
+	apt_install "the Java build" $(java_missing)
+	local out=client/java/build stamp
+	mkdir -p "$out"
+	stamp=$({ thrift --version && sha256sum idl/chubby.thrift "$JAVA_DEPS_DIR/thrift.jar" && javac -version 2>&1; } | sha256sum)
+	if [ ! -f "$out/gen.stamp" ] || [ "$(cat "$out/gen.stamp")" != "$stamp" ]; then
+		rm -rf "$out/gen-java" "$out/gen-classes" "$out/gen.stamp"
+		mkdir -p "$out/gen-java" "$out/gen-classes"
+		thrift --gen java:generated_annotations=suppress -out "$out/gen-java" idl/chubby.thrift
+		# shellcheck disable=SC2046 # word splitting of the file list is meant
+		javac --release 17 -encoding UTF-8 -nowarn -cp "$JAVA_CP" -d "$out/gen-classes" \
+			$(find "$out/gen-java" -name '*.java' | sort)
+		echo "$stamp" >"$out/gen.stamp"
+	fi
+	rm -rf "$out/classes" "$out/test-classes" "$out/chubbycell.jar" "$out/classpath"
+	mkdir -p "$out/classes" "$out/test-classes"
+	# Lint warnings fail the build, and doclint checks the public API's
+	# documentation.
+	# shellcheck disable=SC2046
+	javac --release 17 -encoding UTF-8 -Xlint:all,-path -Werror \
+		-Xdoclint:all/protected -Xdoclint/package:io.chubby.cell \
+		-cp "$out/gen-classes:$JAVA_CP" -d "$out/classes" $(find client/java/src -name '*.java' | sort)
+	jar --create --file "$out/chubbycell.jar" -C "$out/gen-classes" . -C "$out/classes" .
+	# shellcheck disable=SC2046
+	javac --release 17 -encoding UTF-8 -Xlint:all,-path -Werror \
+		-cp "$out/chubbycell.jar:$JAVA_CP" -d "$out/test-classes" \
+		$(find client/java/examples client/java/test -name '*.java' | sort)
+	echo "$PWD/$out/chubbycell.jar:$JAVA_RUNTIME_CP" >"$out/classpath"
+	echo "built: $out/chubbycell.jar (run with -cp $(cat "$out/classpath"))"
 }
 
 test_all() {
@@ -222,6 +285,7 @@ bench)
 	bench "$@"
 	;;
 python) python_gen ;;
+java) java_build ;;
 sim)
 	shift
 	go test ./replica/sim -run 'TestSim$' -count=1 -timeout 0 -v -args "$@" | grep -v -e '^=== RUN' -e '^    --- PASS'

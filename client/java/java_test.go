@@ -1,0 +1,259 @@
+// Package java holds the test of the Java client library (client/java):
+// it builds the library with ./build.sh java and runs its test runner
+// (test/io/chubby/cell/CellTest.java) as child processes against real
+// cells, coordinating the failover and kill scenarios through the child's
+// stdin and stdout.
+package java
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/cell/celltest"
+)
+
+// TestJavaClient builds the Java client (javac is slow: once for every
+// scenario) and runs the scenarios of CellTest against real cells. A
+// missing JDK or Thrift is installed by ./build.sh java (as root) or
+// fails the test; it does not skip.
+func TestJavaClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the Java client with javac and starts JVMs")
+	}
+	java, err := exec.LookPath("java")
+	if err != nil {
+		t.Fatal("no java on PATH (apt-get install openjdk-17-jdk-headless; ./build.sh test does it)")
+	}
+	_, here, _, _ := runtime.Caller(0)
+	dir := filepath.Dir(here)
+	root := filepath.Join(dir, "..", "..")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, filepath.Join(root, "build.sh"), "java")
+	build.Dir = root
+	start := time.Now()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("./build.sh java: %v\n%s", err, out)
+	}
+	t.Logf("./build.sh java took %v", time.Since(start).Round(time.Millisecond))
+	cp, err := os.ReadFile(filepath.Join(dir, "build", "classpath"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr := &jvm{java: java, cp: strings.TrimSpace(string(cp)) + ":" + filepath.Join(dir, "build", "test-classes")}
+
+	t.Run("basic", func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		p := jr.start(t, "basic", c.Addr)
+		p.Expect("PASS", 60*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest basic exited %d", code)
+		}
+
+		// The example takes its lock, prints the sequencer and, held for
+		// 0 s, releases it.
+		ex := jr.startMain(t, "LockExample", "LockExample", c.Addr, "/java-example", "0")
+		held := ex.Expect("holding /java-example with sequencer chubby-seq:v1:E:1:", 30*time.Second)
+		ex.Expect("releasing /java-example (still held: true)", 30*time.Second)
+		if code := ex.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("LockExample exited %d after %q", code, held)
+		}
+	})
+
+	t.Run("replicated", func(t *testing.T) {
+		rc := celltest.StartStaticWith(t, 3, func(c *cell.Config) { c.Lease = 2 * time.Second })
+		m := rc.Master()
+		other := (m + 1) % 3
+
+		// NOT_MASTER: the Java client is given only a replica that is not
+		// the master.
+		p := jr.start(t, "notmaster", rc.Addr(other), rc.Addr(m))
+		p.Expect("PASS", 30*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest notmaster exited %d", code)
+		}
+
+		// Failover: the Java process holds a lock and writes; the master
+		// is stopped; the session, the lock and the writes go on.
+		p = jr.start(t, "failover", rc.Addrs()...)
+		locked := p.Expect("LOCKED ", 30*time.Second)
+		t.Logf("java: %s; stopping the master, replica %d", locked, m+1)
+		rc.Stop(m)
+		next := rc.Master(m)
+		t.Logf("replica %d is the new master", next+1)
+		p.Send("STOPPED")
+		p.Expect("PASS", 60*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest failover exited %d", code)
+		}
+	})
+
+	t.Run("jeopardy", func(t *testing.T) {
+		// The cell's one replica stops and comes back on the same data and
+		// address (a new master, a new epoch) within the grace period.
+		dir := t.TempDir()
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second, DataDir: dir})
+		p := jr.start(t, "jeopardy", c.Addr)
+		p.Expect("READY", 30*time.Second)
+		c.Stop()
+		p.Send("STOPPED")
+		p.Expect("JEOPARDY", 30*time.Second)
+		celltest.Start(t, celltest.Options{Lease: 2 * time.Second, DataDir: dir, Addr: c.Addr})
+		p.Send("RESTARTED")
+		p.Expect("PASS", 60*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest jeopardy exited %d", code)
+		}
+	})
+
+	t.Run("killed-holder", func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		holder := jr.start(t, "holder", c.Addr, "/java-killed")
+		locked := holder.Expect("LOCKED ", 30*time.Second)
+		waiter := jr.start(t, "waiter", c.Addr, "/java-killed")
+		waiter.Expect("HELD", 30*time.Second)
+		holder.Kill() // SIGKILL: its session is never closed, it expires
+		waiter.Send("GO " + strings.TrimPrefix(locked, "LOCKED "))
+		waiter.Expect("PASS", 60*time.Second)
+		if code := waiter.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest waiter exited %d", code)
+		}
+	})
+}
+
+// jvm starts CellTest processes.
+type jvm struct {
+	java string
+	cp   string
+}
+
+// proc is a running CellTest process.
+type proc struct {
+	t     *testing.T
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string // its stdout, line by line; closed at its end
+	done  chan struct{}
+}
+
+// start starts CellTest mode args (see startMain).
+func (j *jvm) start(t *testing.T, mode string, args ...string) *proc {
+	t.Helper()
+	return j.startMain(t, mode, "io.chubby.cell.CellTest", append([]string{mode}, args...)...)
+}
+
+// startMain starts the Java class main with args, calling the process name
+// in the log. The JVM is in its own process group, dies with the test
+// process (Pdeathsig) and is killed, by its pid, when the test ends. Its
+// output is logged line by line as it is read (Expect).
+func (j *jvm) startMain(t *testing.T, name, main string, args ...string) *proc {
+	t.Helper()
+	// A quick start matters more than peak speed: C1 only, serial GC.
+	cmd := exec.Command(j.java, append([]string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k",
+		"-cp", j.cp, main}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		cmd.Wait()
+	}()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Expect waits (bounded by within) for a line starting with prefix and
+// returns it, logging every line read. It fails the test if the process
+// ends, prints a FAIL line, or the time runs out first.
+func (p *proc) Expect(prefix string, within time.Duration) string {
+	p.t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("java %s ended before printing %q", p.name, prefix)
+			}
+			p.t.Logf("java %s: %s", p.name, l)
+			if strings.HasPrefix(l, "FAIL") {
+				p.drain()
+				p.t.Fatalf("java %s: %s", p.name, l)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			p.t.Fatalf("no %q from java %s within %v", prefix, p.name, within)
+		}
+	}
+}
+
+// drain logs what the process prints after a failure (its stack trace),
+// for at most a second.
+func (p *proc) drain() {
+	timeout := time.After(time.Second)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				return
+			}
+			p.t.Logf("java %s: %s", p.name, l)
+		case <-timeout:
+			return
+		}
+	}
+}
+
+// Send writes one line to the process's stdin.
+func (p *proc) Send(line string) {
+	p.t.Helper()
+	if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+		p.t.Fatalf("write to java %s: %v", p.name, err)
+	}
+}
+
+// Kill sends SIGKILL to the process (if it still runs) and waits for it.
+func (p *proc) Kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Wait waits (bounded) for the process to exit by itself and returns its
+// exit code.
+func (p *proc) Wait(within time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		p.t.Fatalf("java %s still running after %v", p.name, within)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
