@@ -546,7 +546,7 @@ func checkBank(t *testing.T, ctx context.Context, db *DB, h *bankHistory, accoun
 	}
 	h.stats.RolledForward += db.Stats().RolledForward
 	h.stats.RolledBack += db.Stats().RolledBack
-	t.Logf("%d transactions (%d snapshots): %v; %d unknown until the end; killed %v; locks of dead workers rolled forward %d, back %d (by the workers that finished and the final read)",
+	t.Logf("%d transactions (%d snapshots): %v; %d unknown until the end; killed %v; locks of others rolled forward %d, back %d (by the workers that finished and the final read)",
 		len(h.recs), snapshots, outcomes, unknown, h.killed, h.stats.RolledForward, h.stats.RolledBack)
 	for _, p := range []point{pointPrewritten, pointPrimaryCommited, pointResolving} {
 		if h.killed[string(p)] == 0 {

@@ -100,7 +100,7 @@ func (cs *CellStore) Read(ctx context.Context, key string) (*Row, Version, error
 }
 
 // Write implements Store.
-func (cs *CellStore) Write(ctx context.Context, key string, old Version, r *Row) error {
+func (cs *CellStore) Write(ctx context.Context, key string, old Version, r *Row) (Version, error) {
 	p := cs.path(key)
 	var cmps []client.Cmp
 	if old == (Version{}) {
@@ -111,7 +111,7 @@ func (cs *CellStore) Write(ctx context.Context, key string, old Version, r *Row)
 	var op client.Op
 	switch {
 	case r.isEmpty() && old == (Version{}):
-		return nil // nothing to delete
+		return Version{}, nil // nothing to delete
 	case r.isEmpty():
 		op = client.OpDelete(p, false)
 	case old == (Version{}):
@@ -122,13 +122,16 @@ func (cs *CellStore) Write(ctx context.Context, key string, old Version, r *Row)
 	res, err := cs.s.Multi(ctx, cmps, []client.Op{op})
 	switch {
 	case client.IsCode(err, chubby.ErrorCode_TOO_LARGE):
-		return fmt.Errorf("%w: row %q: %w", ErrRowTooLarge, key, err)
+		return Version{}, fmt.Errorf("%w: row %q: %w", ErrRowTooLarge, key, err)
 	case err != nil:
-		return fmt.Errorf("txn: write row %q: %w", key, err)
+		return Version{}, fmt.Errorf("txn: write row %q: %w", key, err)
 	case !res.Succeeded:
-		return ErrVersion
+		return Version{}, ErrVersion
+	case r.isEmpty() || len(res.Stats) != 1:
+		return Version{}, nil
 	}
-	return nil
+	st := res.Stats[0]
+	return Version{Instance: st.GetInstance(), Generation: st.GetContentGeneration()}, nil
 }
 
 // Keys implements Store.

@@ -118,7 +118,7 @@ const (
 // Stats counts what a DB did.
 type Stats struct {
 	Commits, Conflicts, Aborts int64 // committed; ended by ErrConflict; ended by any other error
-	RolledForward, RolledBack  int64 // locks of dead workers resolved, each way
+	RolledForward, RolledBack  int64 // others' locks resolved: of committed transactions (any worker's), of dead workers
 	LockWaits                  int64 // reads that waited for a live lock
 	CASRetries                 int64 // row writes that lost a race and were tried again
 }
@@ -143,7 +143,9 @@ type DB struct {
 	closed bool
 
 	pmu     sync.Mutex
-	pending []pending // cleanups to retry (resolve.go)
+	pending []pending               // cleanups to retry (resolve.go)
+	commits map[int64]chan struct{} // commits under way, by start; closed when done
+	bg      sync.WaitGroup          // the same, for Close
 }
 
 // New returns a DB on any store: transactions take timestamps from oracle
@@ -197,10 +199,45 @@ func (db *DB) Close(ctx context.Context) error {
 	already := db.closed
 	db.closed = true
 	db.mu.Unlock()
-	if already || db.close == nil {
+	if already {
+		return nil
+	}
+	db.bg.Wait() // secondaries still being committed keep the token alive
+	if db.close == nil {
 		return nil
 	}
 	return db.close(ctx)
+}
+
+// begin records that the transaction that started at start is committing
+// and returns the function that records its end.
+func (db *DB) begin(start int64) func() {
+	ch := make(chan struct{})
+	db.pmu.Lock()
+	if db.commits == nil {
+		db.commits = map[int64]chan struct{}{}
+	}
+	db.commits[start] = ch
+	db.pmu.Unlock()
+	db.bg.Add(1)
+	return func() {
+		db.pmu.Lock()
+		delete(db.commits, start)
+		db.pmu.Unlock()
+		close(ch)
+		db.bg.Done()
+	}
+}
+
+// running returns the channel closed when this DB's commit of the
+// transaction that started at start ends, or nil if none is under way.
+func (db *DB) running(start int64) <-chan struct{} {
+	db.pmu.Lock()
+	defer db.pmu.Unlock()
+	if ch, ok := db.commits[start]; ok {
+		return ch
+	}
+	return nil
 }
 
 // Worker returns the DB's worker id (the name of its token).
@@ -229,30 +266,66 @@ func (db *DB) Begin(ctx context.Context) (*Txn, error) {
 	return &Txn{db: db, start: ts, writes: map[cell]mutation{}}, nil
 }
 
-// update applies f to the row at key by compare-and-swap, reading again
-// and re-applying f when another writer got there first. f returns false
-// when the row needs no change. f must decide from the row alone, so
-// that applying it to a newer row is right.
+// snap is a row as read (or written) at a version.
+type snap struct {
+	r  *Row
+	v  Version
+	ok bool
+}
+
+// update applies f to the row at key by compare-and-swap (see updateFrom).
 func (db *DB) update(ctx context.Context, key string, f func(r *Row) (bool, error)) error {
+	_, err := db.updateFrom(ctx, key, snap{}, f)
+	return err
+}
+
+// updateFrom applies f to the row at key by compare-and-swap, reading
+// again and re-applying f when another writer got there first, and
+// returns the row as written (or as read, when f changed nothing). f
+// returns false when the row needs no change; it must decide from the row
+// alone, so that applying it to a newer row is right.
+//
+// hint, if ok, is the row as the caller last saw it: the first attempt
+// starts from it instead of reading, which saves a read when nobody wrote
+// the row since. Only a write is trusted from a hint (the compare-and-swap
+// checks it); if f on the hint changes nothing or fails, the row is read
+// again and f decides on that. The hint's row is f's to change.
+func (db *DB) updateFrom(ctx context.Context, key string, hint snap, f func(r *Row) (bool, error)) (snap, error) {
 	for i := 0; i < db.cfg.MaxCASRetries; i++ {
-		r, v, err := db.store.Read(ctx, key)
-		if err != nil {
-			return err
+		fromHint := i == 0 && hint.ok
+		var cur snap
+		if fromHint {
+			cur = hint
+		} else {
+			r, v, err := db.store.Read(ctx, key)
+			if err != nil {
+				return snap{}, err
+			}
+			cur = snap{r: r, v: v, ok: true}
 		}
-		change, err := f(r)
+		change, err := f(cur.r)
+		if fromHint && (err != nil || !change) {
+			continue // decide on the row as it is now
+		}
 		if err != nil || !change {
-			return err
+			return cur, err
 		}
-		err = db.store.Write(ctx, key, v, r)
+		v, err := db.store.Write(ctx, key, cur.v, cur.r)
+		if err == nil {
+			return snap{r: cur.r, v: v, ok: !cur.r.isEmpty()}, nil
+		}
 		if !errors.Is(err, ErrVersion) {
-			return err
+			return snap{}, err
+		}
+		if fromHint {
+			continue
 		}
 		db.st.retries.Add(1)
 		if err := sleep(ctx, backoff(i)); err != nil {
-			return err
+			return snap{}, err
 		}
 	}
-	return fmt.Errorf("%w: row %q changed %d times under us", ErrContention, key, db.cfg.MaxCASRetries)
+	return snap{}, fmt.Errorf("%w: row %q changed %d times under us", ErrContention, key, db.cfg.MaxCASRetries)
 }
 
 // floor returns the table's garbage-collection floor.

@@ -36,13 +36,16 @@
 // buffered.
 //
 // Commit picks the first written (row, column) as the primary and
-// prewrites, primary first: on each row, in one row write, it checks that
-// no write record is newer than S (else ErrConflict: first committer
-// wins) and no other lock is there (a dead worker's is resolved first, a
-// live one is a conflict), then writes a lock and the data per column.
-// Then it takes a commit timestamp C and commits the primary: the
-// primary's row write that replaces its locks by write records C → S is
-// the commit point. The secondaries are then committed the same way.
+// prewrites every row at once: on each row, in one row write, it checks
+// that no write record is newer than S (else ErrConflict: first committer
+// wins) and no other lock is there (one whose primary committed is rolled
+// forward, a dead worker's is resolved, a live one is a conflict), then
+// writes a lock and the data per column. Then it takes a commit timestamp
+// C and commits the primary: the primary's row write that replaces its
+// locks by write records C → S is the commit point. Commit returns; the
+// secondaries are committed the same way in the background (Close waits
+// for them). Each row write starts from the row as this transaction last
+// saw it, so a row nobody else touched costs no extra read.
 //
 // # Workers, liveness and lock resolution
 //
@@ -52,15 +55,19 @@
 // never write again, so once the file is gone the worker's locks can be
 // decided by anyone, from the primary alone (see DB.resolve):
 //
-//   - the primary still locked: never committed. The primary is rolled back
-//     (a rollback record stays, so that a late commit would find it) and
-//     then the lock met.
+//   - the primary still locked, or neither locked nor decided (its
+//     prewrite has not landed): never committed. The primary is rolled
+//     back, leaving a rollback record that a late prewrite or commit of
+//     it meets, and then the lock met.
 //   - the primary has the commit record: committed. The lock met is rolled
 //     forward to a write record at the same commit timestamp.
 //   - otherwise: rolled back.
 //
-// A worker alive but slow is waited for (Config.LockWait), never
-// overruled; a worker that never ends its transactions blocks readers of
+// A lock whose primary committed is rolled forward by anyone, the writer
+// alive or not. The decision is taken inside the primary's row write, so
+// a worker wrongly thought dead (its token deleted by hand) loses only its
+// transaction: safety never rests on liveness, only progress does. A
+// worker alive but slow is waited for (Config.LockWait), never overruled; a worker that never ends its transactions blocks readers of
 // those columns until its session ends. A DB settles the locks of its own
 // failed commits itself (nobody else may while it lives).
 //

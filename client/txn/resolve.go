@@ -22,7 +22,46 @@ import (
 // dead only loses its transaction (its commit finds the rollback record).
 // Liveness decides when a lock may be overruled, so that a live worker is
 // not aborted by every reader it meets.
+// resolveOrWait is resolve for a lock met by a read or a prewrite: a
+// lock of this DB's own worker is either a transaction of this DB still
+// committing (waited for, then true: look again) or one left by a failed
+// cleanup (settled now, as nobody else may).
+func (db *DB) resolveOrWait(ctx context.Context, row string, l Lock) (bool, error) {
+	if l.Worker != db.worker {
+		return db.resolve(ctx, row, l)
+	}
+	if done := db.running(l.Start); done != nil {
+		select {
+		case <-done:
+			return true, nil
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		}
+	}
+	return true, db.settle(ctx, row, l, false)
+}
+
 func (db *DB) resolve(ctx context.Context, row string, l Lock) (bool, error) {
+	// A committed primary decides for everyone, dead or alive: such a
+	// lock is only waiting for its writer's background commit, and
+	// rolling it forward is what the writer would do.
+	p, _, err := db.store.Read(ctx, l.PrimaryRow)
+	if err != nil {
+		return false, fmt.Errorf("txn: resolve %d: %w", l.Start, err)
+	}
+	if c := p.Cols[l.PrimaryCol]; c != nil {
+		if w, ok := c.writeOf(l.Start); ok && w.Kind != KindRollback {
+			var did bool
+			err := db.update(ctx, row, func(r *Row) (bool, error) {
+				did = commitLocks(r, l.Start, w.Commit)
+				return did, nil
+			})
+			if did && err == nil {
+				db.st.forward.Add(1)
+			}
+			return err == nil, err
+		}
+	}
 	alive, err := db.live.Alive(ctx, l.Worker)
 	if err != nil || alive {
 		return false, err
@@ -47,13 +86,23 @@ func (db *DB) settle(ctx context.Context, row string, l Lock, counted bool) erro
 	)
 	err := db.update(ctx, l.PrimaryRow, func(r *Row) (bool, error) {
 		commit, forward, did = 0, false, false
-		if c := r.Cols[l.PrimaryCol]; c != nil && (c.Lock == nil || c.Lock.Start != l.Start) {
-			if w, ok := c.writeOf(l.Start); ok && w.Kind != KindRollback {
-				commit, forward = w.Commit, true
-				return false, nil
+		c := r.Cols[l.PrimaryCol]
+		if c != nil && (c.Lock == nil || c.Lock.Start != l.Start) {
+			if w, ok := c.writeOf(l.Start); ok {
+				if w.Kind != KindRollback {
+					commit, forward = w.Commit, true
+				}
+				return false, nil // decided already
 			}
 		}
 		did = rollbackLocks(r, l.Start, l.PrimaryCol) // all of l's locks on the primary's row
+		if !did {
+			// Neither lock nor record: the primary's prewrite has not
+			// landed (rows are prewritten at once). A rollback record
+			// makes sure it never will.
+			r.col(l.PrimaryCol).addWrite(Write{Commit: l.Start, Start: l.Start, Kind: KindRollback})
+			did = true
+		}
 		return did, nil
 	})
 	if err == nil && (forward || row != l.PrimaryRow) {
@@ -114,7 +163,8 @@ func (db *DB) cleanup(ctx context.Context, p pending) {
 	ctx = context.WithoutCancel(ctx)
 	err := db.settleRow(ctx, p.rows[0], p.start)
 	if err == nil {
-		err = forEach(p.rows[1:], func(row string) error { return db.settleRow(ctx, row, p.start) })
+		rest := p.rows[1:]
+		err = forEach(rest, func(i int) error { return db.settleRow(ctx, rest[i], p.start) })
 	}
 	if err != nil {
 		db.cfg.Logger.Warn("txn: locks left behind; settling them at the next Begin", "start", p.start, "err", err)

@@ -39,9 +39,10 @@ type Store interface {
 	Read(ctx context.Context, key string) (*Row, Version, error)
 	// Write replaces the row at key by r if the row is still at version
 	// old, and fails with ErrVersion if it is not; a nil or empty r
-	// deletes the row. Any other error leaves the outcome unknown: read
-	// again to learn it.
-	Write(ctx context.Context, key string, old Version, r *Row) error
+	// deletes the row. It returns the row's new version (zero after a
+	// delete). Any other error leaves the outcome unknown: read again to
+	// learn it.
+	Write(ctx context.Context, key string, old Version, r *Row) (Version, error)
 	// Keys returns every key that has a row, sorted, without the meta row.
 	Keys(ctx context.Context) ([]string, error)
 }
@@ -103,7 +104,7 @@ func (m *MemStore) Read(ctx context.Context, key string) (*Row, Version, error) 
 }
 
 // Write implements Store.
-func (m *MemStore) Write(ctx context.Context, key string, old Version, r *Row) error {
+func (m *MemStore) Write(ctx context.Context, key string, old Version, r *Row) (Version, error) {
 	var b []byte
 	if !r.isEmpty() {
 		b = encodeRow(r)
@@ -112,23 +113,27 @@ func (m *MemStore) Write(ctx context.Context, key string, old Version, r *Row) e
 	cur := m.rows[key]
 	if cur.v != old {
 		m.mu.Unlock()
-		return ErrVersion
+		return Version{}, ErrVersion
 	}
+	var v Version
 	switch {
 	case b == nil:
 		delete(m.rows, key)
 	case old == (Version{}):
 		m.next++
-		m.rows[key] = memRow{b: b, v: Version{Instance: m.next, Generation: 1}}
+		v = Version{Instance: m.next, Generation: 1}
 	default:
-		m.rows[key] = memRow{b: b, v: Version{Instance: old.Instance, Generation: old.Generation + 1}}
+		v = Version{Instance: old.Instance, Generation: old.Generation + 1}
+	}
+	if b != nil {
+		m.rows[key] = memRow{b: b, v: v}
 	}
 	ws := m.watcherList()
 	m.mu.Unlock()
 	for _, w := range ws {
 		w(key)
 	}
-	return nil
+	return v, nil
 }
 
 // Keys implements Store.

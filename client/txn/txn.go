@@ -34,6 +34,7 @@ type Txn struct {
 	db     *DB
 	start  int64
 	writes map[cell]mutation
+	seen   map[string]snap // rows as Get read them: prewrite starts from them
 	done   bool
 }
 
@@ -51,7 +52,14 @@ func (t *Txn) Get(ctx context.Context, row, col string) (value []byte, ok bool, 
 	if m, mine := t.writes[cell{row, col}]; mine {
 		return m.value, m.kind == KindPut, nil
 	}
-	return t.db.snapshotGet(ctx, t.start, row, col)
+	v, ok, sn, err := t.db.snapshotGet(ctx, t.start, row, col)
+	if err == nil && sn.ok && len(t.seen) < MaxWrites {
+		if t.seen == nil {
+			t.seen = map[string]snap{}
+		}
+		t.seen[row] = sn
+	}
+	return v, ok, err
 }
 
 // Set buffers a write of value to column col of row.
@@ -101,29 +109,29 @@ func (t *Txn) Rollback(ctx context.Context) error {
 	return nil
 }
 
-// snapshotGet reads col of row at ts.
-func (db *DB) snapshotGet(ctx context.Context, ts int64, row, col string) ([]byte, bool, error) {
+// snapshotGet reads col of row at ts, and returns the row as read.
+func (db *DB) snapshotGet(ctx context.Context, ts int64, row, col string) ([]byte, bool, snap, error) {
 	deadline := time.Now().Add(db.cfg.LockWait)
 	for i := 0; ; i++ {
-		r, _, err := db.store.Read(ctx, row)
+		r, ver, err := db.store.Read(ctx, row)
 		if err != nil {
-			return nil, false, err
+			return nil, false, snap{}, err
 		}
 		c := r.Cols[col]
 		if c != nil && c.Lock != nil && c.Lock.Start < ts {
-			resolved, err := db.resolve(ctx, row, *c.Lock)
+			resolved, err := db.resolveOrWait(ctx, row, *c.Lock)
 			if err != nil {
-				return nil, false, err
+				return nil, false, snap{}, err
 			}
 			if !resolved {
 				if i == 0 {
 					db.st.waits.Add(1)
 				}
 				if time.Now().After(deadline) {
-					return nil, false, fmt.Errorf("%w: %s:%s by transaction %d of worker %s", ErrLocked, row, col, c.Lock.Start, c.Lock.Worker)
+					return nil, false, snap{}, fmt.Errorf("%w: %s:%s by transaction %d of worker %s", ErrLocked, row, col, c.Lock.Start, c.Lock.Worker)
 				}
 				if err := sleep(ctx, backoff(i)); err != nil {
-					return nil, false, err
+					return nil, false, snap{}, err
 				}
 			}
 			continue
@@ -133,33 +141,35 @@ func (db *DB) snapshotGet(ctx context.Context, ts int64, row, col string) ([]byt
 		// followed by a floor read that sees the raise.
 		f, err := db.floor(ctx)
 		if err != nil {
-			return nil, false, err
+			return nil, false, snap{}, err
 		}
 		if ts < f {
-			return nil, false, fmt.Errorf("%w: start %d, floor %d", ErrSnapshotTooOld, ts, f)
+			return nil, false, snap{}, fmt.Errorf("%w: start %d, floor %d", ErrSnapshotTooOld, ts, f)
 		}
+		sn := snap{r: r, v: ver, ok: true}
 		if c == nil {
-			return nil, false, nil
+			return nil, false, sn, nil
 		}
 		w, ok := c.visible(ts)
 		if !ok || w.Kind == KindDelete {
-			return nil, false, nil
+			return nil, false, sn, nil
 		}
 		v, ok := c.data(w.Start)
 		if !ok {
-			return nil, false, fmt.Errorf("%w: row %q column %q: commit %d has no data", ErrCorrupt, row, col, w.Commit)
+			return nil, false, snap{}, fmt.Errorf("%w: row %q column %q: commit %d has no data", ErrCorrupt, row, col, w.Commit)
 		}
-		return slices.Clone(v), true, nil
+		return slices.Clone(v), true, sn, nil
 	}
 }
 
 // Commit runs Percolator's two phases: prewrite (a lock and the data on
-// every written cell, the primary first), a commit timestamp, the commit of
-// the primary (the commit point: its write record replaces its lock in one
-// row write), then the secondaries. It returns the commit timestamp (the
-// start timestamp for a transaction that wrote nothing). Any error but
-// ErrCommitUnknown means nothing was committed; the locks already
-// written are then removed.
+// every written cell, one row write per row, all rows at once), a commit
+// timestamp, the commit of the primary (the commit point: its write
+// records replace its locks in one row write); the secondaries are then
+// committed in the background. It returns the commit timestamp (the start
+// timestamp for a transaction that wrote nothing). Any error but
+// ErrCommitUnknown means nothing was committed; the locks already written
+// are then removed.
 func (t *Txn) Commit(ctx context.Context) (int64, error) {
 	if t.done {
 		return 0, fmt.Errorf("%w: transaction %d already committed or rolled back", ErrInvalid, t.start)
@@ -202,11 +212,23 @@ func (t *Txn) commit(ctx context.Context) (int64, error) {
 	} else if t.start < f {
 		return 0, fmt.Errorf("%w: start %d, floor %d", ErrSnapshotTooOld, t.start, f)
 	}
-	if err := t.prewriteRow(ctx, primary, rows[0]); err != nil {
-		t.cleanup(ctx, rows[:1])
-		return 0, err
-	}
-	if err := forEach(rows[1:], func(cs []cell) error { return t.prewriteRow(ctx, primary, cs) }); err != nil {
+	done := db.begin(t.start)
+	defer func() {
+		if done != nil {
+			done()
+		}
+	}()
+	// Every row at once, the primary's too: a resolver that meets a
+	// secondary before the primary's lock is written finds neither lock
+	// nor record there and leaves a rollback record, which this
+	// transaction's prewrite of the primary then meets (ErrAborted).
+	written := make([]snap, len(rows))
+	err := forEach(rows, func(i int) error {
+		sn, err := t.prewriteRow(ctx, primary, rows[i])
+		written[i] = sn
+		return err
+	})
+	if err != nil {
 		t.cleanup(ctx, rows)
 		return 0, err
 	}
@@ -216,7 +238,7 @@ func (t *Txn) commit(ctx context.Context) (int64, error) {
 		t.cleanup(ctx, rows)
 		return 0, fmt.Errorf("txn: commit timestamp: %w", err)
 	}
-	if err := t.commitPrimary(ctx, primary, commit); err != nil {
+	if err := t.commitPrimary(ctx, primary, commit, written[0]); err != nil {
 		// Rolled back by a resolver, or unknown: either way this worker
 		// now decides (a lock still there is rolled back), and then the
 		// primary may tell the outcome after all.
@@ -231,16 +253,26 @@ func (t *Txn) commit(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	db.hook(pointPrimaryCommited, t.start, commit)
-	// Committed. A secondary left locked by a failure here is rolled
-	// forward by whoever meets it, so errors are only logged.
-	forEach(rows[1:], func(cs []cell) error {
-		err := db.finish(ctx, cs[0].row, t.start, commit)
-		if err != nil {
-			db.cfg.Logger.Warn("txn: secondary not committed; a reader will roll it forward",
-				"row", cs[0].row, "start", t.start, "commit", commit, "err", err)
-		}
-		return nil
-	})
+	// Committed. The secondaries are committed in the background, as in
+	// Percolator; one left locked by a failure is rolled forward by
+	// whoever meets it, so errors are only logged. A later transaction of
+	// this DB that meets one of those locks waits for this (db.begin).
+	finish, bg := done, context.WithoutCancel(ctx)
+	done = nil
+	go func() {
+		defer finish()
+		ctx, cancel := context.WithTimeout(bg, db.cfg.LockWait)
+		defer cancel()
+		forEach(rows[1:], func(i int) error {
+			row := rows[i+1][0].row
+			err := db.finishFrom(ctx, row, t.start, commit, written[i+1])
+			if err != nil {
+				db.cfg.Logger.Warn("txn: secondary not committed; a reader will roll it forward",
+					"row", row, "start", t.start, "commit", commit, "err", err)
+			}
+			return nil
+		})
+	}()
 	return commit, nil
 }
 
@@ -280,32 +312,31 @@ func groupByRow(cells []cell) [][]cell {
 	return out
 }
 
-// forEach runs f on every element concurrently and returns the first error.
-func forEach[T any](xs []T, f func(T) error) error {
+// forEach runs f(i) for every index of xs concurrently (on the caller's
+// goroutine when there is one) and returns the errors joined.
+func forEach[T any](xs []T, f func(i int) error) error {
 	if len(xs) == 1 {
-		return f(xs[0])
+		return f(0)
 	}
 	errs := make([]error, len(xs))
 	var wg sync.WaitGroup
-	for i, x := range xs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(x)
-		}()
+	for i := range xs {
+		wg.Go(func() { errs[i] = f(i) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// prewriteRow locks and writes the cells cs of one row in one row write.
-// A lock of a dead worker is resolved first; a live one, or a commit
-// after our start, is a conflict.
-func (t *Txn) prewriteRow(ctx context.Context, primary cell, cs []cell) error {
+// prewriteRow locks and writes the cells cs of one row in one row write,
+// starting from the row as Get saw it, and returns the row as written. A
+// lock of a dead worker is resolved first; a live one, or a commit after
+// our start, is a conflict.
+func (t *Txn) prewriteRow(ctx context.Context, primary cell, cs []cell) (snap, error) {
 	db, row := t.db, cs[0].row
+	hint := t.seen[row]
 	for attempt := 0; ; attempt++ {
 		var blocker *Lock
-		err := db.update(ctx, row, func(r *Row) (bool, error) {
+		sn, err := db.updateFrom(ctx, row, hint, func(r *Row) (bool, error) {
 			blocker = nil
 			for _, c := range cs {
 				col := r.Cols[c.col]
@@ -333,15 +364,16 @@ func (t *Txn) prewriteRow(ctx context.Context, primary cell, cs []cell) error {
 			}
 			return true, nil
 		})
+		hint = snap{}
 		if err != nil || blocker == nil {
-			return err
+			return sn, err
 		}
-		resolved, err := db.resolve(ctx, row, *blocker)
+		resolved, err := db.resolveOrWait(ctx, row, *blocker)
 		if err != nil {
-			return err
+			return snap{}, err
 		}
 		if !resolved || attempt >= 3 {
-			return fmt.Errorf("%w: %s locked by transaction %d of worker %s", ErrConflict, row, blocker.Start, blocker.Worker)
+			return snap{}, fmt.Errorf("%w: %s locked by transaction %d of worker %s", ErrConflict, row, blocker.Start, blocker.Worker)
 		}
 	}
 }
@@ -350,12 +382,13 @@ func (t *Txn) prewriteRow(ctx context.Context, primary cell, cs []cell) error {
 // transaction become write records at commit, in one row write. If the
 // lock is gone, a resolver rolled us back: ErrAborted. If the outcome of
 // the write cannot be learned, ErrCommitUnknown.
-func (t *Txn) commitPrimary(ctx context.Context, primary cell, commit int64) error {
+func (t *Txn) commitPrimary(ctx context.Context, primary cell, commit int64, hint snap) error {
 	db := t.db
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		committed := false
-		err := db.update(ctx, primary.row, func(r *Row) (bool, error) {
+		_, err := db.updateFrom(ctx, primary.row, hint, func(r *Row) (bool, error) {
+			committed = false
 			c := r.Cols[primary.col]
 			if c != nil && c.Lock != nil && c.Lock.Start == t.start {
 				commitLocks(r, t.start, commit)
@@ -372,7 +405,7 @@ func (t *Txn) commitPrimary(ctx context.Context, primary cell, commit int64) err
 		if err == nil || committed || errors.Is(err, ErrAborted) {
 			return err
 		}
-		lastErr = err
+		hint, lastErr = snap{}, err
 		if ctx.Err() != nil {
 			break
 		}
@@ -417,10 +450,11 @@ func rollbackLocks(r *Row, start int64, primaryCol string) bool {
 	return any
 }
 
-// finish commits the locks of the transaction that started at start on
-// row (a secondary) at commit.
-func (db *DB) finish(ctx context.Context, row string, start, commit int64) error {
-	return db.update(ctx, row, func(r *Row) (bool, error) { return commitLocks(r, start, commit), nil })
+// finishFrom commits the locks of the transaction that started at start on
+// row (a secondary) at commit, starting from hint.
+func (db *DB) finishFrom(ctx context.Context, row string, start, commit int64, hint snap) error {
+	_, err := db.updateFrom(ctx, row, hint, func(r *Row) (bool, error) { return commitLocks(r, start, commit), nil })
+	return err
 }
 
 // cleanup settles the locks rows may hold after a commit that failed.
