@@ -37,9 +37,16 @@ func coordCell(t *testing.T) *celltest.Cell {
 // end with the test.
 func coordSession(t *testing.T, addrs ...string) *client.Session {
 	t.Helper()
+	return coordSessionWith(t, client.Config{Addrs: addrs})
+}
+
+// coordSessionWith connects with cfg and opens a session; both end with
+// the test.
+func coordSessionWith(t *testing.T, cfg client.Config) *client.Session {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := client.Connect(ctx, client.Config{Addrs: addrs})
+	c, err := client.Connect(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
