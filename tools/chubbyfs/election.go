@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -162,37 +160,23 @@ global --timeout bounds only connecting and opening PATH.`,
 // follow prints the leader of p and every new one until ctx ends, a
 // signal, count lines, or p is deleted.
 func (a *app) follow(ctx context.Context, p string, count int) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	setup := a.timeout
-	if setup <= 0 {
-		setup = watchSetupTimeout
-	}
-	setupCtx, cancel := context.WithTimeout(ctx, setup)
-	defer cancel()
-	c, err := a.connect(setupCtx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	s, err := c.NewSession(setupCtx)
-	if err != nil {
-		return refused("election follow", p, err)
-	}
-	defer func() {
-		cctx, cancel := releaseContext(ctx)
-		defer cancel()
-		_ = s.Close(cctx)
-	}()
-	e, err := recipe.NewElection(s, p)
-	if err != nil {
-		return refused("election follow", p, err)
-	}
-	obs, err := e.Observe(setupCtx, recipe.ObserveOptions{})
-	if err != nil {
-		return refused("election follow", p, err)
-	}
-	fmt.Fprintf(a.stderr, "chubbyfs: following %s; Ctrl-C to stop\n", p)
+	return a.withLongSession(ctx, "election follow", p, func(ctx, setupCtx context.Context, s *client.Session) error {
+		e, err := recipe.NewElection(s, p)
+		if err != nil {
+			return refused("election follow", p, err)
+		}
+		obs, err := e.Observe(setupCtx, recipe.ObserveOptions{})
+		if err != nil {
+			return refused("election follow", p, err)
+		}
+		fmt.Fprintf(a.stderr, "chubbyfs: following %s; Ctrl-C to stop\n", p)
+		return a.printLeaders(ctx, s, obs, p, count)
+	})
+}
+
+// printLeaders prints each new leader obs reports until ctx ends, count
+// lines, the file goes, or the session does.
+func (a *app) printLeaders(ctx context.Context, s *client.Session, obs *recipe.LeaderObserver, p string, count int) error {
 	var last recipe.LeaderInfo
 	for printed := 0; count == 0 || printed < count; {
 		info, err := obs.Next(ctx)
@@ -200,7 +184,7 @@ func (a *app) follow(ctx context.Context, p string, count int) error {
 		case ctx.Err() != nil, errors.Is(err, recipe.ErrElectionGone):
 			return nil
 		case err != nil && s.Err() != nil:
-			return &exitError{code: exitRefused, msg: fmt.Sprintf("election follow %s: session lost: %s", p, client.Describe(s.Err()))}
+			return sessionLost("election follow", p, s)
 		case err != nil:
 			return refused("election follow", p, err)
 		}
