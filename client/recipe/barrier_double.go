@@ -37,7 +37,8 @@ import (
 //     handles and child events survive; waits go on.
 //
 // A round may have more than N participants, when more entered before
-// ready was made; all of them are in it. Not safe for concurrent use.
+// ready was made; all of them are in it. One participant's Enter and
+// Leave calls are serialized.
 type DoubleBarrier struct {
 	s   *client.Session
 	dir string

@@ -39,10 +39,13 @@ import (
 //     Session.Events, which belongs to the application; [Leadership.Held]
 //     says false in jeopardy, and the [Leadership.Sequencer] fences the
 //     leader's writes at the servers it talks to.
-//   - The master fails over: sessions, the lock (same lock generation),
-//     the file and waiting Acquires survive; observers' events are
-//     delivered by the new master. A leader whose session came through
-//     without expiring still leads.
+//   - The master fails over: sessions, the lock (same lock generation)
+//     and the file survive, so a leader whose session came through
+//     without expiring still leads; observers' events are delivered by the
+//     new master. The new master withdraws the Acquires that were waiting
+//     at the old one; Campaign asks again, so a waiting candidate keeps
+//     waiting, though the queue's order is rebuilt in the order the
+//     candidates come back.
 //   - The election file is deleted: the lock goes with it; observers end
 //     with [ErrElectionGone].
 type Election struct {

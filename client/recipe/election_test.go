@@ -205,6 +205,12 @@ func TestElection(t *testing.T) {
 	if info, err := e3.Leader(ctx); err != nil || info.Leads() {
 		t.Fatalf("after both resigned: %+v %v", info, err)
 	}
+	if err := obs.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.Next(ctx); !errors.Is(err, ErrObserverClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
 }
 
 // TestElectionObserverStaleAddress: after a leader's session closes

@@ -23,7 +23,8 @@ import (
 // lease after a kill) and its lock-delay has passed; one whose session is
 // in jeopardy has no leadership (HasLeadership is false) until the
 // session is safe again, and keeps it if the session survives; a master
-// failover keeps the latch's place, its lock and its term. If the
+// failover keeps a leading latch's lock and term, and a waiting latch
+// waiting (its place in the queue is taken again at the new master). If the
 // session ends, the latch is over: Await fails with the session's error
 // and HasLeadership is false; start a new latch on a new session.
 type LeaderLatch struct {

@@ -135,3 +135,27 @@ func TestLeaderLatchKilledLeader(t *testing.T) {
 		t.Fatal("awaited, but no leadership")
 	}
 }
+
+// TestLeaderLatchJeopardy: when the leader's session is in jeopardy (its
+// only replica stopped, so no renewal comes), the latch has no
+// leadership and the Leadership is not held.
+func TestLeaderLatchJeopardy(t *testing.T) {
+	cell := coordCell(t)
+	s := coordSession(t, cell.Addr)
+	coordMkdir(t, s, "/latch")
+	l := startLatch(t, s, "/latch/j", "a")
+	awaitLatch(t, l, 20*time.Second)
+	if !l.HasLeadership() {
+		t.Fatal("no leadership before the cell stopped")
+	}
+	cell.Stop()
+	ctx := coordCtx(t, 20*time.Second)
+	for s.State() != client.StateJeopardy {
+		if err := coordPause(ctx, 20*time.Millisecond); err != nil {
+			t.Fatalf("the session is %v, not in jeopardy", s.State())
+		}
+	}
+	if l.HasLeadership() {
+		t.Fatal("a latch whose session is in jeopardy has leadership")
+	}
+}

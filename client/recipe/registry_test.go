@@ -171,4 +171,10 @@ func TestRegistryKilledInstance(t *testing.T) {
 	if l, err := r.List(ctx, "db"); err != nil || instancesText(l) != "local=127.0.0.1:5432" {
 		t.Fatalf("List after the kill: %v %v", instancesText(l), err)
 	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Next(ctx); !errors.Is(err, ErrWatcherClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
 }
