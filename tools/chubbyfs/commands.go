@@ -278,29 +278,48 @@ with "generation mismatch" (exit 1) otherwise.`,
 }
 
 func (a *app) mkdirCommand() *cobra.Command {
-	var parents bool
+	var parents, ephemeral bool
 	cmd := &cobra.Command{
-		Use:   "mkdir [-p] PATH",
+		Use:   "mkdir [-p] [--ephemeral] PATH",
 		Short: "make a directory",
 		Long: `mkdir makes the directory PATH. With -p it also makes missing parents, and
-an existing directory is not an error.`,
+an existing directory is not an error.
+
+With --ephemeral the directory belongs to this command's session: it is
+kept while the session lives, even when empty, and deleted when the
+session ends (at once if empty, else as soon as it becomes empty). So
+mkdir --ephemeral holds its session: it makes the directory, says so on
+standard error, and keeps the session alive until SIGINT or SIGTERM (exit
+0; the directory goes then) or until the session is lost (exit 1). The
+global --timeout bounds only connecting and making the directory.
+Parents made by -p are permanent.`,
+		Example: `  chubbyfs mkdir -p /config/app
+  chubbyfs mkdir --ephemeral /workers/$(hostname) &   # there while the job runs
+  ./job.sh; kill %1`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := pathArg(cmd, args)
 			if err != nil {
 				return err
 			}
+			opts := client.MkdirOptions{Parents: parents, Ephemeral: ephemeral}
+			mkdir := func(ctx context.Context, s *client.Session) error {
+				_, err := s.Mkdir(ctx, p, opts)
+				return err
+			}
+			if ephemeral {
+				return a.hold(cmd.Context(), "mkdir", p, "ephemeral directory "+p, mkdir)
+			}
 			ctx, cancel := a.commandContext(cmd.Context())
 			defer cancel()
 			return a.withSession(ctx, "mkdir", p, func(s *client.Session) error {
-				if _, err := s.Mkdir(ctx, p, client.MkdirOptions{Parents: parents}); err != nil {
-					return refused("mkdir", p, err)
-				}
-				return nil
+				return refusedOrNil("mkdir", p, mkdir(ctx, s))
 			})
 		},
 	}
 	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "make missing parents; no error if PATH exists (default: off)")
+	cmd.Flags().BoolVar(&ephemeral, "ephemeral", false,
+		"make the directory ephemeral and hold this command's session until interrupted; the directory goes with the session (default: permanent)")
 	return cmd
 }
 
@@ -339,28 +358,43 @@ with -r, together with everything below it.`,
 }
 
 func (a *app) touchCommand() *cobra.Command {
-	var ephemeral bool
+	var ephemeral, sequential bool
 	cmd := &cobra.Command{
-		Use:   "touch [--ephemeral] PATH",
+		Use:   "touch [--ephemeral] [--sequential] PATH",
 		Short: "create an empty file if it is missing",
 		Long: `touch creates an empty file at PATH if nothing is there; an existing node
 is left as it is. Its parent directory must exist.
 
+With --sequential it always creates a new file: the cell appends a
+10-digit counter of the parent directory to the name (/jobs/job- becomes
+/jobs/job-0000000007), and touch prints the path it made. The counter
+only grows, so a name is never made twice (unless the directory is
+deleted and made again).
+
 With --ephemeral the new file belongs to this command's session, so it is
 deleted as soon as chubbyfs exits: ephemeral files are for programs that
 hold a session (use the client library), and this flag is mostly for tests.`,
+		Example: `  chubbyfs touch /config/app/ready
+  chubbyfs touch --sequential /jobs/job-     # prints /jobs/job-0000000000, then ...01`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := pathArg(cmd, args)
 			if err != nil {
 				return err
 			}
+			opts := client.OpenOptions{Create: chubby.CreateMode_OPEN_OR_CREATE, Ephemeral: ephemeral, Sequential: sequential}
+			if sequential {
+				opts.Create = chubby.CreateMode_CREATE_NEW
+			}
 			ctx, cancel := a.commandContext(cmd.Context())
 			defer cancel()
 			return a.withSession(ctx, "touch", p, func(s *client.Session) error {
-				h, err := s.Open(ctx, p, client.OpenOptions{Create: chubby.CreateMode_OPEN_OR_CREATE, Ephemeral: ephemeral})
+				h, err := s.Open(ctx, p, opts)
 				if err != nil {
 					return refused("touch", p, err)
+				}
+				if sequential {
+					fmt.Fprintln(a.stdout, h.Path())
 				}
 				return refusedOrNil("touch", p, h.Close(ctx))
 			})
@@ -368,6 +402,8 @@ hold a session (use the client library), and this flag is mostly for tests.`,
 	}
 	cmd.Flags().BoolVar(&ephemeral, "ephemeral", false,
 		"create the file ephemeral: deleted when this command's session ends, i.e. when chubbyfs exits (default: permanent)")
+	cmd.Flags().BoolVar(&sequential, "sequential", false,
+		"always create, appending the parent directory's 10-digit counter to the name, and print the path made (default: off)")
 	return cmd
 }
 

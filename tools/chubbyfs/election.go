@@ -1,24 +1,26 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/client/recipe"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
 // An election file is a file whose exclusive lock its leader holds and
-// whose content is the leader's address (tools/examples/election).
-// The address is current only while the lock is held: after the leader
-// died, the file names it until the next leader writes.
+// whose content is the leader's address (tools/examples/election). The
+// commands here are recipe.Election's campaign, Leader and Observe. The
+// address is current only while the lock is held: after the leader died,
+// the file names it until the next leader writes.
 
 func (a *app) electionCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -53,15 +55,9 @@ type leaderState struct {
 	DelayRemaining int64  `json:"delay_remaining_ms,omitempty"`
 }
 
-func toLeaderState(p string, data []byte, st *chubby.Stat) leaderState {
-	l := leaderState{Path: p, LockGeneration: st.GetLockGeneration(), Waiters: st.GetLock().GetWaiters(),
-		DelayRemaining: st.GetLock().GetDelayRemainingMs()}
-	if st.GetLock().IsSetMode() && st.GetLock().GetMode() == chubby.LockMode_EXCLUSIVE {
-		l.Leader = string(data)
-	} else {
-		l.Last = string(data)
-	}
-	return l
+func toLeaderState(p string, l recipe.LeaderInfo) leaderState {
+	return leaderState{Path: p, Leader: string(l.Address), Last: string(l.Last), LockGeneration: l.LockGeneration,
+		Waiters: l.Waiters, DelayRemaining: l.DelayRemaining.Milliseconds()}
 }
 
 func (l leaderState) text() string {
@@ -103,15 +99,15 @@ With --json: {"path", "leader", "last", "lock_generation",
 			ctx, cancel := a.commandContext(cmd.Context())
 			defer cancel()
 			return a.withSession(ctx, "election show", p, func(s *client.Session) error {
-				h, err := s.Open(ctx, p, client.OpenOptions{})
+				e, err := recipe.NewElection(s, p)
 				if err != nil {
 					return refused("election show", p, err)
 				}
-				data, st, err := h.GetContentsAndStat(ctx)
+				info, err := e.Leader(ctx)
 				if err != nil {
 					return refused("election show", p, err)
 				}
-				l := toLeaderState(p, data, st)
+				l := toLeaderState(p, info)
 				if asJSON {
 					_ = json.NewEncoder(a.stdout).Encode(l)
 				} else {
@@ -134,8 +130,9 @@ func (a *app) electionFollowCommand() *cobra.Command {
 		Use:   "follow [--count N] PATH",
 		Short: "print each new leader of the election file PATH",
 		Long: `follow prints the current leader of the election file PATH (if any), then
-one line for each new leader as its address is written, learnt from a
-contents-modified event, not by polling:
+one line for each new leader as its address is written, learnt from the
+file's events (contents written, lock acquired); a dead leader's address
+left in the file is not taken for the next leader's:
 
   leader ADDR generation=N
 
@@ -163,77 +160,42 @@ global --timeout bounds only connecting and opening PATH.`,
 // follow prints the leader of p and every new one until ctx ends, a
 // signal, count lines, or p is deleted.
 func (a *app) follow(ctx context.Context, p string, count int) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	setup := a.timeout
-	if setup <= 0 {
-		setup = watchSetupTimeout
-	}
-	setupCtx, cancel := context.WithTimeout(ctx, setup)
-	defer cancel()
-	c, err := a.connect(setupCtx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	s, err := c.NewSession(setupCtx)
-	if err != nil {
-		return refused("election follow", p, err)
-	}
-	defer func() {
-		cctx, cancel := releaseContext(ctx)
-		defer cancel()
-		_ = s.Close(cctx)
-	}()
-	h, err := s.Open(setupCtx, p, client.OpenOptions{
-		EventMask: chubby.EVENT_MASK_FILE_CONTENTS_MODIFIED | chubby.EVENT_MASK_HANDLE_INVALID})
-	if err != nil {
-		return refused("election follow", p, err)
-	}
-	fmt.Fprintf(a.stderr, "chubbyfs: following %s; Ctrl-C to stop\n", p)
-
-	printed, last := 0, ""
-	// show prints the leader if there is one and it is news; it reports
-	// whether --count is reached.
-	show := func() (bool, error) {
-		data, st, err := h.GetContentsAndStat(ctx)
+	return a.withLongSession(ctx, "election follow", p, func(ctx, setupCtx context.Context, s *client.Session) error {
+		e, err := recipe.NewElection(s, p)
 		if err != nil {
-			if ctx.Err() != nil {
-				return true, nil
-			}
-			return true, refused("election follow", p, err)
+			return refused("election follow", p, err)
 		}
-		l := toLeaderState(p, data, st)
-		if l.Leader == "" || l.Leader+"@"+fmt.Sprint(l.LockGeneration) == last {
-			return false, nil
+		obs, err := e.Observe(setupCtx, recipe.ObserveOptions{})
+		if err != nil {
+			return refused("election follow", p, err)
 		}
-		last = l.Leader + "@" + fmt.Sprint(l.LockGeneration)
-		fmt.Fprintf(a.stdout, "leader %s generation=%d\n", l.Leader, l.LockGeneration)
-		printed++
-		return count > 0 && printed >= count, nil
-	}
-	if done, err := show(); done || err != nil {
-		return err
-	}
-	for {
-		select {
-		case <-ctx.Done():
+		fmt.Fprintf(a.stderr, "chubbyfs: following %s; Ctrl-C to stop\n", p)
+		return a.printLeaders(ctx, s, obs, p, count)
+	})
+}
+
+// printLeaders prints each new leader obs reports until ctx ends, count
+// lines, the file goes, or the session does.
+func (a *app) printLeaders(ctx context.Context, s *client.Session, obs *recipe.LeaderObserver, p string, count int) error {
+	var last recipe.LeaderInfo
+	for printed := 0; count == 0 || printed < count; {
+		info, err := obs.Next(ctx)
+		switch {
+		case ctx.Err() != nil, errors.Is(err, recipe.ErrElectionGone):
 			return nil
-		case e, ok := <-h.Events():
-			if !ok {
-				if s.Err() != nil {
-					return &exitError{code: exitRefused, msg: fmt.Sprintf("election follow %s: session lost: %s", p, client.Describe(s.Err()))}
-				}
-				return nil
-			}
-			if e.Kind == chubby.EventKind_HANDLE_INVALID {
-				return nil
-			}
-			if done, err := show(); done || err != nil {
-				return err
-			}
+		case err != nil && s.Err() != nil:
+			return sessionLost("election follow", p, s)
+		case err != nil:
+			return refused("election follow", p, err)
 		}
+		if !info.Leads() || last.Leads() && bytes.Equal(info.Address, last.Address) && info.LockGeneration == last.LockGeneration {
+			continue
+		}
+		last = info
+		fmt.Fprintf(a.stdout, "leader %s generation=%d\n", info.Address, info.LockGeneration)
+		printed++
 	}
+	return nil
 }
 
 type campaignFlags struct {
@@ -284,26 +246,22 @@ If the session goes into jeopardy while COMMAND runs, COMMAND gets SIGTERM
 	return cmd
 }
 
-// campaign waits for the lock on p, announces f.address, runs argv while
-// leading, then steps down.
+// campaign waits for leadership of p (recipe.Election), announces
+// f.address, runs argv while leading, then resigns.
 func (a *app) campaign(ctx context.Context, p string, f campaignFlags, argv []string) error {
 	return a.runLocked(ctx, p, lockedRun{
-		verb: "election campaign", waitingFor: "leadership", notWon: "not elected",
-		open: client.OpenOptions{Mode: chubby.OpenMode_READ_WRITE},
-		mode: chubby.LockMode_EXCLUSIVE, wait: f.wait, lockDelay: f.lockDelay,
-		won: func(ctx context.Context, h *client.Handle, seq *chubby.Sequencer) error {
-			if _, err := h.SetContents(ctx, []byte(f.address)); err != nil {
-				return err
+		verb: "election campaign", waitingFor: "leadership", notWon: "not elected", wait: f.wait,
+		take: func(_, waitCtx context.Context, s *client.Session) (*chubby.Sequencer, func(context.Context) error, error) {
+			e, err := recipe.NewElection(s, p)
+			if err != nil {
+				return nil, nil, err
 			}
-			fmt.Fprintf(a.stderr, "chubbyfs: leading %s as %s (lock generation %d)\n", p, f.address, seq.GetLockGeneration())
-			return nil
-		},
-		stepDown: func(ctx context.Context, h *client.Handle) {
-			// Empty the file first, so that nobody reads our address as
-			// current once the lock is free.
-			if _, err := h.SetContents(ctx, nil); err != nil {
-				fmt.Fprintf(a.stderr, "chubbyfs: election campaign %s: clear: %s\n", p, client.Describe(err))
+			l, err := e.Campaign(waitCtx, []byte(f.address), recipe.CampaignOptions{Wait: f.wait, LockDelay: lockOptions(f.lockDelay).LockDelay})
+			if err != nil {
+				return nil, nil, err
 			}
+			fmt.Fprintf(a.stderr, "chubbyfs: leading %s as %s (lock generation %d)\n", p, f.address, l.LockGeneration())
+			return l.Sequencer(), l.Resign, nil
 		},
 	}, argv)
 }

@@ -72,8 +72,10 @@ lock exits 127 (not found) or 126.`,
 				mode = chubby.LockMode_SHARED
 			}
 			return a.runLocked(cmd.Context(), p, lockedRun{
-				verb: "lock", waitingFor: "the lock", notWon: "not granted",
-				mode: mode, wait: f.wait, lockDelay: f.lockDelay,
+				verb: "lock", waitingFor: "the lock", notWon: "not granted", wait: f.wait,
+				take: func(setupCtx, waitCtx context.Context, s *client.Session) (*chubby.Sequencer, func(context.Context) error, error) {
+					return takeLock(setupCtx, waitCtx, s, p, mode, f)
+				},
 			}, argv)
 		},
 	}
@@ -108,25 +110,20 @@ func lockArgs(cmd *cobra.Command, verb string, args []string, wait, lockDelay ti
 }
 
 // lockedRun is how lock and election campaign hold a lock around a
-// command: they differ in the words of their messages, in how they open
-// the file, and in what they do right after the grant and right before
-// the release.
+// command: they differ in the words of their messages and in how they
+// take the lock and let it go.
 type lockedRun struct {
-	verb       string // the command, in messages: "lock", "election campaign"
-	waitingFor string // "the lock", "leadership"
-	notWon     string // "not granted", "not elected"
-	open       client.OpenOptions
-	mode       chubby.LockMode
-	wait       time.Duration // 0: as long as it takes
-	lockDelay  time.Duration // 0: none
-	// won, if set, runs once the lock is held, before COMMAND starts.
-	won func(ctx context.Context, h *client.Handle, seq *chubby.Sequencer) error
-	// stepDown, if set, runs before the release, from a safe session.
-	stepDown func(ctx context.Context, h *client.Handle)
+	verb       string        // the command, in messages: "lock", "election campaign"
+	waitingFor string        // "the lock", "leadership"
+	notWon     string        // "not granted", "not elected"
+	wait       time.Duration // 0: as long as it takes; only for messages here
+	// take gets the lock for s: it opens under setupCtx and waits under
+	// waitCtx, and returns the lock's sequencer and how to let it go.
+	take func(setupCtx, waitCtx context.Context, s *client.Session) (*chubby.Sequencer, func(context.Context) error, error)
 }
 
-// runLocked acquires the lock on p, runs argv while holding it, and
-// releases it.
+// runLocked takes the lock on p, runs argv while holding it, and lets
+// it go.
 func (a *app) runLocked(ctx context.Context, p string, r lockedRun, argv []string) error {
 	// Until COMMAND starts, SIGINT and SIGTERM abandon the attempt cleanly
 	// (the session is closed, so a pending Acquire is dropped).
@@ -147,20 +144,9 @@ func (a *app) runLocked(ctx context.Context, p string, r lockedRun, argv []strin
 	defer func() {
 		cctx, cancel := releaseContext(ctx)
 		defer cancel()
-		_ = s.Close(cctx) // releases the lock if Release failed
+		_ = s.Close(cctx) // releases the lock if letting it go failed
 	}()
-	open := r.open
-	open.Create = chubby.CreateMode_OPEN_OR_CREATE
-	h, err := s.Open(setupCtx, p, open)
-	if err != nil {
-		return refused(r.verb, p, err)
-	}
-
-	opts := client.LockOptions{LockDelay: r.lockDelay}
-	if r.lockDelay == 0 {
-		opts.LockDelay = client.NoLockDelay
-	}
-	seq, err := acquire(waitCtx, h, r.mode, r.wait, opts)
+	seq, release, err := r.take(setupCtx, waitCtx, s)
 	if err != nil {
 		if waitCtx.Err() != nil && ctx.Err() == nil {
 			return &exitError{code: exitRefused, msg: fmt.Sprintf("%s %s: interrupted while waiting for %s", r.verb, p, r.waitingFor)}
@@ -169,11 +155,6 @@ func (a *app) runLocked(ctx context.Context, p string, r lockedRun, argv []strin
 			return &exitError{code: exitRefused, msg: fmt.Sprintf("%s %s: %s within %v (--timeout)", r.verb, p, r.notWon, r.wait)}
 		}
 		return refused(r.verb, p, err)
-	}
-	if r.won != nil {
-		if err := r.won(waitCtx, h, seq); err != nil {
-			return refused(r.verb, p, err)
-		}
 	}
 	// From here on SIGINT and SIGTERM go to COMMAND; the forwarding channel
 	// is in place before the waiting phase's handler goes.
@@ -185,14 +166,11 @@ func (a *app) runLocked(ctx context.Context, p string, r lockedRun, argv []strin
 	status, err := a.runCommand(ctx, s, seq, argv, sigs)
 	rctx, rcancel := releaseContext(ctx)
 	defer rcancel()
-	// Release only from a safe session: in jeopardy a call would wait for
+	// Let go only from a safe session: in jeopardy a call would wait for
 	// the master (up to the release timeout), and the lock ends with the
 	// session anyway.
 	if s.Err() == nil && s.State() == client.StateSafe {
-		if r.stepDown != nil {
-			r.stepDown(rctx, h)
-		}
-		if rerr := h.Release(rctx); rerr != nil {
+		if rerr := release(rctx); rerr != nil {
 			// Closing the session below releases the lock anyway.
 			fmt.Fprintf(a.stderr, "chubbyfs: %s %s: release: %s\n", r.verb, p, client.Describe(rerr))
 		}
@@ -204,6 +182,28 @@ func (a *app) runLocked(ctx context.Context, p string, r lockedRun, argv []strin
 		return nil
 	}
 	return &exitError{code: status}
+}
+
+// takeLock opens p (creating it) and acquires its lock in mode, as lock's
+// flags say.
+func takeLock(setupCtx, waitCtx context.Context, s *client.Session, p string, mode chubby.LockMode, f lockFlags) (*chubby.Sequencer, func(context.Context) error, error) {
+	h, err := s.Open(setupCtx, p, client.OpenOptions{Create: chubby.CreateMode_OPEN_OR_CREATE})
+	if err != nil {
+		return nil, nil, err
+	}
+	seq, err := acquire(waitCtx, h, mode, f.wait, lockOptions(f.lockDelay))
+	if err != nil {
+		return nil, nil, err
+	}
+	return seq, h.Release, nil
+}
+
+// lockOptions turns --lock-delay (0: none) into LockOptions.
+func lockOptions(lockDelay time.Duration) client.LockOptions {
+	if lockDelay == 0 {
+		return client.LockOptions{LockDelay: client.NoLockDelay}
+	}
+	return client.LockOptions{LockDelay: lockDelay}
 }
 
 // acquire waits for the lock: at most wait, or for as long as it takes when

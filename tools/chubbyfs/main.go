@@ -132,6 +132,8 @@ status of the command it ran.`,
   chubbyfs cat /config/app/settings
   chubbyfs ls -l /config/app
   chubbyfs lock /config/app/leader -- ./serve.sh   # holds the lock while serve.sh runs
+  chubbyfs registry register web web-1 10.0.0.7:80 # registered until Ctrl-C
+  chubbyfs counter next --cas /config/app/build    # 1, 2, 3, ...
   chubbyfs watch /config/app                       # prints changes as they happen
   chubbyfs status
   chubbyfs members                                 # the cell's voters, learners and spares`,
@@ -158,6 +160,7 @@ status of the command it ran.`,
 		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommandWithShow(), a.electionCommand(),
 		a.watchCommand(), a.sequencerCommand(), a.statusCommand(), a.membersCommand(),
 		a.aclCommand(), a.whoamiCommand(), a.tsCommand(), a.txnCommand(),
+		a.registryCommand(), a.counterCommand(),
 	)
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)
