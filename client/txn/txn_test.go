@@ -480,3 +480,30 @@ func TestLatePrimaryPrewriteIsRefused(t *testing.T) {
 	}
 	assertNoLocks(t, m)
 }
+
+// TestOwnCleanupRollsForward: a DB settling its own transaction after a
+// commit whose outcome it did not learn follows the primary: committed, so
+// the secondary is rolled forward, not back.
+func TestOwnCleanupRollsForward(t *testing.T) {
+	m, o := NewMemStore(), &counter{}
+	ctx := context.Background()
+	w := memDB(t, m, o, "w", Config{})
+	tx := begin(t, w)
+	tx.Set("a", "c", []byte("1"))
+	tx.Set("b", "c", []byte("1"))
+	primary := cell{"a", "c"}
+	for _, c := range []cell{primary, {"b", "c"}} {
+		if _, err := tx.prewriteRow(ctx, primary, []cell{c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit, _ := o.Timestamps(ctx, 1)
+	if err := tx.commitPrimary(ctx, primary, commit, snap{}); err != nil {
+		t.Fatal(err)
+	}
+	w.cleanup(ctx, pending{start: tx.Start(), rows: []string{"a", "b"}})
+	if v := mustGet(t, begin(t, w), "b", "c"); v != "1" {
+		t.Fatalf("b = %s after the cleanup of a committed transaction", v)
+	}
+	assertNoLocks(t, m)
+}
