@@ -28,7 +28,10 @@ const (
 	maxObserved    = 1024     // columns one DB observes
 	maxPending     = 1024     // failed cleanups a DB keeps retrying
 	minBackoff     = time.Millisecond
-	maxBackoff     = 50 * time.Millisecond
+	casBackoff     = 10 * time.Millisecond  // between compare-and-swaps of one row: the re-read is a pause already
+	waitBackoff    = 20 * time.Millisecond  // between looks at a live transaction's lock
+	slowBackoff    = 50 * time.Millisecond  // between retries of a failed call
+	runBackoff     = 100 * time.Millisecond // Run, between attempts after conflicts
 )
 
 // Errors of transactions. All but ErrInvalid and ErrCorrupt mean "this
@@ -321,7 +324,7 @@ func (db *DB) updateFrom(ctx context.Context, key string, hint snap, f func(r *R
 			continue
 		}
 		db.st.retries.Add(1)
-		if err := sleep(ctx, backoff(i)); err != nil {
+		if err := sleep(ctx, backoff(i, casBackoff)); err != nil {
 			return snap{}, err
 		}
 	}
@@ -337,10 +340,36 @@ func (db *DB) floor(ctx context.Context) (int64, error) {
 	return r.Floor, nil
 }
 
-// backoff is the pause before attempt i+1: doubling from minBackoff to
-// maxBackoff, with jitter so that racing workers spread out.
-func backoff(i int) time.Duration {
-	d := min(minBackoff<<min(i, 6), maxBackoff)
+// Run runs f in a transaction and commits it, again in a new transaction
+// (after a pause that grows with each try, up to 100 ms, jittered) while
+// the attempt fails with a Retryable error, until ctx ends. f must do all
+// its work through tx and may run several times; an error of its own ends
+// Run with that error (the transaction is rolled back). It returns the
+// commit timestamp and the number of attempts that were aborted.
+func (db *DB) Run(ctx context.Context, f func(ctx context.Context, tx *Txn) error) (commit int64, aborted int, err error) {
+	for ; ; aborted++ {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			return 0, aborted, err
+		}
+		if err = f(ctx, tx); err != nil {
+			tx.Rollback(ctx)
+		} else if commit, err = tx.Commit(ctx); err == nil {
+			return commit, aborted, nil
+		}
+		if !Retryable(err) {
+			return 0, aborted, err
+		}
+		if serr := sleep(ctx, backoff(aborted, runBackoff)); serr != nil {
+			return 0, aborted, fmt.Errorf("%w (last attempt: %w)", serr, err)
+		}
+	}
+}
+
+// backoff is the pause before attempt i+1: doubling from minBackoff up
+// to limit, with jitter so that racing workers spread out.
+func backoff(i int, limit time.Duration) time.Duration {
+	d := min(minBackoff<<min(i, 10), limit)
 	var b [1]byte
 	rand.Read(b[:])
 	return d/2 + time.Duration(int64(d/2)*int64(b[0])/255)

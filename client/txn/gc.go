@@ -118,7 +118,7 @@ func (db *DB) resolveBelow(ctx context.Context, row string, ts int64) (int, erro
 			return resolved, fmt.Errorf("%w: row %q: transaction %d of live worker %s is older than the safe point %d",
 				ErrLocked, row, old.Start, old.Worker, ts)
 		}
-		if err := sleep(ctx, backoff(i)); err != nil {
+		if err := sleep(ctx, backoff(i, waitBackoff)); err != nil {
 			return resolved, err
 		}
 	}

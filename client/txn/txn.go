@@ -130,7 +130,7 @@ func (db *DB) snapshotGet(ctx context.Context, ts int64, row, col string) ([]byt
 				if time.Now().After(deadline) {
 					return nil, false, snap{}, fmt.Errorf("%w: %s:%s by transaction %d of worker %s", ErrLocked, row, col, c.Lock.Start, c.Lock.Worker)
 				}
-				if err := sleep(ctx, backoff(i)); err != nil {
+				if err := sleep(ctx, backoff(i, waitBackoff)); err != nil {
 					return nil, false, snap{}, err
 				}
 			}
@@ -211,6 +211,9 @@ func (t *Txn) commit(ctx context.Context) (int64, error) {
 		return 0, err
 	} else if t.start < f {
 		return 0, fmt.Errorf("%w: start %d, floor %d", ErrSnapshotTooOld, t.start, f)
+	}
+	if err := t.precheck(rows); err != nil {
+		return 0, err
 	}
 	done := db.begin(t.start)
 	defer func() {
@@ -312,6 +315,33 @@ func groupByRow(cells []cell) [][]cell {
 	return out
 }
 
+// precheck fails early, before anything is written, when a row as Get
+// saw it already shows a conflict the prewrite would meet: a commit after
+// our start, or a lock of a younger transaction (an older one's Get
+// resolved or waited out). Under contention this spares the prewrites
+// and their cleanup that would be thrown away.
+func (t *Txn) precheck(rows [][]cell) error {
+	for _, cs := range rows {
+		sn, ok := t.seen[cs[0].row]
+		if !ok {
+			continue
+		}
+		for _, c := range cs {
+			col := sn.r.Cols[c.col]
+			if col == nil {
+				continue
+			}
+			if l := col.Lock; l != nil && l.Start > t.start {
+				return fmt.Errorf("%w: %s locked by the younger transaction %d", ErrConflict, c, l.Start)
+			}
+			if w, bad := col.conflict(t.start); bad && w.Start != t.start {
+				return fmt.Errorf("%w: %s committed at %d after our start %d", ErrConflict, c, w.Commit, t.start)
+			}
+		}
+	}
+	return nil
+}
+
 // forEach runs f(i) for every index of xs concurrently (on the caller's
 // goroutine when there is one) and returns the errors joined.
 func forEach[T any](xs []T, f func(i int) error) error {
@@ -409,7 +439,7 @@ func (t *Txn) commitPrimary(ctx context.Context, primary cell, commit int64, hin
 		if ctx.Err() != nil {
 			break
 		}
-		if err := sleep(ctx, backoff(attempt+3)); err != nil {
+		if err := sleep(ctx, backoff(attempt+3, slowBackoff)); err != nil {
 			break
 		}
 	}

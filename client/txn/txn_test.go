@@ -507,3 +507,34 @@ func TestOwnCleanupRollsForward(t *testing.T) {
 	}
 	assertNoLocks(t, m)
 }
+
+// TestRun: Run retries an attempt that conflicted, in a new transaction,
+// and stops at once on an error of f's own.
+func TestRun(t *testing.T) {
+	m, o := NewMemStore(), &counter{}
+	ctx := context.Background()
+	db := memDB(t, m, o, "w", Config{})
+	write(t, db, "x", "c", "0")
+	tries := 0
+	_, aborted, err := db.Run(ctx, func(ctx context.Context, tx *Txn) error {
+		tries++
+		v, _, err := tx.Get(ctx, "x", "c")
+		if err != nil {
+			return err
+		}
+		if tries == 1 {
+			write(t, db, "x", "c", "meanwhile") // makes this attempt conflict
+		}
+		return tx.Set("x", "c", append(v, '+'))
+	})
+	if err != nil || aborted != 1 || tries != 2 {
+		t.Fatalf("Run: err %v, %d aborted, %d tries; want nil, 1, 2", err, aborted, tries)
+	}
+	if v := mustGet(t, begin(t, db), "x", "c"); v != "meanwhile+" {
+		t.Errorf("x = %s", v)
+	}
+	mine := errors.New("mine")
+	if _, _, err := db.Run(ctx, func(context.Context, *Txn) error { return mine }); !errors.Is(err, mine) {
+		t.Errorf("Run with f failing: %v", err)
+	}
+}

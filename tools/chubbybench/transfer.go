@@ -12,8 +12,9 @@ import (
 // The transfer workloads: every operation is one committed transaction
 // that reads two accounts and moves 1 from the first to the second, in
 // each system's own optimistic idiom, with the attempts aborted before it
-// (a concurrent writer got there first) retried at once and counted. Its
-// latency is the whole, retries included.
+// (a concurrent writer got there first) retried and counted — at once,
+// except ours, which uses txn.DB.Run's back-off. Its latency is the
+// whole, retries included.
 
 // transferSetup bounds the set-up of one workload's accounts.
 const transferSetup = 2 * time.Minute
