@@ -74,10 +74,13 @@
 // # Garbage collection
 //
 // Every version stays until GC removes those below a safe point that no
-// snapshot at or above it can see. The table's meta row holds the floor
-// (the last safe point): reads and commits of transactions that started
-// below it fail with ErrSnapshotTooOld. See DB.GC for why the order of its
-// steps makes it safe while transactions run.
+// snapshot at or above it can see (GCLoop runs it with a safe point of a
+// given age). A row GC removed versions from carries that safe point as
+// its floor, and the table's meta row the highest one, for rows that are
+// gone: a transaction that started below the floor of a row it reads or
+// writes fails with ErrSnapshotTooOld. A read costs one call (two for a
+// row that does not exist). See DB.GC for why the order of its steps makes
+// it safe while transactions run.
 //
 // # Observers
 //

@@ -24,8 +24,10 @@ type GCStats struct {
 // running (e.g. a timestamp taken a few minutes ago).
 //
 // The order makes it safe with transactions running:
-//  1. The floor is raised first, so a read that sees a removal sees the
-//     floor too (readers read the floor after the row).
+//  1. The table's floor is raised first, so a read that finds a row gone
+//     sees the floor too (readers read it after the row). A row that keeps
+//     columns gets the safe point as its own floor in the write that
+//     removes its versions, so reading it tells.
 //  2. Every lock below the safe point is resolved before anything is
 //     removed, because resolving a secondary needs its primary's commit
 //     record, which step 3 may remove. A live worker's lock there is
@@ -154,6 +156,12 @@ func collect(r *Row, sp int64) int {
 		if c.empty() {
 			delete(r.Cols, name)
 		}
+	}
+	switch {
+	case removed > 0 && len(r.Cols) == 0:
+		r.Floor = 0 // deleted: judged by the table's floor from now on
+	case removed > 0:
+		r.Floor = max(r.Floor, sp)
 	}
 	return removed
 }

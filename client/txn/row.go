@@ -70,9 +70,12 @@ type Column struct {
 	Writes []Write
 }
 
-// Row is one row: its columns by name. Floor is used only by the table's
-// meta row (key ""): the safe point of the last garbage collection, below
-// which snapshots are gone.
+// Row is one row: its columns by name. Floor is the safe point of the
+// last garbage collection that removed versions from the row (0 if none
+// did): snapshots below it may miss what was removed. The table's meta
+// row (key "") has no columns; its Floor is the table's, the highest safe
+// point any collection used, which is what a row that is gone is judged
+// by.
 type Row struct {
 	Floor int64
 	Cols  map[string]*Column

@@ -136,10 +136,7 @@ func (db *DB) snapshotGet(ctx context.Context, ts int64, row, col string) ([]byt
 			}
 			continue
 		}
-		// The floor is read after the row: garbage collection raises it
-		// before it removes anything, so a row read that saw a removal is
-		// followed by a floor read that sees the raise.
-		f, err := db.floor(ctx)
+		f, err := db.rowFloor(ctx, r, ver)
 		if err != nil {
 			return nil, false, snap{}, err
 		}
@@ -207,11 +204,6 @@ func (t *Txn) commit(ctx context.Context) (int64, error) {
 	}, compareCells)
 	primary := cells[0]
 	rows := groupByRow(cells)
-	if f, err := db.floor(ctx); err != nil {
-		return 0, err
-	} else if t.start < f {
-		return 0, fmt.Errorf("%w: start %d, floor %d", ErrSnapshotTooOld, t.start, f)
-	}
 	if err := t.precheck(rows); err != nil {
 		return 0, err
 	}
@@ -297,10 +289,22 @@ func (db *DB) outcome(ctx context.Context, primary cell, start int64) (commit in
 	}
 	// No record: rolled back, unless garbage collection removed the
 	// record of a commit that newer ones superseded.
-	if f, err := db.floor(ctx); err != nil || start < f {
+	if f, err := db.rowFloor(ctx, r, Version{Instance: 1}); err != nil || start < f {
 		return 0, false, false
 	}
 	return 0, true, false
+}
+
+// rowFloor is the floor a read of r (at version v) is judged by: the row's
+// own, or the table's for a row that is gone. The table's is read after
+// the row: garbage collection raises it before it deletes a row, so a read
+// that found the row gone is followed by one that sees the raise. A row's
+// own floor comes in the very write that removed its versions.
+func (db *DB) rowFloor(ctx context.Context, r *Row, v Version) (int64, error) {
+	if v != (Version{}) && len(r.Cols) > 0 {
+		return r.Floor, nil
+	}
+	return db.floor(ctx)
 }
 
 // groupByRow splits sorted cells into runs of one row each.
@@ -368,6 +372,18 @@ func (t *Txn) prewriteRow(ctx context.Context, primary cell, cs []cell) (snap, e
 		var blocker *Lock
 		sn, err := db.updateFrom(ctx, row, hint, func(r *Row) (bool, error) {
 			blocker = nil
+			// Garbage collection may have removed records this write
+			// must see to find a conflict (a delete after our start).
+			f := r.Floor
+			if len(r.Cols) == 0 {
+				var err error
+				if f, err = db.floor(ctx); err != nil { // a row that is gone: the table's
+					return false, err
+				}
+			}
+			if t.start < f {
+				return false, fmt.Errorf("%w: start %d, floor %d of row %q", ErrSnapshotTooOld, t.start, f, row)
+			}
 			for _, c := range cs {
 				col := r.Cols[c.col]
 				if col == nil {

@@ -246,7 +246,7 @@ func (s *chubbySystem) Bound(w Workload) string {
 	case kindFailover:
 		return "view change after the primary's silence + the client's master search"
 	case kindTransferSpread, kindTransferHot:
-		return "client/txn (Percolator, snapshot isolation): a start timestamp, 2 row reads (the table's floor from the cache), both rows prewritten at once " +
+		return "client/txn (Percolator, snapshot isolation): a start timestamp, 2 row reads, both rows prewritten at once " +
 			"(a compare-and-swap each, one Multi " + disk + "), a commit timestamp, the primary's commit (the commit point, one Multi); the secondary is committed in the background; " +
 			"first committer wins (ErrConflict: abort; txn.DB.Run begins again after a jittered pause doubling from 1 ms to 100 ms); a read that meets a live transaction's lock " +
 			"waits for it (backoff 1-20 ms), one whose primary committed is rolled forward; rows keep every version (no GC during the run)"
