@@ -40,6 +40,10 @@ type testCluster struct {
 	members vr.Members
 	peers   map[uint64]string
 	reps    map[uint64]*testReplica
+	// held keeps a stopped replica's port, listened on at once by stop,
+	// for its restart: other tests pick ports from the same range, and one
+	// took a port while its replica was down (CI, 2026-12-01).
+	held map[uint64]net.Listener
 }
 
 // listenRestartable listens on a free loopback port below the kernel's
@@ -63,7 +67,7 @@ func listenRestartable(t *testing.T) net.Listener {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newTestCluster(t *testing.T, n int) *testCluster {
-	c := &testCluster{t: t, peers: map[uint64]string{}, reps: map[uint64]*testReplica{}}
+	c := &testCluster{t: t, peers: map[uint64]string{}, reps: map[uint64]*testReplica{}, held: map[uint64]net.Listener{}}
 	lns := map[uint64]net.Listener{}
 	for i := 1; i <= n; i++ {
 		ln := listenRestartable(t)
@@ -85,6 +89,10 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 
 func (c *testCluster) start(id uint64, dir string, ln net.Listener) {
 	t := c.t
+	if ln == nil && c.held[id] != nil {
+		ln = c.held[id]
+		delete(c.held, id)
+	}
 	if ln == nil {
 		var err error
 		for i := 0; ; i++ { // the old port may linger for a moment
@@ -130,6 +138,14 @@ func (c *testCluster) stop(id uint64) {
 	rep.r.Close()
 	rep.st.Close()
 	delete(c.reps, id)
+	for i := 0; i < 50 && c.held[id] == nil; i++ { // the old socket may linger for a moment
+		if ln, err := net.Listen("tcp", c.peers[id]); err == nil {
+			c.held[id] = ln
+			c.t.Cleanup(func() { ln.Close() })
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // primary waits (bounded) for a replica that is the normal primary.
