@@ -44,7 +44,8 @@ func lkBenchEnv(name string, def int) int {
 	return def
 }
 
-// lkLocker is one participant: a Mutex or a SeqLock.
+// lkLocker is a lock recipe as the hand-off measurement and lkExclusion
+// use it: a Mutex or a SeqLock.
 type lkLocker interface {
 	Lock(context.Context) error
 	Unlock(context.Context) error

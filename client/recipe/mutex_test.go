@@ -451,10 +451,16 @@ func TestMutexCancel(t *testing.T) {
 	}
 }
 
-// TestMutexExclusion: holders in separate sessions never overlap, checked
-// by an in-test flag and by a counter file each holder increments under
-// the lock with a generation check (a lost update would fail the write).
+// TestMutexExclusion: holders in separate sessions never overlap.
 func TestMutexExclusion(t *testing.T) {
+	lkExclusion(t, "/excl", func(s *client.Session) lkLocker { return NewMutex(s, "/excl/lock") })
+}
+
+// lkExclusion runs holders of locks made by newLock in separate sessions
+// and checks that they never overlap: by an in-test flag, and by a
+// counter file (dir/counter) each holder increments under the lock with a
+// generation check, so that a lost update would fail the write.
+func lkExclusion(t *testing.T, dir string, newLock func(*client.Session) lkLocker) {
 	addr := lkCell(t, 0)
 	ctx := lkCtx(t, 120*time.Second)
 	const workers, rounds = 6, 8
@@ -462,29 +468,27 @@ func TestMutexExclusion(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		s := lkSession(t, addr)
-		m := NewMutex(s, "/excl/lock")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		l := newLock(s)
+		wg.Go(func() {
 			for r := 0; r < rounds; r++ {
-				if err := m.Lock(ctx); err != nil {
+				if err := l.Lock(ctx); err != nil {
 					t.Error(err)
 					return
 				}
 				x.enter(fmt.Sprintf("worker %d", w))
-				if err := lkIncrement(ctx, s, "/excl/counter"); err != nil {
+				if err := lkIncrement(ctx, s, dir+"/counter"); err != nil {
 					t.Error(err)
 				}
 				x.leave()
-				if err := m.Unlock(ctx); err != nil {
+				if err := l.Unlock(ctx); err != nil {
 					t.Error(err)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	if got := lkCounter(t, lkSession(t, addr), "/excl/counter"); got != workers*rounds {
+	if got := lkCounter(t, lkSession(t, addr), dir+"/counter"); got != workers*rounds {
 		t.Errorf("counter %d, want %d", got, workers*rounds)
 	}
 }

@@ -145,38 +145,7 @@ func TestSeqLockFIFO(t *testing.T) {
 
 // TestSeqLockExclusion: holders in separate sessions never overlap.
 func TestSeqLockExclusion(t *testing.T) {
-	addr := lkCell(t, 0)
-	ctx := lkCtx(t, 120*time.Second)
-	const workers, rounds = 6, 8
-	x := &lkExclusive{t: t}
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		s := lkSession(t, addr)
-		l := NewSeqLock(s, "/seq/excl")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := 0; r < rounds; r++ {
-				if err := l.Lock(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-				x.enter(fmt.Sprintf("worker %d", w))
-				if err := lkIncrement(ctx, s, "/seq/counter"); err != nil {
-					t.Error(err)
-				}
-				x.leave()
-				if err := l.Unlock(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if got := lkCounter(t, lkSession(t, addr), "/seq/counter"); got != workers*rounds {
-		t.Errorf("counter %d, want %d", got, workers*rounds)
-	}
+	lkExclusion(t, "/seq", func(s *client.Session) lkLocker { return NewSeqLock(s, "/seq/excl") })
 }
 
 // TestSeqLockKillHolder: a holder killed with SIGKILL keeps the lock until

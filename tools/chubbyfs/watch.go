@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -181,28 +178,13 @@ bounds only connecting and opening PATH.`,
 // ctx ends, SIGINT or SIGTERM comes, p is deleted or f.count events were
 // printed.
 func (a *app) watch(ctx context.Context, p string, mask int32, f watchFlags) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	setup := a.timeout
-	if setup <= 0 {
-		setup = watchSetupTimeout
-	}
-	setupCtx, cancel := context.WithTimeout(ctx, setup)
-	defer cancel()
-	c, err := a.connect(setupCtx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	s, err := c.NewSession(setupCtx)
-	if err != nil {
-		return refused("watch", p, err)
-	}
-	defer func() {
-		cctx, cancel := releaseContext(ctx)
-		defer cancel()
-		_ = s.Close(cctx)
-	}()
+	return a.withLongSession(ctx, "watch", p, func(ctx, setupCtx context.Context, s *client.Session) error {
+		return a.watchOn(ctx, setupCtx, s, p, mask, f)
+	})
+}
+
+// watchOn is watch's loop on session s.
+func (a *app) watchOn(ctx, setupCtx context.Context, s *client.Session, p string, mask int32, f watchFlags) error {
 	h, err := s.Open(setupCtx, p, client.OpenOptions{EventMask: mask})
 	if err != nil {
 		return refused("watch", p, err)
@@ -226,7 +208,7 @@ func (a *app) watch(ctx context.Context, p string, mask int32, f watchFlags) err
 		case e, ok := <-events:
 			if !ok {
 				if s.Err() != nil {
-					return &exitError{code: exitRefused, msg: fmt.Sprintf("watch %s: session lost: %s", p, client.Describe(s.Err()))}
+					return sessionLost("watch", p, s)
 				}
 				return nil // after handle-invalid
 			}
