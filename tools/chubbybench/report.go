@@ -317,25 +317,7 @@ func writeMarkdown(w io.Writer, rep *Report) error {
 			continue
 		}
 		for _, r := range rows {
-			p("| %s | %s | ", wl, r.Label())
-			switch {
-			case r.NA != "":
-				p("%s | — | — | — | — | — |  |\n", cell(r.NA))
-				continue
-			case !r.measured():
-				p("failed: %s | — | — | — | — | — |  |\n", cell(r.Error))
-				continue
-			}
-			p("%s | %s | %s | ", fmtRate(r.Throughput), fmtMs(r.P50Ms), fmtMs(r.P99Ms))
-			switch ra, ok := ratioFor(rep.Ratios, r); {
-			case r.System == sysChubby:
-				p("— | — | — | ")
-			case ok:
-				p("%s | %s | %s | ", fmtRatio(ra.Throughput), fmtRatio(ra.P50), fmtRatio(ra.P99))
-			default:
-				p("%s | — | — | ", oursMissing(rep.Results, r))
-			}
-			p("%s |\n", cell(r.Note))
+			writeRow(&b, rep, wl, r, nil)
 		}
 	}
 	writeBounds(&b, rep, func(k string) bool { return (Workload{Kind: k}).isLoad() && !(Workload{Kind: k}).isTxn() })
@@ -446,28 +428,40 @@ func writeTransfers(b *strings.Builder, rep *Report) {
 	p("|---|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, wl := range wls {
 		for _, r := range sortedRows(rep.Results, wl) {
-			p("| %s | %s | ", wl, r.Label())
-			switch {
-			case r.NA != "":
-				p("%s | — | — | — | — | — | — |  |\n", cell(r.NA))
-				continue
-			case !r.measured():
-				p("failed: %s | — | — | — | — | — | — |  |\n", cell(r.Error))
-				continue
-			}
-			p("%s | %s | %s | %s | ", fmtRate(r.Throughput), fmtMs(r.P50Ms), fmtMs(r.P99Ms), fmtAbortRate(r))
-			switch ra, ok := ratioFor(rep.Ratios, r); {
-			case r.System == sysChubby:
-				p("— | — | — | ")
-			case ok:
-				p("%s | %s | %s | ", fmtRatio(ra.Throughput), fmtRatio(ra.P50), fmtRatio(ra.P99))
-			default:
-				p("%s | — | — | ", oursMissing(rep.Results, r))
-			}
-			p("%s |\n", cell(r.Note))
+			writeRow(b, rep, wl, r, []string{fmtAbortRate(r)})
 		}
 	}
 	writeBounds(b, rep, func(k string) bool { return (Workload{Kind: k}).isTxn() })
+}
+
+// writeRow writes r's row of a throughput table: throughput, p50, p99,
+// then the extra columns, the ours ÷ peer ratios and the note (a row not
+// run or failed fills the columns with dashes).
+func writeRow(b *strings.Builder, rep *Report, wl string, r Result, extra []string) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("| %s | %s | ", wl, r.Label())
+	dashes := strings.Repeat("— | ", 5+len(extra))
+	switch {
+	case r.NA != "":
+		p("%s | %s |\n", cell(r.NA), dashes)
+		return
+	case !r.measured():
+		p("failed: %s | %s |\n", cell(r.Error), dashes)
+		return
+	}
+	p("%s | %s | %s | ", fmtRate(r.Throughput), fmtMs(r.P50Ms), fmtMs(r.P99Ms))
+	for _, x := range extra {
+		p("%s | ", x)
+	}
+	switch ra, ok := ratioFor(rep.Ratios, r); {
+	case r.System == sysChubby:
+		p("— | — | — | ")
+	case ok:
+		p("%s | %s | %s | ", fmtRatio(ra.Throughput), fmtRatio(ra.P50), fmtRatio(ra.P99))
+	default:
+		p("%s | — | — | ", oursMissing(rep.Results, r))
+	}
+	p("%s |\n", cell(r.Note))
 }
 
 // writeBounds lists, under a table, what bounds the figures of the workload
