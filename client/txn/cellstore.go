@@ -3,7 +3,6 @@ package txn
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/rpc"
 )
 
 // CellStore keeps a table in a directory of the cell:
@@ -291,10 +291,14 @@ func (cs *CellStore) Close(ctx context.Context) {
 	cs.handles, cs.lru = map[string]*list.Element{}, list.New()
 	cs.mu.Unlock()
 	hs = append(hs, cs.workers)
-	for _, h := range hs {
-		if err := h.Close(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			continue // the session may be gone: its handles went with it
-		}
+	// All at once; errors are dropped: a handle of a session that is gone
+	// went with it.
+	fs := make([]*rpc.Future[struct{}], len(hs))
+	for i, h := range hs {
+		fs[i] = h.CloseAsync(ctx)
+	}
+	for _, f := range fs {
+		f.Wait(ctx)
 	}
 }
 

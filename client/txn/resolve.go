@@ -38,14 +38,14 @@ func (db *DB) resolveOrWait(ctx context.Context, row string, l Lock) (bool, erro
 			return false, context.Cause(ctx)
 		}
 	}
-	return true, db.settle(ctx, row, l, false)
+	return true, db.settle(ctx, row, l, false, snap{})
 }
 
 func (db *DB) resolve(ctx context.Context, row string, l Lock) (bool, error) {
 	// A committed primary decides for everyone, dead or alive: such a
 	// lock is only waiting for its writer's background commit, and
 	// rolling it forward is what the writer would do.
-	p, _, err := db.store.Read(ctx, l.PrimaryRow)
+	p, pv, err := db.store.Read(ctx, l.PrimaryRow)
 	if err != nil {
 		return false, fmt.Errorf("txn: resolve %d: %w", l.Start, err)
 	}
@@ -67,14 +67,15 @@ func (db *DB) resolve(ctx context.Context, row string, l Lock) (bool, error) {
 		return false, err
 	}
 	db.hook(pointResolving, l.Start, 0)
-	return true, db.settle(ctx, row, l, true)
+	return true, db.settle(ctx, row, l, true, snap{r: p, v: pv, ok: true})
 }
 
 // settle decides lock l on row by its primary, as resolve describes; the
 // caller knows that l's worker will not write again (it is dead, or it is
 // this DB cleaning up after itself). counted says whether to count the
-// resolution in Stats.
-func (db *DB) settle(ctx context.Context, row string, l Lock, counted bool) error {
+// resolution in Stats; primary, if ok, is the primary's row as the caller
+// just read it (the decision's write then starts from it).
+func (db *DB) settle(ctx context.Context, row string, l Lock, counted bool, primary snap) error {
 	// The decision is taken inside the primary's compare-and-swap, on the
 	// row as it is when written, so that it cannot be overtaken: had the
 	// worker committed meanwhile (it was not dead after all, say its token
@@ -84,7 +85,7 @@ func (db *DB) settle(ctx context.Context, row string, l Lock, counted bool) erro
 		forward bool
 		did     bool // this call, not a racing resolver, changed a row
 	)
-	err := db.update(ctx, l.PrimaryRow, func(r *Row) (bool, error) {
+	_, err := db.updateFrom(ctx, l.PrimaryRow, primary, func(r *Row) (bool, error) {
 		commit, forward, did = 0, false, false
 		c := r.Cols[l.PrimaryCol]
 		if c != nil && (c.Lock == nil || c.Lock.Start != l.Start) {
@@ -141,7 +142,7 @@ func (db *DB) settleRow(ctx context.Context, row string, start int64) error {
 	}
 	for _, c := range r.Cols {
 		if c.Lock != nil && c.Lock.Start == start {
-			return db.settle(ctx, row, *c.Lock, false)
+			return db.settle(ctx, row, *c.Lock, false, snap{})
 		}
 	}
 	return nil
