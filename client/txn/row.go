@@ -259,7 +259,7 @@ func decodeRow(b []byte) (*Row, error) {
 	n := d.count()
 	prev := ""
 	for i := 0; i < n && d.err == nil; i++ {
-		name := d.str()
+		name := d.name(MaxColumnBytes)
 		if i > 0 && name <= prev {
 			d.fail("columns out of order")
 		}
@@ -333,6 +333,15 @@ func (d *decoder) bytes(n int) []byte {
 
 func (d *decoder) str() string { return string(d.bytes(d.count())) }
 
+// name reads a key, column or worker name: 1..max bytes.
+func (d *decoder) name(max int) string {
+	s := d.str()
+	if d.err == nil && (s == "" || len(s) > max) {
+		d.fail("name of a bad length")
+	}
+	return s
+}
+
 func (d *decoder) kind(ok ...Kind) Kind {
 	b := d.bytes(1)
 	if len(b) == 0 {
@@ -351,7 +360,8 @@ func (d *decoder) column() *Column {
 	case d.err != nil:
 		return nil
 	case has[0] == 1:
-		c.Lock = &Lock{Start: d.ts(false), PrimaryRow: d.str(), PrimaryCol: d.str(), Worker: d.str(), Kind: d.kind(KindPut, KindDelete)}
+		c.Lock = &Lock{Start: d.ts(false), PrimaryRow: d.name(MaxKeyBytes), PrimaryCol: d.name(MaxColumnBytes),
+			Worker: d.name(MaxKeyBytes), Kind: d.kind(KindPut, KindDelete)}
 	case has[0] != 0:
 		d.fail("bad lock flag")
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -376,6 +377,12 @@ func TestRowEncoding(t *testing.T) {
 		if _, err := decodeRow(b[:i]); i > 0 && err == nil {
 			t.Errorf("truncated at %d decoded", i)
 		}
+	}
+	// Names another writer could make too long are refused.
+	long := strings.Repeat("x", MaxColumnBytes+1)
+	bad := encodeRow(&Row{Cols: map[string]*Column{long: {Writes: []Write{{Commit: 2, Start: 1, Kind: KindDelete}}}}})
+	if _, err := decodeRow(bad); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a column name of %d bytes decoded: %v", len(long), err)
 	}
 }
 
