@@ -150,6 +150,10 @@ type tnode struct {
 	disk memDisk
 	sm   *catSM
 	up   bool
+	// paused: the process is stopped (starved of CPU, SIGSTOP): it is
+	// neither ticked nor given messages, which wait in held.
+	paused bool
+	held   []vr.Message
 }
 
 func (tn *tnode) n() *vr.Node { return tn.d.Node() }
@@ -168,6 +172,11 @@ type cluster struct {
 	// perStep, if set, bounds the messages delivered per 5 ms step (the
 	// rest wait): a slow network.
 	perStep int
+	// checks are the CheckPeer calls of the last step: {asker, peer}. A
+	// peer that is down (and a link that is not cut) answers with a
+	// refusal, PeerGone, at the next step, as a dial of a dead process's
+	// port would.
+	checks [][2]uint64
 }
 
 // queueTransport puts messages on the cluster's queue.
@@ -207,7 +216,8 @@ func (c *cluster) start(tn *tnode) {
 	p := vr.Persisted{HardState: tn.disk.hs, Snapshot: tn.disk.snap, Entries: slices.Clone(tn.disk.entries)}
 	tn.sm = &catSM{}
 	d, err := NewDriver(cfg, p, tn.disk.snapDat, tn.sm, &tn.disk, queueTransport{c}, func() int64 { return c.now },
-		DriverConfig{ID: tn.id, SnapshotEvery: c.snap, Logger: quiet()})
+		DriverConfig{ID: tn.id, SnapshotEvery: c.snap, Logger: quiet(),
+			CheckPeer: func(peer uint64) { c.checks = append(c.checks, [2]uint64{tn.id, peer}) }})
 	if err != nil {
 		c.t.Fatalf("start %d: %v", tn.id, err)
 	}
@@ -246,6 +256,10 @@ func (c *cluster) deliver() {
 			if !tn.up || c.cut[[2]uint64{m.From, m.To}] || (c.drop != nil && c.drop(m)) {
 				continue
 			}
+			if tn.paused {
+				tn.held = append(tn.held, m)
+				continue
+			}
 			tn.d.Step([]vr.Message{m})
 			c.settle(tn)
 		}
@@ -256,8 +270,17 @@ func (c *cluster) deliver() {
 func (c *cluster) run(d time.Duration) {
 	for end := c.now + int64(d); c.now < end; {
 		c.now += int64(5 * time.Millisecond)
+		checks := c.checks
+		c.checks = nil
+		for _, ch := range checks {
+			asker, peer := c.nodes[ch[0]], c.nodes[ch[1]]
+			if asker.up && peer != nil && !peer.up && !c.cut[ch] && !c.cut[[2]uint64{ch[1], ch[0]}] {
+				asker.d.PeerGone(ch[1])
+				c.settle(asker)
+			}
+		}
 		for _, id := range c.ids {
-			if tn := c.nodes[id]; tn.up {
+			if tn := c.nodes[id]; tn.up && !tn.paused {
 				tn.d.Tick()
 				c.settle(tn)
 			}
@@ -493,14 +516,22 @@ func TestLeaseHoldsAgainstImmediateViewChange(t *testing.T) {
 	if !p.LeaseValid(c.now) {
 		t.Fatal("primary has no lease")
 	}
-	// Replica 3 hears nothing more; replica 2 is pushed into view 1 as if
-	// replica 3 had asked, while the primary still holds its lease.
+	// The primary is cut off, and the backups are told, wrongly, that its
+	// process is gone (a firewall that refuses connections would say so)
+	// as soon as they suspect it: they start a view change at once, while
+	// the primary still holds its lease.
 	for _, id := range []uint64{2, 3} {
 		c.cut[[2]uint64{1, id}] = true
 		c.cut[[2]uint64{id, 1}] = true
 	}
-	c.nodes[2].d.Step([]vr.Message{{Type: vr.MsgStartViewChange, From: 3, To: 2, View: 1}})
+	c.run(vr.DefaultConfig().SuspectAfter)
+	for _, id := range []uint64{2, 3} {
+		c.nodes[id].d.PeerGone(1)
+	}
 	c.deliver()
+	if v := c.nodes[2].n().Info(); v.Status != vr.StatusViewChange {
+		t.Fatalf("replica 2 did not start a view change on the evidence: %+v", v)
+	}
 	var leaseEnd, formed int64
 	for range 200 {
 		c.run(2 * time.Millisecond)

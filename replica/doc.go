@@ -115,7 +115,8 @@
 //
 // # View change
 //
-// A backup that hears nothing from its primary for ViewChangeTimeout first
+// A backup that hears nothing from its primary for ViewChangeTimeout (or
+// learns that its process is gone: "Failure detection" below) first
 // probes (a pre-vote, as raft's PreVote): it asks every replica whether
 // they too hear no primary. Only with a quorum of yes does it move to view
 // v+1. So one replica that is cut off, or deaf one way, cannot push a
@@ -124,7 +125,9 @@
 //
 // Moving to view v+1 means: persist the view, status view-change, send
 // StartViewChange to all. A replica hearing StartViewChange (or
-// DoViewChange) for a higher view joins it the same way. Once a replica has
+// DoViewChange) for a higher view joins it the same way — but only if it
+// has no working primary itself ("Every path into a view passes the
+// pre-vote" below). Once a replica has
 // StartViewChange from a quorum (itself included) and its lease promise
 // (below) has run out, it sends DoViewChange to the new primary: its last
 // normal view, its last index and that entry's view, its commit number, and
@@ -227,34 +230,112 @@
 // argues the session lease rule on top of it).
 //
 // A primary that no quorum acknowledges for a view-change timeout past the
-// end of its lease (LeaseDuration·(1−ε) + ViewChangeTimeout since the
-// newest acknowledged round began, 535 ms by default) steps down: it starts
+// end of its lease (LeaseDuration·(1−ε) + ViewChangeTimeout of live time
+// since the newest acknowledged round began, 1.435 s by default) steps down: it starts
 // the next view itself. Backups that still hear its heartbeats (it is deaf
 // one way) would otherwise never change views, and a primary without a
 // lease can serve nothing.
 //
-// # Timeouts and failover
+// # Failure detection: fast on proof of death, patient on silence
 //
-// Defaults: HeartbeatInterval 50 ms, ViewChangeTimeout 300 ms,
-// LeaseDuration 240 ms (240·1.02 < 300, so the lease never delays a
-// timeout-driven view change). From a primary's death to a new primary
-// serving: the backups hear nothing for 300 ms counted from the last
-// heartbeat (on average 25 ms before the death), then a probe round trip, a
-// StartViewChange round with an fsync, DoViewChange, the new primary's
-// fsync, StartView and the backups' fsync and acknowledgements: about
-// 0.3 s on loopback, which leaves room for the client to find the new
-// primary within the 0.5 s median target; 1.5 s is reached only when the
-// next primary in turn is down too. A spurious view change needs a quorum
-// of backups to miss six heartbeats in a row (a slow primary that one
-// backup still hears keeps its view through the probe), and a backup
-// counts silence from the last message it was given, so the driver should
-// feed the messages it has received before each Tick.
+// Defaults: HeartbeatInterval 50 ms, LeaseDuration 240 ms, SuspectAfter
+// 100 ms, ViewChangeTimeout 1.2 s. Silence and death are told apart:
 //
-// The simulator measures it (TestFailoverLatency: loopback-like delays,
-// 0.1–1.5 ms fsyncs, clients with sessions that time out after 100–200 ms,
-// follow NOT_MASTER hints and hear a reset when the master dies): from
-// killing the primary of a loaded cell to the next client operation
-// completed, median 324 ms, p99 410 ms over 100 seeds.
+//   - Silence is waited out long: a backup probes only after
+//     ViewChangeTimeout without a word from its primary, and a primary
+//     steps down only a view-change timeout past its lease. A primary
+//     starved of CPU for about a second (a loaded machine, a long GC, a
+//     paused VM) therefore keeps its view: when it runs again its backups
+//     still follow it and its next heartbeat renews its lease. (While it
+//     is starved it holds no lease and serves nothing; that is a pause,
+//     not a failover.) Failover on silence — a primary cut off, or
+//     SIGSTOPped — takes the timeout plus a view change: about 1.2–1.4 s.
+//   - A replica's own late timers say it was starved, not that its
+//     primary died: silence (and the step-down) is measured in live time,
+//     which advances with the clock but by at most HeartbeatInterval per
+//     Tick. A backup frozen for ten seconds counts 50 ms of silence when it
+//     runs again, finds its primary's messages waiting (Replicated's loop
+//     feeds waiting messages before a tick), and probes nobody. Leases and
+//     promises, which safety rests on, stay on the real clock.
+//   - Death is acted on at once. After SuspectAfter of silence a backup
+//     asks its driver whether the primary's process is there
+//     (Node.Suspect); the cell dials the primary's peer port
+//     (PeerTransport.CheckPeer), and a refused connection — nothing
+//     listens there: kill -9 closes a process's sockets at once — comes
+//     back as Node.PeerGone, on which the backup probes at once; the other
+//     backups grant, having found the same. A dial that opens (a slow
+//     process; a stopped one, whose kernel still accepts) or times out (a
+//     partition) is no evidence. A replica waiting in a view change for a
+//     new primary that turns out dead moves to the next view the same way.
+//     Evidence shortens detection only: the new view still waits for every
+//     lease promise to run out, so a wrong refusal (a firewall that
+//     rejects) costs a view change, never the lease rule. From kill -9 of
+//     the primary to a new primary serving: the lease's remainder (at most
+//     LeaseDuration after the last round) plus a view change, about
+//     0.2–0.3 s; 1.2 s more only when the next primary in turn is down
+//     too and nothing refuses (a whole host gone).
+//
+// # Every path into a view passes the pre-vote
+//
+// A replica that hears a working primary (Node.hearsPrimary: a backup
+// that heard its primary within the timeout and has no evidence of its
+// death; a primary that a quorum acknowledged within the timeout) neither
+// grants a probe nor joins a newer view on another replica's
+// StartViewChange or DoViewChange. So one replica — confused, stale, with a
+// bad clock, or a forged message — cannot depose a primary the others
+// still hear. The exceptions are the ones that cannot be one replica's
+// mistake: the message comes from the primary of this replica's own view
+// (it stepped down, or restarted); so many other replicas are in newer
+// views that the primary can no longer gather a quorum (quorumAhead: a
+// primary that was paused and still thinks its view works); and, on the
+// primary, a voter that has been in a newer view for a whole view-change
+// timeout (strandedFor): a voter can be left ahead honestly (a quorum
+// granted its probe, and the granter heard the primary again before the
+// voter's StartViewChange came), never comes back to the older view, and
+// would otherwise be lost to the cell until its next failure. The primary
+// follows it, and one view change later the cell has every voter again.
+//
+// Views move one at a time on another replica's word. A replica without a
+// primary joins view v+1 when asked; a view further ahead only when it
+// granted a probe for that view itself, or after a quorum granted its own
+// probe for it (granters: replicas without a working primary below that
+// view, or changing to it), or on the word of
+// that view's primary (StartView, Prepare). That is how a replica that
+// missed view changes catches up. A heartbeat (Commit) of a newer view is
+// not followed: it describes no log, and on a forged header it could
+// strand a replica in a view, or an epoch, nobody leads; the new primary
+// resends StartView every heartbeat instead.
+//
+// The arithmetic is total. A view number is epoch<<32 | counter; a
+// message naming a counter in the last 2^24 of its epoch is refused unless
+// it is at most one ahead, so no message can bring a replica near the end
+// of an epoch, a view the cell could not leave (nextView refuses to pass
+// it): from anything a message can cause, that is 16.7 million view
+// changes away.
+//
+// # What the core trusts
+//
+// Peer messages are checked for form and against the configuration
+// (validate.go): a known sender that is a member of the configuration the
+// message's view claims, numbers in range, bounded sizes, roles that fit
+// the view (a Prepare only from its view's primary). Beyond that, the
+// core trusts the bodies of its peers' messages and the headers of those
+// that describe a log — Prepare, PrepareOK, DoViewChange, StartView,
+// GetLog, Log, Snapshot: a member that lies about its log (acknowledges
+// entries it does not hold, claims a view it was not normal in) is outside
+// the model. TLS on the peer port keeps strangers out. The headers of the
+// others — Probe, ProbeReply, StartViewChange, Commit — may be replayed,
+// re-addressed, or forged in view, epoch, sender and grant, and the cell
+// still has a master soon after the forger stops: the simulator's forger
+// (replica/sim, TestSimForger) does exactly that among honest replicas.
+//
+// The simulator measures failover (TestFailoverLatency: loopback-like
+// delays, 0.1–1.5 ms fsyncs, clients with sessions that time out after
+// 100–200 ms, follow NOT_MASTER hints and hear a reset when the master
+// dies): from killing the primary of a loaded cell to the next client
+// operation completed, median 277 ms, p99 341 ms over 100 seeds.
+// TestSimStalls freezes replicas' loops (the primary's half the time) for
+// up to 1.05 s under the clients' load and demands that no view change.
 //
 // # Exactly-once
 //
@@ -273,13 +354,22 @@
 // in-memory cluster (replication, failover and rejoin, catch-up by
 // snapshot, a deaf backup that must not cause a view change, a deaf
 // primary that must step down, the old lease ending before a new view
-// forms, also when a view change starts at once), and reconfig_test.go
+// forms, also when a view change starts on wrong evidence of death),
+// availability_test.go the failure detector and the pre-vote (a second's
+// stall of the primary or a backup changes no view, nor does a backup's
+// far longer stall; a silent primary is replaced after the timeout and
+// within 2 s, a dead one within the lease and a few heartbeats; one
+// replica's StartViewChange, DoViewChange or probe moves nobody; views
+// near the end of an epoch are refused; a replica that missed views joins
+// one far ahead), and reconfig_test.go
 // every kind of configuration change; replica/vr has a table
 // of malformed messages and FuzzStep (arbitrary messages, ticks and
 // proposals never make a node panic). replica/sim runs the whole cell's
 // code with the real fs under faults and checks agreement, what clients
-// believe about their locks and caches, linearizability and liveness; see
-// its package documentation. Every seed that ever failed is kept in its
+// believe about their locks and caches, linearizability and liveness,
+// also with CPU stalls alone (TestSimStalls: no view change) and with a
+// forger among the replicas (TestSimForger); see its package
+// documentation. Every seed that ever failed is kept in its
 // regressions table.
 //
 // # Not built yet

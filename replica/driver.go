@@ -82,6 +82,14 @@ type DriverConfig struct {
 	// entries too) once it has been applied, before its proposal is
 	// answered. It must not call back into the driver.
 	OnApply func(e vr.Entry)
+	// CheckPeer, if set, is asked to check whether the process of
+	// replica id is still there (vr.Node.Suspect: its primary has been
+	// silent for a while). It must not block or call back into the driver:
+	// it checks elsewhere (the cell dials the peer port) and, only when
+	// the process is certainly gone (the connection was refused), feeds
+	// Driver.PeerGone as an input. Without it, a dead primary is found by
+	// silence alone (vr.Config.ViewChangeTimeout).
+	CheckPeer func(id uint64)
 	// SnapshotWindow bounds the chunks of a snapshot transfer in flight
 	// to one receiver. Default 8 (2 MiB of Storage's chunks).
 	SnapshotWindow int
@@ -474,8 +482,23 @@ func (d *Driver) mustBeIdle() bool {
 	return true
 }
 
+// PeerGone tells the core that the process of replica id is gone (its
+// peer port refused a connection; see DriverConfig.CheckPeer) and carries
+// out what follows.
+func (d *Driver) PeerGone(id uint64) {
+	if d.mustBeIdle() {
+		defer d.timed(d.clock())
+		d.node.Tick(d.clock())
+		d.node.PeerGone(id)
+		d.run()
+	}
+}
+
 func (d *Driver) tick() {
 	d.node.Tick(d.clock())
+	if id, ok := d.node.Suspect(); ok && d.cfg.CheckPeer != nil {
+		d.cfg.CheckPeer(id)
+	}
 	d.run()
 }
 

@@ -20,6 +20,16 @@ type Transport interface {
 	Send(msgs []vr.Message)
 }
 
+// PeerChecker is implemented by a Transport that can tell that a peer's
+// process is gone (PeerTransport dials its peer port). The replica asks
+// when its primary has been silent a while (vr.Node.Suspect) and acts on
+// a refusal at once instead of waiting out the view-change timeout.
+type PeerChecker interface {
+	// CheckPeer checks without blocking the caller, and calls gone (from
+	// any goroutine) only when the peer's process is certainly gone.
+	CheckPeer(id uint64, gone func())
+}
+
 // ReplicatedConfig configures a replicated log. Zero fields take the
 // defaults of DefaultReplicatedConfig.
 type ReplicatedConfig struct {
@@ -87,6 +97,26 @@ var ErrUnknownOutcome = errors.New("replica: lost mastership before the command 
 
 // stallWarning: an input that keeps the loop longer than this is logged.
 const stallWarning = 500 * time.Millisecond
+
+// drainInbox steps up to 64 more batches of messages that are waiting,
+// while the driver is idle, and returns dones with theirs added.
+func (r *Replicated) drainInbox(d *Driver, dones []func()) []func() {
+	for range 64 {
+		if d.Busy() {
+			return dones
+		}
+		select {
+		case more := <-r.inbox:
+			d.Step(more.msgs)
+			if more.done != nil {
+				dones = append(dones, more.done)
+			}
+		default:
+			return dones
+		}
+	}
+	return dones
+}
 
 // Replicated is the replicated log of one replica: the protocol core
 // (vr.Node) carried by a Driver on one goroutine that ticks it, feeds it
@@ -170,9 +200,24 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 		failed: make(chan struct{}),
 	}
 	r.disk = newStorageDisk(st, cfg.MaxProposalBatch, cfg.OnBatch)
+	var checkPeer func(id uint64)
+	if pc, ok := tr.(PeerChecker); ok {
+		checkPeer = func(id uint64) {
+			pc.CheckPeer(id, func() {
+				// An input for the loop; dropped if the loop is stopping
+				// or busy (the core asks again a heartbeat later).
+				select {
+				case r.calls <- func(d *Driver) { d.PeerGone(id) }:
+				case <-r.stop:
+				case <-time.After(checkTimeout):
+				}
+			})
+		}
+	}
 	d, err := NewDriver(core, p, app, sm, r.disk, tr, r.now, DriverConfig{
 		ID: cfg.ID, SnapshotEvery: cfg.SnapshotEvery, Logger: log,
-		OnRole: r.roleChanged,
+		CheckPeer: checkPeer,
+		OnRole:    r.roleChanged,
 		OnFail: func(err error) {
 			r.mu.Lock()
 			r.err = err
@@ -418,28 +463,20 @@ func (r *Replicated) run() {
 			return
 		case <-tickC:
 			what = "tick"
-			d.Tick()
+			// Messages that arrived while the loop was away go in first:
+			// a backup counts its primary's silence from the last message
+			// it was given.
+			dones = r.drainInbox(d, dones)
+			if !d.Busy() {
+				d.Tick()
+			}
 		case in := <-inbox:
 			what = "messages"
 			d.Step(in.msgs)
 			if in.done != nil {
 				dones = append(dones, in.done)
 			}
-		drain:
-			for range 64 {
-				if d.Busy() {
-					break
-				}
-				select {
-				case more := <-r.inbox:
-					d.Step(more.msgs)
-					if more.done != nil {
-						dones = append(dones, more.done)
-					}
-				default:
-					break drain
-				}
-			}
+			dones = r.drainInbox(d, dones)
 		case p := <-props:
 			what = "proposals"
 			entries, replies = entries[:0], replies[:0]

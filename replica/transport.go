@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cloudwego/kitex/client/callopt"
@@ -102,6 +103,7 @@ type peerSender struct {
 	// closeConns closes the client's connections; the send loop calls it
 	// as it ends.
 	closeConns func() error
+	checking   atomic.Bool // a CheckPeer dial is under way
 }
 
 // maxLearned bounds the peers a transport knows beyond a configuration's.
@@ -275,6 +277,36 @@ func (t *PeerTransport) closeSlot(from uint64, slot *replySlot) []vr.Message {
 		delete(t.waiting, from)
 	}
 	return slot.msgs
+}
+
+// checkTimeout bounds CheckPeer's dial: a peer that does not answer by
+// then is not known to be gone (only a refusal is evidence).
+const checkTimeout = 200 * time.Millisecond
+
+// CheckPeer checks, on a goroutine of its own, whether anything listens on
+// peer id's address, and calls gone if the connection was refused: nothing
+// listens there, so the peer's process is gone (kill -9 closes its
+// sockets at once). A connection that opens, or a dial that times out
+// (a partition, a paused process, whose kernel still accepts), is no
+// evidence and calls nothing. At most one check per peer is under way.
+func (t *PeerTransport) CheckPeer(id uint64, gone func()) {
+	t.mu.Lock()
+	p := t.peers[id]
+	t.mu.Unlock()
+	if p == nil || !p.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer p.checking.Store(false)
+		conn, err := net.DialTimeout("tcp", p.addr, checkTimeout)
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			gone()
+		}
+	}()
 }
 
 // Close stops the senders.

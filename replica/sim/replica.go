@@ -152,7 +152,8 @@ func (r *replica) start() {
 				}
 			})
 		},
-		OnApply: func(e vr.Entry) { w.check.onApply(r, e) },
+		OnApply:   func(e vr.Entry) { w.check.onApply(r, e) },
+		CheckPeer: func(id uint64) { r.checkPeer(id) },
 	})
 	if err != nil {
 		w.fail("replica %d cannot start from its disk: %v", r.id, err)
@@ -267,6 +268,24 @@ func (r *replica) do(fn func(), feeds bool) {
 		r.waiting = r.waiting[1:]
 		f()
 	}
+}
+
+// checkPeer models PeerTransport.CheckPeer, a dial of the peer's port: a
+// refusal comes back after a network delay when the peer's process is
+// down (crashed, not merely paused: a stopped process's kernel still
+// accepts) and the link between the two carries anything; otherwise
+// nothing does.
+func (r *replica) checkPeer(id uint64) {
+	w, ep := r.w, r.epoch
+	if id == 0 || int(id) > len(w.replicas) || w.net.blocked[[2]uint64{r.id, id}] || w.net.blocked[[2]uint64{id, r.id}] {
+		return
+	}
+	peer := w.replicas[id-1]
+	w.after(2*w.net.delay(), func() {
+		if r.epoch == ep && r.up && !peer.up {
+			r.do(func() { r.d.PeerGone(id); r.m.poll() }, true)
+		}
+	})
 }
 
 func (r *replica) receive(m vr.Message) {

@@ -60,7 +60,12 @@
 // the primary off with some clients (the minority side keeps its
 // clients), disks that fail (the replica fail-stops and is restarted on
 // its disk), a master paused for longer than a session lease and resumed,
-// lossy networks (drops, duplicates, delays up to 500 ms), slow disks.
+// CPU stalls (a replica's loop frozen for 0.1–2 s, the primary's half the
+// time), lossy networks (drops, duplicates, delays up to 500 ms), slow
+// disks. A replica that dials a crashed peer's port is refused (the
+// driver's CheckPeer), as on a real network; a paused one still accepts.
+// Options.StallsOnly injects only stalls; Options.Forger adds a sender
+// that replays, re-addresses and forges replica messages (forger.go).
 // Then the network heals, every replica restarts, and clients finish.
 //
 // # Checkers
@@ -128,12 +133,20 @@ type Options struct {
 	// network heals, every replica restarts, and clients finish.
 	FaultTime time.Duration
 	// SettleTime bounds how long after the faults stop every client
-	// request must have completed.
+	// request must have completed. Default: three view-change timeouts,
+	// two session leases and 2 s.
 	SettleTime time.Duration
 	// Trace, if set, receives a line per notable event.
 	Trace io.Writer
 	// NoFaults disables fault injection (a baseline run).
 	NoFaults bool
+	// StallsOnly, if set, injects CPU stalls alone instead of the faults:
+	// a replica's loop (the primary's half the time) frozen for 0.1 s to
+	// StallsOnly, one every 50–600 ms.
+	StallsOnly time.Duration
+	// Forger adds a sender that replays, re-addresses and forges replica
+	// messages while the faults last (forger.go).
+	Forger bool
 	// KillPrimaryAt, with NoFaults, crashes the primary once at that time
 	// (it restarts when the faults end) and measures Result.Failover.
 	KillPrimaryAt time.Duration
@@ -158,6 +171,8 @@ type Result struct {
 	Crashes     int
 	DiskFails   int
 	Pauses      int
+	Stalls      int    // CPU stalls (pauses of 0.1–2 s) among the pauses
+	Forged      int    // messages the forger sent
 	Snapshots   uint64 // snapshots installed from peers
 	Reconfigs   int    // configuration changes proposed
 	Epochs      uint64 // the final configuration's epoch
@@ -240,7 +255,8 @@ type world struct {
 	setupOK  bool // client 0 created the files and locks
 
 	faultsEnd int64
-	killedAt  int64 // KillPrimaryAt happened then (0: not yet)
+	killedAt  int64   // KillPrimaryAt happened then (0: not yet)
+	forger    *forger // Options.Forger
 	deadline  int64
 	quiet     bool // the run is ending: masters propose nothing more
 	done      bool
@@ -277,6 +293,9 @@ func (w *world) result() Result {
 	w.res.Lease = w.lease
 	w.res.Events = w.nevent
 	w.res.VirtualTime = time.Duration(w.now)
+	if w.forger != nil {
+		w.res.Forged = w.forger.sent
+	}
 	for _, r := range w.replicas {
 		w.res.ViewChanges += r.stats.ViewChanges
 		w.res.Snapshots += r.stats.SnapshotsInstalled
@@ -371,7 +390,12 @@ func (w *world) setup() {
 		o.FaultTime = time.Duration(w.between(2000*ms, 6000*ms))
 	}
 	if o.SettleTime == 0 {
-		o.SettleTime = 5 * time.Second
+		// After the faults: a failover on silence (a paused primary
+		// resumes only now), perhaps a second one (the next primary in
+		// turn was cut off), a new master's full session lease before
+		// writes to cached nodes commit, the clients' own back-off, and
+		// the 2 s the run lets the replicas settle.
+		o.SettleTime = 3*vr.DefaultConfig().ViewChangeTimeout + 2*w.lease + 2*time.Second
 	}
 	w.faultsEnd = int64(o.FaultTime)
 	w.deadline = w.faultsEnd + int64(o.SettleTime)
@@ -394,7 +418,9 @@ func (w *world) setup() {
 	}
 	w.cfg.CompactMargin = []int{0, 0, 5, 50}[w.intn(4)]
 	w.cfg.Hooks.Dropped = func(m *vr.Message, reason string) {
-		w.fail("replica %d dropped %v: %s", m.To, m.String(), reason)
+		if w.forger == nil {
+			w.fail("replica %d dropped %v: %s", m.To, m.String(), reason)
+		}
 	}
 	w.cfg.Hooks.Event = func(msg string, args ...any) {
 		w.tracef("%s %v", msg, args)
@@ -434,7 +460,14 @@ func (w *world) setup() {
 	for _, c := range w.clients {
 		c.start()
 	}
-	if !o.NoFaults {
+	if o.Forger {
+		w.forger = &forger{w: w}
+		w.forger.schedule()
+	}
+	switch {
+	case o.StallsOnly > 0:
+		w.scheduleStalls(o.StallsOnly)
+	case !o.NoFaults:
 		w.scheduleFault()
 	}
 	if w.reconfig {
@@ -623,6 +656,10 @@ func (w *world) injectFault() {
 			r.diskFailing = true
 			w.tracef("fault: replica %d disk starts failing", r.id)
 		}
+	case k < 91:
+		// A CPU stall: a replica's loop frozen for 0.1–2 s (a loaded
+		// machine, a long GC), the primary half the time.
+		w.stall(2 * time.Second)
 	case k < 94:
 		// Pause a replica (SIGSTOP), usually the primary, for longer than
 		// a session lease, then resume it (SIGCONT).
@@ -651,6 +688,31 @@ func (w *world) injectFault() {
 		}
 		w.tracef("fault: client %d cut off", c.id)
 	}
+}
+
+// stall freezes a replica, the primary half the time, for 0.1 s to
+// longest.
+func (w *world) stall(longest time.Duration) {
+	r := w.replicas[w.intn(len(w.replicas))]
+	if p := w.primary(); p != nil && w.chance(0.5) {
+		r = p
+	}
+	if r.up && !r.paused {
+		w.res.Stalls++
+		r.pause(w.between(100*ms, int64(longest)))
+	}
+}
+
+// scheduleStalls injects only CPU stalls (Options.StallsOnly), every
+// 50–600 ms until the faults end.
+func (w *world) scheduleStalls(longest time.Duration) {
+	w.after(w.between(50*ms, 600*ms), func() {
+		if w.now >= w.faultsEnd {
+			return
+		}
+		w.stall(longest)
+		w.scheduleStalls(longest)
+	})
 }
 
 func (w *world) upReplicas() []*replica {
@@ -815,6 +877,9 @@ func (n *network) send(m vr.Message) {
 	w := n.w
 	if debugMessages != nil {
 		debugMessages(w, "send", m.String())
+	}
+	if w.forger != nil {
+		w.forger.observe(m)
 	}
 	if n.blocked[[2]uint64{m.From, m.To}] || w.chance(n.drop) {
 		return

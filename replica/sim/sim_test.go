@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chubbygo/chubby/replica/vr"
 )
 
 var (
@@ -208,4 +210,55 @@ func TestFailoverLatency(t *testing.T) {
 	if med > 500*time.Millisecond || worst > 1500*time.Millisecond {
 		t.Errorf("failover median %v (target < 500 ms), max %v (target < 1.5 s)", med, worst)
 	}
+}
+
+// TestSimStalls: CPU stalls alone — replicas' loops frozen for up to about
+// a second, the primary's half the time, under the clients' load — change
+// no view, in any seed: patience on silence, and a replica's own stall is
+// not taken for its primary's. (The checkers run as in TestSim.)
+func TestSimStalls(t *testing.T) {
+	n := defaultSeeds / 10
+	if testing.Short() {
+		n = 20
+	}
+	def := vr.DefaultConfig()
+	longest := def.ViewChangeTimeout - 3*def.HeartbeatInterval
+	stalls := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		res := Run(Options{Seed: seed, StallsOnly: longest, NoReconfig: true, FaultTime: 4 * time.Second})
+		if res.Err != nil {
+			t.Fatalf("seed %d: %v", seed, res.Err)
+		}
+		if res.ViewChanges != 0 {
+			t.Fatalf("seed %d: %d view changes with stalls of at most %v (%d stalls): replay with -seed=%d and StallsOnly", seed, res.ViewChanges, longest, res.Stalls, seed)
+		}
+		stalls += res.Stalls
+	}
+	t.Logf("%d seeds, %d stalls of 0.1–%v: no view change", n, stalls, longest)
+}
+
+// TestSimForger: among honest replicas (with the usual faults in half the
+// seeds), a sender that replays, re-addresses and forges the views,
+// epochs, senders and grants of replica messages (forger.go). Once it
+// stops, every checker holds as in TestSim: the cell serves every client
+// within SettleTime (three view-change timeouts, two session leases and
+// 2 s after the faults end) and converges. Failing seeds replay with
+// -seed and Forger.
+func TestSimForger(t *testing.T) {
+	n := defaultSeeds / 5
+	if testing.Short() {
+		n = 40
+	}
+	if s := os.Getenv("CHUBBY_SIM_FORGER_SEEDS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	forged := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		res := Run(Options{Seed: seed, Forger: true, NoFaults: seed%2 == 0})
+		if res.Err != nil {
+			t.Fatalf("seed %d (faults %v): %v", seed, seed%2 == 1, res.Err)
+		}
+		forged += res.Forged
+	}
+	t.Logf("%d seeds, %d forged messages: the cell recovered in every one", n, forged)
 }

@@ -12,6 +12,7 @@ func (n *Node) enterView(w uint64) {
 	if w > n.view {
 		n.forgetOlderViews(w)
 		n.view = w
+		n.primaryGone = false
 		n.mustSync = true
 		n.verified = n.commit
 		n.stats.ViewChanges++
@@ -28,7 +29,8 @@ func (n *Node) enterView(w uint64) {
 // heardFromPrimary notes a message from the primary of the view: it resets
 // the view-change timer and, for a lease round, extends the promise.
 func (n *Node) heardFromPrimary(m *Message) {
-	n.lastHeard = n.now
+	n.lastHeard = n.live
+	n.primaryGone = false
 	if m.Stamp > 0 {
 		n.promiseOwed = true
 	}
@@ -75,6 +77,14 @@ func (n *Node) onPrepare(m *Message) {
 }
 
 func (n *Node) onCommit(m *Message) {
+	if m.View > n.view {
+		// A heartbeat says nothing of a log: a replica that missed a view
+		// change follows the new primary on its StartView (resent every
+		// heartbeat to a backup not yet normal) or Prepare, which carry
+		// one. A Commit alone could strand it, on a forged header, in a
+		// view (or an epoch) no primary of which exists.
+		return
+	}
 	if !n.follow(m) {
 		return
 	}

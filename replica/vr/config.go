@@ -61,15 +61,32 @@ type Config struct {
 	Join bool
 
 	// HeartbeatInterval is how often the primary sends Commit (heartbeat
-	// and lease round) and retransmits. Default 50 ms.
+	// and lease round) and retransmits. Default 50 ms. It is also the
+	// most one Tick counts towards a silence (see ViewChangeTimeout).
 	HeartbeatInterval time.Duration
 	// ViewChangeTimeout is how long a backup waits without hearing from
-	// the primary before it probes for a view change. Default 300 ms.
+	// the primary before it probes for a view change, and how long past
+	// its lease a primary that no quorum answers keeps its view. It is
+	// patience on mere silence: long enough that a primary starved of CPU
+	// for about a second keeps its view. Silence is counted in the time
+	// this replica ran: a Tick that comes late (the replica itself was
+	// starved, or its loop was busy) counts at most HeartbeatInterval, so
+	// a replica's own stall is never taken for its primary's death.
+	// Default 1.2 s.
 	ViewChangeTimeout time.Duration
+	// SuspectAfter is the silence after which a backup asks its driver
+	// whether the primary's process is still there (Node.Suspect; the
+	// driver dials its peer port). A refusal is evidence of death
+	// (Node.PeerGone), and the backup probes for a view change at once
+	// instead of waiting out ViewChangeTimeout. Default
+	// 2·HeartbeatInterval.
+	SuspectAfter time.Duration
 	// LeaseDuration is the master lease granted per round. It should be
 	// below ViewChangeTimeout/(1+MaxClockDrift), so that a lease never
-	// delays a view change; and well above HeartbeatInterval plus a round
-	// trip, so that a loaded primary keeps it. Default 240 ms.
+	// delays a view change on silence; and well above HeartbeatInterval
+	// plus a round trip, so that a loaded primary keeps it. A view change
+	// on evidence of death still waits out what is left of the lease, so
+	// it bounds the failover after a kill -9. Default 240 ms.
 	LeaseDuration time.Duration
 
 	// MaxPrepareEntries and MaxPrepareBytes bound one Prepare (and Log)
@@ -110,14 +127,15 @@ type Hooks struct {
 }
 
 // DefaultConfig returns the defaults: HeartbeatInterval 50 ms,
-// ViewChangeTimeout 300 ms, LeaseDuration 240 ms, MaxPrepareEntries 1024,
+// ViewChangeTimeout 1.2 s, SuspectAfter 100 ms, LeaseDuration 240 ms, MaxPrepareEntries 1024,
 // MaxPrepareBytes 4 MiB, MaxInflightPrepares 8, MaxUncommittedEntries
 // 8192, MaxUncommittedBytes 64 MiB, MaxApplyBytes 16 MiB, CompactMargin 0.
 // ID and InitialMembers have no default.
 func DefaultConfig() Config {
 	return Config{
 		HeartbeatInterval:     50 * time.Millisecond,
-		ViewChangeTimeout:     300 * time.Millisecond,
+		ViewChangeTimeout:     1200 * time.Millisecond,
+		SuspectAfter:          100 * time.Millisecond,
 		LeaseDuration:         240 * time.Millisecond,
 		MaxPrepareEntries:     1024,
 		MaxPrepareBytes:       4 << 20,
@@ -144,6 +162,7 @@ func (c *Config) setDefaults() {
 	def(&c.HeartbeatInterval, d.HeartbeatInterval)
 	def(&c.ViewChangeTimeout, d.ViewChangeTimeout)
 	def(&c.LeaseDuration, d.LeaseDuration)
+	def(&c.SuspectAfter, 2*c.HeartbeatInterval)
 	defInt(&c.MaxPrepareEntries, d.MaxPrepareEntries)
 	defInt(&c.MaxPrepareBytes, d.MaxPrepareBytes)
 	defInt(&c.MaxInflightPrepares, d.MaxInflightPrepares)
@@ -158,6 +177,8 @@ func (c *Config) validate() error {
 		return errors.New("vr: Config.ID must be set")
 	case c.HeartbeatInterval >= c.ViewChangeTimeout:
 		return fmt.Errorf("vr: HeartbeatInterval %v must be below ViewChangeTimeout %v", c.HeartbeatInterval, c.ViewChangeTimeout)
+	case c.SuspectAfter < c.HeartbeatInterval || c.SuspectAfter > c.ViewChangeTimeout:
+		return fmt.Errorf("vr: SuspectAfter %v not in HeartbeatInterval %v .. ViewChangeTimeout %v", c.SuspectAfter, c.HeartbeatInterval, c.ViewChangeTimeout)
 	case c.LeaseDuration <= c.HeartbeatInterval:
 		return fmt.Errorf("vr: LeaseDuration %v must exceed HeartbeatInterval %v", c.LeaseDuration, c.HeartbeatInterval)
 	case c.MaxPrepareEntries > MaxMessageEntries:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Node is one replica's protocol state machine. It does no I/O and keeps no
@@ -32,7 +33,7 @@ type Node struct {
 	confDirty bool
 
 	// Durations in clock units (nanoseconds).
-	hb, vcTimeout, leaseWait, leaseHold, stepDown int64
+	hb, vcTimeout, suspectAfter, leaseWait, leaseHold, stepDown int64
 
 	view   uint64
 	lnv    uint64
@@ -52,21 +53,44 @@ type Node struct {
 	startOp    uint64 // the view's start log ends here (when startKnown)
 	startKnown bool
 
-	now        int64
+	now int64
+	// live is the time this replica ran: it advances with now, but by at
+	// most HeartbeatInterval per Tick, so a replica starved of CPU (or
+	// whose loop was busy) does not count its own stall as silence of its
+	// primary. Silence and the primary's step-down are measured on it;
+	// leases and promises, which safety rests on, on now.
+	live       int64
 	promiseEnd int64 // promised not to join a newer view before this
 	// promiseOwed: a lease round arrived since the last Tick. Its promise
 	// counts from a clock reading taken after the arrival (the next
 	// Tick's), never from the last one, which may predate the round; until
 	// then the promise end is unknown and no DoViewChange goes out.
 	promiseOwed bool
-	lastHeard   int64 // last message from the primary of the view
+	lastHeard   int64 // last message from the primary of the view (live time)
 	ackStamp    uint64
+	// primaryGone: the driver found the process of this view's primary
+	// gone (PeerGone), evidence of death that silence is not. suspect is
+	// the replica the driver is asked to check (Suspect), nextCheck when
+	// it may be asked again.
+	primaryGone bool
+	suspect     uint64
+	nextCheck   int64
+	// granted is the highest view this replica granted a probe for: it
+	// joins that view when asked, however far ahead it is.
+	granted uint64
+	// ahead: the highest view each voter was heard changing to (a
+	// StartViewChange or DoViewChange), for quorumAhead.
+	ahead map[uint64]uint64
+	// stranded: when (live time) the primary first heard each voter
+	// changing to a view after its own (strandedFor).
+	stranded map[uint64]int64
 
 	// Primary state.
-	primarySince     int64 // when this node became the normal primary
+	primarySince     int64 // when this node became the normal primary (live time)
 	prs              map[uint64]*progress
-	stamp            uint64 // lease round
-	stampAt          [stampRing]int64
+	stamp            uint64           // lease round
+	stampAt          [stampRing]int64 // when each round began (now)
+	stampLive        [stampRing]int64 // when each round began (live time)
 	nextHeartbeat    int64
 	uncommittedBytes int
 
@@ -76,6 +100,7 @@ type Node struct {
 	dvcSent     bool
 	dvcSentAt   int64
 	nextSVC     int64
+	vcStarted   int64
 	vcDeadline  int64
 	reconciling bool
 	best        *dvcInfo
@@ -187,10 +212,12 @@ func NewNode(cfg Config, p Persisted, now int64) (*Node, error) {
 	n := &Node{cfg: cfg, id: cfg.ID, now: now}
 	n.hb = int64(cfg.HeartbeatInterval)
 	n.vcTimeout = int64(cfg.ViewChangeTimeout)
+	n.suspectAfter = int64(cfg.SuspectAfter)
 	n.leaseWait = int64(float64(cfg.LeaseDuration) * (1 + MaxClockDrift))
 	n.leaseHold = int64(float64(cfg.LeaseDuration) * (1 - MaxClockDrift))
 	n.stepDown = n.leaseHold + n.vcTimeout
 	n.promiseEnd = now + n.leaseWait
+	n.live = now
 	n.lastHeard = now
 
 	switch {
@@ -292,7 +319,11 @@ func (n *Node) restore(p Persisted) error {
 		// We were the primary: entries we sent but had not persisted may
 		// be on backups, so this view cannot go on with us.
 		n.status = StatusViewChange
-		n.startViewChange(n.view + 1)
+		if w, ok := n.nextView(); ok {
+			n.startViewChange(w)
+		} else {
+			n.resetViewChange()
+		}
 	case n.lnv == n.view:
 		n.status = StatusNormal
 		n.verified = n.log.lastIndex()
@@ -371,7 +402,11 @@ func (n *Node) Step(m Message) error {
 	if n.outsider(&m) {
 		return nil
 	}
-	if reason := n.validate(&m); reason != "" {
+	reason := n.validate(&m)
+	if reason == "" && m.View > n.view+1 && m.View&viewCounterMask >= farViewCounter {
+		reason = "a view near the end of its epoch, more than one ahead"
+	}
+	if reason != "" {
 		n.drop(&m, reason)
 		return fmt.Errorf("%w: %s: %s", ErrInvalidMessage, m.String(), reason)
 	}
@@ -420,7 +455,10 @@ func (n *Node) outsider(m *Message) bool {
 // counts the primary's silence from the last message it was given.
 func (n *Node) Tick(now int64) {
 	n.mustNotBeReady()
-	n.now = max(n.now, now)
+	if now > n.now {
+		n.live += min(now-n.now, n.hb)
+		n.now = now
+	}
 	if n.promiseOwed {
 		n.promiseEnd = max(n.promiseEnd, n.now+n.leaseWait)
 		n.promiseOwed = false
@@ -429,7 +467,7 @@ func (n *Node) Tick(now int64) {
 	case n.passive():
 		// Learners, removed replicas and replicas behind their view's
 		// epoch decide nothing: they wait for a primary.
-		if n.now < n.announceUntil && n.now >= n.nextAnnounce && n.now-n.lastHeard >= n.hb {
+		if n.now < n.announceUntil && n.now >= n.nextAnnounce && n.silence() >= n.hb {
 			n.announce()
 		}
 	case n.isPrimary() && n.quorumLost():
@@ -437,8 +475,10 @@ func (n *Node) Tick(now int64) {
 		// nothing; the backups may well hear its heartbeats (it is deaf
 		// one way) and never change views by themselves. Start the next
 		// view: whoever hears of it joins.
-		n.event("vr: primary stepping down: no quorum acknowledged it", "for", n.now-n.lastQuorum())
-		n.startViewChange(n.view + 1)
+		if w, ok := n.nextView(); ok {
+			n.event("vr: primary stepping down: no quorum acknowledged it", "for", time.Duration(n.live-n.lastQuorumLive()))
+			n.startViewChange(w)
+		}
 	case n.isPrimary():
 		if n.now >= n.nextHeartbeat {
 			n.heartbeat()
@@ -446,9 +486,82 @@ func (n *Node) Tick(now int64) {
 	case n.status == StatusViewChange:
 		n.tickViewChange()
 	default:
-		if n.now-n.lastHeard >= n.vcTimeout {
-			n.probe()
+		// A backup: patient on silence, fast on evidence of death.
+		switch s := n.silence(); {
+		case s >= n.vcTimeout || n.primaryGone:
+			n.probeNext()
+		case s >= n.suspectAfter:
+			n.suspectPrimary()
 		}
+	}
+	n.settle()
+	n.checkInvariants()
+}
+
+// silence is how long this replica has run without hearing from the
+// primary of its view.
+func (n *Node) silence() int64 { return n.live - n.lastHeard }
+
+// hearsPrimary reports whether this replica has a working primary: it is
+// the normal primary and a quorum acknowledged it within a view-change
+// timeout (of live time), or a backup that heard its primary within one
+// and has no evidence that its process is gone. A replica that hears its
+// primary joins no newer view on another replica's word (onStartViewChange,
+// onDoViewChange) and grants no probe: one replica, confused, stale or with
+// a bad clock, cannot depose a primary the others still hear.
+func (n *Node) hearsPrimary() bool {
+	switch {
+	case n.passive() || n.status == StatusViewChange || epochOf(n.view) != n.conf.Epoch:
+		return false
+	case n.isPrimary():
+		return n.live-n.lastQuorumLive() < n.vcTimeout
+	default:
+		return !n.primaryGone && n.silence() < n.vcTimeout
+	}
+}
+
+// suspectPrimary asks the driver, at most once a heartbeat interval, to
+// check whether the process of the primary being waited for is still
+// there (Suspect).
+func (n *Node) suspectPrimary() {
+	if p := n.primaryOf(n.view); p != n.id && p != 0 && n.now >= n.nextCheck {
+		n.suspect = p
+		n.nextCheck = n.now + n.hb
+	}
+}
+
+// Suspect returns the replica whose process the driver should check, and
+// forgets it: the primary of this backup's view after SuspectAfter of
+// silence (or the primary of a view being formed that has not started it
+// by then), at most once a heartbeat interval. The driver checks without
+// blocking the node (the cell dials its peer port) and, when the process
+// is certainly gone (the connection is refused: nothing listens there),
+// calls PeerGone. Anything less (a timeout, a slow answer) is no evidence
+// and is not reported.
+func (n *Node) Suspect() (id uint64, ok bool) {
+	id, n.suspect = n.suspect, 0
+	return id, id != 0
+}
+
+// PeerGone tells the node that the process of replica id is gone (its peer
+// port refused a connection). A backup whose primary it is probes for the
+// next view at once instead of waiting out ViewChangeTimeout; a replica
+// whose view change waits for id as the new primary moves on to the next
+// view. The evidence shortens detection only: a new view still waits out
+// every lease promise (Tick, maybeSendDVC), so the lease rule holds even if
+// the evidence is wrong (a firewall that refuses, say). A report that came
+// after the primary was heard from again is ignored.
+func (n *Node) PeerGone(id uint64) {
+	n.mustNotBeReady()
+	switch {
+	case n.passive() || n.isPrimary() || id == n.id || id != n.primaryOf(n.view):
+	case n.status == StatusViewChange:
+		n.primaryGone = true
+		n.vcDeadline = min(n.vcDeadline, n.now)
+		n.tickViewChange()
+	case n.silence() >= n.suspectAfter:
+		n.primaryGone = true
+		n.probeNext()
 	}
 	n.settle()
 	n.checkInvariants()
@@ -504,7 +617,7 @@ func (n *Node) notPrimary() error {
 // off, would otherwise send clients to a primary that is gone (two such
 // replicas can send a client back and forth between them for ever).
 func (n *Node) PrimaryHint() (id uint64, ok bool) {
-	if n.status == StatusViewChange || !n.primaryKnown(n.view) || n.isPrimary() || n.now-n.lastHeard >= n.vcTimeout {
+	if n.status == StatusViewChange || !n.primaryKnown(n.view) || n.isPrimary() || n.primaryGone || n.silence() >= n.vcTimeout {
 		return 0, false
 	}
 	return n.primaryOf(n.view), true

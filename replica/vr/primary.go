@@ -23,7 +23,8 @@ func (n *Node) becomePrimaryState() {
 		n.uncommittedBytes += len(n.log.at(i).Data)
 	}
 	n.nextHeartbeat = n.now // start a lease round at the next tick
-	n.primarySince = n.now
+	n.primarySince = n.live
+	n.stranded = nil
 	n.stats.BecamePrimary++
 }
 
@@ -32,6 +33,7 @@ func (n *Node) becomePrimaryState() {
 func (n *Node) heartbeat() {
 	n.stamp++
 	n.stampAt[n.stamp%stampRing] = n.now
+	n.stampLive[n.stamp%stampRing] = n.live
 	n.promiseEnd = max(n.promiseEnd, n.now+n.leaseWait) // we count in the lease quorum too
 	n.nextHeartbeat = n.now + n.hb
 	for _, id := range n.peers {
@@ -87,10 +89,14 @@ func (n *Node) sendAppends(to uint64, pr *progress) {
 	}
 }
 
+// snapshotPatience is how many heartbeat intervals the primary waits for
+// a backup to install a snapshot it sent before it sends anything more.
+const snapshotPatience = 12
+
 func (n *Node) sendSnapshot(to uint64, pr *progress) {
 	meta := n.snap.Clone()
 	n.send(Message{Type: MsgSnapshot, To: to, View: n.view, Commit: n.commit, Stamp: n.stamp, Snapshot: &meta})
-	pr.snapUntil = n.now + 2*n.vcTimeout // a snapshot may take a while; don't flood
+	pr.snapUntil = n.now + snapshotPatience*n.hb // a snapshot may take a while; don't flood
 	pr.inflight = pr.inflight[:0]
 	pr.next = meta.Index + 1
 	n.stats.SnapshotsSent++
@@ -218,6 +224,15 @@ func (n *Node) heldBy(voters []uint64) uint64 {
 // leaseStart returns when the newest lease round a quorum acknowledged
 // began.
 func (n *Node) leaseStart() (int64, bool) {
+	s, ok := n.leaseRound()
+	if !ok {
+		return 0, false
+	}
+	return n.stampAt[s%stampRing], true
+}
+
+// leaseRound returns the newest lease round a quorum acknowledged.
+func (n *Node) leaseRound() (uint64, bool) {
 	if !n.isPrimary() || n.stamp == 0 {
 		return 0, false
 	}
@@ -236,23 +251,26 @@ func (n *Node) leaseStart() (int64, bool) {
 	if s == 0 || s+stampRing <= n.stamp {
 		return 0, false
 	}
-	return n.stampAt[s%stampRing], true
+	return s, true
 }
 
-// lastQuorum is when the newest lease round a quorum acknowledged began,
-// or when this node became primary if none has been yet.
-func (n *Node) lastQuorum() int64 {
-	if start, ok := n.leaseStart(); ok {
-		return max(start, n.primarySince)
+// lastQuorumLive is when (in live time) the newest lease round a quorum
+// acknowledged began, or when this node became primary if none has been
+// yet.
+func (n *Node) lastQuorumLive() int64 {
+	if s, ok := n.leaseRound(); ok {
+		return max(n.stampLive[s%stampRing], n.primarySince)
 	}
 	return n.primarySince
 }
 
-// quorumLost reports whether the primary has gone a whole view-change
+// quorumLost reports whether the primary has run a whole view-change
 // timeout past the end of its last lease without a quorum answering: then
 // it steps down (Tick). A backup that hears nothing waits as long before
 // it probes, so a slow but reachable primary is not pushed aside sooner
-// than by its backups.
+// than by its backups. It is measured in live time: a primary that was
+// itself starved finds its backups' answers waiting when it runs again,
+// not a reason to give up its view.
 func (n *Node) quorumLost() bool {
-	return n.quorum > 1 && n.now-n.lastQuorum() >= n.stepDown
+	return n.quorum > 1 && n.live-n.lastQuorumLive() >= n.stepDown
 }

@@ -117,6 +117,18 @@ const maxEpoch = maxView >> epochShift
 
 func epochOf(v uint64) uint64 { return v >> epochShift }
 
+// viewCounterMask selects a view's counter within its epoch. A message
+// may name a view whose counter is farViewCounter or more only when it is
+// at most one ahead of the receiver's view: a peer (a confused one, or a
+// forged message) can move a replica anywhere below that, but the last
+// 2^24 views of an epoch are reached one view change at a time, so the end
+// of an epoch, a view the cell could not leave (nextView), is years of
+// view changes away from any state a message can cause.
+const (
+	viewCounterMask = 1<<epochShift - 1
+	farViewCounter  = 1<<epochShift - 1<<24
+)
+
 // EpochOf returns the epoch a view number belongs to.
 func EpochOf(view uint64) uint64 { return epochOf(view) }
 

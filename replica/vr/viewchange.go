@@ -6,22 +6,44 @@ import "slices"
 // StartViewChange, DoViewChange, the new primary's reconciliation of its
 // log with the best one, and StartView.
 
-// probe asks every replica whether it, too, hears no primary. Only with a
-// quorum of yes does this replica start a view change, so a replica cut off
-// alone (or one-way) cannot push a healthy view aside, and a slow primary
-// that a quorum still hears keeps its view.
-func (n *Node) probe() {
-	if n.now < n.nextProbe {
+// probeNext probes for the view after this replica's.
+func (n *Node) probeNext() {
+	if w, ok := n.nextView(); ok {
+		n.probe(w)
+	}
+}
+
+// nextView returns the view after this replica's, unless its view is the
+// last of its epoch (the counter in the low bits is full). Views move one
+// at a time except on a quorum's word (probe) or a primary's (follow), and
+// messages may name views near the end of an epoch only one ahead
+// (tooFar), so no peer can make the end of an epoch reachable sooner than
+// 2^24 view changes; reaching it would take years of view changes.
+func (n *Node) nextView() (uint64, bool) {
+	w := n.view + 1
+	return w, epochOf(w) == epochOf(n.view)
+}
+
+// probe asks every replica whether it, too, hears no primary and would
+// move to view w. Only with a quorum of yes does this replica start a view
+// change, so a replica cut off alone (or one-way) cannot push a healthy
+// view aside, and a slow primary that a quorum still hears keeps its view.
+// A probe for a view further ahead (one that others are changing to) is
+// how a replica joins it: not on one replica's word, but a quorum's.
+func (n *Node) probe(w uint64) {
+	if w <= n.view || epochOf(w) != n.conf.Epoch || (n.now < n.nextProbe && w <= n.probeView) {
 		return
 	}
 	n.stats.Probes++
-	n.probeView = n.view + 1
+	n.probeView = w
 	n.probeGrants = map[uint64]bool{n.id: true}
 	n.nextProbe = n.now + n.hb
 	n.broadcast(Message{Type: MsgProbe, View: n.probeView})
 	n.maybeStartViewChangeFromProbe()
 }
 
+// onProbe grants a probe for view m.View when this replica, too, has no
+// working primary and has not gone past that view (or is changing to it).
 func (n *Node) onProbe(m *Message) {
 	if epochOf(m.View) < n.conf.Epoch && n.conf.OpenIndex != 0 && epochOf(n.view) == n.conf.Epoch {
 		// A replica still in an older epoch is looking for a primary
@@ -33,14 +55,16 @@ func (n *Node) onProbe(m *Message) {
 		n.send(sv)
 		return
 	}
-	grant := m.View > n.view && !n.isPrimary() && !n.passive() && epochOf(m.View) == n.conf.Epoch &&
-		n.conf.Members.IsVoter(m.From) &&
-		(n.status == StatusViewChange || n.now-n.lastHeard >= n.vcTimeout)
+	grant := !n.isPrimary() && !n.passive() && epochOf(m.View) == n.conf.Epoch && n.conf.Members.IsVoter(m.From) &&
+		((m.View > n.view && !n.hearsPrimary()) || (m.View == n.view && n.status == StatusViewChange))
+	if grant {
+		n.granted = max(n.granted, m.View)
+	}
 	n.send(Message{Type: MsgProbeReply, To: m.From, View: m.View, Granted: grant})
 }
 
 func (n *Node) onProbeReply(m *Message) {
-	if !m.Granted || m.View != n.probeView || m.View != n.view+1 || n.probeGrants == nil || !n.conf.Members.IsVoter(m.From) {
+	if !m.Granted || m.View != n.probeView || n.probeView <= n.view || n.probeGrants == nil || !n.conf.Members.IsVoter(m.From) {
 		return
 	}
 	n.probeGrants[m.From] = true
@@ -48,13 +72,86 @@ func (n *Node) onProbeReply(m *Message) {
 }
 
 func (n *Node) maybeStartViewChangeFromProbe() {
-	if len(n.probeGrants) < n.quorum || n.probeView != n.view+1 {
+	if len(n.probeGrants) < n.quorum || n.probeView <= n.view {
 		return
 	}
-	if n.status != StatusViewChange && n.now-n.lastHeard < n.vcTimeout {
+	if n.hearsPrimary() {
 		return // the primary spoke since we asked
 	}
 	n.startViewChange(n.probeView)
+}
+
+// quorumAhead notes that m's sender is in view m.View, and reports
+// whether so many replicas are in views after this one that its primary
+// can no longer gather a quorum in it: then the primary this replica hears
+// is a ghost (one that was paused, say, and still thinks its view works),
+// and this replica leaves its view as it would without a primary. Only
+// distinct senders count, the primary of this view and this replica
+// excluded, so no single replica can make one leave a working view.
+func (n *Node) quorumAhead(m *Message) bool {
+	if epochOf(m.View) != n.conf.Epoch || !n.conf.Members.IsVoter(m.From) {
+		return false
+	}
+	if n.ahead == nil {
+		n.ahead = map[uint64]uint64{}
+	}
+	n.ahead[m.From] = max(n.ahead[m.From], m.View)
+	p, k := n.primaryOf(n.view), 0
+	for _, id := range n.voters {
+		if id != n.id && id != p && n.ahead[id] > n.view {
+			k++
+		}
+	}
+	// The primary and the replicas not ahead: fewer than a quorum?
+	return len(n.voters)-k < n.quorum
+}
+
+// strandedFor notes, on the primary, that voter m.From is in the newer
+// view m.View, and returns for how long (live time) it has been ahead. A
+// voter can be left ahead honestly: a quorum granted its probe, and the
+// granter heard the primary again before the voter's StartViewChange came
+// (a primary starved for just over the view-change timeout). It can never
+// come back to the older view, so after a view-change timeout of it the
+// primary follows it into its view (mayJoin), and the cell, a view later,
+// has every voter again: one view change, not a voter lost for good.
+func (n *Node) strandedFor(m *Message) int64 {
+	if !n.conf.Members.IsVoter(m.From) || epochOf(m.View) != n.conf.Epoch {
+		return 0
+	}
+	if n.stranded == nil {
+		n.stranded = map[uint64]int64{}
+	}
+	since, ok := n.stranded[m.From]
+	if !ok {
+		n.stranded[m.From] = n.live
+		return 0
+	}
+	return n.live - since
+}
+
+// mayJoin reports whether a StartViewChange or DoViewChange for the newer
+// view m.View may move this replica there. Not while it hears a working
+// primary, unless the message comes from that primary (stepping down, or
+// restarted); without one, the next view at once (its sender passed a
+// probe), a view further ahead only if this replica granted a probe for it
+// — otherwise it probes for that view itself, and joins on a quorum's
+// grants. So every path into a new view passes a pre-vote, and no single
+// replica moves others more than one view.
+func (n *Node) mayJoin(m *Message) bool {
+	switch {
+	case epochOf(n.view) < n.conf.Epoch:
+		return true // our epoch is over (adoptClosing), and its primary with it
+	case n.isPrimary() && n.strandedFor(m) >= n.vcTimeout:
+		return true
+	case m.From == n.primaryOf(n.view) && n.status != StatusViewChange:
+		return true // our primary left its view
+	case n.hearsPrimary() && !n.quorumAhead(m):
+		return false
+	case m.View == n.view+1 || m.View <= n.granted:
+		return true
+	}
+	n.probe(m.View)
+	return false
 }
 
 // startViewChange moves this node to view w in view-change status. The new
@@ -65,6 +162,7 @@ func (n *Node) startViewChange(w uint64) {
 	}
 	n.forgetOlderViews(w)
 	n.view = w
+	n.primaryGone = false
 	n.status = StatusViewChange
 	n.mustSync = true
 	n.startKnown = false
@@ -92,6 +190,7 @@ func (n *Node) resetViewChange() {
 	// A view change that has not completed in two timeouts after our
 	// promise ran out is stuck (its primary is gone): probe for the next.
 	n.vcDeadline = max(n.now, n.promiseEnd) + 2*n.vcTimeout
+	n.vcStarted = n.now
 	n.nextSVC = n.now
 }
 
@@ -113,8 +212,13 @@ func (n *Node) tickViewChange() {
 	if n.reconciling && n.now >= n.nextFetch {
 		n.sendGetLog()
 	}
+	if p := n.primaryOf(n.view); p != n.id && !n.primaryGone && n.now >= n.vcStarted+n.suspectAfter && n.now >= n.nextCheck {
+		// The view's new primary has not started it yet: is it there?
+		n.suspect = p
+		n.nextCheck = n.now + n.hb
+	}
 	if n.now >= n.vcDeadline {
-		n.probe()
+		n.probeNext()
 	}
 }
 
@@ -127,6 +231,9 @@ func (n *Node) onStartViewChange(m *Message) {
 	}
 	switch {
 	case m.View > n.view:
+		if !n.mayJoin(m) {
+			return
+		}
 		n.startViewChange(m.View)
 		n.svcs[m.From] = true
 	case m.View == n.view && n.status == StatusViewChange:
@@ -186,6 +293,9 @@ func (n *Node) onDoViewChange(m *Message) {
 		return
 	}
 	if m.View > n.view {
+		if !n.mayJoin(m) {
+			return
+		}
 		n.startViewChange(m.View)
 	}
 	switch {
