@@ -32,8 +32,9 @@ type Config struct {
 	// PeerListener, if set, is used instead of listening on PeerListen.
 	PeerListener net.Listener
 	// Replication tunes the view-change protocol (timers, limits); zero
-	// fields take replica/vr's defaults: heartbeat 50 ms, view-change
-	// timeout 300 ms, master lease 240 ms.
+	// fields take replica/vr's defaults: heartbeat 100 ms, master lease
+	// 240 ms, view-change timeout 1.2 s (200 ms before a silent master's
+	// port is dialled).
 	Replication vr.Config
 	// Cell is the cell's name. Default "local".
 	Cell string
@@ -150,8 +151,8 @@ func (c *Config) gossip() bool {
 // SnapshotEvery 50,000 (replica.DefaultReplicatedConfig's),
 // EventTrimInterval 1 s, MaxCachedPerSession DefaultMaxCachedPerSession
 // (10,000), MaxCachedPerCell DefaultMaxCachedPerCell (1,000,000),
-// Replication vr.DefaultConfig() (heartbeat 50 ms, view-change timeout
-// 300 ms, master lease 240 ms), Logger slog.Default(), Now time.Now.
+// Replication vr.DefaultConfig() (heartbeat 100 ms, master lease 240 ms,
+// view-change timeout 1.2 s), Logger slog.Default(), Now time.Now.
 // Peers (a cell of this replica alone), PeerListen (this replica's
 // PeerAddr) and Advertise (the listening address) are filled in by New;
 // DataDir has no default.

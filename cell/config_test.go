@@ -15,7 +15,7 @@ func TestDefaultConfig(t *testing.T) {
 		d.KeepAliveMargin != 3*time.Second || d.MaxConnections != 15000 || d.MaxParkedAcquires != 50000 ||
 		d.MaxParkedKeepAlives != 20000 || d.SnapshotEvery != 50000 || d.EventTrimInterval != time.Second ||
 		d.MaxCachedPerSession != 10000 || d.MaxCachedPerCell != 1000000 || *d.Limits != fs.DefaultLimits() ||
-		d.Replication.HeartbeatInterval != 50*time.Millisecond || d.Replication.ViewChangeTimeout != 300*time.Millisecond ||
+		d.Replication.HeartbeatInterval != 100*time.Millisecond || d.Replication.ViewChangeTimeout != 1200*time.Millisecond ||
 		d.Replication.LeaseDuration != 240*time.Millisecond || d.Logger == nil || d.Now == nil {
 		t.Fatalf("DefaultConfig() = %+v", d)
 	}

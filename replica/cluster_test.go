@@ -427,7 +427,7 @@ func TestCatchUpBySnapshot(t *testing.T) {
 	for i := range 30 {
 		c.propose(fmt.Sprint("s", i))
 	}
-	c.run(100 * time.Millisecond)
+	c.run(3 * vr.DefaultConfig().HeartbeatInterval) // the backup learns the commit on the next heartbeat
 	for _, id := range []uint64{1, 2} {
 		if s := c.nodes[id].n().Info().SnapshotIndex; s < 20 {
 			t.Fatalf("replica %d has no snapshot past 20 (at %d)", id, s)
@@ -510,7 +510,12 @@ func TestProposeErrors(t *testing.T) {
 // view-change status rejoins a healthy view) must still not let the new
 // view form before the old primary's lease is over.
 func TestLeaseHoldsAgainstImmediateViewChange(t *testing.T) {
-	c := newCluster(t, 3, nil)
+	// A lease long enough to outlast SuspectAfter, so that the evidence
+	// comes while the old primary still holds it.
+	c := newCluster(t, 3, func(cfg *vr.Config) {
+		cfg.SuspectAfter = vr.DefaultConfig().HeartbeatInterval
+		cfg.LeaseDuration = 600 * time.Millisecond
+	})
 	c.run(200 * time.Millisecond)
 	p := c.nodes[1].n()
 	if !p.LeaseValid(c.now) {
@@ -524,7 +529,7 @@ func TestLeaseHoldsAgainstImmediateViewChange(t *testing.T) {
 		c.cut[[2]uint64{1, id}] = true
 		c.cut[[2]uint64{id, 1}] = true
 	}
-	c.run(vr.DefaultConfig().SuspectAfter)
+	c.run(c.cfg.SuspectAfter)
 	for _, id := range []uint64{2, 3} {
 		c.nodes[id].d.PeerGone(1)
 	}

@@ -41,7 +41,10 @@ type ReplicatedConfig struct {
 	// Core tunes the protocol (timers, limits); ID and InitialMembers are
 	// filled in from the fields above.
 	Core vr.Config
-	// TickInterval is how often the node is told the time. Default 5 ms.
+	// TickInterval is how often the node is told the time. Default 20 ms:
+	// a fifth of the heartbeat interval, which every timer of the core is
+	// a multiple of. (At 5 ms an idle five-replica cell spent about a
+	// third more CPU on waking its loops.)
 	TickInterval time.Duration
 	// SnapshotEvery: see DriverConfig. Default 50,000.
 	SnapshotEvery uint64

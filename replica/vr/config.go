@@ -61,7 +61,7 @@ type Config struct {
 	Join bool
 
 	// HeartbeatInterval is how often the primary sends Commit (heartbeat
-	// and lease round) and retransmits. Default 50 ms. It is also the
+	// and lease round) and retransmits. Default 100 ms. It is also the
 	// most one Tick counts towards a silence (see ViewChangeTimeout).
 	HeartbeatInterval time.Duration
 	// ViewChangeTimeout is how long a backup waits without hearing from
@@ -126,16 +126,16 @@ type Hooks struct {
 	Event func(msg string, args ...any)
 }
 
-// DefaultConfig returns the defaults: HeartbeatInterval 50 ms,
-// ViewChangeTimeout 1.2 s, SuspectAfter 100 ms, LeaseDuration 240 ms, MaxPrepareEntries 1024,
+// DefaultConfig returns the defaults: HeartbeatInterval 100 ms,
+// ViewChangeTimeout 1.2 s, SuspectAfter 200 ms, LeaseDuration 240 ms, MaxPrepareEntries 1024,
 // MaxPrepareBytes 4 MiB, MaxInflightPrepares 8, MaxUncommittedEntries
 // 8192, MaxUncommittedBytes 64 MiB, MaxApplyBytes 16 MiB, CompactMargin 0.
 // ID and InitialMembers have no default.
 func DefaultConfig() Config {
 	return Config{
-		HeartbeatInterval:     50 * time.Millisecond,
+		HeartbeatInterval:     100 * time.Millisecond,
 		ViewChangeTimeout:     1200 * time.Millisecond,
-		SuspectAfter:          100 * time.Millisecond,
+		SuspectAfter:          200 * time.Millisecond,
 		LeaseDuration:         240 * time.Millisecond,
 		MaxPrepareEntries:     1024,
 		MaxPrepareBytes:       4 << 20,
