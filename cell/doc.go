@@ -79,7 +79,10 @@
 //     dead by gossip and silent for DeadAfter, one configuration change at
 //     a time through the log (replica/vr/reconfig.go); every decision is
 //     logged and listed on the status page. RemoveMember is the operator's
-//     forced removal. GetMaster names every member, so clients follow the
+//     forced removal; it answers once its change has committed, or, when
+//     it is not known committed shortly before the caller's deadline (at
+//     most 5 s), UNAVAILABLE "outcome unknown: …" (it may still take
+//     effect). GetMaster names every member, so clients follow the
 //     configuration.
 //   - Failover and restart: every session in the recovered state gets the
 //     recovered lease (L·(1+ε)/(1−ε): longer than any earlier master can
