@@ -26,7 +26,12 @@
 //     request; when the lock is not free the handler parks until a later
 //     command's effects grant it, its wait runs out (then it proposes
 //     CancelWait; a grant that won the race is honoured), or its handle or
-//     session ends.
+//     session ends. Only the effects of commands after its request applied
+//     (fs.Effects.Queued) answer it: a wake for an older request of the
+//     handle does not. A request of the handle found still waiting with
+//     nobody parked on it (an earlier master's, or one whose withdrawal
+//     failed) is withdrawn and the Acquire proposed again, so a refused or
+//     cancelled wait leaves the handle able to wait again.
 //   - Lock-delay timers: after each command the master asks fs for the next
 //     lock-delay end and proposes a Tick at that time, which grants waiters
 //     (their locks' cachers are invalidated first, as for any command).
