@@ -10,8 +10,8 @@
 // reached (or a lock wait timed out), 2 usage errors (bad flags or
 // arguments, a malformed path or sequencer), 3 a change whose outcome is
 // unknown (`members remove`: proposed, not known committed). `lock` exits
-// with the status of the command it ran. Every flag is listed, with its
-// default, by --help.
+// with the status of the command it ran, or 1 when the lock was lost while
+// it ran. Every flag is listed, with its default, by --help.
 package main
 
 import (
@@ -129,7 +129,8 @@ Exit status: 0 success; 1 the cell refused the operation (not found, lock
 held, ...), could not be reached, or a lock wait timed out; 2 usage error
 (bad flags or arguments, malformed path or sequencer); 3 the outcome of a
 change is unknown (members remove: proposed, not known committed; check
-with members). lock exits with the status of the command it ran.`,
+with members). lock exits with the status of the command it ran, or 1
+when the lock was lost while it ran (see lock --help).`,
 		Example: `  chubbyd dev &                      # a local cell on 127.0.0.1:7000
   chubbyfs mkdir -p /config/app
   echo 'db=10.0.0.5' | chubbyfs write /config/app/settings
