@@ -26,7 +26,12 @@
 //     request; when the lock is not free the handler parks until a later
 //     command's effects grant it, its wait runs out (then it proposes
 //     CancelWait; a grant that won the race is honoured), or its handle or
-//     session ends.
+//     session ends. Only the effects of commands after its request applied
+//     (fs.Effects.Queued) answer it: a wake for an older request of the
+//     handle does not. A request of the handle found still waiting with
+//     nobody parked on it (an earlier master's, or one whose withdrawal
+//     failed) is withdrawn and the Acquire proposed again, so a refused or
+//     cancelled wait leaves the handle able to wait again.
 //   - Lock-delay timers: after each command the master asks fs for the next
 //     lock-delay end and proposes a Tick at that time, which grants waiters
 //     (their locks' cachers are invalidated first, as for any command).
@@ -79,7 +84,10 @@
 //     dead by gossip and silent for DeadAfter, one configuration change at
 //     a time through the log (replica/vr/reconfig.go); every decision is
 //     logged and listed on the status page. RemoveMember is the operator's
-//     forced removal. GetMaster names every member, so clients follow the
+//     forced removal; it answers once its change has committed, or, when
+//     it is not known committed shortly before the caller's deadline (at
+//     most 5 s), UNAVAILABLE "outcome unknown: …" (it may still take
+//     effect). GetMaster names every member, so clients follow the
 //     configuration.
 //   - Failover and restart: every session in the recovered state gets the
 //     recovered lease (L·(1+ε)/(1−ε): longer than any earlier master can

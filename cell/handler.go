@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
@@ -489,24 +490,8 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 		return nil, err
 	}
 	start := h.s.cfg.Now()
-	d, err := h.s.m.park(req.Handle.Id)
+	d, res, err := h.queueAcquire(ctx, req)
 	if err != nil {
-		return nil, err
-	}
-	// A waiting Acquire is not made exactly-once by its RequestID: its
-	// answer ("queued") would outlive the wait a failover withdraws. A
-	// retry is safe anyway: if the handle already holds the lock (the
-	// first attempt was granted), the retry returns its sequencer.
-	res, err := h.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{
-		Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs),
-	}})
-	if err != nil {
-		h.s.m.unpark(req.Handle.Id, d)
-		if fs.Code(err) == chubby.ErrorCode_LOCK_HELD {
-			if held := h.held(ctx, req.Handle, req.Mode); held != nil {
-				return held, nil
-			}
-		}
 		return nil, err
 	}
 	if !res.GetWaiting() {
@@ -528,9 +513,12 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 		return nil, ce // woken with an error: handle closed, node deleted, session ended
 	}
 	// Deadline, or the caller went away: withdraw the request. If it was
-	// granted in the meantime the handle holds the lock, and we say so.
+	// granted in the meantime the handle holds the lock, and we say so. A
+	// withdrawal that fails leaves the request waiting with nobody parked
+	// on it; the handle's next Acquire withdraws it (queueAcquire), and so
+	// does the next master.
 	h.s.m.unpark(req.Handle.Id, d)
-	if _, cerr := h.s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: req.Handle}}); cerr != nil {
+	if cerr := h.s.withdrawWait(req.Handle); cerr != nil {
 		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", cerr)
 	}
 	if held := h.held(context.Background(), req.Handle, req.Mode); held != nil {
@@ -538,6 +526,84 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	}
 	return nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "lock %s not granted within %d ms", req.Handle.Path, req.WaitMs)
 }
+
+// queueAcquire parks a call for the handle and proposes its waiting
+// Acquire. It returns the parked call with the result when the request
+// was applied (granted at once, or waiting: then the call stays parked);
+// on an error nothing is parked. A handle that already holds the lock
+// gets its sequencer (res.Sequencer).
+//
+// A request of the handle still waiting in the state ("already waits")
+// has nobody parked on it, since park admits one call per handle: an
+// earlier master left it, or its caller was told it failed and its
+// withdrawal failed (the master changed meanwhile). Nobody would hear of
+// its grant, so it is withdrawn and the Acquire proposed again, once.
+func (h *handler) queueAcquire(ctx context.Context, req *chubby.AcquireRequest) (*rpc.Deferred[*chubby.Sequencer], *fsm.Result_, error) {
+	for attempt := 0; ; attempt++ {
+		d, err := h.s.m.park(req.Handle.Id)
+		if err != nil {
+			return nil, nil, err
+		}
+		// A waiting Acquire is not made exactly-once by its RequestID: its
+		// answer ("queued") would outlive the wait a failover withdraws. A
+		// retry is safe anyway: if the handle already holds the lock (the
+		// first attempt was granted), the retry returns its sequencer.
+		res, err := h.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{
+			Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs),
+		}})
+		if err == nil {
+			return d, res, nil
+		}
+		h.s.m.unpark(req.Handle.Id, d)
+		if fs.Code(err) != chubby.ErrorCode_LOCK_HELD {
+			return nil, nil, err
+		}
+		if held := h.held(ctx, req.Handle, req.Mode); held != nil {
+			return d, &fsm.Result_{Sequencer: held}, nil
+		}
+		if attempt > 0 || !h.waits(req.Handle) {
+			return nil, nil, err
+		}
+		h.s.cfg.Logger.Info("withdrawing a wait nobody is parked on before a new Acquire", "handle", req.Handle.Id)
+		if werr := h.s.withdrawWait(req.Handle); werr != nil {
+			return nil, nil, werr
+		}
+	}
+}
+
+// waits reports whether the state has a request of handle waiting.
+func (h *handler) waits(handle *chubby.Handle) bool {
+	var w bool
+	h.s.m.read(func(st *fs.State) { w = st.Waits(handle.Id) })
+	return w
+}
+
+// withdrawWait proposes the CancelWait of handle's waiting request
+// (nothing when it waits no more), sent again while this replica stays
+// the master and the cell is only briefly unavailable, at most
+// withdrawAttempts times.
+func (s *Server) withdrawWait(handle *chubby.Handle) error {
+	var err error
+	for attempt := range withdrawAttempts {
+		if attempt > 0 {
+			select {
+			case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+			case <-s.closed:
+				return err
+			}
+		}
+		if !s.serving.Load() {
+			return s.notMasterErr()
+		}
+		if _, err = s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: handle}}); err == nil || fs.Code(err) != chubby.ErrorCode_UNAVAILABLE {
+			return err
+		}
+	}
+	return err
+}
+
+// withdrawAttempts bounds withdrawWait's proposals.
+const withdrawAttempts = 3
 
 func (h *handler) TryAcquire(ctx context.Context, req *chubby.TryAcquireRequest) (*chubby.Sequencer, error) {
 	if req == nil {

@@ -22,7 +22,7 @@ type machine struct {
 	sh *shadow // the copy snapshots are encoded from
 
 	waitMu  sync.Mutex
-	waiters map[int64]*rpc.Deferred[*chubby.Sequencer] // handle id → its parked Acquire
+	waiters map[int64]*parkedAcquire // handle id → its parked Acquire
 	maxWait int
 
 	// Called from the apply goroutine, outside mu.
@@ -36,7 +36,7 @@ func newMachine(l fs.Limits, maxWaiters int) *machine {
 		limits:  l,
 		st:      fs.New(l),
 		sh:      newShadow(l),
-		waiters: make(map[int64]*rpc.Deferred[*chubby.Sequencer]),
+		waiters: make(map[int64]*parkedAcquire),
 		maxWait: maxWaiters,
 	}
 }
@@ -90,19 +90,39 @@ func (m *machine) Restore(index uint64, b []byte) error {
 	return nil
 }
 
+// parkedAcquire is an Acquire call parked for its handle: d answers it;
+// queued says its request has been applied as waiting (fs.Effects.Queued),
+// so that the wakes of later commands are its own.
+type parkedAcquire struct {
+	d      *rpc.Deferred[*chubby.Sequencer]
+	queued bool
+}
+
 func (m *machine) dispatch(fx fs.Effects) {
-	if len(fx.Woken) > 0 {
+	if len(fx.Woken) > 0 || len(fx.Queued) > 0 {
 		m.waitMu.Lock()
 		for _, w := range fx.Woken {
-			d, ok := m.waiters[w.Handle]
+			p, ok := m.waiters[w.Handle]
 			if !ok {
 				continue // its caller already gave up (see Server.Acquire)
 			}
+			if !p.queued {
+				// The wake is about an older request of the handle (one
+				// an earlier master left, or whose caller gave up): the
+				// call parked now has not had its own request applied
+				// yet, and its answer is that request's.
+				continue
+			}
 			delete(m.waiters, w.Handle)
 			if w.Err != nil {
-				d.Reject(w.Err)
+				p.d.Reject(w.Err)
 			} else {
-				d.Resolve(w.Sequencer)
+				p.d.Resolve(w.Sequencer)
+			}
+		}
+		for _, h := range fx.Queued {
+			if p, ok := m.waiters[h]; ok {
+				p.queued = true
 			}
 		}
 		m.waitMu.Unlock()
@@ -128,7 +148,7 @@ func (m *machine) park(handle int64) (*rpc.Deferred[*chubby.Sequencer], error) {
 		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "too many parked Acquire calls (%d); retry later", m.maxWait)
 	}
 	d := rpc.NewDeferred[*chubby.Sequencer]()
-	m.waiters[handle] = d
+	m.waiters[handle] = &parkedAcquire{d: d}
 	return d, nil
 }
 
@@ -136,7 +156,7 @@ func (m *machine) park(handle int64) (*rpc.Deferred[*chubby.Sequencer], error) {
 func (m *machine) unpark(handle int64, d *rpc.Deferred[*chubby.Sequencer]) {
 	m.waitMu.Lock()
 	defer m.waitMu.Unlock()
-	if m.waiters[handle] == d {
+	if p, ok := m.waiters[handle]; ok && p.d == d {
 		delete(m.waiters, handle)
 	}
 }
@@ -159,9 +179,9 @@ func (m *machine) read(f func(st *fs.State)) {
 func (m *machine) failParked(err error) {
 	m.waitMu.Lock()
 	ws := m.waiters
-	m.waiters = make(map[int64]*rpc.Deferred[*chubby.Sequencer])
+	m.waiters = make(map[int64]*parkedAcquire)
 	m.waitMu.Unlock()
-	for _, d := range ws {
-		d.Reject(err)
+	for _, p := range ws {
+		p.d.Reject(err)
 	}
 }

@@ -279,7 +279,10 @@ func (s *Server) cancelStaleWaits() {
 	var hs []*chubby.Handle
 	s.m.read(func(st *fs.State) { hs = st.PendingWaits() })
 	for _, h := range hs {
-		if _, err := s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: h}}); err != nil {
+		if err := s.withdrawWait(h); err != nil {
+			// Left waiting, with nobody parked on it: the handle's next
+			// Acquire withdraws it (handler.queueAcquire), or the next
+			// master does.
 			s.cfg.Logger.Warn("cancel stale wait", "handle", h.Id, "err", err)
 		}
 	}

@@ -81,7 +81,9 @@ func (s *Server) knownPeer(id uint64) bool {
 }
 
 // removeMember is the operator's forced removal (RemoveMember): on the
-// master only, one configuration change, never the last voter.
+// master only, one configuration change, never the last voter. It answers
+// once the change has committed (awaitRemoved), so that "removed" means
+// removed; an error says whether the change may still take effect.
 func (s *Server) removeMember(ctx context.Context, idStr string) (uint64, error) {
 	id, err := strconv.ParseUint(idStr, 10, 64)
 	if err != nil || id == 0 {
@@ -103,7 +105,94 @@ func (s *Server) removeMember(ctx context.Context, idStr string) (uint64, error)
 	if err != nil {
 		return 0, err
 	}
+	if err := s.awaitRemoved(ctx, id, i); err != nil {
+		return 0, err
+	}
 	return i, nil
+}
+
+// configCommitWait bounds how long RemoveMember waits for its change to
+// commit when the caller's deadline is later or absent (a plain Thrift
+// client sends none). A change commits in milliseconds, and within about
+// a second across a view change; past the bound the answer says the
+// outcome is unknown.
+const configCommitWait = 5 * time.Second
+
+// outcomeUnknown starts the message of the error RemoveMember answers when
+// its change was proposed but is not known committed: the change may still
+// take effect. idl/chubby.thrift documents it; chubbyfs exits 3 on it.
+const outcomeUnknown = "outcome unknown: "
+
+// awaitRemoved waits until the configuration change at index that takes
+// replica id out is known committed here, or is known lost (cut by a view
+// change before it committed: nothing changed), or until shortly before
+// the caller's deadline, at most configCommitWait; then the outcome is
+// unknown, and so is the error's text.
+func (s *Server) awaitRemoved(ctx context.Context, id, index uint64) error {
+	wctx, cancel := context.WithDeadline(ctx, answerBy(ctx, time.Now(), configCommitWait))
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		switch removalOutcome(s.log.Info(), id, index) {
+		case changeCommitted:
+			s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) committed", id, index))
+			return nil
+		case changeLost:
+			s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) was lost in a view change before it committed", id, index))
+			return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the removal of replica %d (configuration change at log index %d) was lost in a view change before it committed: nothing changed; retry", id, index)
+		}
+		select {
+		case <-tick.C:
+			continue
+		case <-wctx.Done():
+		case <-s.closed:
+		}
+		s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) is not known committed", id, index))
+		return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "%sthe removal of replica %d (configuration change at log index %d) was proposed but is not known committed: it may still take effect; check with chubbyfs members", outcomeUnknown, id, index)
+	}
+}
+
+// answerBy is when a call that waits should give up to be answered in
+// time: at most wait from now, and before ctx's deadline (the caller's
+// RPC timeout) by a fifth of the time left, at most a second, so that
+// the answer reaches the caller before it stops listening.
+func answerBy(ctx context.Context, now time.Time, wait time.Duration) time.Time {
+	until := now.Add(wait)
+	if dl, ok := ctx.Deadline(); ok {
+		if d := dl.Add(-min(dl.Sub(now)/5, time.Second)); d.Before(until) {
+			until = d
+		}
+	}
+	return until
+}
+
+// changeOutcome is what a replica knows of a configuration change it
+// proposed.
+type changeOutcome int
+
+const (
+	changePending   changeOutcome = iota // not known committed (yet)
+	changeCommitted                      // committed: in the configuration in force
+	changeLost                           // another entry committed at its index
+)
+
+// removalOutcome says what info (this replica's log) knows of the change
+// at index that takes replica id out. Once the log's commit number has
+// reached index, the entry there is final: if the configuration in force
+// lacks id, the removal committed; if it still has id, another entry
+// committed at that index and the removal is lost for good (a replica an
+// operator removed is never taken back under its id, so nothing else puts
+// id back). Learner changes take effect on append, voter changes on
+// commit, so before the commit reaches index neither can be told.
+func removalOutcome(info vr.Info, id, index uint64) changeOutcome {
+	switch {
+	case info.Commit < index:
+		return changePending
+	case info.Members.Contains(id):
+		return changeLost
+	}
+	return changeCommitted
 }
 
 // proposeConfig proposes a configuration change and records the decision;

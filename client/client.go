@@ -193,10 +193,14 @@ func (c *Client) GetMasterAsync(ctx context.Context) *rpc.Future[*chubby.GetMast
 
 // RemoveMember asks the master to take the replica with the given id out
 // of the cell's configuration (an operator's forced removal; the cell's
-// RemoveMember) and returns the log index of the configuration change. The
-// master refuses to remove the last voter (INVALID_ARGUMENT) and an id not
-// in the configuration (NOT_FOUND); while another change is in progress it
-// answers UNAVAILABLE. It is a change to the cell, so it is sent again only
+// RemoveMember) and returns the log index of the configuration change,
+// once it has committed. The master refuses to remove the last voter
+// (INVALID_ARGUMENT) and an id not in the configuration (NOT_FOUND); while
+// another change is in progress it answers UNAVAILABLE. A change proposed
+// but not known committed by the call's deadline (a master cut off from
+// the others) is UNAVAILABLE with a message starting "outcome unknown: ":
+// it may still take effect (Status shows whether it did), as may a call
+// whose reply was lost. It is a change to the cell, so it is sent again only
 // when the earlier attempt certainly did nothing (NOT_MASTER, no
 // connection): a lost reply is reported, and sending it again may then
 // find the replica already gone (NOT_FOUND). The client's own list of

@@ -136,7 +136,11 @@ func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	case op.CreateFile != nil:
 		return s.createFile(op.CreateFile)
 	case op.Acquire != nil:
-		return s.acquire(op.Acquire)
+		res := s.acquire(op.Acquire)
+		if res.GetWaiting() {
+			fx.Queued = append(fx.Queued, op.Acquire.Handle.Id)
+		}
+		return res
 	case op.Release != nil:
 		return s.release(op.Release, fx)
 	case op.CancelWait != nil:

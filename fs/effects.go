@@ -14,6 +14,11 @@ type Effects struct {
 	// HANDLE_INVALID when the handle was closed or its node deleted,
 	// SESSION_EXPIRED when its session ended).
 	Woken []Wake
+	// Queued lists the handles whose Acquire this command queued (it
+	// answered waiting): the Woken of later commands are about these
+	// requests, and a Wake for a handle before its Acquire was queued is
+	// about an older request of the handle.
+	Queued []int64
 	// EndedSessions lists the sessions this command ended.
 	EndedSessions []chubby.SessionID
 	// Notified lists the live sessions this command queued events for, in

@@ -19,3 +19,9 @@ func (s *State) PendingWaits() []*chubby.Handle {
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
 	return out
 }
+
+// Waits reports whether the handle with this id has an Acquire waiting.
+func (s *State) Waits(handle int64) bool {
+	h, ok := s.handles[handle]
+	return ok && h.wait != 0
+}

@@ -600,7 +600,8 @@ struct RemoveMemberRequest {
 }
 
 struct RemoveMemberResponse {
-    // index: the log index of the configuration change.
+    // index: the log index of the configuration change, which has
+    // committed: the replica is out of the configuration.
     1: required i64 index
 }
 
@@ -613,7 +614,16 @@ service Cell {
     // RemoveMember takes a replica out of the configuration (an operator's
     // forced removal: the master never removes a live voter by itself). A
     // voter is removed in its own configuration change; the master
-    // refuses to remove the last voter. Answered by the master only.
+    // refuses to remove the last voter. Answered by the master only, and
+    // only once the change has committed (the answer's index). Errors:
+    // UNAVAILABLE whose message starts "outcome unknown: " when the change
+    // was proposed but is not known committed by the call's deadline (at
+    // most 5 s; a master cut off from the others): it may still take
+    // effect, GetStatus (chubbyfs members) shows whether it did. Any other
+    // error is a refusal and nothing changed: NOT_FOUND, INVALID_ARGUMENT
+    // (a malformed id, the last voter), PERMISSION_DENIED, NOT_MASTER,
+    // UNAVAILABLE (another change in progress, or this one lost in a view
+    // change before it committed: retry).
     RemoveMemberResponse RemoveMember(1: RemoveMemberRequest req) throws (1: ChubbyError err)
     // WhoAmI says which principal the cell takes the caller for.
     WhoAmIResponse WhoAmI() throws (1: ChubbyError err)

@@ -202,12 +202,13 @@ type campaignFlags struct {
 	address   string
 	wait      time.Duration
 	lockDelay time.Duration
+	lost      lostFlags
 }
 
 func (a *app) electionCampaignCommand() *cobra.Command {
 	var f campaignFlags
 	cmd := &cobra.Command{
-		Use:   "campaign [--address ADDR] [--timeout D] [--lock-delay D] PATH -- COMMAND [ARG...]",
+		Use:   "campaign [--address ADDR] [--timeout D] [--lock-delay D] [--lost-signal SIG] [--lost-grace D] PATH -- COMMAND [ARG...]",
 		Short: "wait for leadership, announce an address, run a command while leading",
 		Long: `campaign opens the election file PATH (creating it if missing; its parent
 directory must exist), waits for its exclusive lock, writes ADDR into it
@@ -218,13 +219,18 @@ follow, tools/examples/election) learn ADDR from the file.
 When COMMAND ends, campaign empties the file, releases the lock (the next
 candidate leads at once) and exits with COMMAND's status. If campaign dies
 instead, the next candidate leads after its session lease and --lock-delay.
-If the session goes into jeopardy while COMMAND runs, COMMAND gets SIGTERM
-(it must stop leading: another may lead soon) and campaign exits 1.
---timeout bounds the wait for leadership (exit 1 when it passes).`,
+--timeout bounds the wait for leadership (exit 1 when it passes).
+
+When the lock is lost, COMMAND must stop leading: another may lead soon.
+` + lostHelp,
 		Example: `  chubbyfs election campaign --address 10.0.0.7:5432 /election/db -- ./serve-db.sh`,
 		Args:    anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, argv, err := lockArgs(cmd, "election campaign", args, f.wait, f.lockDelay)
+			if err != nil {
+				return err
+			}
+			lost, err := f.lost.policy("election campaign")
 			if err != nil {
 				return err
 			}
@@ -235,7 +241,7 @@ If the session goes into jeopardy while COMMAND runs, COMMAND gets SIGTERM
 				}
 				f.address = host
 			}
-			return a.campaign(cmd.Context(), p, f, argv)
+			return a.campaign(cmd.Context(), p, f, lost, argv)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -243,14 +249,15 @@ If the session goes into jeopardy while COMMAND runs, COMMAND gets SIGTERM
 	cmd.Flags().DurationVar(&f.wait, "timeout", 0, "give up waiting for leadership after this long (default 0: wait as long as it takes)")
 	cmd.Flags().DurationVar(&f.lockDelay, "lock-delay", time.Duration(chubby.DEFAULT_LOCK_DELAY_MS)*time.Millisecond,
 		"if this session dies leading, keep the next leader out this long (0: none; at most 60s)")
+	addLostFlags(cmd, &f.lost)
 	return cmd
 }
 
 // campaign waits for leadership of p (recipe.Election), announces
 // f.address, runs argv while leading, then resigns.
-func (a *app) campaign(ctx context.Context, p string, f campaignFlags, argv []string) error {
+func (a *app) campaign(ctx context.Context, p string, f campaignFlags, lost lostPolicy, argv []string) error {
 	return a.runLocked(ctx, p, lockedRun{
-		verb: "election campaign", waitingFor: "leadership", notWon: "not elected", wait: f.wait,
+		verb: "election campaign", waitingFor: "leadership", notWon: "not elected", wait: f.wait, lost: lost,
 		take: func(_, waitCtx context.Context, s *client.Session) (*chubby.Sequencer, func(context.Context) error, error) {
 			e, err := recipe.NewElection(s, p)
 			if err != nil {

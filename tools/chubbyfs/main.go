@@ -8,8 +8,10 @@
 //
 // Exit status: 0 success, 1 the cell refused the operation or could not be
 // reached (or a lock wait timed out), 2 usage errors (bad flags or
-// arguments, a malformed path or sequencer). `lock` exits with the status of
-// the command it ran. Every flag is listed, with its default, by --help.
+// arguments, a malformed path or sequencer), 3 a change whose outcome is
+// unknown (`members remove`: proposed, not known committed). `lock` exits
+// with the status of the command it ran, or 1 when the lock was lost while
+// it ran. Every flag is listed, with its default, by --help.
 package main
 
 import (
@@ -39,6 +41,7 @@ const (
 	exitOK      = 0
 	exitRefused = 1 // the cell refused, could not be reached, or a lock wait timed out
 	exitUsage   = 2 // bad flags or arguments, malformed path or sequencer
+	exitUnknown = 3 // a change was asked for and may or may not take effect
 )
 
 // defaultTimeout bounds a whole command (but not the COMMAND run by lock).
@@ -124,8 +127,10 @@ Paths are absolute, like /a/b; names are made of A-Z a-z 0-9 . _ -
 
 Exit status: 0 success; 1 the cell refused the operation (not found, lock
 held, ...), could not be reached, or a lock wait timed out; 2 usage error
-(bad flags or arguments, malformed path or sequencer). lock exits with the
-status of the command it ran.`,
+(bad flags or arguments, malformed path or sequencer); 3 the outcome of a
+change is unknown (members remove: proposed, not known committed; check
+with members). lock exits with the status of the command it ran, or 1
+when the lock was lost while it ran (see lock --help).`,
 		Example: `  chubbyd dev &                      # a local cell on 127.0.0.1:7000
   chubbyfs mkdir -p /config/app
   echo 'db=10.0.0.5' | chubbyfs write /config/app/settings

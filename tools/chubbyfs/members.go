@@ -2,14 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -191,13 +194,18 @@ func (a *app) membersRemoveCommand() *cobra.Command {
 		Short: "take a replica out of the cell's configuration",
 		Long: `remove asks the master to take the replica ID (as members shows it) out
 of the cell's configuration, and prints the log index of the configuration
-change. It is the operator's forced removal, for a replica that is gone
-for good: the master never removes a live voter by itself. A voter is
-removed in a change of its own; the master refuses to remove the last
-voter, and an ID not in the configuration ("not found", exit 1); while
-another change is in progress it answers "unavailable": retry shortly.
-A replica removed that still runs takes no part in the cell any more.
-It needs no session.`,
+change once it has committed. It is the operator's forced removal, for a
+replica that is gone for good: the master never removes a live voter by
+itself. A voter is removed in a change of its own. A replica removed that
+still runs takes no part in the cell any more. It needs no session.
+
+Exit status: 0 the change committed: the replica is out. 1 refused,
+nothing changed: the last voter, an ID not in the configuration ("not
+found"), another change in progress or this one lost in a view change
+("unavailable": retry shortly), no master. 3 outcome unknown: the change
+was proposed but is not known committed (the master was cut off from the
+others, or the answer was lost); it may still take effect: check with
+chubbyfs members.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -216,10 +224,43 @@ It needs no session.`,
 			defer c.Close()
 			index, err := c.RemoveMember(ctx, id)
 			if err != nil {
-				return refused("members remove", id, err)
+				return removeFailed(id, err)
 			}
-			fmt.Fprintf(a.stdout, "removed replica %s: configuration change at log index %d\n", id, index)
+			fmt.Fprintf(a.stdout, "removed replica %s: configuration change at log index %d committed\n", id, index)
 			return nil
 		},
 	}
+}
+
+// outcomeUnknownPrefix starts the message of the cell's answer to a
+// RemoveMember proposed but not known committed (idl/chubby.thrift).
+const outcomeUnknownPrefix = "outcome unknown: "
+
+// removeFailed is members remove's error for a failed RemoveMember: exit
+// 3 when the removal may still take effect, 1 when it was refused.
+func removeFailed(id string, err error) error {
+	if !changeMayHaveHappened(err) {
+		return refused("members remove", id, err)
+	}
+	msg := "members remove " + id + ": " + client.Describe(err)
+	if !strings.Contains(msg, outcomeUnknownPrefix) {
+		msg += " (" + strings.TrimSuffix(outcomeUnknownPrefix, ": ") + ": the removal may still take effect; check with chubbyfs members)"
+	}
+	return &exitError{code: exitUnknown, msg: msg}
+}
+
+// changeMayHaveHappened reports whether a failed call that changes the
+// cell may still have taken effect: the cell said so (UNAVAILABLE
+// "outcome unknown: …"), or the request may have reached it and its
+// answer was not had (a timeout, a lost connection). A refusal of the
+// cell, and a cell that could not be reached at all, changed nothing.
+func changeMayHaveHappened(err error) bool {
+	var ce *chubby.ChubbyError
+	switch {
+	case errors.As(err, &ce):
+		return ce.Code == chubby.ErrorCode_UNAVAILABLE && strings.HasPrefix(ce.Message, outcomeUnknownPrefix)
+	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrClientClosed):
+		return false
+	}
+	return true
 }

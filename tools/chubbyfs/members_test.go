@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/cell/celltest"
+	"github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -108,6 +112,9 @@ func TestMembers(t *testing.T) {
 	id := strconv.Itoa(victim + 1)
 	r = at(t, servers[victim].Addr(), "", "members", "remove", id)
 	want(t, r, exitOK, "removed replica "+id+": configuration change at log index ", "")
+	if !strings.HasSuffix(r.stdout, " committed\n") {
+		t.Errorf("members remove says %q; want it to say the change committed", r.stdout)
+	}
 	// A voter change takes the cell through a view change: wait for the
 	// new configuration under a master.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -203,5 +210,34 @@ func TestPrintMembers(t *testing.T) {
 	printMembers(&b, &chubby.CellStatus{})
 	if !strings.Contains(b.String(), "decisions:      none") || !strings.Contains(b.String(), "pending change none") {
 		t.Errorf("empty status:\n%s", b.String())
+	}
+}
+
+// TestRemoveFailedExitStatus: members remove exits 3 when its change may
+// still take effect (the cell says the outcome is unknown, or the answer
+// was lost on the way) and 1 when it was refused (nothing changed).
+func TestRemoveFailedExitStatus(t *testing.T) {
+	unavailable := func(msg string) error {
+		return &client.OpError{Op: "remove-member", Path: "3", Err: &chubby.ChubbyError{Code: chubby.ErrorCode_UNAVAILABLE, Message: msg}}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		code int
+		msg  string
+	}{
+		{"proposed, not known committed", unavailable("outcome unknown: the removal of replica 3 (configuration change at log index 37) was proposed but is not known committed: it may still take effect; check with chubbyfs members"),
+			exitUnknown, "log index 37"},
+		{"another change in progress", unavailable("a configuration change is in progress; retry shortly"), exitRefused, "in progress"},
+		{"lost in a view change", unavailable("the removal of replica 3 (configuration change at log index 37) was lost in a view change before it committed: nothing changed; retry"),
+			exitRefused, "nothing changed"},
+		{"not found", &chubby.ChubbyError{Code: chubby.ErrorCode_NOT_FOUND, Message: "replica 3 is not in the configuration"}, exitRefused, "not found"},
+		{"no replica reachable", &client.OpError{Op: "remove-member", Err: fmt.Errorf("%w at 127.0.0.1:1: refused", client.ErrUnreachable)}, exitRefused, "reach"},
+		{"deadline passed in flight", &client.OpError{Op: "remove-member", Err: context.DeadlineExceeded}, exitUnknown, "may still take effect"},
+	} {
+		var ee *exitError
+		if err := removeFailed("3", tc.err); !errors.As(err, &ee) || ee.code != tc.code || !strings.Contains(ee.msg, tc.msg) {
+			t.Errorf("%s: removeFailed = %v; want exit %d with %q", tc.name, err, tc.code, tc.msg)
+		}
 	}
 }

@@ -1,0 +1,113 @@
+package cell
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/client/callopt"
+
+	"github.com/chubbygo/chubby/gen/chubby"
+	"github.com/chubbygo/chubby/gen/fsm"
+)
+
+// lockedByA starts a cell where session a holds the exclusive lock of /l
+// and session b has a handle on it.
+func lockedByA(t *testing.T) (tc *testCell, ha, hb *chubby.Handle) {
+	t.Helper()
+	tc = startCell(t, Config{})
+	a, b := tc.session("a"), tc.session("b")
+	ha = tc.open(a, "/l", chubby.CreateMode_OPEN_OR_CREATE, false)
+	hb = tc.open(b, "/l", chubby.CreateMode_OPEN_OR_CREATE, false)
+	must[*chubby.Sequencer](t)(tc.cli.TryAcquire(ctx, &chubby.TryAcquireRequest{Handle: ha, Mode: chubby.LockMode_EXCLUSIVE}))
+	return tc, ha, hb
+}
+
+// leaveWaiting puts a waiting Acquire of h into the state with nobody
+// parked on it: what an earlier master leaves, or a timed-out Acquire
+// whose withdrawal failed (the master changed while it waited for the
+// caching clients).
+func leaveWaiting(t *testing.T, tc *testCell, h *chubby.Handle) {
+	t.Helper()
+	res, err := tc.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, Wait: true}})
+	if err != nil || !res.GetWaiting() {
+		t.Fatalf("a waiting Acquire: %+v, %v", res, err)
+	}
+}
+
+// TestAcquireAfterOrphanedWait: a handle whose earlier wait was left in
+// the state with nobody parked on it can wait again: its Acquire is not
+// refused "already waits", it parks, and the release grants it.
+func TestAcquireAfterOrphanedWait(t *testing.T) {
+	tc, ha, hb := lockedByA(t)
+	leaveWaiting(t, tc, hb)
+
+	// A short wait: told TIMED_OUT (the lock is held), not LOCK_HELD.
+	_, err := tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: hb, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: 200})
+	wantCode(t, err, chubby.ErrorCode_TIMED_OUT)
+
+	leaveWaiting(t, tc, hb)
+	got := make(chan error, 1)
+	go func() {
+		_, err := tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: hb, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: 20000},
+			callopt.WithRPCTimeout(30*time.Second))
+		got <- err
+	}()
+	// Parked: the state says b waits and the call has not returned.
+	for deadline := time.Now().Add(10 * time.Second); tc.s.m.parkedAcquires() == 0; time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-got:
+			t.Fatalf("Acquire after an orphaned wait returned at once: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Acquire never parked")
+		}
+	}
+	if err := tc.cli.Release(ctx, &chubby.HandleRequest{Handle: ha}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Acquire after an orphaned wait, granted by the release: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("parked Acquire not granted after the release")
+	}
+}
+
+// TestStaleWakeSparesNewAcquire: a wake for a handle's older request (its
+// withdrawal by a new master's cancelStaleWaits) that lands after a new
+// Acquire of the handle parked, but before that Acquire's request applied,
+// is not the new call's answer: the new call stays parked and is granted,
+// and no request is left waiting with nobody parked on it.
+func TestStaleWakeSparesNewAcquire(t *testing.T) {
+	tc, ha, hb := lockedByA(t)
+	leaveWaiting(t, tc, hb)
+	// The order the handler and a withdrawal can interleave in: the new
+	// call parks, the old request is withdrawn, the new request applies.
+	d, err := tc.s.m.park(hb.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.s.propose(ctx, &fsm.Op{CancelWait: &fsm.CancelWait{Handle: hb}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tc.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{Handle: hb, Mode: chubby.LockMode_EXCLUSIVE, Wait: true}})
+	if err != nil || !res.GetWaiting() {
+		t.Fatalf("the new Acquire: %+v, %v", res, err)
+	}
+	if err := tc.cli.Release(ctx, &chubby.HandleRequest{Handle: ha}); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	seq, err := d.Park(pctx, 10*time.Second)
+	if err != nil {
+		t.Fatalf("the parked call was answered %v; its own request was granted by the release", err)
+	}
+	if seq.GetPath() != "/l" {
+		t.Fatalf("granted %+v", seq)
+	}
+}
