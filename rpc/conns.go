@@ -246,13 +246,6 @@ func (g *connGuard) openFrom(ip netip.Addr) int {
 // now is the monotonic time since g.base.
 func (g *connGuard) now() int64 { return int64(time.Since(g.base)) }
 
-// track starts the idle timer of a connection that close closes.
-func (g *connGuard) track(close func() error) *trackedConn {
-	c := g.newTracked(close)
-	c.start()
-	return c
-}
-
 // newTracked returns the idle timer of a connection that close closes,
 // not started yet.
 func (g *connGuard) newTracked(close func() error) *trackedConn {
@@ -276,6 +269,10 @@ func (c *trackedConn) start() {
 type trackedConn struct {
 	g     *connGuard
 	close func() error
+	// pending, if set, reports bytes received and not yet read: a request
+	// the transport has not dispatched yet (netpoll, on a starved
+	// machine) is activity.
+	pending func() bool
 
 	calls atomic.Int32 // running now
 	used  atomic.Bool  // a call has run
@@ -331,6 +328,12 @@ func (c *trackedConn) check() {
 	limit, reason := c.g.firstCall, "first_call"
 	if c.used.Load() {
 		limit, reason = c.g.idle, "idle"
+	}
+	if c.pending != nil && c.pending() {
+		c.last.Store(c.g.now())
+		c.timer.Reset(limit)
+		c.mu.Unlock()
+		return
 	}
 	if left := limit - time.Duration(c.g.now()-last); left > 0 {
 		c.timer.Reset(left)

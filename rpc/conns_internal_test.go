@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -52,4 +53,31 @@ func TestConnGuardCaps(t *testing.T) {
 	if !g.admit(&net.UnixAddr{Name: "@x", Net: "unix"}) {
 		t.Fatal("a Unix socket connection refused")
 	}
+}
+
+// A connection with bytes received but not yet read is not idle: the
+// timer waits for the transport to dispatch them; once nothing is
+// pending it closes the connection, once.
+func TestTrackedConnPendingInput(t *testing.T) {
+	const firstCall = 20 * time.Millisecond
+	g := &connGuard{firstCall: firstCall, idle: firstCall, base: time.Now()}
+	var closes atomic.Int32
+	var pending atomic.Bool
+	pending.Store(true)
+	c := g.newTracked(func() error { closes.Add(1); return nil })
+	c.pending = pending.Load
+	c.start()
+	time.Sleep(10 * firstCall)
+	if n := closes.Load(); n != 0 {
+		t.Fatalf("closed %d times with input pending", n)
+	}
+	pending.Store(false)
+	for deadline := time.Now().Add(500 * firstCall); closes.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(firstCall)
+	}
+	time.Sleep(5 * firstCall)
+	if n := closes.Load(); n != 1 {
+		t.Fatalf("closed %d times once nothing was pending; want 1", n)
+	}
+	c.stop() // the transport's close callback: harmless after the timer closed
 }

@@ -274,7 +274,12 @@ func (w *connWatcher) OnActive(ctx context.Context, conn net.Conn) (context.Cont
 	} else {
 		// netpoll closes a connection from any goroutine; its close
 		// callbacks (OnInactive) stop the timer.
-		ci.track = w.guard.track(conn.Close)
+		ci.track = w.guard.newTracked(conn.Close)
+		if r, ok := conn.(interface{ Reader() netpoll.Reader }); ok {
+			// netpoll's input buffer length is read atomically.
+			ci.track.pending = func() bool { return r.Reader().Len() > 0 }
+		}
+		ci.track.start()
 	}
 	if n, ok := conn.(disconnectNotifier); ok {
 		cctx, cancel := context.WithCancelCause(ctx)
