@@ -38,7 +38,8 @@ import (
 //     timer: it is closed when it has carried no call for FirstCallTimeout
 //     since it was accepted, or, once it has carried one, when no call has
 //     been running on it and nothing has arrived on it for
-//     MaxConnIdleTime. A call in progress, a parked one above all, keeps
+//     MaxConnIdleTime (on netpoll, input received and not yet read counts
+//     as something arriving). A call in progress, a parked one above all, keeps
 //     its connection however long it lasts: the server middleware counts
 //     the calls running on each connection.
 //
