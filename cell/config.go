@@ -11,6 +11,7 @@ import (
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/replica"
 	"github.com/chubbygo/chubby/replica/vr"
+	"github.com/chubbygo/chubby/rpc"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -69,6 +70,19 @@ type Config struct {
 	// MaxConnections bounds client connections (this machine allows 20,000
 	// open files per process). Default 15,000.
 	MaxConnections int
+	// MaxConnectionsPerIP bounds the client connections of one remote
+	// address, and ConnectionLimits are exceptions for named prefixes
+	// (proxies), on top of rpc.DefaultConnLimits (loopback: no
+	// per-address cap). Default rpc.DefaultMaxConnectionsPerIP (1,024).
+	MaxConnectionsPerIP int
+	ConnectionLimits    []rpc.ConnLimit
+	// FirstCallTimeout closes a client connection that has carried no
+	// call this long after it was accepted; ConnIdleTimeout one that
+	// carries no call and has received nothing for that long (a parked
+	// KeepAlive or Acquire is a call). Defaults rpc.DefaultFirstCallTimeout
+	// (10 s) and rpc.DefaultMaxConnIdleTime (2 min).
+	FirstCallTimeout time.Duration
+	ConnIdleTimeout  time.Duration
 	// MaxParkedAcquires bounds Acquire calls parked at once; past it
 	// Acquire fails with UNAVAILABLE. Default 50,000.
 	MaxParkedAcquires int
@@ -146,7 +160,9 @@ func (c *Config) gossip() bool {
 // DefaultConfig returns the defaults: ID 1, Cell "local", Listen
 // 127.0.0.1:7000, Lease 12 s (master.DefaultLeaseConfig's), KeepAliveMargin
 // 3 s (for the default Lease; see Config.KeepAliveMargin), Limits
-// fs.DefaultLimits(), MaxConnections 15,000, MaxParkedAcquires 50,000,
+// fs.DefaultLimits(), MaxConnections 15,000, MaxConnectionsPerIP 1,024,
+// FirstCallTimeout 10 s, ConnIdleTimeout 2 min (rpc's defaults),
+// MaxParkedAcquires 50,000,
 // MaxParkedKeepAlives 20,000 (master.DefaultLeaseConfig's MaxParked),
 // SnapshotEvery 50,000 (replica.DefaultReplicatedConfig's),
 // EventTrimInterval 1 s, MaxCachedPerSession DefaultMaxCachedPerSession
@@ -175,6 +191,9 @@ func DefaultConfig() Config {
 		KeepAliveMargin:     defaultKeepAliveMargin(lease),
 		Limits:              &l,
 		MaxConnections:      15000,
+		MaxConnectionsPerIP: rpc.DefaultMaxConnectionsPerIP,
+		FirstCallTimeout:    rpc.DefaultFirstCallTimeout,
+		ConnIdleTimeout:     rpc.DefaultMaxConnIdleTime,
 		MaxParkedAcquires:   50000,
 		MaxParkedKeepAlives: master.DefaultLeaseConfig().MaxParked,
 		SnapshotEvery:       replica.DefaultReplicatedConfig().SnapshotEvery,
@@ -253,6 +272,19 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = d.MaxConnections
+	}
+	if c.MaxConnectionsPerIP == 0 {
+		c.MaxConnectionsPerIP = d.MaxConnectionsPerIP
+	}
+	if c.FirstCallTimeout == 0 {
+		c.FirstCallTimeout = d.FirstCallTimeout
+	}
+	if c.ConnIdleTimeout == 0 {
+		c.ConnIdleTimeout = d.ConnIdleTimeout
+	}
+	if c.MaxConnections < 0 || c.MaxConnectionsPerIP < 0 || c.FirstCallTimeout < 0 || c.ConnIdleTimeout < 0 {
+		return fmt.Errorf("negative connection limit (max %d, per address %d, first call %v, idle %v)",
+			c.MaxConnections, c.MaxConnectionsPerIP, c.FirstCallTimeout, c.ConnIdleTimeout)
 	}
 	if c.MaxParkedAcquires == 0 {
 		c.MaxParkedAcquires = d.MaxParkedAcquires

@@ -31,6 +31,21 @@ func TestDefaultConfig(t *testing.T) {
 		*c.Limits != *d.Limits {
 		t.Fatalf("a zero Config became %+v, DefaultConfig is %+v", c, d)
 	}
+	// The client connection limits are rpc's defaults, and negative ones
+	// are refused.
+	if c.MaxConnectionsPerIP != 1024 || c.FirstCallTimeout != 10*time.Second || c.ConnIdleTimeout != 2*time.Minute ||
+		d.MaxConnectionsPerIP != c.MaxConnectionsPerIP || d.FirstCallTimeout != c.FirstCallTimeout || d.ConnIdleTimeout != c.ConnIdleTimeout {
+		t.Fatalf("connection limits: zero Config %+v, DefaultConfig %+v", c, d)
+	}
+	for _, bad := range []Config{
+		{InMemory: true, MaxConnectionsPerIP: -1},
+		{InMemory: true, FirstCallTimeout: -time.Second},
+		{InMemory: true, ConnIdleTimeout: -time.Second},
+	} {
+		if err := bad.setDefaults(); err == nil {
+			t.Errorf("Config %+v accepted", bad)
+		}
+	}
 	// A short lease's margin is half of it, at most 500 ms.
 	c = Config{InMemory: true, Lease: 600 * time.Millisecond}
 	if err := c.setDefaults(); err != nil || c.KeepAliveMargin != 300*time.Millisecond {

@@ -347,11 +347,15 @@ func (s *Server) startPeerServer(peerAddrs map[uint64]string) error {
 func (s *Server) prepareServers(reg prometheus.Registerer) error {
 	cfg := &s.cfg
 	opts, err := rpc.ServerOptions(rpc.ServerConfig{
-		Listener:       s.ln,
-		MaxConnections: cfg.MaxConnections,
-		Logger:         cfg.Logger,
-		Registerer:     reg,
-		TLS:            s.serverTLS(tlsconf.AllowAnonymous, true),
+		Listener:            s.ln,
+		MaxConnections:      cfg.MaxConnections,
+		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
+		ConnLimits:          cfg.ConnectionLimits,
+		FirstCallTimeout:    cfg.FirstCallTimeout,
+		MaxConnIdleTime:     cfg.ConnIdleTimeout,
+		Logger:              cfg.Logger,
+		Registerer:          reg,
+		TLS:                 s.serverTLS(tlsconf.AllowAnonymous, true),
 	})
 	if err != nil {
 		return err

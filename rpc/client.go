@@ -75,7 +75,10 @@ type ClientConfig struct {
 	// MaxIdlePerAddress, MaxIdleGlobal and MaxIdleTimeout configure the
 	// pool of idle connections (defaults DefaultMaxIdlePerAddress,
 	// DefaultMaxIdleGlobal, DefaultMaxIdleTimeout). Busy connections are
-	// not pooled: every call in flight has its own.
+	// not pooled: every call in flight has its own. Keep MaxIdleTimeout
+	// below the server's idle timeout (ServerConfig.MaxConnIdleTime,
+	// default 2 min), so that the client drops an idle connection before
+	// the server closes it under a call just being sent.
 	MaxIdlePerAddress int
 	MaxIdleGlobal     int
 	MaxIdleTimeout    time.Duration

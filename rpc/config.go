@@ -4,17 +4,21 @@ import "log/slog"
 
 // DefaultServerConfig returns the defaults ServerOptions gives the fields
 // of a ServerConfig left at zero: MaxConnections DefaultMaxConnections
-// (15,000), MaxPayloadBytes DefaultMaxPayloadBytes, ExitWaitTime
-// DefaultExitWaitTime (1 s), MaxConnIdleTime DefaultMaxConnIdleTime
-// (10 min), Logger slog.Default(). MaxQPS 0 is unlimited; Listen, Listener
-// and Registerer have no default.
+// (15,000), MaxConnectionsPerIP DefaultMaxConnectionsPerIP (1,024),
+// MaxPayloadBytes DefaultMaxPayloadBytes, ExitWaitTime DefaultExitWaitTime
+// (1 s), FirstCallTimeout DefaultFirstCallTimeout (10 s), MaxConnIdleTime
+// DefaultMaxConnIdleTime (2 min), Logger slog.Default(). MaxQPS 0 is
+// unlimited; ConnLimits are added to DefaultConnLimits (loopback: no
+// per-address cap); Listen, Listener and Registerer have no default.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
-		MaxConnections:  DefaultMaxConnections,
-		MaxPayloadBytes: DefaultMaxPayloadBytes,
-		ExitWaitTime:    DefaultExitWaitTime,
-		MaxConnIdleTime: DefaultMaxConnIdleTime,
-		Logger:          slog.Default(),
+		MaxConnections:      DefaultMaxConnections,
+		MaxConnectionsPerIP: DefaultMaxConnectionsPerIP,
+		MaxPayloadBytes:     DefaultMaxPayloadBytes,
+		ExitWaitTime:        DefaultExitWaitTime,
+		FirstCallTimeout:    DefaultFirstCallTimeout,
+		MaxConnIdleTime:     DefaultMaxConnIdleTime,
+		Logger:              slog.Default(),
 	}
 }
 

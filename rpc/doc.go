@@ -71,6 +71,25 @@
 // default, dial with a 1 s timeout, and cap calls in flight (each holds a
 // connection with Kitex's default pool).
 //
+// # Connection slots
+//
+// One host must not be able to take every connection slot. A server caps
+// the open connections of each remote IP address
+// ([DefaultMaxConnectionsPerIP], 1,024; [ServerConfig.ConnLimits] gives
+// named prefixes more, or less: a proxy, a NAT gateway) and resets a
+// connection over the cap as it accepts it, before Kitex or netpoll spend
+// anything on it; loopback addresses have no such cap by default
+// ([DefaultConnLimits]: a dev cell's replicas, tests and benchmarks all
+// connect from 127.0.0.1). And it closes connections that carry no call:
+// one that has carried none within [DefaultFirstCallTimeout] (10 s) of
+// being accepted, and one that carries none now and has received nothing
+// for [DefaultMaxConnIdleTime] (2 min). A call in progress keeps its
+// connection, however long it is parked. Kitex's own MaxConnIdleTime
+// does not do this: on netpoll it only turns on TCP keepalive, which a
+// live peer answers for ever (16,000 connections that never sent a byte
+// held all 15,000 slots for the 150 s they were watched); on gonet it is
+// at least 2 minutes. See conns.go.
+//
 // Servers run on Kitex's netpoll transport, but with a listener of this
 // package in place of netpoll's own: on Stop, netpoll's closes the number
 // of its duplicate of the listening descriptor twice and, about 100 ms

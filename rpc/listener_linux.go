@@ -33,12 +33,19 @@ import (
 // number taken by a descriptor of /dev/null, so that nothing the process
 // opens meanwhile can get it.
 
+// acceptGuarded: the netpoll transport's listener takes a per-address
+// slot for every connection it accepts (connGuard.admit), which
+// connWatcher.OnInactive frees.
+const acceptGuarded = true
+
 // transServerFactory makes Kitex's netpoll transport servers that serve a
 // pollListener instead of netpoll's own listener.
-type transServerFactory struct{}
+type transServerFactory struct {
+	guard *connGuard // admits accepted connections
+}
 
-func (transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.ServerTransHandler) remote.TransServer {
-	return &transServer{TransServer: knetpoll.NewTransServerFactory().NewTransServer(opt, h)}
+func (f transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.ServerTransHandler) remote.TransServer {
+	return &transServer{TransServer: knetpoll.NewTransServerFactory().NewTransServer(opt, h), guard: f.guard}
 }
 
 // transServer is Kitex's netpoll transport server with the listener
@@ -49,6 +56,7 @@ func (transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.Serv
 // reserved then.
 type transServer struct {
 	remote.TransServer
+	guard *connGuard
 
 	mu               sync.Mutex
 	ln               *pollListener
@@ -60,6 +68,7 @@ func (s *transServer) BootstrapServer(ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	pl.admit = s.guard.admit
 	s.mu.Lock()
 	if s.shutdown {
 		// Stopped before serving: Kitex's transport would serve for ever.
@@ -112,10 +121,11 @@ func checkListener(ln net.Listener) error {
 // one dup3) but keeps the number; release, called once netpoll is done
 // with it, closes the placeholder and so frees the number.
 type pollListener struct {
-	ln   net.Listener
-	addr net.Addr
-	fd   int
-	tcp  bool
+	ln    net.Listener
+	addr  net.Addr
+	fd    int
+	tcp   bool
+	admit func(remote net.Addr) bool // nil: every connection
 
 	mu       sync.Mutex // held while accepting, so Close never races a live accept
 	closed   bool
@@ -154,30 +164,46 @@ func (l *pollListener) Fd() int { return l.fd }
 
 func (l *pollListener) Addr() net.Addr { return l.addr }
 
+// refusalsPerAccept bounds the connections one Accept refuses before it
+// returns to netpoll's poller (which calls it again while more wait).
+const refusalsPerAccept = 64
+
 // Accept accepts one connection without blocking, as netpoll expects: it
 // returns nil and no error when there is none to accept (netpoll polls
-// again). After Close it returns net.ErrClosed, on which netpoll detaches
-// the listener and ends its event loop.
+// again). A connection admit refuses is closed at once, with a reset, and
+// the next one is taken. After Close it returns net.ErrClosed, on which
+// netpoll detaches the listener and ends its event loop.
 func (l *pollListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	if l.closed {
+	for range refusalsPerAccept {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, net.ErrClosed
+		}
+		nfd, sa, err := unix.Accept4(l.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		l.mu.Unlock()
-		return nil, net.ErrClosed
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR || err == unix.ECONNABORTED:
+			return nil, nil
+		case err != nil:
+			return nil, os.NewSyscallError("accept4", err)
+		}
+		remote := sockaddrAddr(sa, l.tcp)
+		if l.admit != nil && !l.admit(remote) {
+			// A reset: the caller learns at once, and the server keeps no
+			// TIME_WAIT state for it.
+			unix.SetsockoptLinger(nfd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+			unix.Close(nfd)
+			continue
+		}
+		if l.tcp {
+			// netpoll sets TCP_NODELAY on the connections its own listener
+			// accepts; keep that.
+			unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		}
+		return &acceptedConn{fd: nfd, local: l.addr, remote: remote}, nil
 	}
-	nfd, sa, err := unix.Accept4(l.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-	l.mu.Unlock()
-	switch {
-	case err == unix.EAGAIN || err == unix.EINTR || err == unix.ECONNABORTED:
-		return nil, nil
-	case err != nil:
-		return nil, os.NewSyscallError("accept4", err)
-	}
-	if l.tcp {
-		// netpoll sets TCP_NODELAY on the connections its own listener
-		// accepts; keep that.
-		unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	}
-	return &acceptedConn{fd: nfd, local: l.addr, remote: sockaddrAddr(sa, l.tcp)}, nil
+	return nil, nil
 }
 
 // Close stops listening; it may be called any number of times. The

@@ -9,12 +9,19 @@ import (
 	knetpoll "github.com/cloudwego/kitex/pkg/remote/trans/netpoll"
 )
 
+// acceptGuarded: netpoll's own listener serves here and admits every
+// connection, so there is no per-address cap on plaintext servers and no
+// slot to free.
+const acceptGuarded = false
+
 // transServerFactory is Kitex's netpoll transport unchanged: the listener
 // that keeps its descriptor number reserved until netpoll is done with it
 // (listener_linux.go) is written for Linux only, so elsewhere stopping a
 // server still closes the number netpoll's own listener holds more than
-// once.
-type transServerFactory struct{}
+// once, and connections are not capped per address.
+type transServerFactory struct {
+	guard *connGuard // unused here
+}
 
 func (transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.ServerTransHandler) remote.TransServer {
 	return knetpoll.NewTransServerFactory().NewTransServer(opt, h)

@@ -21,7 +21,10 @@ type serverMetrics struct {
 	requests *prometheus.CounterVec   // by method, outcome
 	latency  *prometheus.HistogramVec // by method
 	parked   prometheus.Gauge
-	limited  *prometheus.CounterVec // by limit: connections, qps
+	limited  *prometheus.CounterVec // by limit: connections, connections_per_ip, qps
+	// idleClosed counts connections the server closed as idle, by reason:
+	// first_call (never carried a call), idle.
+	idleClosed *prometheus.CounterVec
 	// handshakes counts TLS handshakes by outcome: ok, refused.
 	handshakes *prometheus.CounterVec
 }
@@ -47,8 +50,12 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rpc_server_limit_rejections_total",
-			Help: "Connections or calls refused by the server's limits, by limit (connections, qps).",
+			Help: "Connections or calls refused by the server's limits, by limit (connections, connections_per_ip, qps).",
 		}, []string{"limit"}),
+		idleClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rpc_server_idle_closes_total",
+			Help: "Connections the server closed because they carried no call, by reason (first_call: none since accepted, within the first-call timeout; idle: none running and nothing received for the idle timeout).",
+		}, []string{"reason"}),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rpc_server_tls_handshakes_total",
 			Help: "TLS handshakes of accepted connections, by outcome (ok; refused: no certificate where one is required, an unknown CA, not TLS, too slow).",
@@ -68,6 +75,9 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		return nil, err
 	}
 	if m.handshakes, err = register(reg, m.handshakes); err != nil {
+		return nil, err
+	}
+	if m.idleClosed, err = register(reg, m.idleClosed); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -100,6 +110,7 @@ type connInfo struct {
 	cancel  context.CancelCauseFunc // nil if closing cannot be detected
 	metrics *serverMetrics          // nil without a Registerer
 	caller  CallerInfo
+	track   *trackedConn // the connection's idle timer; nil if OnActive failed first
 }
 
 // parkedGauge returns the parked-calls gauge of the server whose handler

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"reflect"
 	"runtime/debug"
 	"sync"
@@ -33,9 +34,6 @@ const (
 	DefaultMaxConnections = 15000
 	// DefaultExitWaitTime is how long Stop waits for calls in progress.
 	DefaultExitWaitTime = time.Second
-	// DefaultMaxConnIdleTime is Kitex's own default: a connection without
-	// traffic for this long is closed.
-	DefaultMaxConnIdleTime = 10 * time.Minute
 	// qpsInterval is the refill period of Kitex's QPS limiter.
 	qpsInterval = 100 * time.Millisecond
 )
@@ -54,6 +52,19 @@ type ServerConfig struct {
 	// closed at once. Default DefaultMaxConnections. The cap is what keeps
 	// a flood of clients from exhausting the process's file descriptors.
 	MaxConnections int
+	// MaxConnectionsPerIP caps the open connections of one remote IP
+	// address; more are closed as they are accepted (see conns.go). Default
+	// DefaultMaxConnectionsPerIP (1,024). Not enforced on plaintext servers
+	// outside Linux (netpoll's own listener serves there).
+	MaxConnectionsPerIP int
+	// ConnLimits are per-prefix exceptions to MaxConnectionsPerIP: more
+	// for a proxy, less for a suspect network, 0 for no per-address cap.
+	// They are added to DefaultConnLimits (loopback: no per-address cap);
+	// one naming the same prefix replaces the default's.
+	ConnLimits []ConnLimit
+	// FirstCallTimeout closes a connection that has carried no call this
+	// long after it was accepted. Default DefaultFirstCallTimeout (10 s).
+	FirstCallTimeout time.Duration
 	// MaxPayloadBytes bounds one framed request; larger ones are refused
 	// before they are read. Default DefaultMaxPayloadBytes. Every framed
 	// request is also checked to be well-formed Thrift before it is decoded
@@ -65,8 +76,13 @@ type ServerConfig struct {
 	// DefaultExitWaitTime. Parked calls do not end by themselves on Stop;
 	// the logic that parked them should settle them first.
 	ExitWaitTime time.Duration
-	// MaxConnIdleTime closes connections idle this long, default
-	// DefaultMaxConnIdleTime. A connection whose call is parked is not idle.
+	// MaxConnIdleTime closes a connection that has carried a call, carries
+	// none now and has received nothing for this long. Default
+	// DefaultMaxConnIdleTime (2 min). A connection whose call is parked is
+	// not idle, however long the call lasts. It should exceed the clients'
+	// own pool idle timeout, so that they drop idle connections first.
+	// (It is also given to Kitex, whose netpoll transport turns it into
+	// the connections' TCP keepalive time; see conns.go.)
 	MaxConnIdleTime time.Duration
 	// Logger receives panics and limit rejections (rate-limited). Default
 	// slog.Default(). Kitex's own log lines go to klog: see
@@ -75,7 +91,9 @@ type ServerConfig struct {
 	// Registerer, if set, receives the server's metrics:
 	// rpc_server_requests_total{method,outcome},
 	// rpc_server_request_duration_seconds{method},
-	// rpc_server_parked_calls and rpc_server_limit_rejections_total{limit}.
+	// rpc_server_parked_calls, rpc_server_limit_rejections_total{limit}
+	// (connections, connections_per_ip, qps) and
+	// rpc_server_idle_closes_total{reason} (first_call, idle).
 	// Servers sharing a Registerer share the collectors.
 	Registerer prometheus.Registerer
 	// TLS, if set, makes the server speak only TLS with this configuration
@@ -93,8 +111,11 @@ type ServerConfig struct {
 //     transport with a listener whose Stop closes only the server's own
 //     descriptors;
 //   - caps connections (Kitex's limiter; on TLS the listener's, see
-//     tlsListener) and, if asked, calls per second (Kitex's limiter),
+//     tlsListener) and the connections of each remote address (the
+//     listener's), and, if asked, calls per second (Kitex's limiter),
 //     counting and logging refusals;
+//   - closes connections that carry no call: never-used ones after
+//     FirstCallTimeout, others after MaxConnIdleTime (see conns.go);
 //   - reads TTHeader metadata and turns the caller's RPC timeout into the
 //     handler context's deadline, so the deadline of a TTHeader client
 //     reaches handlers and [Deferred.Park];
@@ -107,12 +128,23 @@ type ServerConfig struct {
 //     protocol per connection. Those send no deadline, which is why every
 //     parked call has a server-side bound.
 func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
-	if cfg.MaxConnections < 0 || cfg.MaxQPS < 0 || cfg.ExitWaitTime < 0 || cfg.MaxConnIdleTime < 0 {
+	if cfg.MaxConnections < 0 || cfg.MaxQPS < 0 || cfg.ExitWaitTime < 0 || cfg.MaxConnIdleTime < 0 ||
+		cfg.MaxConnectionsPerIP < 0 || cfg.FirstCallTimeout < 0 {
 		return nil, fmt.Errorf("rpc: negative limit in server config %+v", cfg)
 	}
 	def := DefaultServerConfig()
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = def.MaxConnections
+	}
+	if cfg.MaxConnectionsPerIP == 0 {
+		cfg.MaxConnectionsPerIP = def.MaxConnectionsPerIP
+	}
+	if cfg.FirstCallTimeout == 0 {
+		cfg.FirstCallTimeout = def.FirstCallTimeout
+	}
+	rules, err := connRules(cfg.ConnLimits)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.ExitWaitTime == 0 {
 		cfg.ExitWaitTime = def.ExitWaitTime
@@ -131,11 +163,24 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 	}
 	log := cfg.Logger.With("component", "rpc")
 
+	var metrics *serverMetrics
+	if cfg.Registerer != nil {
+		if metrics, err = newServerMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	reporter := &limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}
+	guard := &connGuard{
+		perIP: cfg.MaxConnectionsPerIP, rules: rules,
+		firstCall: cfg.FirstCallTimeout, idle: cfg.MaxConnIdleTime,
+		metrics: metrics, reporter: reporter, base: time.Now(),
+		open: make(map[netip.Addr]int),
+	}
+
 	var opts []server.Option
 	var tl *tlsListener
 	if cfg.TLS != nil {
-		var err error
-		if opts, tl, err = tlsServerOptions(cfg, cfg.TLS); err != nil {
+		if opts, tl, err = tlsServerOptions(cfg, cfg.TLS, guard); err != nil {
 			return nil, err
 		}
 	} else if cfg.Listener != nil {
@@ -154,21 +199,15 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		opts = append(opts, server.WithServiceAddr(addr))
 	}
 
-	var metrics *serverMetrics
-	if cfg.Registerer != nil {
-		var err error
-		if metrics, err = newServerMetrics(cfg.Registerer); err != nil {
-			return nil, err
-		}
-	}
-
-	reporter := &limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}
 	opts = append(opts,
 		server.WithLimitReporter(reporter),
 		server.WithMetaHandler(transmeta.ServerTTHeaderHandler),
 		server.WithExitWaitTime(cfg.ExitWaitTime),
-		server.WithMaxConnIdleTime(cfg.MaxConnIdleTime),
-		server.WithBoundHandler(&connWatcher{metrics: metrics, tls: tl}),
+		// Kitex's idle time is TCP keepalive on netpoll (whole seconds)
+		// and a read deadline of at least 2 min on gonet; the guard
+		// enforces idleness itself.
+		server.WithMaxConnIdleTime(max(cfg.MaxConnIdleTime, time.Second)),
+		server.WithBoundHandler(&connWatcher{metrics: metrics, tls: tl, guard: guard}),
 		server.WithMiddleware(serverMiddleware(metrics, log)),
 		server.WithCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxPayloadBytes)),
 		server.WithPayloadCodec(newGuardedCodec()),
@@ -183,7 +222,7 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		// number three times, the last about 100 ms later, when the
 		// number belongs to another file or connection (see
 		// listener_linux.go).
-		opts = append(opts, server.WithTransServerFactory(transServerFactory{}),
+		opts = append(opts, server.WithTransServerFactory(transServerFactory{guard: guard}),
 			server.WithConnectionLimiter(limiter.NewConnectionLimiter(cfg.MaxConnections)))
 	} else {
 		// On TLS the listener caps connections itself (see tlsListener).
@@ -206,10 +245,13 @@ type disconnectNotifier interface {
 // connWatcher is a Kitex inbound handler that gives each connection a
 // context, the parent of its handlers' contexts, holding a connInfo, and
 // cancels that context with ErrCallerGone when the peer closes the
-// connection.
+// connection. It also keeps the connection's idle timer informed of what
+// arrives, and (netpoll) starts and stops the timer and frees the
+// connection's per-address slot when it closes.
 type connWatcher struct {
 	metrics *serverMetrics
 	tls     *tlsListener // nil: plaintext
+	guard   *connGuard
 }
 
 var _ remote.InboundHandler = (*connWatcher)(nil)
@@ -218,7 +260,7 @@ func (w *connWatcher) OnActive(ctx context.Context, conn net.Conn) (context.Cont
 	ci := &connInfo{metrics: w.metrics}
 	if w.tls != nil {
 		var err error
-		ci.caller, err = w.tls.handshake(ctx, conn)
+		ci.caller, ci.track, err = w.tls.handshake(ctx, conn)
 		if w.metrics != nil {
 			outcome := "ok"
 			if err != nil {
@@ -229,6 +271,15 @@ func (w *connWatcher) OnActive(ctx context.Context, conn net.Conn) (context.Cont
 		if err != nil {
 			return ctx, err
 		}
+	} else {
+		// netpoll closes a connection from any goroutine; its close
+		// callbacks (OnInactive) stop the timer.
+		ci.track = w.guard.newTracked(conn.Close)
+		if r, ok := conn.(interface{ Reader() netpoll.Reader }); ok {
+			// netpoll's input buffer length is read atomically.
+			ci.track.pending = func() bool { return r.Reader().Len() > 0 }
+		}
+		ci.track.start()
 	}
 	if n, ok := conn.(disconnectNotifier); ok {
 		cctx, cancel := context.WithCancelCause(ctx)
@@ -245,16 +296,33 @@ func (w *connWatcher) OnActive(ctx context.Context, conn net.Conn) (context.Cont
 	return context.WithValue(ctx, connInfoKey{}, ci), nil
 }
 
+// OnInactive runs once for every connection the netpoll transport
+// accepted, whether or not the OnActive of every handler ran (Kitex calls
+// every handler's; gonet calls none: on TLS, tlsAccepted.Close does this
+// work).
 func (w *connWatcher) OnInactive(ctx context.Context, conn net.Conn) context.Context {
 	// The connection is closed and its handlers have returned: release the
 	// context. (netpoll runs close callbacks only after the handler.)
-	if ci, _ := ctx.Value(connInfoKey{}).(*connInfo); ci != nil && ci.cancel != nil {
-		ci.cancel(ErrCallerGone)
+	if ci, _ := ctx.Value(connInfoKey{}).(*connInfo); ci != nil {
+		if ci.cancel != nil {
+			ci.cancel(ErrCallerGone)
+		}
+		if ci.track != nil {
+			ci.track.stop()
+		}
+	}
+	if w.tls == nil && acceptGuarded {
+		// Our listener admitted it (listener_linux.go).
+		w.guard.release(conn.RemoteAddr())
 	}
 	return ctx
 }
 
+// OnRead runs when a request starts to arrive, before it is decoded.
 func (w *connWatcher) OnRead(ctx context.Context, conn net.Conn) (context.Context, error) {
+	if ci, _ := ctx.Value(connInfoKey{}).(*connInfo); ci != nil && ci.track != nil {
+		ci.track.read()
+	}
 	return ctx, nil
 }
 
@@ -274,6 +342,21 @@ func (r *limitReporter) ConnOverloadReport() { r.report("connections") }
 func (r *limitReporter) QPSOverloadReport()  { r.report("qps") }
 
 func (r *limitReporter) report(which string) {
+	if r.count(which) {
+		r.log.Warn("rpc: server limit reached, refusing", "limit", which)
+	}
+}
+
+// reportAddr reports a connection from remote refused by a per-address
+// limit of max. Refusals of every address share one log budget.
+func (r *limitReporter) reportAddr(which string, remote net.Addr, max int) {
+	if r.count(which) {
+		r.log.Warn("rpc: server limit reached, refusing", "limit", which, "max", max, "remote", remote.String())
+	}
+}
+
+// count counts a refusal and says whether to log it.
+func (r *limitReporter) count(which string) bool {
 	if r.metrics != nil {
 		r.metrics.limited.WithLabelValues(which).Inc()
 	}
@@ -281,9 +364,7 @@ func (r *limitReporter) report(which string) {
 	if dropped > 0 {
 		r.log.Warn("rpc: repeated log messages dropped", "dropped", dropped, "window", logWindow)
 	}
-	if ok {
-		r.log.Warn("rpc: server limit reached, refusing", "limit", which)
-	}
+	return ok
 }
 
 // methodMetrics are the collectors of one method, looked up once.
@@ -323,6 +404,12 @@ func serverMiddleware(m *serverMetrics, log *slog.Logger) endpoint.Middleware {
 					ctx, cancel = context.WithTimeout(ctx, d)
 					defer cancel()
 				}
+			}
+			// The call keeps its connection from the idle timer however
+			// long it runs (parked calls too).
+			if ci, _ := ctx.Value(connInfoKey{}).(*connInfo); ci != nil && ci.track != nil {
+				ci.track.begin()
+				defer ci.track.end()
 			}
 			defer func() {
 				outcome := OutcomeOK

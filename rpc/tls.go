@@ -60,7 +60,7 @@ func Caller(ctx context.Context) CallerInfo {
 }
 
 // tlsServerOptions are the options of a server on TLS.
-func tlsServerOptions(cfg ServerConfig, tc *tls.Config) ([]server.Option, *tlsListener, error) {
+func tlsServerOptions(cfg ServerConfig, tc *tls.Config, guard *connGuard) ([]server.Option, *tlsListener, error) {
 	ln := cfg.Listener
 	if ln == nil {
 		var err error
@@ -68,7 +68,7 @@ func tlsServerOptions(cfg ServerConfig, tc *tls.Config) ([]server.Option, *tlsLi
 			return nil, nil, fmt.Errorf("rpc: listen: %w", err)
 		}
 	}
-	tl := &tlsListener{Listener: ln, cfg: tc, max: cfg.MaxConnections, pending: make(map[string]*tls.Conn)}
+	tl := &tlsListener{Listener: ln, cfg: tc, max: cfg.MaxConnections, guard: guard, pending: make(map[string]*tlsAccepted)}
 	return []server.Option{
 		server.WithListener(tl),
 		server.WithTransServerFactory(gonet.NewTransServerFactory()),
@@ -84,16 +84,19 @@ func tlsServerOptions(cfg ServerConfig, tc *tls.Config) ([]server.Option, *tlsLi
 // transport (v0.16.1) never runs its handlers' OnInactive, so Kitex's
 // connection limiter, which counts down there, would count every
 // connection the server ever accepted and refuse all after the first
-// MaxConnections.
+// MaxConnections. For the same reason it, not connWatcher, takes each
+// connection's per-address slot and starts its idle timer, and
+// tlsAccepted.Close frees both.
 type tlsListener struct {
 	net.Listener
 	cfg      *tls.Config
 	max      int    // open connections at most
 	onRefuse func() // a connection over max was closed
+	guard    *connGuard
 
 	mu      sync.Mutex
 	open    int // accepted and not yet closed
-	pending map[string]*tls.Conn
+	pending map[string]*tlsAccepted
 }
 
 func (l *tlsListener) Accept() (net.Conn, error) {
@@ -102,68 +105,93 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		tc := tls.Server(c, l.cfg)
 		l.mu.Lock()
 		if l.open >= l.max {
 			l.mu.Unlock()
-			c.Close()
+			refuse(c)
 			if l.onRefuse != nil {
 				l.onRefuse()
 			}
 			continue
 		}
 		l.open++
-		l.pending[c.RemoteAddr().String()] = tc
 		l.mu.Unlock()
-		return &tlsAccepted{Conn: tc, l: l}, nil
+		if !l.guard.admit(c.RemoteAddr()) {
+			l.mu.Lock()
+			l.open--
+			l.mu.Unlock()
+			refuse(c)
+			continue
+		}
+		ta := &tlsAccepted{Conn: tls.Server(c, l.cfg), l: l}
+		ta.track = l.guard.newTracked(ta.Close)
+		ta.track.start()
+		l.mu.Lock()
+		l.pending[c.RemoteAddr().String()] = ta
+		l.mu.Unlock()
+		return ta, nil
 	}
+}
+
+// refuse closes a connection over a limit with a reset: the caller learns
+// at once, and the server keeps no TIME_WAIT state for it.
+func refuse(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // tlsAccepted is an accepted connection that leaves the listener's
 // pending table when it closes, claimed or not (Kitex refuses some
-// connections, over its connection limit, before OnActive).
+// connections, over its connection limit, before OnActive), and frees its
+// slots. Its idle timer closes it from another goroutine; gonet closes it
+// too when it is done with it.
 type tlsAccepted struct {
 	*tls.Conn
 	l      *tlsListener
+	track  *trackedConn
 	closed atomic.Bool
 }
 
 func (c *tlsAccepted) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
+		c.track.stop()
 		c.l.mu.Lock()
-		if k := c.RemoteAddr().String(); c.l.pending[k] == c.Conn {
+		if k := c.RemoteAddr().String(); c.l.pending[k] == c {
 			delete(c.l.pending, k)
 		}
 		c.l.open--
 		c.l.mu.Unlock()
+		c.l.guard.release(c.RemoteAddr())
 	}
 	return c.Conn.Close()
 }
 
-// claim returns and forgets the TLS connection from remote.
-func (l *tlsListener) claim(remote string) *tls.Conn {
+// claim returns and forgets the accepted connection from remote.
+func (l *tlsListener) claim(remote string) *tlsAccepted {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	tc := l.pending[remote]
+	ta := l.pending[remote]
 	delete(l.pending, remote)
-	return tc
+	return ta
 }
 
 // handshake completes the TLS handshake of the connection conn wraps and
-// says who the caller is.
-func (l *tlsListener) handshake(ctx context.Context, conn net.Conn) (CallerInfo, error) {
-	tc := l.claim(conn.RemoteAddr().String())
-	if tc == nil {
-		return CallerInfo{}, fmt.Errorf("rpc: connection from %s is not one this listener accepted", conn.RemoteAddr())
+// says who the caller is; it also returns the connection's idle timer.
+func (l *tlsListener) handshake(ctx context.Context, conn net.Conn) (CallerInfo, *trackedConn, error) {
+	ta := l.claim(conn.RemoteAddr().String())
+	if ta == nil {
+		return CallerInfo{}, nil, fmt.Errorf("rpc: connection from %s is not one this listener accepted", conn.RemoteAddr())
 	}
 	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
-	if err := tc.HandshakeContext(hctx); err != nil {
+	if err := ta.HandshakeContext(hctx); err != nil {
 		// The address goes last: the log limiter tells repeats apart by
 		// their first bytes, so a flood of one refusal is one message.
-		return CallerInfo{}, fmt.Errorf("rpc: TLS handshake refused: %w (from %s)", err, conn.RemoteAddr())
+		return CallerInfo{}, ta.track, fmt.Errorf("rpc: TLS handshake refused: %w (from %s)", err, conn.RemoteAddr())
 	}
-	return CallerInfo{TLS: true, Principal: tlsconf.Principal(tc.ConnectionState())}, nil
+	return CallerInfo{TLS: true, Principal: tlsconf.Principal(ta.ConnectionState())}, ta.track, nil
 }
 
 // tlsClientOptions are the options of a client on TLS.

@@ -38,7 +38,9 @@ type options struct {
 	id                                                                         uint64
 	replicas                                                                   int
 	lease                                                                      time.Duration
-	maxConns                                                                   int
+	maxConns, maxConnsPerIP                                                    int
+	connLimits                                                                 string
+	firstCallTimeout, connIdleTimeout                                          time.Duration
 	snapshotEvery                                                              uint64
 	explicit                                                                   map[string]bool
 
@@ -145,6 +147,10 @@ func addFlags(c *cobra.Command, o *options, data, httpListen string) {
 	f.DurationVar(&o.lease, "lease", d.Lease, "session lease")
 	f.Uint64Var(&o.snapshotEvery, "snapshot-every", d.SnapshotEvery, "take a snapshot (and drop the log it covers) after this many log entries")
 	f.IntVar(&o.maxConns, "max-connections", d.MaxConnections, "client connections accepted at once (this machine allows 20,000 open files per process)")
+	f.IntVar(&o.maxConnsPerIP, "max-connections-per-ip", d.MaxConnectionsPerIP, "client connections accepted at once from one remote address (more are reset at accept); loopback addresses have no such cap unless --connection-limits gives one")
+	f.StringVar(&o.connLimits, "connection-limits", "", "per-address caps for named prefixes, overriding --max-connections-per-ip: PREFIX=N,... (a bare address is a prefix of itself; the longest matching prefix wins; 0 = no per-address cap), e.g. a proxy 10.0.0.9=8000; added to the built-in 127.0.0.0/8=0,::1=0")
+	f.DurationVar(&o.firstCallTimeout, "first-call-timeout", d.FirstCallTimeout, "close a client connection that has sent no call this long after it was accepted")
+	f.DurationVar(&o.connIdleTimeout, "conn-idle-timeout", d.ConnIdleTimeout, "close a client connection that carries no call and has sent nothing for this long (a parked KeepAlive or Acquire is a call)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.join, "join", "", "gossip addresses (host:port) of any members of the cell, comma-separated: find the cell with memberlist and join it as a learner (the replica id then comes from the data directory)")
 	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address (default: --listen's host, port + 200)")
@@ -183,6 +189,29 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// connConfig returns the client connection limits of the flags
+// (--max-connections, --max-connections-per-ip, --connection-limits,
+// --first-call-timeout, --conn-idle-timeout) as the fields of a
+// cell.Config.
+func connConfig(o *options) (cell.Config, error) {
+	limits, err := rpc.ParseConnLimits(o.connLimits)
+	if err != nil {
+		return cell.Config{}, fmt.Errorf("--connection-limits: %w", err)
+	}
+	// Zero takes cell's default and cell.New refuses negative values.
+	return cell.Config{
+		MaxConnections: o.maxConns, MaxConnectionsPerIP: o.maxConnsPerIP, ConnectionLimits: limits,
+		FirstCallTimeout: o.firstCallTimeout, ConnIdleTimeout: o.connIdleTimeout,
+	}, nil
+}
+
+// withConns returns c with the connection limits of conns.
+func withConns(c, conns cell.Config) cell.Config {
+	c.MaxConnections, c.MaxConnectionsPerIP, c.ConnectionLimits = conns.MaxConnections, conns.MaxConnectionsPerIP, conns.ConnectionLimits
+	c.FirstCallTimeout, c.ConnIdleTimeout = conns.FirstCallTimeout, conns.ConnIdleTimeout
+	return c
 }
 
 // parsePeers parses --peers: id=CLIENT_ADDR[/PEER_ADDR],...
@@ -237,11 +266,15 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageError{err}
 	}
+	conns, err := connConfig(o)
+	if err != nil {
+		return usageError{err}
+	}
 	if dev && o.replicas != 1 {
 		if o.replicas != 3 && o.replicas != 5 {
 			return usageError{fmt.Errorf("--replicas must be 1, 3 or 5, not %d", o.replicas)}
 		}
-		return serveLocalCell(ctx, o, data, logger, stdout)
+		return serveLocalCell(ctx, o, conns, data, logger, stdout)
 	}
 	listen := o.listen
 	for _, p := range peers {
@@ -264,7 +297,7 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	s, err := cell.New(cell.Config{
+	s, err := cell.New(withConns(cell.Config{
 		ID:              id,
 		TLS:             tr,
 		Admin:           o.admin,
@@ -282,10 +315,9 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 		HTTPListen:      o.httpListen,
 		DataDir:         data,
 		Lease:           o.lease,
-		MaxConnections:  o.maxConns,
 		SnapshotEvery:   o.snapshotEvery,
 		Logger:          logger,
-	})
+	}, conns))
 	if err != nil {
 		return err
 	}
@@ -313,7 +345,7 @@ func flagSet(o *options, name string) bool { return o.explicit[name] }
 // serveLocalCell runs a whole replicated cell in this process (dev
 // --replicas N): replica i on --listen's port + i-1, peer port + 100,
 // HTTP port + i-1, data in DATA/r<i>.
-func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.Logger, stdout io.Writer) error {
+func serveLocalCell(ctx context.Context, o *options, conns cell.Config, data string, logger *slog.Logger, stdout io.Writer) error {
 	var peers []cell.Peer
 	for i := 1; i <= o.replicas; i++ {
 		client, err := cell.ShiftPort(o.listen, i-1)
@@ -343,11 +375,11 @@ func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.L
 				return usageError{err}
 			}
 		}
-		s, err := cell.New(cell.Config{
+		s, err := cell.New(withConns(cell.Config{
 			ID: p.ID, Cell: o.cellName, Peers: peers, Listen: p.Addr, HTTPListen: httpAddr,
-			DataDir: dir, Lease: o.lease, MaxConnections: o.maxConns, SnapshotEvery: o.snapshotEvery, Logger: logger.With("replica", p.ID),
+			DataDir: dir, Lease: o.lease, SnapshotEvery: o.snapshotEvery, Logger: logger.With("replica", p.ID),
 			TLS: tr, Admin: o.admin,
-		})
+		}, conns))
 		if err != nil {
 			for _, s := range servers {
 				s.Stop()

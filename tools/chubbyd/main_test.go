@@ -17,6 +17,7 @@ import (
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/klog"
 
+	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
 )
@@ -191,5 +192,29 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if code := run([]string{"--help"}, &out, &errb); code != 0 {
 		t.Errorf("--help exit %d", code)
+	}
+}
+
+// The connection flags reach cell.Config; a bad --connection-limits is a
+// usage error.
+func TestConnConfig(t *testing.T) {
+	o := &options{maxConns: 100, maxConnsPerIP: 10, connLimits: "10.0.0.9=8000, 127.0.0.1=64",
+		firstCallTimeout: 3 * time.Second, connIdleTimeout: time.Minute}
+	c, err := connConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxConnections != 100 || c.MaxConnectionsPerIP != 10 || len(c.ConnectionLimits) != 2 ||
+		c.ConnectionLimits[0].String() != "10.0.0.9/32=8000" || c.ConnectionLimits[1].String() != "127.0.0.1/32=64" ||
+		c.FirstCallTimeout != 3*time.Second || c.ConnIdleTimeout != time.Minute {
+		t.Fatalf("connConfig = %+v", c)
+	}
+	if got := withConns(cell.Config{Cell: "x"}, c); got.Cell != "x" || got.MaxConnectionsPerIP != 10 || len(got.ConnectionLimits) != 2 {
+		t.Fatalf("withConns = %+v", got)
+	}
+	for _, bad := range []string{"10.0.0.0/8", "10.0.0.0/8=-", "host=3"} {
+		if _, err := connConfig(&options{connLimits: bad}); err == nil {
+			t.Errorf("--connection-limits %q accepted", bad)
+		}
 	}
 }
