@@ -779,8 +779,8 @@ func checkMulti(req *chubby.MultiRequest) error {
 		}
 		bytes += len(op.Content)
 	}
-	if bytes > int(chubby.MAX_MULTI_BYTES) {
-		return fs.Errorf(chubby.ErrorCode_TOO_LARGE, "contents of %d bytes together, over the %d-byte limit of one Multi", bytes, chubby.MAX_MULTI_BYTES)
+	if bytes > maxMultiContentBytes { // MAX_MULTI_BYTES, or what one log entry holds (entrylimit.go)
+		return fs.Errorf(chubby.ErrorCode_TOO_LARGE, "contents of %d bytes together, over the %d-byte limit of one Multi", bytes, maxMultiContentBytes)
 	}
 	return nil
 }

@@ -38,7 +38,10 @@ const i32 MAX_ACL_ENTRIES = 1000             // principals listed in one ACL fil
 const i32 MAX_TIMESTAMPS_PER_CALL = 1000000  // GetTimestampsRequest.count
 const i32 MAX_MULTI_COMPARES = 64            // MultiRequest.compares
 const i32 MAX_MULTI_OPS = 64                 // MultiRequest.ops
-const i32 MAX_MULTI_BYTES = 1048576          // MultiRequest: all contents together
+// MultiRequest: all contents together. A Multi is one log entry, so a cell
+// also refuses (TOO_LARGE) contents that would not fit one entry beside the
+// longest paths: with today's 1 MiB entries, over 508,576 bytes.
+const i32 MAX_MULTI_BYTES = 1048576
 const i32 MAX_READDIR_ENTRIES = 10000        // entries of one ReadDir page (ReadDirRequest.limit)
 
 // ---------------------------------------------------------------------------
