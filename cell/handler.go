@@ -670,6 +670,9 @@ func (h *handler) held(ctx context.Context, hd *chubby.Handle, mode chubby.LockM
 // ---- Cell
 
 func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (*chubby.GetMasterResponse, error) {
+	if req == nil { // the IDL lets it be absent: one without unreachable
+		req = &chubby.GetMasterRequest{}
+	}
 	suspect := req.GetUnreachable()
 	if len(suspect) > maxAddrBytes {
 		return nil, invalid("unreachable of %d bytes over the %d-byte limit", len(suspect), maxAddrBytes)
