@@ -565,7 +565,7 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	// granted in the meantime the handle holds the lock, and we say so.
 	h.s.m.unpark(req.Handle.Id, d)
 	if _, cerr := h.s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: req.Handle}}); cerr != nil {
-		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", cerr)
+		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", rpc.CutForLog(cerr.Error()))
 	}
 	if held := h.held(context.Background(), req.Handle, req.Mode); held != nil {
 		return held, nil

@@ -277,7 +277,7 @@ func (r *limitReporter) report(which string) {
 	if r.metrics != nil {
 		r.metrics.limited.WithLabelValues(which).Inc()
 	}
-	ok, dropped := r.limiter.allow(which)
+	ok, dropped := r.limiter.allow(which, len(which))
 	if dropped > 0 {
 		r.log.Warn("rpc: repeated log messages dropped", "dropped", dropped, "window", logWindow)
 	}
