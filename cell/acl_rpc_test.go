@@ -173,7 +173,7 @@ func TestRPCRights(t *testing.T) {
 			return err
 		}},
 		{"GetStat", "bob", "/pub/g", "read", func() error { _, err := b.GetStat(ctx, &chubby.HandleRequest{Handle: hg}); return err }},
-		{"ReadDir", "bob", "/pub/d", "read", func() error { _, err := b.ReadDir(ctx, &chubby.HandleRequest{Handle: hd}); return err }},
+		{"ReadDir", "bob", "/pub/d", "read", func() error { _, err := b.ReadDir(ctx, &chubby.ReadDirRequest{Handle: hd}); return err }},
 		{"SetContents", "bob", "/pub/w", "write", func() error {
 			_, err := b.SetContents(ctx, &chubby.SetContentsRequest{Handle: hw, Content: []byte("mine")})
 			return err

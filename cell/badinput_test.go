@@ -134,7 +134,7 @@ func TestBadInputs(t *testing.T) {
 			return err
 		}, chubby.ErrorCode_NOT_DIRECTORY},
 		{"read a file as a directory", func() error {
-			_, err := tc.cli.ReadDir(ctx, &chubby.HandleRequest{Handle: file})
+			_, err := tc.cli.ReadDir(ctx, &chubby.ReadDirRequest{Handle: file})
 			return err
 		}, chubby.ErrorCode_NOT_DIRECTORY},
 		{"mkdir existing", func() error {

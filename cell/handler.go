@@ -369,24 +369,58 @@ func (h *handler) GetStat(ctx context.Context, req *chubby.HandleRequest) (*chub
 	return st, err
 }
 
-func (h *handler) ReadDir(ctx context.Context, req *chubby.HandleRequest) (*chubby.ReadDirResponse, error) {
+// readDirPageBytes bounds the entries of one ReadDir reply (their
+// encoding, fs.DirPage.Bytes): half the payload limit, so that a page, the
+// reply's own fields (under 64 bytes: the list header, cacheable, more,
+// content_generation, the result wrapper) and the transport's framing and
+// headers fit in one reply however long its names and paths are. A page
+// holds at least one entry, and one entry is at most fs.MaxDirEntryBytes,
+// far below this bound (TestReadDirPageWorstCase checks a worst-case page
+// through a real server).
+const readDirPageBytes = rpc.DefaultMaxPayloadBytes / 2
+
+func (h *handler) ReadDir(ctx context.Context, req *chubby.ReadDirRequest) (*chubby.ReadDirResponse, error) {
 	if req == nil {
 		return nil, missing("body")
+	}
+	limit := int(req.GetLimit())
+	if limit < 0 || limit > int(chubby.MAX_READDIR_ENTRIES) {
+		return nil, invalid("limit %d outside [0, %d]", limit, chubby.MAX_READDIR_ENTRIES)
+	}
+	if limit == 0 {
+		limit = int(chubby.MAX_READDIR_ENTRIES)
+	}
+	after := req.GetAfter()
+	if after != "" {
+		if err := fs.CheckName(after); err != nil {
+			return nil, fs.Errorf(chubby.ErrorCode_INVALID_ARGUMENT, "after: %v", err)
+		}
 	}
 	if err := h.handleRead(ctx, req.Handle); err != nil {
 		return nil, err
 	}
 	var (
-		es  []*chubby.DirEntry
-		err error
+		page fs.DirPage
+		err  error
 	)
-	cacheable := req.GetCache() && h.s.cache.register(req.Handle.Session, req.Handle.Path)
-	h.s.m.read(func(s *fs.State) { es, err = s.ReadDir(req.Handle) })
+	// Only a complete listing in one page is cacheable: pages are read at
+	// different moments, and the cache holds what one reply said. A
+	// directory too big for one page is not registered (its cachers would
+	// cost every change of it a KeepAlive round trip for nothing).
+	cacheable := false
+	if req.GetCache() && after == "" {
+		var size int
+		h.s.m.read(func(s *fs.State) { size = s.DirSize(req.Handle) })
+		cacheable = size <= limit && h.s.cache.register(req.Handle.Session, req.Handle.Path)
+	}
+	h.s.m.read(func(s *fs.State) { page, err = s.ReadDirPage(req.Handle, after, limit, readDirPageBytes) })
 	if err != nil {
 		return nil, err
 	}
-	res := &chubby.ReadDirResponse{Entries: es}
-	if cacheable {
+	res := &chubby.ReadDirResponse{Entries: page.Entries, ContentGeneration: &page.Generation}
+	if page.More {
+		res.More = &page.More
+	} else if cacheable {
 		res.Cacheable = &cacheable
 	}
 	return res, nil
@@ -519,7 +553,7 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	// does the next master.
 	h.s.m.unpark(req.Handle.Id, d)
 	if cerr := h.s.withdrawWait(req.Handle); cerr != nil {
-		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", cerr)
+		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", rpc.CutForLog(cerr.Error()))
 	}
 	if held := h.held(context.Background(), req.Handle, req.Mode); held != nil {
 		return held, nil
@@ -702,6 +736,9 @@ func (h *handler) held(ctx context.Context, hd *chubby.Handle, mode chubby.LockM
 // ---- Cell
 
 func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (*chubby.GetMasterResponse, error) {
+	if req == nil { // the IDL lets it be absent: one without unreachable
+		req = &chubby.GetMasterRequest{}
+	}
 	suspect := req.GetUnreachable()
 	if len(suspect) > maxAddrBytes {
 		return nil, invalid("unreachable of %d bytes over the %d-byte limit", len(suspect), maxAddrBytes)
@@ -811,8 +848,8 @@ func checkMulti(req *chubby.MultiRequest) error {
 		}
 		bytes += len(op.Content)
 	}
-	if bytes > int(chubby.MAX_MULTI_BYTES) {
-		return fs.Errorf(chubby.ErrorCode_TOO_LARGE, "contents of %d bytes together, over the %d-byte limit of one Multi", bytes, chubby.MAX_MULTI_BYTES)
+	if bytes > maxMultiContentBytes { // MAX_MULTI_BYTES, or what one log entry holds (entrylimit.go)
+		return fs.Errorf(chubby.ErrorCode_TOO_LARGE, "contents of %d bytes together, over the %d-byte limit of one Multi", bytes, maxMultiContentBytes)
 	}
 	return nil
 }

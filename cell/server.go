@@ -593,13 +593,21 @@ func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *c
 		ctx, cancel = context.WithTimeout(ctx, commitTimeout)
 		defer cancel()
 	}
+	entry := fs.EncodeCommand(cmd)
+	if len(entry) > vr.MaxEntryBytes {
+		// Refused before the log saw it: certain, nothing to hold.
+		if cacheDone != nil {
+			cacheDone(false)
+		}
+		return nil, fs.Errorf(chubby.ErrorCode_TOO_LARGE, "the command is %d bytes, over the %d-byte limit of one log entry", len(entry), vr.MaxEntryBytes)
+	}
 	var v any
 	if inView {
-		v, err = s.log.ProposeInView(ctx, view, fs.EncodeCommand(cmd))
+		v, err = s.log.ProposeInView(ctx, view, entry)
 	} else {
-		v, err = s.log.Propose(ctx, fs.EncodeCommand(cmd))
+		v, err = s.log.Propose(ctx, entry)
 	}
-	uncertain = err != nil
+	uncertain = err != nil && !refused(err)
 	if cacheDone != nil {
 		cacheDone(uncertain)
 	}
@@ -629,6 +637,14 @@ func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *c
 		return res, res.Err
 	}
 	return res, nil
+}
+
+// refused reports whether a proposal's error says the log never took the
+// command (so it cannot apply later, and nothing need be held for it): the
+// replica was not the primary in the view asked for, or its queue was full.
+func refused(err error) bool {
+	var nm *replica.NotMasterError
+	return errors.As(err, &nm) || errors.Is(err, replica.ErrOverloaded)
 }
 
 // expireSession ends a session whose lease ran out (lock-delay applies). It

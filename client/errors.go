@@ -29,6 +29,11 @@ var (
 
 	// ErrPoisoned: the call's handle was poisoned (Handle.Poison).
 	ErrPoisoned = errors.New("chubby: handle poisoned")
+
+	// ErrDirChanging: Handle.ReadDir of a directory too big for one reply
+	// saw its children added or removed between pages on every attempt,
+	// so it has no consistent listing to return. Retry later.
+	ErrDirChanging = errors.New("chubby: directory changed during every attempt to list it")
 )
 
 // OpError records a failed call: the operation, the path it was about (empty

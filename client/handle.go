@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -365,7 +366,14 @@ func (h *Handle) getStatCall() func(context.Context) (*chubby.Stat, error) {
 	}
 }
 
-// ReadDir lists the directory's children, sorted by name.
+// ReadDir lists the directory's children, sorted by name: all of them,
+// however many (up to the cell's limit on a directory's entries). A
+// listing too big for one reply is read in pages (ReadDirRequest.after);
+// the set of names is one snapshot — the directory's content generation,
+// which every child added or removed bumps, is the same on every page, or
+// the listing starts again, at most maxReadDirAttempts times, then fails
+// with ErrDirChanging — and each entry's Stat is as of the page it came
+// in. Only a listing that fits one page is cached.
 func (h *Handle) ReadDir(ctx context.Context) ([]*chubby.DirEntry, error) {
 	return handleDo(h, "readdir", ctx, h.readDirCall())
 }
@@ -375,6 +383,10 @@ func (h *Handle) ReadDir(ctx context.Context) ([]*chubby.DirEntry, error) {
 func (h *Handle) ReadDirAsync(ctx context.Context) *rpc.Future[[]*chubby.DirEntry] {
 	return handleGo(h, "readdir", ctx, h.readDirCall())
 }
+
+// maxReadDirAttempts bounds how often ReadDir starts a paged listing again
+// because the directory's children changed between its pages.
+const maxReadDirAttempts = 8
 
 // readDirCall is the call ReadDir makes on the caller's goroutine and
 // ReadDirAsync on a goroutine of its own.
@@ -389,27 +401,71 @@ func (h *Handle) readDirCall() func(context.Context) ([]*chubby.DirEntry, error)
 		} else if s.caching {
 			s.cache.misses.Add(1)
 		}
-		req := h.req()
 		gen := s.cache.generation()
-		if usable {
-			req.Cache = boolPtr(true)
-		}
-		r, err := sessionCall(ctx, s, s.spec("readdir", h.Path(), retrySafe),
-			func(ctx context.Context, o ...callopt.Option) (*chubby.ReadDirResponse, error) {
-				return s.c.kc.ReadDir(ctx, req, o...)
-			})
+		first, err := h.readDirPage(ctx, "", usable)
 		if err != nil {
 			return nil, err
 		}
-		if r.GetCacheable() && s.cacheUsable() {
-			cp := make([]*chubby.DirEntry, len(r.GetEntries()))
-			for i, d := range r.GetEntries() {
-				cp[i] = &chubby.DirEntry{Name: d.Name, Stat: ageStat(d.Stat, 0)}
+		if !first.GetMore() {
+			if first.GetCacheable() && s.cacheUsable() {
+				cp := make([]*chubby.DirEntry, len(first.GetEntries()))
+				for i, d := range first.GetEntries() {
+					cp[i] = &chubby.DirEntry{Name: d.Name, Stat: ageStat(d.Stat, 0)}
+				}
+				s.cache.fillDir(h.Path(), h.h.GetInstance(), gen, cp)
 			}
-			s.cache.fillDir(h.Path(), h.h.GetInstance(), gen, cp)
+			return first.GetEntries(), nil
 		}
-		return r.GetEntries(), nil
+		for attempt := 1; ; attempt++ {
+			es, ok, err := h.readDirRest(ctx, first)
+			if err != nil || ok {
+				return es, err
+			}
+			if attempt == maxReadDirAttempts {
+				return nil, ErrDirChanging
+			}
+			if first, err = h.readDirPage(ctx, "", false); err != nil {
+				return nil, err
+			}
+		}
 	}
+}
+
+// readDirRest reads the pages after first and returns the whole listing;
+// ok is false when the directory's children changed since first (its
+// content generation differs on a later page).
+func (h *Handle) readDirRest(ctx context.Context, first *chubby.ReadDirResponse) (es []*chubby.DirEntry, ok bool, err error) {
+	es = slices.Clone(first.GetEntries())
+	for r := first; r.GetMore(); {
+		if len(r.GetEntries()) == 0 {
+			return nil, false, newError(chubby.ErrorCode_INTERNAL, "ReadDir page says more but holds no entry")
+		}
+		after := r.GetEntries()[len(r.GetEntries())-1].GetName()
+		if r, err = h.readDirPage(ctx, after, false); err != nil {
+			return nil, false, err
+		}
+		if r.GetContentGeneration() != first.GetContentGeneration() {
+			return nil, false, nil
+		}
+		es = append(es, r.GetEntries()...)
+	}
+	return es, true, nil
+}
+
+// readDirPage reads one page of the listing: the entries after after.
+func (h *Handle) readDirPage(ctx context.Context, after string, cache bool) (*chubby.ReadDirResponse, error) {
+	s := h.s
+	req := &chubby.ReadDirRequest{Handle: h.h}
+	if after != "" {
+		req.After = &after
+	}
+	if cache {
+		req.Cache = boolPtr(true)
+	}
+	return sessionCall(ctx, s, s.spec("readdir", h.Path(), retrySafe),
+		func(ctx context.Context, o ...callopt.Option) (*chubby.ReadDirResponse, error) {
+			return s.c.kc.ReadDir(ctx, req, o...)
+		})
 }
 
 // SetOption modifies a SetContents call.

@@ -63,6 +63,15 @@ func parsePath(p string) ([]string, *chubby.ChubbyError) {
 	return comps, nil
 }
 
+// CheckName checks one path component: 1..MAX_NAME_BYTES bytes of
+// [A-Za-z0-9._-], not "." or "..". The error is INVALID_ARGUMENT.
+func CheckName(c string) error {
+	if err := checkName(c); err != nil {
+		return err
+	}
+	return nil
+}
+
 // checkName checks one path component.
 func checkName(c string) *chubby.ChubbyError {
 	if c == "" {

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"math"
 	"slices"
 
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -49,22 +50,106 @@ func (s *State) GetStat(w *chubby.Handle) (*chubby.Stat, error) {
 	return s.stat(h.node), nil
 }
 
-// ReadDir returns the entries of the directory h names, sorted by name.
+// ReadDir returns the entries of the directory h names, sorted by name:
+// every one of them, in one slice (for tests and tools in the process;
+// clients page with ReadDirPage).
 func (s *State) ReadDir(w *chubby.Handle) ([]*chubby.DirEntry, error) {
-	h, err := s.readHandle(w)
+	p, err := s.ReadDirPage(w, "", math.MaxInt, math.MaxInt)
 	if err != nil {
 		return nil, err
 	}
+	return p.Entries, nil
+}
+
+// DirPage is one page of a directory's listing.
+type DirPage struct {
+	Entries []*chubby.DirEntry // sorted by name
+	// More: the directory has entries after the last of Entries.
+	More bool
+	// Generation is the directory's content generation as the page was
+	// read: bumped by every child added or removed.
+	Generation int64
+	// Bytes is the Thrift binary encoding size of Entries' elements
+	// together (DirEntry.BLength): the page's part of a reply.
+	Bytes int
+}
+
+// MaxDirEntryBytes bounds the Thrift binary encoding of one DirEntry
+// (DirEntry.BLength), whatever the node: each field is a 3-byte header
+// and its value, a string a 4-byte length and its bytes, a struct ends in
+// a 1-byte stop.
+//
+//	DirEntry  name 3+4+255 (MAX_NAME_BYTES), stat 3+Stat, stop 1   = 263+3+Stat+1
+//	Stat      path 3+4+4096 (MAX_PATH_BYTES)                         4103
+//	          kind i32 3+4                                              7
+//	          8 × i64 (instance .. modify_time_ms) 8 × (3+8)           88
+//	          ephemeral bool 3+1, ephemeral_owner 3+8                  15
+//	          lock 3 + LockInfo(mode 7, holders 7, waiters 7,
+//	                  delay 11, stop 1)                                36
+//	          acl 3 + ACLNames(3 × (3+4+255), stop 1)                 790
+//	          stop 1                                                    1
+//	                                                                 5040
+//
+// so a DirEntry is at most 262 + 3 + 5040 + 1 = 5306 bytes
+// (TestReadDirPageWorstCase builds one and checks its BLength against it).
+const MaxDirEntryBytes = 5306
+
+// ReadDirPage returns the entries of the directory h names whose names
+// sort after after ("" : from the first), in name order: at most limit
+// of them, and no more than fit in maxBytes of encoding (Bytes <=
+// maxBytes), except that a page always holds at least one entry when
+// there is one, so a caller with maxBytes >= MaxDirEntryBytes always
+// makes progress and never gets more than maxBytes. limit and maxBytes
+// must be positive.
+func (s *State) ReadDirPage(w *chubby.Handle, after string, limit, maxBytes int) (DirPage, error) {
+	h, err := s.readHandle(w)
+	if err != nil {
+		return DirPage{}, err
+	}
 	n := h.node
 	if !n.isDir() {
-		return nil, Errorf(chubby.ErrorCode_NOT_DIRECTORY, "%s is a file, not a directory", n.path)
+		return DirPage{}, Errorf(chubby.ErrorCode_NOT_DIRECTORY, "%s is a file, not a directory", n.path)
 	}
-	names := sortedNames(n)
-	entries := make([]*chubby.DirEntry, len(names))
+	names := namesAfter(n, after)
+	page := DirPage{Generation: n.contentGen}
 	for i, name := range names {
-		entries[i] = &chubby.DirEntry{Name: name, Stat: s.stat(n.children[name])}
+		if i == limit {
+			page.More = true
+			break
+		}
+		e := &chubby.DirEntry{Name: name, Stat: s.stat(n.children[name])}
+		b := e.BLength()
+		if i > 0 && page.Bytes+b > maxBytes {
+			page.More = true
+			break
+		}
+		page.Entries = append(page.Entries, e)
+		page.Bytes += b
 	}
-	return entries, nil
+	return page, nil
+}
+
+// namesAfter returns the names of the children of the directory n that
+// sort after after, in ascending byte order.
+func namesAfter(n *node, after string) []string {
+	names := make([]string, 0, len(n.children))
+	for name := range n.children {
+		if name > after {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// DirSize returns the number of children of the directory h names (0
+// when it names no readable directory): a hint, read without a right.
+func (s *State) DirSize(w *chubby.Handle) int {
+	h, err := s.handleFor(w, true)
+	if err != nil || !h.node.isDir() {
+		return 0
+	}
+	return len(h.node.children)
 }
 
 // GetSequencer returns the sequencer of the lock h holds (LOCK_NOT_HELD when

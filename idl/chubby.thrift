@@ -38,7 +38,11 @@ const i32 MAX_ACL_ENTRIES = 1000             // principals listed in one ACL fil
 const i32 MAX_TIMESTAMPS_PER_CALL = 1000000  // GetTimestampsRequest.count
 const i32 MAX_MULTI_COMPARES = 64            // MultiRequest.compares
 const i32 MAX_MULTI_OPS = 64                 // MultiRequest.ops
-const i32 MAX_MULTI_BYTES = 1048576          // MultiRequest: all contents together
+// MultiRequest: all contents together. A Multi is one log entry, so a cell
+// also refuses (TOO_LARGE) contents that would not fit one entry beside the
+// longest paths: with today's 1 MiB entries, over 508,576 bytes.
+const i32 MAX_MULTI_BYTES = 1048576
+const i32 MAX_READDIR_ENTRIES = 10000        // entries of one ReadDir page (ReadDirRequest.limit)
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -344,7 +348,7 @@ struct CloseRequest {
 struct HandleRequest {
     1: required Handle handle
     2: optional RequestID rid  // Release only; reads ignore it
-    // GetContentsAndStat, ReadDir: the client wants to cache the answer. The
+    // GetContentsAndStat: the client wants to cache the answer. The
     // master then registers the session as a cacher of the node and says in
     // the reply whether it may (cacheable).
     3: optional bool cache
@@ -359,9 +363,34 @@ struct GetContentsAndStatResponse {
     3: optional bool cacheable
 }
 
+// ReadDirRequest asks for one page of a directory's listing: its entries
+// after the name after (unset or empty: from the first), in name order, at
+// most limit of them (unset or 0: MAX_READDIR_ENTRIES; larger: refused),
+// and fewer when their encoding would not fit one reply (the cell keeps
+// every reply well under its payload limit, whatever the names and paths).
+// Its field ids are HandleRequest's, so a client generated when ReadDir
+// took a HandleRequest still calls it (and gets the first page). Field 2
+// (HandleRequest.rid, which reads ignore) is not used.
+struct ReadDirRequest {
+    1: required Handle handle
+    // The client wants to cache the answer (as HandleRequest.cache). Only
+    // a complete listing in one page (more unset) can be cacheable.
+    3: optional bool cache
+    4: optional string after  // a cursor: the last name of the previous page
+    5: optional i32 limit     // 0..MAX_READDIR_ENTRIES
+}
+
 struct ReadDirResponse {
     1: required list<DirEntry> entries  // sorted by name
     2: optional bool cacheable  // as GetContentsAndStatResponse.cacheable
+    // more: the directory has entries after this page's last; ask again
+    // with after set to its name. Unset: the listing is complete.
+    3: optional bool more
+    // The directory's content_generation when this page was read: it
+    // changes whenever a child is added or removed, so a client that reads
+    // the same value on every page of a listing has one consistent set of
+    // names (each entry's Stat is as of its own page).
+    4: optional i64 content_generation
 }
 
 struct SetContentsRequest {
@@ -463,7 +492,8 @@ service FileSystem {
     void Close(1: CloseRequest req) throws (1: ChubbyError err)
     GetContentsAndStatResponse GetContentsAndStat(1: HandleRequest req) throws (1: ChubbyError err)
     Stat GetStat(1: HandleRequest req) throws (1: ChubbyError err)
-    ReadDirResponse ReadDir(1: HandleRequest req) throws (1: ChubbyError err)
+    // ReadDir lists one page of a directory (see ReadDirRequest).
+    ReadDirResponse ReadDir(1: ReadDirRequest req) throws (1: ChubbyError err)
     Stat SetContents(1: SetContentsRequest req) throws (1: ChubbyError err)
     void Delete(1: DeleteRequest req) throws (1: ChubbyError err)
     Stat Mkdir(1: MkdirRequest req) throws (1: ChubbyError err)

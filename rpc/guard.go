@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -40,7 +41,21 @@ func (g guardedCodec) Marshal(ctx context.Context, m remote.Message, out remote.
 	return g.inner.Marshal(ctx, m, out)
 }
 
+// MaxMethodNameBytes bounds the method name of a request: the longest of
+// the services' is under 32 bytes. A longer one is refused before it is
+// read, with an error that does not echo it (Kitex's "unknown method"
+// reply and log line would carry the whole name: a 4 MB name made 4 MB
+// log lines and a 2 MiB reply).
+const MaxMethodNameBytes = 64
+
 func (g guardedCodec) Unmarshal(ctx context.Context, m remote.Message, in remote.ByteBuffer) error {
+	if n := m.PayloadLen(); n == 0 || n >= 8 { // shorter frames fail checkThriftMessage
+		if head, err := in.Peek(8); err == nil {
+			if err := checkMethodName(head); err != nil {
+				return remote.NewTransError(remote.ProtocolError, err)
+			}
+		}
+	}
 	if n := m.PayloadLen(); n > 0 {
 		buf, err := in.Peek(n)
 		if err != nil {
@@ -54,6 +69,20 @@ func (g guardedCodec) Unmarshal(ctx context.Context, m remote.Message, in remote
 }
 
 func (g guardedCodec) Name() string { return g.inner.Name() }
+
+// checkMethodName checks the name length a binary-protocol message header
+// starting head (at least 8 bytes) claims: strict (a negative version word,
+// then the name's length) or old-style (the name's length first).
+func checkMethodName(head []byte) error {
+	n := int32(binary.BigEndian.Uint32(head))
+	if n < 0 {
+		n = int32(binary.BigEndian.Uint32(head[4:]))
+	}
+	if n < 0 || n > MaxMethodNameBytes {
+		return fmt.Errorf("%w: a method name of %d bytes (at most %d)", errMalformed, n, MaxMethodNameBytes)
+	}
+	return nil
+}
 
 // checkThriftMessage checks that buf is a binary-protocol message header
 // followed by one well-formed struct.

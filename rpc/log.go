@@ -18,13 +18,30 @@ import (
 // Limits of the log rate limiter. When a process runs out of file
 // descriptors, netpoll logs a failed accept every few milliseconds; on this
 // kind of machine that made gigabytes of log in a minute. Repeats of one
-// message beyond logBurst per logWindow are counted, not written.
+// message beyond logBurst per logWindow are counted, not written, and so
+// is everything beyond logMaxBytes per window: messages carry what clients
+// send (a method name of 4 MB made 4 MB lines), so lines are not a measure
+// of cost. Each message is cut to MaxLogMessageBytes first.
 const (
-	logWindow  = 10 * time.Second
-	logBurst   = 5
-	logMaxKeys = 1024 // distinct messages tracked per window; beyond that they share one budget
-	logKeyLen  = 160  // bytes of a message that identify it
+	logWindow   = 10 * time.Second
+	logBurst    = 5
+	logMaxKeys  = 1024    // distinct messages tracked per window; beyond that they share one budget
+	logKeyLen   = 160     // bytes of a message that identify it
+	logMaxBytes = 1 << 20 // bytes of messages written per window, all keys together
 )
+
+// MaxLogMessageBytes bounds a message this package logs, and what callers
+// echo of client input in a log record (CutForLog): longer ones are cut.
+const MaxLogMessageBytes = 512
+
+// CutForLog returns s cut to MaxLogMessageBytes, saying how much was cut:
+// for a name or message from a client that goes into a log record.
+func CutForLog(s string) string {
+	if len(s) <= MaxLogMessageBytes {
+		return s
+	}
+	return fmt.Sprintf("%s…(%d bytes, cut)", strings.ToValidUTF8(s[:MaxLogMessageBytes], ""), len(s))
+}
 
 // logLimiter lets through at most logBurst messages with the same key per
 // window, and reports how many it dropped.
@@ -34,6 +51,7 @@ type logLimiter struct {
 	mu         sync.Mutex
 	start      time.Time      // of the current window
 	counts     map[string]int // messages seen this window, by key
+	bytes      int            // bytes of messages let through this window
 	suppressed int            // messages dropped this window
 }
 
@@ -41,25 +59,27 @@ func newLogLimiter(now func() time.Time) *logLimiter {
 	return &logLimiter{now: now, counts: make(map[string]int)}
 }
 
-// allow reports whether a message with key may be written. When a window
-// ends with dropped messages, dropped says how many, so the caller can say
-// so once.
-func (r *logLimiter) allow(key string) (ok bool, dropped int) {
+// allow reports whether a message with key, of size bytes, may be
+// written: at most logBurst per key and logMaxBytes in all per window.
+// When a window ends with dropped messages, dropped says how many, so the
+// caller can say so once.
+func (r *logLimiter) allow(key string, size int) (ok bool, dropped int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t := r.now(); t.Sub(r.start) >= logWindow {
 		dropped = r.suppressed
-		r.start, r.suppressed = t, 0
+		r.start, r.suppressed, r.bytes = t, 0, 0
 		clear(r.counts)
 	}
 	if _, seen := r.counts[key]; !seen && len(r.counts) >= logMaxKeys {
 		key = "" // too many distinct messages: they share one budget
 	}
 	r.counts[key]++
-	if r.counts[key] > logBurst {
+	if r.counts[key] > logBurst || r.bytes+size > logMaxBytes {
 		r.suppressed++
 		return false, dropped
 	}
+	r.bytes += size
 	return true, dropped
 }
 
@@ -125,11 +145,11 @@ type logWriter struct {
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		line = trimStdTimestamp(line)
+		line = CutForLog(trimStdTimestamp(line))
 		if line == "" {
 			continue
 		}
-		ok, dropped := w.limiter.allow(logKey(line))
+		ok, dropped := w.limiter.allow(logKey(line), len(line))
 		if dropped > 0 {
 			w.l.Warn("rpc: repeated log messages dropped", "dropped", dropped, "window", logWindow)
 		}
@@ -191,8 +211,8 @@ func (k *kitexLogger) log(ctx context.Context, lv klog.Level, msg func() string)
 		}
 		return
 	}
-	m := msg()
-	ok, dropped := k.limiter.allow(logKey(m))
+	m := CutForLog(msg())
+	ok, dropped := k.limiter.allow(logKey(m), len(m))
 	if dropped > 0 {
 		l.Log(ctx, slog.LevelWarn, "rpc: repeated log messages dropped", "dropped", dropped, "window", logWindow)
 	}

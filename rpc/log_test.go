@@ -24,7 +24,7 @@ func TestLogLimiter(t *testing.T) {
 
 	allowed := 0
 	for range 100 {
-		if ok, dropped := r.allow("flood"); ok {
+		if ok, dropped := r.allow("flood", 1); ok {
 			allowed++
 		} else if dropped != 0 {
 			t.Fatalf("dropped reported mid-window: %d", dropped)
@@ -33,16 +33,16 @@ func TestLogLimiter(t *testing.T) {
 	if allowed != logBurst {
 		t.Fatalf("%d of 100 repeats allowed in one window; want %d", allowed, logBurst)
 	}
-	if ok, _ := r.allow("other"); !ok {
+	if ok, _ := r.allow("other", 1); !ok {
 		t.Fatal("a different message was refused")
 	}
 
 	clock.t = clock.t.Add(logWindow)
-	ok, dropped := r.allow("flood")
+	ok, dropped := r.allow("flood", 1)
 	if !ok || dropped != 100-logBurst {
 		t.Fatalf("first message of a new window: ok=%v dropped=%d; want true, %d", ok, dropped, 100-logBurst)
 	}
-	if _, dropped := r.allow("flood"); dropped != 0 {
+	if _, dropped := r.allow("flood", 1); dropped != 0 {
 		t.Fatalf("dropped reported twice: %d", dropped)
 	}
 }
@@ -51,7 +51,7 @@ func TestLogLimiterBoundsKeys(t *testing.T) {
 	r := newLogLimiter((&fakeClock{t: time.Unix(1000, 0)}).now)
 	allowed := 0
 	for i := range 10 * logMaxKeys {
-		if ok, _ := r.allow(fmt.Sprint("distinct ", i)); ok {
+		if ok, _ := r.allow(fmt.Sprint("distinct ", i), 1); ok {
 			allowed++
 		}
 	}
@@ -154,5 +154,32 @@ func TestKitexLogger(t *testing.T) {
 	k.Warn("to the new output")
 	if !strings.Contains(out.String(), "to the new output") {
 		t.Errorf("SetOutput: new output has %q", out.String())
+	}
+}
+
+// TestLogLimiterCountsBytes: beyond logMaxBytes in a window, messages are
+// dropped however few lines they are.
+func TestLogLimiterCountsBytes(t *testing.T) {
+	r := newLogLimiter((&fakeClock{t: time.Unix(1000, 0)}).now)
+	passed := 0
+	for i := range 100 {
+		if ok, _ := r.allow(fmt.Sprint("key", string(rune('a'+i%26)), i/26), MaxLogMessageBytes); ok {
+			passed++
+		}
+	}
+	if want := min(100, logMaxBytes/MaxLogMessageBytes); passed != want {
+		t.Fatalf("%d of 100 messages of %d bytes passed, want %d", passed, MaxLogMessageBytes, want)
+	}
+	if ok, _ := r.allow("big", logMaxBytes+1); ok {
+		t.Fatal("a message over the window's byte budget passed")
+	}
+}
+
+func TestCutForLog(t *testing.T) {
+	for _, n := range []int{0, MaxLogMessageBytes, MaxLogMessageBytes + 1, 4_000_000} {
+		s := CutForLog(strings.Repeat("x", n))
+		if n <= MaxLogMessageBytes && len(s) != n || n > MaxLogMessageBytes && (len(s) > MaxLogMessageBytes+64 || !strings.Contains(s, fmt.Sprint(n))) {
+			t.Errorf("CutForLog of %d bytes: %d bytes %q...", n, len(s), s[:min(len(s), 40)])
+		}
 	}
 }

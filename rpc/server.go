@@ -360,7 +360,7 @@ func (r *limitReporter) count(which string) bool {
 	if r.metrics != nil {
 		r.metrics.limited.WithLabelValues(which).Inc()
 	}
-	ok, dropped := r.limiter.allow(which)
+	ok, dropped := r.limiter.allow(which, len(which))
 	if dropped > 0 {
 		r.log.Warn("rpc: repeated log messages dropped", "dropped", dropped, "window", logWindow)
 	}

@@ -40,6 +40,8 @@ const (
 
 	MAX_MULTI_BYTES = 1048576
 
+	MAX_READDIR_ENTRIES = 10000
+
 	EVENT_MASK_FILE_CONTENTS_MODIFIED = 1
 
 	EVENT_MASK_CHILD_ADDED = 2
@@ -2078,9 +2080,103 @@ var fieldIDToName_GetContentsAndStatResponse = map[int16]string{
 	3: "cacheable",
 }
 
+type ReadDirRequest struct {
+	Handle *Handle `thrift:"handle,1,required" frugal:"1,required,Handle" json:"handle"`
+	Cache  *bool   `thrift:"cache,3,optional" frugal:"3,optional,bool" json:"cache,omitempty"`
+	After  *string `thrift:"after,4,optional" frugal:"4,optional,string" json:"after,omitempty"`
+	Limit  *int32  `thrift:"limit,5,optional" frugal:"5,optional,i32" json:"limit,omitempty"`
+}
+
+func NewReadDirRequest() *ReadDirRequest {
+	return &ReadDirRequest{}
+}
+
+func (p *ReadDirRequest) InitDefault() {
+}
+
+var ReadDirRequest_Handle_DEFAULT *Handle
+
+func (p *ReadDirRequest) GetHandle() (v *Handle) {
+	if !p.IsSetHandle() {
+		return ReadDirRequest_Handle_DEFAULT
+	}
+	return p.Handle
+}
+
+var ReadDirRequest_Cache_DEFAULT bool
+
+func (p *ReadDirRequest) GetCache() (v bool) {
+	if !p.IsSetCache() {
+		return ReadDirRequest_Cache_DEFAULT
+	}
+	return *p.Cache
+}
+
+var ReadDirRequest_After_DEFAULT string
+
+func (p *ReadDirRequest) GetAfter() (v string) {
+	if !p.IsSetAfter() {
+		return ReadDirRequest_After_DEFAULT
+	}
+	return *p.After
+}
+
+var ReadDirRequest_Limit_DEFAULT int32
+
+func (p *ReadDirRequest) GetLimit() (v int32) {
+	if !p.IsSetLimit() {
+		return ReadDirRequest_Limit_DEFAULT
+	}
+	return *p.Limit
+}
+func (p *ReadDirRequest) SetHandle(val *Handle) {
+	p.Handle = val
+}
+func (p *ReadDirRequest) SetCache(val *bool) {
+	p.Cache = val
+}
+func (p *ReadDirRequest) SetAfter(val *string) {
+	p.After = val
+}
+func (p *ReadDirRequest) SetLimit(val *int32) {
+	p.Limit = val
+}
+
+func (p *ReadDirRequest) IsSetHandle() bool {
+	return p.Handle != nil
+}
+
+func (p *ReadDirRequest) IsSetCache() bool {
+	return p.Cache != nil
+}
+
+func (p *ReadDirRequest) IsSetAfter() bool {
+	return p.After != nil
+}
+
+func (p *ReadDirRequest) IsSetLimit() bool {
+	return p.Limit != nil
+}
+
+func (p *ReadDirRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("ReadDirRequest(%+v)", *p)
+}
+
+var fieldIDToName_ReadDirRequest = map[int16]string{
+	1: "handle",
+	3: "cache",
+	4: "after",
+	5: "limit",
+}
+
 type ReadDirResponse struct {
-	Entries   []*DirEntry `thrift:"entries,1,required" frugal:"1,required,list<DirEntry>" json:"entries"`
-	Cacheable *bool       `thrift:"cacheable,2,optional" frugal:"2,optional,bool" json:"cacheable,omitempty"`
+	Entries           []*DirEntry `thrift:"entries,1,required" frugal:"1,required,list<DirEntry>" json:"entries"`
+	Cacheable         *bool       `thrift:"cacheable,2,optional" frugal:"2,optional,bool" json:"cacheable,omitempty"`
+	More              *bool       `thrift:"more,3,optional" frugal:"3,optional,bool" json:"more,omitempty"`
+	ContentGeneration *int64      `thrift:"content_generation,4,optional" frugal:"4,optional,i64" json:"content_generation,omitempty"`
 }
 
 func NewReadDirResponse() *ReadDirResponse {
@@ -2102,15 +2198,47 @@ func (p *ReadDirResponse) GetCacheable() (v bool) {
 	}
 	return *p.Cacheable
 }
+
+var ReadDirResponse_More_DEFAULT bool
+
+func (p *ReadDirResponse) GetMore() (v bool) {
+	if !p.IsSetMore() {
+		return ReadDirResponse_More_DEFAULT
+	}
+	return *p.More
+}
+
+var ReadDirResponse_ContentGeneration_DEFAULT int64
+
+func (p *ReadDirResponse) GetContentGeneration() (v int64) {
+	if !p.IsSetContentGeneration() {
+		return ReadDirResponse_ContentGeneration_DEFAULT
+	}
+	return *p.ContentGeneration
+}
 func (p *ReadDirResponse) SetEntries(val []*DirEntry) {
 	p.Entries = val
 }
 func (p *ReadDirResponse) SetCacheable(val *bool) {
 	p.Cacheable = val
 }
+func (p *ReadDirResponse) SetMore(val *bool) {
+	p.More = val
+}
+func (p *ReadDirResponse) SetContentGeneration(val *int64) {
+	p.ContentGeneration = val
+}
 
 func (p *ReadDirResponse) IsSetCacheable() bool {
 	return p.Cacheable != nil
+}
+
+func (p *ReadDirResponse) IsSetMore() bool {
+	return p.More != nil
+}
+
+func (p *ReadDirResponse) IsSetContentGeneration() bool {
+	return p.ContentGeneration != nil
 }
 
 func (p *ReadDirResponse) String() string {
@@ -2123,6 +2251,8 @@ func (p *ReadDirResponse) String() string {
 var fieldIDToName_ReadDirResponse = map[int16]string{
 	1: "entries",
 	2: "cacheable",
+	3: "more",
+	4: "content_generation",
 }
 
 type SetContentsRequest struct {
@@ -4147,7 +4277,7 @@ type FileSystem interface {
 
 	GetStat(ctx context.Context, req *HandleRequest) (r *Stat, err error)
 
-	ReadDir(ctx context.Context, req *HandleRequest) (r *ReadDirResponse, err error)
+	ReadDir(ctx context.Context, req *ReadDirRequest) (r *ReadDirResponse, err error)
 
 	SetContents(ctx context.Context, req *SetContentsRequest) (r *Stat, err error)
 
@@ -4521,7 +4651,7 @@ var fieldIDToName_FileSystemGetStatResult = map[int16]string{
 }
 
 type FileSystemReadDirArgs struct {
-	Req *HandleRequest `thrift:"req,1" frugal:"1,default,HandleRequest" json:"req"`
+	Req *ReadDirRequest `thrift:"req,1" frugal:"1,default,ReadDirRequest" json:"req"`
 }
 
 func NewFileSystemReadDirArgs() *FileSystemReadDirArgs {
@@ -4531,15 +4661,15 @@ func NewFileSystemReadDirArgs() *FileSystemReadDirArgs {
 func (p *FileSystemReadDirArgs) InitDefault() {
 }
 
-var FileSystemReadDirArgs_Req_DEFAULT *HandleRequest
+var FileSystemReadDirArgs_Req_DEFAULT *ReadDirRequest
 
-func (p *FileSystemReadDirArgs) GetReq() (v *HandleRequest) {
+func (p *FileSystemReadDirArgs) GetReq() (v *ReadDirRequest) {
 	if !p.IsSetReq() {
 		return FileSystemReadDirArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *FileSystemReadDirArgs) SetReq(val *HandleRequest) {
+func (p *FileSystemReadDirArgs) SetReq(val *ReadDirRequest) {
 	p.Req = val
 }
 

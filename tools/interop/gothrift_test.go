@@ -325,7 +325,7 @@ func exercise(t *testing.T, a *apacheClient, name, principal string) {
 	}
 	do, err := a.fs.Open(ctx, &chubby.OpenRequest{Session: s, Path: dir, Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_EXISTING})
 	fatal("FileSystem.Open "+dir, err)
-	rd, err := a.fs.ReadDir(ctx, &chubby.HandleRequest{Handle: do.Handle})
+	rd, err := a.fs.ReadDir(ctx, &chubby.ReadDirRequest{Handle: do.Handle})
 	fatal("FileSystem.ReadDir", err)
 	if len(rd.Entries) != 1 || rd.Entries[0].Name != "f" || rd.Entries[0].Stat.Kind != chubby.NodeKind_FILE {
 		t.Fatalf("FileSystem.ReadDir %s: %+v", dir, rd.Entries)

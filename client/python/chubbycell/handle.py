@@ -8,12 +8,17 @@ import time
 
 from . import _wire
 from .cell import ONCE, SAFE, UNSENT
-from .errors import HandleInvalidError, InvalidArgumentError, ProtocolError, TimedOutError
+from .errors import HandleInvalidError, InvalidArgumentError, ProtocolError, TimedOutError, UnavailableError
 from .session import HANDLE_EVENT_BUFFER, _EventQueue
+
 from .types import (DirEntry, LockMode, MAX_ACQUIRE_WAIT_MS, MAX_LOCK_DELAY_MS, check_content, check_flag,
                     check_seconds, ms_ceil)
 
 __all__ = ["Handle"]
+
+# READDIR_ATTEMPTS bounds how often readdir starts a paged listing again
+# because the directory's children changed between its pages.
+READDIR_ATTEMPTS = 8
 
 
 def _lock_delay_ms(lock_delay):
@@ -87,17 +92,42 @@ class Handle:
         return self._remember(_wire.stat(self.session._call("stat", self.path, SAFE, lambda c: c.fs.GetStat(req))))
 
     def readdir(self):
-        """List the directory's children, sorted by name (a list of DirEntry)."""
-        req = self._req()
+        """List the directory's children, sorted by name (a list of
+        DirEntry): all of them. A directory too big for one reply is read in
+        pages (ReadDirRequest.after); the set of names is one snapshot — the
+        directory's content generation is the same on every page, or the
+        listing starts again, at most READDIR_ATTEMPTS times, then
+        UnavailableError — and each entry's Stat is as of its page."""
+        for _ in range(READDIR_ATTEMPTS):
+            out, gen, after = [], None, None
+            while True:
+                r = self._readdir_page(after)
+                if gen is None:
+                    gen = r.content_generation
+                elif r.content_generation != gen:
+                    break  # a child was added or removed between pages
+                out.extend(r.entries)
+                if not r.more:
+                    return [DirEntry(name=d.name, stat=_wire.stat(d.stat)) for d in out]
+                if not r.entries:
+                    raise ProtocolError("ReadDir page says more but holds no entry", op="readdir", path=self.path)
+                after = r.entries[-1].name
+        raise UnavailableError("the directory changed during every attempt to list it; retry",
+                               op="readdir", path=self.path)
+
+    # _readdir_limit: entries per ReadDir page asked for (None: the cell's
+    # MAX_READDIR_ENTRIES); tests lower it to page small directories.
+    _readdir_limit = None
+
+    def _readdir_page(self, after):
+        req = _wire.ttypes.ReadDirRequest(handle=self._wire, after=after, limit=self._readdir_limit)
         r = self.session._call("readdir", self.path, SAFE, lambda c: c.fs.ReadDir(req))
         if r.entries is None:
             raise ProtocolError("ReadDir reply lacks its entries", op="readdir", path=self.path)
-        out = []
         for d in r.entries:
             if d is None or not d.name:
                 raise ProtocolError("ReadDir reply has an entry without a name", op="readdir", path=self.path)
-            out.append(DirEntry(name=d.name, stat=_wire.stat(d.stat)))
-        return out
+        return r
 
     # -- writing ---------------------------------------------------------------
 

@@ -42,6 +42,12 @@ class TestFiles(CellTest):
         self.s.create_file(d + "/a", b"x")
         dh = self.s.open(d)
         self.assertEqual([e.name for e in dh.readdir()], ["a", "f"])
+        for n in ("b", "c", "d"):
+            self.s.create_file(d + "/" + n, b"")
+        dh._readdir_limit = 2  # five children in three pages
+        self.assertEqual([e.name for e in dh.readdir()], ["a", "b", "c", "d", "f"])
+        for n in ("b", "c", "d"):
+            self.s.open(d + "/" + n, mode=cc.OpenMode.READ_WRITE).delete()
         with self.assertRaises(cc.ExistsError):
             self.s.open(d + "/f", create=cc.CreateMode.CREATE_NEW)
         dw = self.s.open(d, mode=cc.OpenMode.READ_WRITE)

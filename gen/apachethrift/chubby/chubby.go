@@ -6958,11 +6958,321 @@ func (p *GetContentsAndStatResponse) String() string {
 }
 
 // Attributes:
+//   - Handle
+//   - Cache
+//   - After
+//   - Limit
+type ReadDirRequest struct {
+	Handle *Handle `thrift:"handle,1,required" db:"handle" json:"handle"`
+	// unused field # 2
+	Cache *bool   `thrift:"cache,3" db:"cache" json:"cache,omitempty"`
+	After *string `thrift:"after,4" db:"after" json:"after,omitempty"`
+	Limit *int32  `thrift:"limit,5" db:"limit" json:"limit,omitempty"`
+}
+
+func NewReadDirRequest() *ReadDirRequest {
+	return &ReadDirRequest{}
+}
+
+var ReadDirRequest_Handle_DEFAULT *Handle
+
+func (p *ReadDirRequest) GetHandle() *Handle {
+	if !p.IsSetHandle() {
+		return ReadDirRequest_Handle_DEFAULT
+	}
+	return p.Handle
+}
+
+var ReadDirRequest_Cache_DEFAULT bool
+
+func (p *ReadDirRequest) GetCache() bool {
+	if !p.IsSetCache() {
+		return ReadDirRequest_Cache_DEFAULT
+	}
+	return *p.Cache
+}
+
+var ReadDirRequest_After_DEFAULT string
+
+func (p *ReadDirRequest) GetAfter() string {
+	if !p.IsSetAfter() {
+		return ReadDirRequest_After_DEFAULT
+	}
+	return *p.After
+}
+
+var ReadDirRequest_Limit_DEFAULT int32
+
+func (p *ReadDirRequest) GetLimit() int32 {
+	if !p.IsSetLimit() {
+		return ReadDirRequest_Limit_DEFAULT
+	}
+	return *p.Limit
+}
+func (p *ReadDirRequest) IsSetHandle() bool {
+	return p.Handle != nil
+}
+
+func (p *ReadDirRequest) IsSetCache() bool {
+	return p.Cache != nil
+}
+
+func (p *ReadDirRequest) IsSetAfter() bool {
+	return p.After != nil
+}
+
+func (p *ReadDirRequest) IsSetLimit() bool {
+	return p.Limit != nil
+}
+
+func (p *ReadDirRequest) Read(ctx context.Context, iprot thrift.TProtocol) error {
+	if _, err := iprot.ReadStructBegin(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read error: ", p), err)
+	}
+
+	var issetHandle bool = false
+
+	for {
+		_, fieldTypeId, fieldId, err := iprot.ReadFieldBegin(ctx)
+		if err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T field %d read error: ", p, fieldId), err)
+		}
+		if fieldTypeId == thrift.STOP {
+			break
+		}
+		switch fieldId {
+		case 1:
+			if fieldTypeId == thrift.STRUCT {
+				if err := p.ReadField1(ctx, iprot); err != nil {
+					return err
+				}
+				issetHandle = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 3:
+			if fieldTypeId == thrift.BOOL {
+				if err := p.ReadField3(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 4:
+			if fieldTypeId == thrift.STRING {
+				if err := p.ReadField4(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 5:
+			if fieldTypeId == thrift.I32 {
+				if err := p.ReadField5(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		default:
+			if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+				return err
+			}
+		}
+		if err := iprot.ReadFieldEnd(ctx); err != nil {
+			return err
+		}
+	}
+	if err := iprot.ReadStructEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read struct end error: ", p), err)
+	}
+	if !issetHandle {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Handle is not set"))
+	}
+	return nil
+}
+
+func (p *ReadDirRequest) ReadField1(ctx context.Context, iprot thrift.TProtocol) error {
+	p.Handle = &Handle{}
+	if err := p.Handle.Read(ctx, iprot); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T error reading struct: ", p.Handle), err)
+	}
+	return nil
+}
+
+func (p *ReadDirRequest) ReadField3(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadBool(ctx); err != nil {
+		return thrift.PrependError("error reading field 3: ", err)
+	} else {
+		p.Cache = &v
+	}
+	return nil
+}
+
+func (p *ReadDirRequest) ReadField4(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadString(ctx); err != nil {
+		return thrift.PrependError("error reading field 4: ", err)
+	} else {
+		p.After = &v
+	}
+	return nil
+}
+
+func (p *ReadDirRequest) ReadField5(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI32(ctx); err != nil {
+		return thrift.PrependError("error reading field 5: ", err)
+	} else {
+		p.Limit = &v
+	}
+	return nil
+}
+
+func (p *ReadDirRequest) Write(ctx context.Context, oprot thrift.TProtocol) error {
+	if err := oprot.WriteStructBegin(ctx, "ReadDirRequest"); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write struct begin error: ", p), err)
+	}
+	if p != nil {
+		if err := p.writeField1(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField3(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField4(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField5(ctx, oprot); err != nil {
+			return err
+		}
+	}
+	if err := oprot.WriteFieldStop(ctx); err != nil {
+		return thrift.PrependError("write field stop error: ", err)
+	}
+	if err := oprot.WriteStructEnd(ctx); err != nil {
+		return thrift.PrependError("write struct stop error: ", err)
+	}
+	return nil
+}
+
+func (p *ReadDirRequest) writeField1(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "handle", thrift.STRUCT, 1); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 1:handle: ", p), err)
+	}
+	if err := p.Handle.Write(ctx, oprot); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T error writing struct: ", p.Handle), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 1:handle: ", p), err)
+	}
+	return err
+}
+
+func (p *ReadDirRequest) writeField3(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if p.IsSetCache() {
+		if err := oprot.WriteFieldBegin(ctx, "cache", thrift.BOOL, 3); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field begin error 3:cache: ", p), err)
+		}
+		if err := oprot.WriteBool(ctx, bool(*p.Cache)); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T.cache (3) field write error: ", p), err)
+		}
+		if err := oprot.WriteFieldEnd(ctx); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field end error 3:cache: ", p), err)
+		}
+	}
+	return err
+}
+
+func (p *ReadDirRequest) writeField4(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if p.IsSetAfter() {
+		if err := oprot.WriteFieldBegin(ctx, "after", thrift.STRING, 4); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field begin error 4:after: ", p), err)
+		}
+		if err := oprot.WriteString(ctx, string(*p.After)); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T.after (4) field write error: ", p), err)
+		}
+		if err := oprot.WriteFieldEnd(ctx); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field end error 4:after: ", p), err)
+		}
+	}
+	return err
+}
+
+func (p *ReadDirRequest) writeField5(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if p.IsSetLimit() {
+		if err := oprot.WriteFieldBegin(ctx, "limit", thrift.I32, 5); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field begin error 5:limit: ", p), err)
+		}
+		if err := oprot.WriteI32(ctx, int32(*p.Limit)); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T.limit (5) field write error: ", p), err)
+		}
+		if err := oprot.WriteFieldEnd(ctx); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field end error 5:limit: ", p), err)
+		}
+	}
+	return err
+}
+
+func (p *ReadDirRequest) Equals(other *ReadDirRequest) bool {
+	if p == other {
+		return true
+	} else if p == nil || other == nil {
+		return false
+	}
+	if !p.Handle.Equals(other.Handle) {
+		return false
+	}
+	if p.Cache != other.Cache {
+		if p.Cache == nil || other.Cache == nil {
+			return false
+		}
+		if (*p.Cache) != (*other.Cache) {
+			return false
+		}
+	}
+	if p.After != other.After {
+		if p.After == nil || other.After == nil {
+			return false
+		}
+		if (*p.After) != (*other.After) {
+			return false
+		}
+	}
+	if p.Limit != other.Limit {
+		if p.Limit == nil || other.Limit == nil {
+			return false
+		}
+		if (*p.Limit) != (*other.Limit) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *ReadDirRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("ReadDirRequest(%+v)", *p)
+}
+
+// Attributes:
 //   - Entries
 //   - Cacheable
+//   - More
+//   - ContentGeneration
 type ReadDirResponse struct {
-	Entries   []*DirEntry `thrift:"entries,1,required" db:"entries" json:"entries"`
-	Cacheable *bool       `thrift:"cacheable,2" db:"cacheable" json:"cacheable,omitempty"`
+	Entries           []*DirEntry `thrift:"entries,1,required" db:"entries" json:"entries"`
+	Cacheable         *bool       `thrift:"cacheable,2" db:"cacheable" json:"cacheable,omitempty"`
+	More              *bool       `thrift:"more,3" db:"more" json:"more,omitempty"`
+	ContentGeneration *int64      `thrift:"content_generation,4" db:"content_generation" json:"content_generation,omitempty"`
 }
 
 func NewReadDirResponse() *ReadDirResponse {
@@ -6981,8 +7291,34 @@ func (p *ReadDirResponse) GetCacheable() bool {
 	}
 	return *p.Cacheable
 }
+
+var ReadDirResponse_More_DEFAULT bool
+
+func (p *ReadDirResponse) GetMore() bool {
+	if !p.IsSetMore() {
+		return ReadDirResponse_More_DEFAULT
+	}
+	return *p.More
+}
+
+var ReadDirResponse_ContentGeneration_DEFAULT int64
+
+func (p *ReadDirResponse) GetContentGeneration() int64 {
+	if !p.IsSetContentGeneration() {
+		return ReadDirResponse_ContentGeneration_DEFAULT
+	}
+	return *p.ContentGeneration
+}
 func (p *ReadDirResponse) IsSetCacheable() bool {
 	return p.Cacheable != nil
+}
+
+func (p *ReadDirResponse) IsSetMore() bool {
+	return p.More != nil
+}
+
+func (p *ReadDirResponse) IsSetContentGeneration() bool {
+	return p.ContentGeneration != nil
 }
 
 func (p *ReadDirResponse) Read(ctx context.Context, iprot thrift.TProtocol) error {
@@ -7015,6 +7351,26 @@ func (p *ReadDirResponse) Read(ctx context.Context, iprot thrift.TProtocol) erro
 		case 2:
 			if fieldTypeId == thrift.BOOL {
 				if err := p.ReadField2(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 3:
+			if fieldTypeId == thrift.BOOL {
+				if err := p.ReadField3(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 4:
+			if fieldTypeId == thrift.I64 {
+				if err := p.ReadField4(ctx, iprot); err != nil {
 					return err
 				}
 			} else {
@@ -7069,6 +7425,24 @@ func (p *ReadDirResponse) ReadField2(ctx context.Context, iprot thrift.TProtocol
 	return nil
 }
 
+func (p *ReadDirResponse) ReadField3(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadBool(ctx); err != nil {
+		return thrift.PrependError("error reading field 3: ", err)
+	} else {
+		p.More = &v
+	}
+	return nil
+}
+
+func (p *ReadDirResponse) ReadField4(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI64(ctx); err != nil {
+		return thrift.PrependError("error reading field 4: ", err)
+	} else {
+		p.ContentGeneration = &v
+	}
+	return nil
+}
+
 func (p *ReadDirResponse) Write(ctx context.Context, oprot thrift.TProtocol) error {
 	if err := oprot.WriteStructBegin(ctx, "ReadDirResponse"); err != nil {
 		return thrift.PrependError(fmt.Sprintf("%T write struct begin error: ", p), err)
@@ -7078,6 +7452,12 @@ func (p *ReadDirResponse) Write(ctx context.Context, oprot thrift.TProtocol) err
 			return err
 		}
 		if err := p.writeField2(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField3(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField4(ctx, oprot); err != nil {
 			return err
 		}
 	}
@@ -7126,6 +7506,36 @@ func (p *ReadDirResponse) writeField2(ctx context.Context, oprot thrift.TProtoco
 	return err
 }
 
+func (p *ReadDirResponse) writeField3(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if p.IsSetMore() {
+		if err := oprot.WriteFieldBegin(ctx, "more", thrift.BOOL, 3); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field begin error 3:more: ", p), err)
+		}
+		if err := oprot.WriteBool(ctx, bool(*p.More)); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T.more (3) field write error: ", p), err)
+		}
+		if err := oprot.WriteFieldEnd(ctx); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field end error 3:more: ", p), err)
+		}
+	}
+	return err
+}
+
+func (p *ReadDirResponse) writeField4(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if p.IsSetContentGeneration() {
+		if err := oprot.WriteFieldBegin(ctx, "content_generation", thrift.I64, 4); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field begin error 4:content_generation: ", p), err)
+		}
+		if err := oprot.WriteI64(ctx, int64(*p.ContentGeneration)); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T.content_generation (4) field write error: ", p), err)
+		}
+		if err := oprot.WriteFieldEnd(ctx); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field end error 4:content_generation: ", p), err)
+		}
+	}
+	return err
+}
+
 func (p *ReadDirResponse) Equals(other *ReadDirResponse) bool {
 	if p == other {
 		return true
@@ -7146,6 +7556,22 @@ func (p *ReadDirResponse) Equals(other *ReadDirResponse) bool {
 			return false
 		}
 		if (*p.Cacheable) != (*other.Cacheable) {
+			return false
+		}
+	}
+	if p.More != other.More {
+		if p.More == nil || other.More == nil {
+			return false
+		}
+		if (*p.More) != (*other.More) {
+			return false
+		}
+	}
+	if p.ContentGeneration != other.ContentGeneration {
+		if p.ContentGeneration == nil || other.ContentGeneration == nil {
+			return false
+		}
+		if (*p.ContentGeneration) != (*other.ContentGeneration) {
 			return false
 		}
 	}
@@ -14881,7 +15307,7 @@ type FileSystem interface {
 	GetStat(ctx context.Context, req *HandleRequest) (_r *Stat, _err error)
 	// Parameters:
 	//  - Req
-	ReadDir(ctx context.Context, req *HandleRequest) (_r *ReadDirResponse, _err error)
+	ReadDir(ctx context.Context, req *ReadDirRequest) (_r *ReadDirResponse, _err error)
 	// Parameters:
 	//  - Req
 	SetContents(ctx context.Context, req *SetContentsRequest) (_r *Stat, _err error)
@@ -15028,7 +15454,7 @@ func (p *FileSystemClient) GetStat(ctx context.Context, req *HandleRequest) (_r 
 
 // Parameters:
 //   - Req
-func (p *FileSystemClient) ReadDir(ctx context.Context, req *HandleRequest) (_r *ReadDirResponse, _err error) {
+func (p *FileSystemClient) ReadDir(ctx context.Context, req *ReadDirRequest) (_r *ReadDirResponse, _err error) {
 	var _args56 FileSystemReadDirArgs
 	_args56.Req = req
 	var _result58 FileSystemReadDirResult
@@ -17301,16 +17727,16 @@ func (p *FileSystemGetStatResult) String() string {
 // Attributes:
 //   - Req
 type FileSystemReadDirArgs struct {
-	Req *HandleRequest `thrift:"req,1" db:"req" json:"req"`
+	Req *ReadDirRequest `thrift:"req,1" db:"req" json:"req"`
 }
 
 func NewFileSystemReadDirArgs() *FileSystemReadDirArgs {
 	return &FileSystemReadDirArgs{}
 }
 
-var FileSystemReadDirArgs_Req_DEFAULT *HandleRequest
+var FileSystemReadDirArgs_Req_DEFAULT *ReadDirRequest
 
-func (p *FileSystemReadDirArgs) GetReq() *HandleRequest {
+func (p *FileSystemReadDirArgs) GetReq() *ReadDirRequest {
 	if !p.IsSetReq() {
 		return FileSystemReadDirArgs_Req_DEFAULT
 	}
@@ -17360,7 +17786,7 @@ func (p *FileSystemReadDirArgs) Read(ctx context.Context, iprot thrift.TProtocol
 }
 
 func (p *FileSystemReadDirArgs) ReadField1(ctx context.Context, iprot thrift.TProtocol) error {
-	p.Req = &HandleRequest{}
+	p.Req = &ReadDirRequest{}
 	if err := p.Req.Read(ctx, iprot); err != nil {
 		return thrift.PrependError(fmt.Sprintf("%T error reading struct: ", p.Req), err)
 	}

@@ -18,7 +18,7 @@ type Client interface {
 	Close(ctx context.Context, req *chubby.CloseRequest, callOptions ...callopt.Option) (err error)
 	GetContentsAndStat(ctx context.Context, req *chubby.HandleRequest, callOptions ...callopt.Option) (r *chubby.GetContentsAndStatResponse, err error)
 	GetStat(ctx context.Context, req *chubby.HandleRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
-	ReadDir(ctx context.Context, req *chubby.HandleRequest, callOptions ...callopt.Option) (r *chubby.ReadDirResponse, err error)
+	ReadDir(ctx context.Context, req *chubby.ReadDirRequest, callOptions ...callopt.Option) (r *chubby.ReadDirResponse, err error)
 	SetContents(ctx context.Context, req *chubby.SetContentsRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
 	Delete(ctx context.Context, req *chubby.DeleteRequest, callOptions ...callopt.Option) (err error)
 	Mkdir(ctx context.Context, req *chubby.MkdirRequest, callOptions ...callopt.Option) (r *chubby.Stat, err error)
@@ -101,7 +101,7 @@ func (p *kCombineServiceClient) GetStat(ctx context.Context, req *chubby.HandleR
 	return p.kClient.GetStat(ctx, req)
 }
 
-func (p *kCombineServiceClient) ReadDir(ctx context.Context, req *chubby.HandleRequest, callOptions ...callopt.Option) (r *chubby.ReadDirResponse, err error) {
+func (p *kCombineServiceClient) ReadDir(ctx context.Context, req *chubby.ReadDirRequest, callOptions ...callopt.Option) (r *chubby.ReadDirResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.ReadDir(ctx, req)
 }

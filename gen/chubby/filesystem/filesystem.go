@@ -484,7 +484,7 @@ func (p *kClient) GetStat(ctx context.Context, req *chubby.HandleRequest) (r *ch
 	return _result.GetSuccess(), nil
 }
 
-func (p *kClient) ReadDir(ctx context.Context, req *chubby.HandleRequest) (r *chubby.ReadDirResponse, err error) {
+func (p *kClient) ReadDir(ctx context.Context, req *chubby.ReadDirRequest) (r *chubby.ReadDirResponse, err error) {
 	var _args chubby.FileSystemReadDirArgs
 	_args.Req = req
 	var _result chubby.FileSystemReadDirResult

@@ -189,22 +189,59 @@ public final class Handle implements AutoCloseable {
         return remember(st, st);
     }
 
+    /** How often readDir starts a paged listing again because the directory changed between pages. */
+    static final int READDIR_ATTEMPTS = 8;
+
+    /** Entries per ReadDir page asked for (0: the cell's MAX_READDIR_ENTRIES); tests lower it. */
+    int readDirLimit = 0;
+
     /**
-     * Lists the directory's children, sorted by name.
+     * Lists the directory's children, sorted by name: all of them. A directory too big for one
+     * reply is read in pages; the set of names is one snapshot (the directory's content generation
+     * is the same on every page, or the listing starts again, at most {@link #READDIR_ATTEMPTS}
+     * times, then UNAVAILABLE), and each entry's Stat is as of its page.
      *
      * @return the children
      * @throws ChubbyException NOT_DIRECTORY, HANDLE_INVALID, ...
      */
     public List<DirEntry> readDir() throws ChubbyException {
-        chubby.HandleRequest req = req();
-        chubby.ReadDirResponse r = s.call("readdir", path(), Cell.Retry.SAFE, timeout(), null, c -> c.fs.ReadDir(req));
-        List<DirEntry> out = new ArrayList<>();
-        if (r.getEntries() != null) {
-            for (chubby.DirEntry d : r.getEntries()) {
-                out.add(new DirEntry(d.getName(), Stat.fromWire(d.getStat())));
+        for (int attempt = 0; attempt < READDIR_ATTEMPTS; attempt++) {
+            List<DirEntry> out = new ArrayList<>();
+            Long gen = null;
+            String after = null;
+            while (true) {
+                chubby.ReadDirResponse r = readDirPage(after);
+                if (gen == null) {
+                    gen = r.getContent_generation();
+                } else if (gen != r.getContent_generation()) {
+                    break; // a child was added or removed between pages
+                }
+                List<chubby.DirEntry> es = r.getEntries() == null ? List.of() : r.getEntries();
+                for (chubby.DirEntry d : es) {
+                    out.add(new DirEntry(d.getName(), Stat.fromWire(d.getStat())));
+                }
+                if (!r.isMore()) {
+                    return List.copyOf(out);
+                }
+                if (es.isEmpty()) {
+                    throw ChubbyException.local(ErrorCode.INTERNAL, "readdir", path(), "ReadDir page says more but holds no entry");
+                }
+                after = es.get(es.size() - 1).getName();
             }
         }
-        return List.copyOf(out);
+        throw ChubbyException.local(ErrorCode.UNAVAILABLE, "readdir", path(),
+                "the directory changed during every attempt to list it; retry");
+    }
+
+    private chubby.ReadDirResponse readDirPage(String after) throws ChubbyException {
+        chubby.ReadDirRequest req = new chubby.ReadDirRequest(h);
+        if (after != null) {
+            req.setAfter(after);
+        }
+        if (readDirLimit > 0) {
+            req.setLimit(readDirLimit);
+        }
+        return s.call("readdir", path(), Cell.Retry.SAFE, timeout(), null, c -> c.fs.ReadDir(req));
     }
 
     static void checkContent(String op, String path, byte[] content) throws ChubbyException {

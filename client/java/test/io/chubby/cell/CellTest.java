@@ -222,6 +222,12 @@ public final class CellTest {
                 names.add(de.name());
             }
             check(names.equals(List.of("a", "b", "sub")), "readDir lists the children sorted: " + names);
+            dir.readDirLimit = 1; // three children in three pages
+            names.clear();
+            for (DirEntry de : dir.readDir()) {
+                names.add(de.name());
+            }
+            check(names.equals(List.of("a", "b", "sub")), "readDir pages: " + names);
             fails(ChubbyException.Kind.CELL, ErrorCode.IS_DIRECTORY, "read of a directory", dir::read);
             Handle dw = s.open("/java-dir", OpenOptions.readWrite());
             fails(ChubbyException.Kind.CELL, ErrorCode.NOT_EMPTY, "delete of a non-empty directory", () -> dw.delete(false));
