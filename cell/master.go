@@ -104,6 +104,10 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 		timer, hasTimer = st.NextTimer()
 		tsReserved = st.TimestampsReserved()
 	})
+	// Its stamps start from the state's clock and run no faster than its
+	// own monotonic clock (master.Writes.Anchor), whatever its wall clock
+	// says.
+	s.writes.anchor()
 	s.roleMu.Lock()
 	if s.roleGen != gen {
 		s.roleMu.Unlock()
