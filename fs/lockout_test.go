@@ -208,3 +208,41 @@ func TestRecoverAdmin(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionsPerPrincipal: one principal (Anonymous included) cannot
+// hold more than MaxSessionsPerPrincipal sessions; others still can, an
+// ended session makes room, and a restored state counts the same.
+func TestSessionsPerPrincipal(t *testing.T) {
+	l := DefaultLimits()
+	l.MaxSessions, l.MaxSessionsPerPrincipal = 10, 3
+	for _, p := range []string{"alice", Anonymous} {
+		t.Run(p, func(t *testing.T) {
+			h := newHarnessLimits(t, l)
+			var ids []chubby.SessionID
+			for range 3 {
+				ids = append(ids, h.sessionAs(p))
+			}
+			create := &fsm.Command{Op: opCreateSession("one more")}
+			if p != Anonymous {
+				create.Principal = &p
+			}
+			res, _ := h.cmd(create)
+			if res.Err == nil || res.Err.Code != chubby.ErrorCode_LIMIT_EXCEEDED || !strings.Contains(res.Err.Message, "limit per principal is 3") {
+				t.Fatalf("a fourth session: %v", res.Err)
+			}
+			h.sessionAs("bob") // another principal is not held back
+			s, err := Restore(h.s.Snapshot(), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.s = s
+			if res, _ := h.cmd(create); res.Err.GetCode() != chubby.ErrorCode_LIMIT_EXCEEDED {
+				t.Fatalf("after Restore: %v", res.Err)
+			}
+			h.ok(&fsm.Op{EndSession: &fsm.EndSession{Session: ids[0]}})
+			if res, _ := h.cmd(create); res.Err != nil {
+				t.Fatalf("after one ended: %v", res.Err)
+			}
+		})
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/rpc"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
 )
@@ -39,6 +40,7 @@ type options struct {
 	replicas                                                                   int
 	lease                                                                      time.Duration
 	maxConns                                                                   int
+	maxSessionsPerPrincipal                                                    int
 	snapshotEvery                                                              uint64
 	explicit                                                                   map[string]bool
 
@@ -145,6 +147,8 @@ func addFlags(c *cobra.Command, o *options, data, httpListen string) {
 	f.DurationVar(&o.lease, "lease", d.Lease, "session lease")
 	f.Uint64Var(&o.snapshotEvery, "snapshot-every", d.SnapshotEvery, "take a snapshot (and drop the log it covers) after this many log entries")
 	f.IntVar(&o.maxConns, "max-connections", d.MaxConnections, "client connections accepted at once (this machine allows 20,000 open files per process)")
+	f.IntVar(&o.maxSessionsPerPrincipal, "max-sessions-per-principal", fs.DefaultLimits().MaxSessionsPerPrincipal,
+		"live sessions one principal may hold (anonymous is one principal: every caller of a plaintext cell); 0: no bound but the cell's 200,000. Every replica must use the same value")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.join, "join", "", "gossip addresses (host:port) of any members of the cell, comma-separated: find the cell with memberlist and join it as a learner (the replica id then comes from the data directory)")
 	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address (default: --listen's host, port + 200)")
@@ -284,6 +288,7 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 		Lease:           o.lease,
 		MaxConnections:  o.maxConns,
 		SnapshotEvery:   o.snapshotEvery,
+		Limits:          limits(o),
 		Logger:          logger,
 	})
 	if err != nil {
@@ -299,6 +304,14 @@ Ctrl-C stops it; start it again on the same --data to get everything back.
 `, o.cellName, s.Addr(), s.Addr(), s.HTTPAddr(), s.HTTPAddr(), data, s.Addr())
 	}
 	return s.Serve(ctx)
+}
+
+// limits is the replicated state's limits: fs's defaults with the
+// per-principal session bound of the flag.
+func limits(o *options) *fs.Limits {
+	l := fs.DefaultLimits()
+	l.MaxSessionsPerPrincipal = o.maxSessionsPerPrincipal
+	return &l
 }
 
 // markExplicit records which flags were given on the command line.
@@ -346,7 +359,7 @@ func serveLocalCell(ctx context.Context, o *options, data string, logger *slog.L
 		s, err := cell.New(cell.Config{
 			ID: p.ID, Cell: o.cellName, Peers: peers, Listen: p.Addr, HTTPListen: httpAddr,
 			DataDir: dir, Lease: o.lease, MaxConnections: o.maxConns, SnapshotEvery: o.snapshotEvery, Logger: logger.With("replica", p.ID),
-			TLS: tr, Admin: o.admin,
+			TLS: tr, Admin: o.admin, Limits: limits(o),
 		})
 		if err != nil {
 			for _, s := range servers {
