@@ -60,8 +60,13 @@ type Write struct {
 // master anchors at the state's clock (fs.State.Now) and the instant this
 // replica applied the command that set it, which came after its stamping.
 // No later stamp runs ahead of timeMs plus the monotonic time elapsed
-// since at. The tightest anchor wins; a looser one changes nothing.
+// since at. The tightest anchor wins; a looser one changes nothing. A
+// timeMs of 0 or less (the clock of a state no command has set) anchors
+// nothing: the first stamp then anchors the table at the wall clock.
 func (w *Writes) Anchor(timeMs int64, at Time) {
+	if timeMs <= 0 {
+		return
+	}
 	off := timeMs*1e6 - at
 	if !w.anchored || off < w.off {
 		w.off, w.anchored = off, true

@@ -94,3 +94,14 @@ func TestWritesEnding(t *testing.T) {
 		t.Fatal("refused after Unending (the EndSession failed: the session lives on)")
 	}
 }
+
+// TestWritesAnchorEmptyState: a new master of a state no command has
+// stamped (clock 0) stamps the wall clock, not the time since it started.
+func TestWritesAnchorEmptyState(t *testing.T) {
+	w := NewWrites()
+	w.Anchor(0, 5e6)
+	wr, _ := w.Begin(0, 1_700_000_000_000, 10e6, 0)
+	if wr.TimeMs != 1_700_000_000_000 {
+		t.Fatalf("stamped %d, want the wall clock", wr.TimeMs)
+	}
+}
