@@ -65,7 +65,9 @@ type Config struct {
 	// every ~9 s.
 	KeepAliveMargin time.Duration
 
-	// Limits bounds the replicated state. Default fs.DefaultLimits().
+	// Limits bounds the replicated state (among them the sessions of one
+	// principal: chubbyd --max-sessions-per-principal); every replica of a
+	// cell must use the same. Default fs.DefaultLimits().
 	Limits *fs.Limits
 	// MaxConnections bounds client connections (this machine allows 20,000
 	// open files per process). Default 15,000.
@@ -269,6 +271,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Limits == nil {
 		c.Limits = d.Limits
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("limits: %w", err)
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = d.MaxConnections

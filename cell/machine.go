@@ -3,6 +3,7 @@ package cell
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -20,6 +21,11 @@ type machine struct {
 	mu sync.RWMutex
 	st *fs.State
 	sh *shadow // the copy snapshots are encoded from
+	// clockAt is the instant (mono) at which this replica's state clock
+	// (fs.State.Now) reached its value: after the command that set it was
+	// stamped, so a new master's stamps are bounded from it (writeOrder).
+	clockAt int64
+	t0      time.Time // the origin of mono
 
 	waitMu  sync.Mutex
 	waiters map[int64]*parkedAcquire // handle id → its parked Acquire
@@ -38,13 +44,30 @@ func newMachine(l fs.Limits, maxWaiters int) *machine {
 		sh:      newShadow(l),
 		waiters: make(map[int64]*parkedAcquire),
 		maxWait: maxWaiters,
+		t0:      time.Now(),
 	}
+}
+
+// mono is the process's monotonic clock, in nanoseconds: the one the
+// master's command stamps are bounded on.
+func (m *machine) mono() int64 { return int64(time.Since(m.t0)) }
+
+// clock returns the state clock and the instant (mono) it was reached on
+// this replica.
+func (m *machine) clock() (ms, at int64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.Now(), m.clockAt
 }
 
 // Apply implements replica.StateMachine.
 func (m *machine) Apply(index uint64, entry []byte) any {
 	m.mu.Lock()
+	before := m.st.Now()
 	res, fx, err := m.st.ApplyBytes(entry)
+	if m.st.Now() != before {
+		m.clockAt = m.mono()
+	}
 	next, hasTimer := m.st.NextTimer()
 	m.mu.Unlock()
 	m.sh.apply(entry)
@@ -84,7 +107,7 @@ func (m *machine) Restore(index uint64, b []byte) error {
 		return fmt.Errorf("restore fs snapshot: %w", err)
 	}
 	m.mu.Lock()
-	m.st = st
+	m.st, m.clockAt = st, m.mono()
 	m.mu.Unlock()
 	m.sh.restore(b)
 	return nil

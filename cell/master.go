@@ -104,6 +104,10 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 		timer, hasTimer = st.NextTimer()
 		tsReserved = st.TimestampsReserved()
 	})
+	// Its stamps start from the state's clock and run no faster than its
+	// own monotonic clock (master.Writes.Anchor), whatever its wall clock
+	// says.
+	s.writes.anchor()
 	s.roleMu.Lock()
 	if s.roleGen != gen {
 		s.roleMu.Unlock()
@@ -133,19 +137,36 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 
 // initACL gives a cell without ACLs its first administrator, Config.Admin,
 // through InitACL, which changes nothing once the cell has ACLs (so every
-// new master may propose it; only the first one's applies). It runs in
-// the background and retries while this replica stays master.
+// new master may propose it; only the first one's applies). A cell locked
+// out before fs refused such a change — "/" or /acl without a principal
+// holding change_acl (fs.State.LockOut) — gets InitACL with recover, which
+// gives Config.Admin change_acl on "/" and /acl back through the log, so
+// every replica applies the same. It runs in the background and retries
+// while this replica stays master.
 func (s *Server) initACL(gen uint64) {
-	if s.cfg.Admin == "" || s.aclsInitialised() {
+	if s.cfg.Admin == "" {
 		return
+	}
+	initialised, lockOut := s.aclState()
+	if initialised && lockOut == "" {
+		return
+	}
+	recover := lockOut != ""
+	if recover {
+		s.cfg.Logger.Warn("the cell is locked out; --admin gives it back", "admin", s.cfg.Admin, "why", lockOut)
 	}
 	s.goBackground(func() {
 		for attempt := 0; attempt < 20 && s.current(gen); attempt++ {
-			_, err := s.propose(context.Background(), &fsm.Op{InitAcl: &fsm.InitACL{Admin: s.cfg.Admin}})
+			_, err := s.propose(context.Background(), &fsm.Op{InitAcl: &fsm.InitACL{Admin: s.cfg.Admin, Recover: &recover}})
 			if err == nil {
-				if s.aclsInitialised() {
+				switch now, lo := s.aclState(); {
+				case lockOut != "" && lo == "":
+					s.cfg.Logger.Warn("ACLs recovered: / and /acl take change_acl from /acl/admin, which lists the admin", "admin", s.cfg.Admin)
+				case lo != "":
+					s.cfg.Logger.Error("--admin could not recover the cell", "admin", s.cfg.Admin, "why", lo)
+				case now:
 					s.cfg.Logger.Info("ACLs initialised: / and /acl are protected by /acl/admin", "admin", s.cfg.Admin)
-				} else {
+				default:
 					s.cfg.Logger.Warn("--admin changed nothing: /acl already exists though / has no ACL names; name them with chubbyfs acl set /", "admin", s.cfg.Admin)
 				}
 				return
@@ -160,12 +181,22 @@ func (s *Server) initACL(gen uint64) {
 	})
 }
 
-// aclsInitialised reports whether the root has ACL names (InitACL, or an
-// administrator's SetACL, gave it some).
+// aclsInitialised reports whether the root has ACL names.
 func (s *Server) aclsInitialised() bool {
+	initialised, _ := s.aclState()
+	return initialised
+}
+
+// aclState reports whether the root has ACL names (InitACL, or an
+// administrator's SetACL, gave it some) and why "/" or /acl has no
+// principal holding change_acl ("" when they have one).
+func (s *Server) aclState() (initialised bool, lockOut string) {
 	var names *chubby.ACLNames
-	s.m.read(func(st *fs.State) { names, _ = st.ACLNamesOf("/") })
-	return names != nil && (names.ReadAcl != "" || names.WriteAcl != "" || names.ChangeAcl != "")
+	s.m.read(func(st *fs.State) {
+		names, _ = st.ACLNamesOf("/")
+		lockOut = st.LockOut()
+	})
+	return names != nil && (names.ReadAcl != "" || names.WriteAcl != "" || names.ChangeAcl != ""), lockOut
 }
 
 func (s *Server) loseMaster() {

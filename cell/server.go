@@ -707,7 +707,7 @@ func (s *Server) trimLoop() {
 	}
 }
 
-// scheduleTick arranges for a Tick command at atMs (Unix ms), when a
+// scheduleTick arranges for a Tick command at atMs (command time, Unix ms), when a
 // lock-delay ends. Called from the apply loop, on every replica: only the
 // master proposes (a new master schedules the next one when it starts
 // serving).
@@ -724,7 +724,10 @@ func (s *Server) scheduleTick(atMs int64) {
 		s.tickTimer.Stop()
 	}
 	s.tickAt = atMs
-	d := time.Duration(atMs-s.cfg.Now().UnixMilli())*time.Millisecond + time.Millisecond
+	// Counted on the commands' clock, which may lag the wall clock (it
+	// runs no faster than the monotonic one; master.Writes.Begin): a
+	// Tick stamped before atMs would end nothing.
+	d := time.Duration(atMs-s.writes.stampNow())*time.Millisecond + time.Millisecond
 	s.tickTimer = time.AfterFunc(max(d, 0), func() {
 		s.tickMu.Lock()
 		if s.tickAt != atMs {

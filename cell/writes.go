@@ -30,7 +30,8 @@ func newWriteOrder(m *machine, now func() int64, maxDrain time.Duration) *writeO
 	return &writeOrder{m: m, now: now, maxDrain: maxDrain, t: master.NewWrites(), changed: make(chan struct{})}
 }
 
-// begin stamps op as a command (time_ms at least notBefore) and returns it
+// begin stamps op as a command (time_ms: master.Writes.Begin's clamp of
+// the wall clock, or of notBefore when later) and returns it
 // with its reach: what it may change of what clients cache, computed
 // against the state now (fs.State.Reach) with the paths that expired
 // EndSessions in flight may put into lock-delay. An EndSession first makes
@@ -54,7 +55,7 @@ func (o *writeOrder) begin(ctx context.Context, op *fsm.Op, notBefore int64) (*f
 		}
 	}
 	o.mu.Lock()
-	wr, delayed := o.t.Begin(session, o.now(), notBefore)
+	wr, delayed := o.t.Begin(session, o.now(), o.m.mono(), notBefore)
 	if wr == nil {
 		o.mu.Unlock()
 		return nil, fs.Reach{}, nil, fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d is being ended", session)
@@ -85,6 +86,22 @@ func (o *writeOrder) begin(ctx context.Context, op *fsm.Op, notBefore int64) (*f
 		release()
 	}
 	return cmd, r, done, nil
+}
+
+// anchor bounds the stamps of a new term of mastership by the state's
+// clock and the instant this replica reached it (master.Writes.Anchor).
+func (o *writeOrder) anchor() {
+	ms, at := o.m.clock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.t.Anchor(ms, at)
+}
+
+// stampNow is the time_ms a command begun now would get (master.Writes.Stamp).
+func (o *writeOrder) stampNow() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.t.Stamp(o.now(), o.m.mono())
 }
 
 // drain waits until no command of session id is in flight.

@@ -128,8 +128,14 @@ func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 		s.closeHandle(h, fx)
 		return &fsm.Result_{}
 	case op.SetContents != nil:
+		if guarded(op.SetContents.Handle) {
+			return s.keepAdmin(fx, func() *fsm.Result_ { return s.setContents(op.SetContents) })
+		}
 		return s.setContents(op.SetContents)
 	case op.DeleteNode != nil:
+		if guarded(op.DeleteNode.Handle) {
+			return s.keepAdmin(fx, func() *fsm.Result_ { return s.deleteNode(op.DeleteNode, fx) })
+		}
 		return s.deleteNode(op.DeleteNode, fx)
 	case op.Mkdir != nil:
 		return s.mkdir(op.Mkdir)
@@ -150,6 +156,9 @@ func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	case op.TrimEvents != nil:
 		return s.trimEventsOp(op.TrimEvents)
 	case op.SetAcl != nil:
+		if guarded(op.SetAcl.Handle) {
+			return s.keepAdmin(fx, func() *fsm.Result_ { return s.setACL(op.SetAcl) })
+		}
 		return s.setACL(op.SetAcl)
 	case op.InitAcl != nil:
 		return s.initACL(op.InitAcl)
@@ -160,6 +169,10 @@ func (s *State) dispatch(cmd *fsm.Command, fx *Effects) *fsm.Result_ {
 	}
 	panic("fs: dispatch: CountSetFieldsOp and dispatch disagree")
 }
+
+// guarded reports whether an operation through the handle w may change
+// who holds change_acl on "/" or /acl, so that keepAdmin must check it.
+func guarded(w *chubby.Handle) bool { return w != nil && mayLockOut(w.Path) }
 
 // opSession returns the session an operation names, directly or through its
 // handle, when it names one.

@@ -290,7 +290,30 @@
 // followed by a newline (queueing the create events as for any create;
 // LIMIT_EXCEEDED if the cell is full), then names "admin" for all three
 // rights of "/", /acl and /acl/admin, each at acl_generation 1.
-// Otherwise it changes nothing, and is not an error.
+// Otherwise it changes nothing, and is not an error — unless recover is
+// set and the cell is locked out (below): then it gives admin back the
+// cell: /acl is created if missing, /acl/admin is created (permanent,
+// listing admin) or rewritten to its valid entries plus admin, and "/",
+// /acl and /acl/admin name "admin" for change_acl (their other names
+// stay), each acl_generation bumped. It refuses (INVALID_ARGUMENT,
+// changing nothing) when /acl is a file or /acl/admin a directory or
+// ephemeral. The master proposes it with recover for chubbyd --admin.
+//
+// No lock-out: change_acl on "/" and /acl is how rights are given back,
+// so a command may not leave either without a principal holding it
+// (State.LockOut says when one has none). Somebody holds it when the
+// change_acl name is empty, or its ACL file exists, is a permanent file
+// (an ephemeral one goes with its session), parses and has at least one
+// entry ("*" and "anonymous" count). A SetContents, Delete or SetACL
+// through a handle on "/", /acl or under /acl, and each op of a Multi,
+// that would leave "/" or /acl (if it exists) without one — deleting or
+// emptying the ACL file they name, deleting /acl, SetACL naming a missing,
+// empty, ephemeral or invalid file — is refused with PERMISSION_DENIED
+// ("refused: nobody could change ACLs any more: ..." naming the node and
+// the file), after every other check, and changes nothing. An empty ACL
+// file that neither names stays allowed: it grants nobody, as documented.
+// A state locked out already (from before this rule) is not held to it;
+// InitACL with recover is its way back.
 //
 // # Atomic multi-operation
 //
@@ -334,7 +357,8 @@
 //     Each op applies to the state the earlier ones left: a directory
 //     made, then a file created in it; a node deleted, then created again;
 //     an ACL file rewritten, then the rights it grants; room made under a
-//     limit, or taken.
+//     limit, or taken. The lock-out rule (see "Access control") holds
+//     after each op, as it would after each single call.
 //
 // An op refused refuses the whole command with that op's error, its
 // message prefixed with "op N: ", and nothing changes: no node, content,

@@ -3,6 +3,7 @@ package fs
 import (
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"slices"
 
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -72,6 +73,13 @@ func (s *State) checkInvariants() error {
 	handles, holding, waiting, events := 0, 0, 0, 0
 	if len(s.notified) != 0 {
 		return fmt.Errorf("%d sessions left marked notified", len(s.notified))
+	}
+	perPrincipal := map[string]int{}
+	for _, sess := range s.sessions {
+		perPrincipal[sess.principal]++
+	}
+	if !maps.Equal(perPrincipal, s.byPrincipal) {
+		return fmt.Errorf("sessions per principal %v, counted %v", s.byPrincipal, perPrincipal)
 	}
 	for id, sess := range s.sessions {
 		if sess == nil || sess.id != id || id < 1 || id >= s.nextSession {

@@ -19,6 +19,15 @@ type Limits struct {
 	MaxNodes int
 	// MaxSessions bounds the live sessions. Default 200,000.
 	MaxSessions int
+	// MaxSessionsPerPrincipal bounds the live sessions of one principal
+	// (Anonymous is one principal: every caller of a plaintext cell), so
+	// that one client creating sessions in a loop cannot fill the cell.
+	// 0: no bound of its own (MaxSessions bounds it). Default 20,000, a
+	// tenth of the default MaxSessions: a leaking client takes at most a
+	// tenth of the cell, and the 10,000-session tests and the direct
+	// sessions-held bench (18,000) fit; a proxy or a plaintext cell that
+	// serves more clients as one principal raises it.
+	MaxSessionsPerPrincipal int
 	// MaxHandles bounds the open handles of all sessions. Default 2,000,000.
 	MaxHandles int
 	// MaxHandlesPerSession bounds the open handles of one session.
@@ -56,14 +65,15 @@ type Limits struct {
 // DefaultLimits returns the documented default limits.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxNodes:             1_000_000,
-		MaxSessions:          200_000,
-		MaxHandles:           2_000_000,
-		MaxHandlesPerSession: 10_000,
-		MaxWaitersPerLock:    10_000,
-		MaxChildren:          100_000,
-		MaxContentBytes:      int(chubby.MAX_CONTENT_BYTES),
-		MaxTotalContentBytes: 1 << 30,
+		MaxNodes:                1_000_000,
+		MaxSessions:             200_000,
+		MaxSessionsPerPrincipal: 20_000,
+		MaxHandles:              2_000_000,
+		MaxHandlesPerSession:    10_000,
+		MaxWaitersPerLock:       10_000,
+		MaxChildren:             100_000,
+		MaxContentBytes:         int(chubby.MAX_CONTENT_BYTES),
+		MaxTotalContentBytes:    1 << 30,
 
 		MaxSavedAnswersPerSession: 1024,
 		MaxEventsPerSession:       1000,
@@ -71,7 +81,8 @@ func DefaultLimits() Limits {
 	}
 }
 
-// Validate reports whether every limit is positive and MaxContentBytes is
+// Validate reports whether every limit is positive (MaxSessionsPerPrincipal
+// may be 0: none) and MaxContentBytes is
 // within chubby.MAX_CONTENT_BYTES.
 func (l Limits) Validate() error {
 	switch {
@@ -79,6 +90,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("fs: MaxNodes %d < 1", l.MaxNodes)
 	case l.MaxSessions < 1:
 		return fmt.Errorf("fs: MaxSessions %d < 1", l.MaxSessions)
+	case l.MaxSessionsPerPrincipal < 0:
+		return fmt.Errorf("fs: MaxSessionsPerPrincipal %d < 0", l.MaxSessionsPerPrincipal)
 	case l.MaxHandles < 1:
 		return fmt.Errorf("fs: MaxHandles %d < 1", l.MaxHandles)
 	case l.MaxHandlesPerSession < 1:

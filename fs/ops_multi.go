@@ -154,12 +154,21 @@ func (s *State) multi(req *chubby.MultiRequest, fx *Effects) *fsm.Result_ {
 }
 
 // multiOps applies ops in order, all or none: the Stat of each, or the
-// first refusal, naming its op, with nothing changed.
+// first refusal, naming its op, with nothing changed. An op that leaves
+// "/" or /acl without a principal holding change_acl, where both had one,
+// is refused as its single call would be (see keepAdmin): the rule holds
+// after every op, as for the single calls one after the other.
 func (s *State) multiOps(sess *session, ops []*chubby.MultiOp, fx *Effects) ([]*chubby.Stat, *chubby.ChubbyError) {
 	stats := make([]*chubby.Stat, 0, len(ops))
+	kept := s.LockOut() == ""
 	s.beginTentative()
 	for i, op := range ops {
 		st, err := s.multiOp(sess, op, fx)
+		if err == nil && kept {
+			if t := s.LockOut(); t != "" {
+				err = lockOutErr(t)
+			}
+		}
 		if err != nil {
 			s.rollback()
 			return nil, Errorf(err.Code, "op %d: %s", i, err.Message)

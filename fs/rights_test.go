@@ -368,7 +368,10 @@ func TestACLFileChanges(t *testing.T) {
 			h.ok(opDelete(h.open(root, "/acl/readers", rdwr, chubby.CreateMode_OPEN_EXISTING), false))
 			h.ok(opOpen(&chubby.OpenRequest{Session: root, Path: "/acl/readers", Mode: rd, Create: chubby.CreateMode_CREATE_NEW, InitialContent: []byte("bob\n")}))
 		}, true, false, ""},
-		{"/acl deleted", func() { h.ok(opDelete(h.open(root, "/acl", rdwr, chubby.CreateMode_OPEN_EXISTING), true)) }, false, false, ""},
+		{"/acl deleted (\"/\" open to all first: no lock-out)", func() {
+			h.ok(opSetACL(f.handle("root", "/"), aclNamesOf("", "", "")))
+			h.ok(opDelete(h.open(root, "/acl", rdwr, chubby.CreateMode_OPEN_EXISTING), true))
+		}, false, false, ""},
 	}
 	for _, st := range steps {
 		st.do()

@@ -116,6 +116,9 @@ func (s *State) createSession(req *chubby.CreateSessionRequest, principal *strin
 	if len(s.sessions) >= s.limits.MaxSessions {
 		return errResult(Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "the cell has %d sessions, the limit is %d", len(s.sessions), s.limits.MaxSessions))
 	}
+	if n, max := s.byPrincipal[p], s.limits.MaxSessionsPerPrincipal; max > 0 && n >= max {
+		return errResult(Errorf(chubby.ErrorCode_LIMIT_EXCEEDED, "principal %q has %d sessions, the limit per principal is %d", p, n, max))
+	}
 	sess := &session{
 		id:         s.nextSession,
 		clientName: strings.Clone(req.ClientName),
@@ -128,6 +131,7 @@ func (s *State) createSession(req *chubby.CreateSessionRequest, principal *strin
 	}
 	s.nextSession++
 	s.sessions[sess.id] = sess
+	s.byPrincipal[p]++
 	id := sess.id
 	return &fsm.Result_{Session: &id}
 }
@@ -178,6 +182,9 @@ func (s *State) endSession(sess *session, expired bool, fx *Effects) {
 	// Forget the session before deleting its nodes, so that its ephemeral
 	// directories count as orphans (collectEmptyEphemeral).
 	delete(s.sessions, sess.id)
+	if s.byPrincipal[sess.principal]--; s.byPrincipal[sess.principal] <= 0 {
+		delete(s.byPrincipal, sess.principal)
+	}
 	eph := make([]*node, 0, len(sess.ephemerals))
 	for n := range sess.ephemerals {
 		eph = append(eph, n)

@@ -302,6 +302,7 @@ func (s *State) restoreSessions(snap *fsm.Snapshot) error {
 			return fmt.Errorf("session %d: %w", ss.Id, err)
 		}
 		s.sessions[ss.Id] = sess
+		s.byPrincipal[sess.principal]++
 	}
 
 	return nil

@@ -32,6 +32,9 @@ type State struct {
 	root     *node
 	sessions map[chubby.SessionID]*session
 	handles  map[int64]*handle
+	// byPrincipal counts the live sessions of each principal (derived:
+	// Restore rebuilds it), for Limits.MaxSessionsPerPrincipal.
+	byPrincipal map[string]int
 
 	// delays holds every node whose lock is in lock-delay, ordered by the
 	// end of the delay, so that advancing time finds the ends that passed.
@@ -77,6 +80,7 @@ func New(l Limits) *State {
 
 func newEmpty(l Limits) *State {
 	return &State{
+		byPrincipal:  map[string]int{},
 		limits:       l,
 		nextSession:  1,
 		nextHandle:   1,

@@ -48,9 +48,14 @@ struct TrimEvents {
 // InitACL gives the cell its first administrator (chubbyd --admin), once:
 // if "/" has no ACL names and /acl does not exist, it creates /acl and the
 // file /acl/admin listing admin, and names "admin" for all three rights of
-// "/" and /acl. Otherwise it changes nothing (not an error).
+// "/" and /acl. With recover, a cell where "/" or /acl has no principal
+// holding change_acl (a lock-out from before fs refused one) is given admin
+// back: /acl and a permanent /acl/admin listing admin (with the entries it
+// had, if any), and change_acl "admin" on "/", /acl and /acl/admin.
+// Otherwise it changes nothing (not an error).
 struct InitACL {
     1: required string admin
+    2: optional bool recover
 }
 
 // ReserveTimestamps raises the timestamp oracle's high-water mark to upto

@@ -64,9 +64,17 @@
 // off from it, fall into jeopardy within one lease.
 //
 // Clock jumps (a wall clock set back or forward) do not matter: every time
-// here is monotonic. Lock-delay is measured on the wall clock stamped into
-// commands, but it is a second line of defence: the first is that the
-// session ended, which (1)–(4) order after every belief.
+// here is monotonic. Lock-delay is measured on the times stamped into
+// commands (fs's clock), a second line of defence (the first is that the
+// session ended, which (1)–(4) order after every belief), and those times
+// cannot be moved ahead by the wall clock either: Writes stamps the wall
+// clock clamped to no more than an earlier command's time plus the
+// monotonic time elapsed since it (a new master starts from the state's
+// clock and the instant it applied the command that set it), and never
+// below an earlier stamp. A wall clock set forward, on this master or on a
+// new one, leaves command times running at the monotonic rate (behind the
+// wall clock by the jump: Stat times show it); one set back holds them
+// still until it catches up — lock-delays then last longer, never shorter.
 //
 // # The cache
 //

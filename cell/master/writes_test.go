@@ -8,18 +8,22 @@ import (
 func TestWritesStamps(t *testing.T) {
 	w := NewWrites()
 	tests := []struct {
-		name             string
-		nowMs, notBefore int64
-		want             int64
+		name          string
+		nowMs, monoMs int64
+		notBefore     int64
+		want          int64
 	}{
-		{"the clock", 100, 0, 100},
-		{"a clock set back: never below an earlier stamp", 90, 0, 100},
-		{"a Tick's lock-delay end ahead of the clock", 101, 150, 150},
-		{"the clock again", 120, 0, 150},
-		{"the clock past it", 200, 0, 200},
+		{"the clock (the first stamp anchors)", 100, 0, 0, 100},
+		{"a clock set back: never below an earlier stamp", 90, 5, 0, 100},
+		{"a Tick's lock-delay end ahead of the clock: only as far as the monotonic clock from the last stamp", 101, 40, 150, 135},
+		{"the Tick again, when the monotonic clock is there", 101, 60, 150, 150},
+		{"the clock again", 120, 61, 0, 150},
+		{"the clock past it", 200, 150, 0, 200},
+		{"the clock set forward an hour: the monotonic clock's 10 ms", 200 + hour, 160, 0, 210},
+		{"and on from there", 300 + hour, 260, 0, 310},
 	}
 	for _, tt := range tests {
-		wr, _ := w.Begin(0, tt.nowMs, tt.notBefore)
+		wr, _ := w.Begin(0, tt.nowMs, tt.monoMs*1e6, tt.notBefore)
 		if wr.TimeMs != tt.want {
 			t.Errorf("%s: stamped %d, want %d", tt.name, wr.TimeMs, tt.want)
 		}
@@ -27,13 +31,15 @@ func TestWritesStamps(t *testing.T) {
 	}
 }
 
+const hour = int64(3600_000)
+
 // TestWritesDelays: the paths an expired EndSession in flight may put into
 // lock-delay go into every reach begun until it is done.
 func TestWritesDelays(t *testing.T) {
 	w := NewWrites()
-	e1, _ := w.Begin(0, 1, 0)
+	e1, _ := w.Begin(0, 1, 1*1e6, 0)
 	w.Delays(e1, []string{"/", "/l"})
-	e2, _ := w.Begin(0, 2, 0)
+	e2, _ := w.Begin(0, 2, 2*1e6, 0)
 	w.Delays(e2, []string{"/", "/m"})
 	steps := []struct {
 		name string
@@ -49,7 +55,7 @@ func TestWritesDelays(t *testing.T) {
 		if st.done != nil {
 			w.Done(st.done)
 		}
-		wr, got := w.Begin(0, 3, 0)
+		wr, got := w.Begin(0, 3, 3*1e6, 0)
 		if !slices.Equal(got, st.want) {
 			t.Errorf("%s: delayed %v, want %v", st.name, got, st.want)
 		}
@@ -61,14 +67,14 @@ func TestWritesDelays(t *testing.T) {
 // refused, and the EndSession waits for those in flight.
 func TestWritesEnding(t *testing.T) {
 	w := NewWrites()
-	a, _ := w.Begin(7, 1, 0)
-	b, _ := w.Begin(7, 1, 0)
-	other, _ := w.Begin(8, 1, 0)
+	a, _ := w.Begin(7, 1, 1*1e6, 0)
+	b, _ := w.Begin(7, 1, 1*1e6, 0)
+	other, _ := w.Begin(8, 1, 1*1e6, 0)
 	w.Ending(7)
-	if wr, _ := w.Begin(7, 2, 0); wr != nil {
+	if wr, _ := w.Begin(7, 2, 2*1e6, 0); wr != nil {
 		t.Fatal("a command of a session being ended began")
 	}
-	if wr, _ := w.Begin(8, 2, 0); wr == nil {
+	if wr, _ := w.Begin(8, 2, 2*1e6, 0); wr == nil {
 		t.Fatal("another session's command was refused")
 	} else {
 		w.Done(wr)
@@ -84,7 +90,18 @@ func TestWritesEnding(t *testing.T) {
 	}
 	w.Done(other)
 	w.Unending(7)
-	if wr, _ := w.Begin(7, 3, 0); wr == nil {
+	if wr, _ := w.Begin(7, 3, 3*1e6, 0); wr == nil {
 		t.Fatal("refused after Unending (the EndSession failed: the session lives on)")
+	}
+}
+
+// TestWritesAnchorEmptyState: a new master of a state no command has
+// stamped (clock 0) stamps the wall clock, not the time since it started.
+func TestWritesAnchorEmptyState(t *testing.T) {
+	w := NewWrites()
+	w.Anchor(0, 5e6)
+	wr, _ := w.Begin(0, 1_700_000_000_000, 10e6, 0)
+	if wr.TimeMs != 1_700_000_000_000 {
+		t.Fatalf("stamped %d, want the wall clock", wr.TimeMs)
 	}
 }

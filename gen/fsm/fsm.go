@@ -235,7 +235,8 @@ var fieldIDToName_TrimEvents = map[int16]string{
 }
 
 type InitACL struct {
-	Admin string `thrift:"admin,1,required" frugal:"1,required,string" json:"admin"`
+	Admin   string `thrift:"admin,1,required" frugal:"1,required,string" json:"admin"`
+	Recover *bool  `thrift:"recover,2,optional" frugal:"2,optional,bool" json:"recover,omitempty"`
 }
 
 func NewInitACL() *InitACL {
@@ -248,8 +249,24 @@ func (p *InitACL) InitDefault() {
 func (p *InitACL) GetAdmin() (v string) {
 	return p.Admin
 }
+
+var InitACL_Recover_DEFAULT bool
+
+func (p *InitACL) GetRecover() (v bool) {
+	if !p.IsSetRecover() {
+		return InitACL_Recover_DEFAULT
+	}
+	return *p.Recover
+}
 func (p *InitACL) SetAdmin(val string) {
 	p.Admin = val
+}
+func (p *InitACL) SetRecover(val *bool) {
+	p.Recover = val
+}
+
+func (p *InitACL) IsSetRecover() bool {
+	return p.Recover != nil
 }
 
 func (p *InitACL) String() string {
@@ -261,6 +278,7 @@ func (p *InitACL) String() string {
 
 var fieldIDToName_InitACL = map[int16]string{
 	1: "admin",
+	2: "recover",
 }
 
 type ReserveTimestamps struct {

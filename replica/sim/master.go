@@ -342,7 +342,7 @@ func (m *masterSim) begin(cmd *fsm.Command, ending chubby.SessionID, done func(*
 	if ending != 0 {
 		session = 0
 	}
-	wr, delayed := m.writes.Begin(session, m.r.wallMs(), cmd.TimeMs)
+	wr, delayed := m.writes.Begin(session, m.r.wallMs(), m.r.local(), cmd.TimeMs)
 	if wr == nil {
 		done(&fsm.Result_{Err: fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d is being ended", session)}, nil)
 		return

@@ -180,11 +180,16 @@ func newChubbySystem(e *env, n int, bin string, peers bool, external []string) *
 
 // prepare sets the chubbyd flags of the next Start: the direct
 // sessions-held run raises --max-connections to what the machine's 20,000
-// open files per process allow.
+// open files per process allow; the batched one holds up to 200,000
+// sessions as one principal, past the 20,000 a principal may hold by
+// default, so it lifts that bound (--max-sessions-per-principal 0).
 func (s *chubbySystem) prepare(w Workload) {
 	s.extra = nil
-	if w.Kind == kindSessionsHeld && w.Variant == variantDirect {
+	switch {
+	case w.Kind == kindSessionsHeld && w.Variant == variantDirect:
 		s.extra = []string{"--max-connections", strconv.Itoa(directMaxConnections)}
+	case w.Kind == kindSessionsHeld:
+		s.extra = []string{"--max-sessions-per-principal", "0"}
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/rpc"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
 )
@@ -41,6 +42,7 @@ type options struct {
 	maxConns, maxConnsPerIP                                                    int
 	connLimits                                                                 string
 	firstCallTimeout, connIdleTimeout                                          time.Duration
+	maxSessionsPerPrincipal                                                    int
 	snapshotEvery                                                              uint64
 	explicit                                                                   map[string]bool
 
@@ -151,6 +153,8 @@ func addFlags(c *cobra.Command, o *options, data, httpListen string) {
 	f.StringVar(&o.connLimits, "connection-limits", "", "per-address caps for named prefixes, overriding --max-connections-per-ip: PREFIX=N,... (a bare address is a prefix of itself; the longest matching prefix wins; 0 = no per-address cap), e.g. a proxy 10.0.0.9=8000; added to the built-in 127.0.0.0/8=0,::1=0")
 	f.DurationVar(&o.firstCallTimeout, "first-call-timeout", d.FirstCallTimeout, "close a client connection that has sent no call this long after it was accepted")
 	f.DurationVar(&o.connIdleTimeout, "conn-idle-timeout", d.ConnIdleTimeout, "close a client connection that carries no call and has sent nothing for this long (a parked KeepAlive or Acquire is a call)")
+	f.IntVar(&o.maxSessionsPerPrincipal, "max-sessions-per-principal", fs.DefaultLimits().MaxSessionsPerPrincipal,
+		"live sessions one principal may hold (anonymous is one principal: every caller of a plaintext cell); 0: no bound but the cell's 200,000. Every replica must use the same value")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.join, "join", "", "gossip addresses (host:port) of any members of the cell, comma-separated: find the cell with memberlist and join it as a learner (the replica id then comes from the data directory)")
 	f.StringVar(&o.gossipListen, "gossip-listen", "", "gossip address (default: --listen's host, port + 200)")
@@ -316,6 +320,7 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
 		DataDir:         data,
 		Lease:           o.lease,
 		SnapshotEvery:   o.snapshotEvery,
+		Limits:          limits(o),
 		Logger:          logger,
 	}, conns))
 	if err != nil {
@@ -331,6 +336,14 @@ Ctrl-C stops it; start it again on the same --data to get everything back.
 `, o.cellName, s.Addr(), s.Addr(), s.HTTPAddr(), s.HTTPAddr(), data, s.Addr())
 	}
 	return s.Serve(ctx)
+}
+
+// limits is the replicated state's limits: fs's defaults with the
+// per-principal session bound of the flag.
+func limits(o *options) *fs.Limits {
+	l := fs.DefaultLimits()
+	l.MaxSessionsPerPrincipal = o.maxSessionsPerPrincipal
+	return &l
 }
 
 // markExplicit records which flags were given on the command line.
@@ -378,7 +391,7 @@ func serveLocalCell(ctx context.Context, o *options, conns cell.Config, data str
 		s, err := cell.New(withConns(cell.Config{
 			ID: p.ID, Cell: o.cellName, Peers: peers, Listen: p.Addr, HTTPListen: httpAddr,
 			DataDir: dir, Lease: o.lease, SnapshotEvery: o.snapshotEvery, Logger: logger.With("replica", p.ID),
-			TLS: tr, Admin: o.admin,
+			TLS: tr, Admin: o.admin, Limits: limits(o),
 		}, conns))
 		if err != nil {
 			for _, s := range servers {
