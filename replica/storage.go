@@ -117,7 +117,11 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 		WithLogger(badgerLogger{o.Logger}).
 		WithMetricsEnabled(false)
 	if o.InMemory {
-		opts = opts.WithDir("").WithValueDir("")
+		// In memory Badger has no value log: a value must fit under the
+		// threshold, at most 1 MiB. (On disk, values over 64 KiB go to the
+		// value log.) So an in-memory store holds entries of up to about
+		// 1 MiB, not quite MaxEntryBytes with its envelope: it is for tests.
+		opts = opts.WithDir("").WithValueDir("").WithValueThreshold(1 << 20)
 	}
 	if !o.InMemory {
 		if err := recoverLeftovers(dir, o.Logger); err != nil {

@@ -106,3 +106,22 @@ func TestStorageLoadSnapshotWhileSaving(t *testing.T) {
 		reads++
 	}
 }
+
+// TestStorageInMemoryLargeEntry: an in-memory store (the layers above test
+// on it) holds a file-sized entry; Badger's in-memory default refused any
+// value over 64 KiB, and the replica fail-stopped as on a failed disk.
+func TestStorageInMemoryLargeEntry(t *testing.T) {
+	st, err := OpenStorage("", StorageOptions{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	big := bytes.Repeat([]byte("x"), 900<<10)
+	if err := st.Append([][]byte{[]byte("small"), big}); err != nil {
+		t.Fatalf("append a %d-byte entry in memory: %v", len(big), err)
+	}
+	es, err := st.Entries(1, 2)
+	if err != nil || len(es) != 2 || !bytes.Equal(es[1], big) {
+		t.Fatalf("entries: %d %v", len(es), err)
+	}
+}
