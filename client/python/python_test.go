@@ -199,16 +199,18 @@ func TestPythonUnittest(t *testing.T) {
 // while the Python process holds the lock; the session must go into
 // jeopardy and back to safe (never expire), keep its lock (its sequencer
 // stays valid, checked from Go too) and go on working. The replicas wait
-// 3 s without a master before they elect another (view-change timeout;
-// default 300 ms), more than the 2 s session lease, so the failover
-// certainly outlasts the session's local lease: with the default a new
-// master is often serving before the lease runs out, and jeopardy is a
-// matter of luck.
+// 3 s without a master before they elect another (view-change timeout,
+// and no dial of the stopped master's port before it: SuspectAfter), more
+// than the 2 s session lease, so the failover certainly outlasts the
+// session's local lease: with the defaults a stopped master's refused port
+// has a new master serving in a third of a second, and jeopardy would be
+// a matter of luck.
 func TestPythonFailover(t *testing.T) {
 	generate(t)
 	rc := celltest.StartStaticWith(t, 3, func(c *cell.Config) {
 		c.Lease = lease
 		c.Replication.ViewChangeTimeout = 3 * time.Second
+		c.Replication.SuspectAfter = 3 * time.Second
 	})
 	rc.Master()
 	p := startPython(t, rc.Addrs(), 2*time.Minute, "tests/drive.py", "failover")
