@@ -10,6 +10,9 @@
 #                         without it)
 #   ./build.sh bench      chubbybench: our cell against etcd, ZooKeeper and Redis on this machine
 #                         (installs them if missing; --quick: under 3 minutes; flags: ./build.sh bench --help)
+#                         ./build.sh bench avail: availability (idle CPU and view changes with and without
+#                         a CPU hog, failover after kill -9 and SIGSTOP; ~2½ h, --quick ~20 min;
+#                         flags: ./build.sh bench avail --help)
 #   ./build.sh sim        the deterministic simulator over more seeds: ./build.sh sim --seeds 100000
 #                         [--seedbase N] (one seed: --seed N --simtrace; default suite: 1000 seeds)
 #   ./build.sh python     generate the Python client library's Thrift modules from idl/chubby.thrift
@@ -256,8 +259,9 @@ bench_deps() {
 
 # bench builds chubbyd, chubbyd-pprof (chubbyd plus net/http/pprof, added
 # with go build -overlay from tools/chubbybench/chubbyd_pprof.go.in, for the
-# profiles) and chubbybench, and runs chubbybench with the flags given. It
-# stops every server it started, also on Ctrl-C and on failure.
+# profiles) and chubbybench, and runs chubbybench with the flags given
+# (`bench avail ...`: chubbybench avail, the availability run). It stops
+# every server it started, also on Ctrl-C and on failure.
 bench() {
 	case " $* " in
 	*" -h "* | *" --help "*) ;;
@@ -265,6 +269,10 @@ bench() {
 	esac
 	build >&2
 	go build -o bin/ ./tools/chubbybench
+	if [ "${1:-}" = avail ]; then # the availability run: no profiles, so no chubbyd-pprof
+		shift
+		exec bin/chubbybench avail --chubbyd bin/chubbyd "$@"
+	fi
 	local overlay
 	overlay=$(mktemp)
 	printf '{"Replace":{"%s/tools/chubbyd/zz_chubbybench_pprof.go":"%s/tools/chubbybench/chubbyd_pprof.go.in"}}\n' "$PWD" "$PWD" >"$overlay"

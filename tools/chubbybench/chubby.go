@@ -49,6 +49,7 @@ type replica struct {
 	ID       int
 	Addr     string // client address, host:port
 	PeerAddr string // replica-to-replica address; "" in a one-replica cell
+	HTTP     string // /status and /metrics address; "" for none
 	Data     string // data directory
 }
 
@@ -84,15 +85,15 @@ func peerList(all []replica) string {
 }
 
 // chubbydArgs is the command line of replica r of the cell all (argv[0] is
-// bin): `chubbyd serve` with its id, address, data directory and, for more
-// than one replica, the peer list. HTTP status is off (one port per
-// replica is enough); extra flags go last.
+// bin): `chubbyd serve` with its id, address, data directory, its HTTP
+// address (/status, /metrics; off when r.HTTP is empty) and, for more
+// than one replica, the peer list; extra flags go last (they override).
 func chubbydArgs(bin string, r replica, all []replica, extra ...string) []string {
 	args := []string{bin, "serve",
 		"--id", strconv.Itoa(r.ID),
 		"--listen", r.Addr,
 		"--data", r.Data,
-		"--http", "",
+		"--http", r.HTTP,
 		"--log-level", "warn",
 	}
 	if len(all) > 1 {
@@ -277,10 +278,11 @@ func (s *chubbySystem) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		// A client port per replica, and a peer port when replicated.
-		perReplica := 1
+		// A client port and an HTTP port (/status, /metrics) per replica,
+		// and a peer port when replicated.
+		perReplica := 2
 		if s.n > 1 {
-			perReplica = 2
+			perReplica = 3
 		}
 		ports, err := freePorts(perReplica * s.n)
 		if err != nil {
@@ -289,11 +291,14 @@ func (s *chubbySystem) Start(ctx context.Context) error {
 		var addrs, peerAddrs []string
 		for i := range s.n {
 			addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", ports[perReplica*i]))
-			if perReplica == 2 {
-				peerAddrs = append(peerAddrs, fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]))
+			if perReplica == 3 {
+				peerAddrs = append(peerAddrs, fmt.Sprintf("127.0.0.1:%d", ports[perReplica*i+2]))
 			}
 		}
 		s.reps = replicas(dir, addrs, peerAddrs)
+		for i := range s.reps {
+			s.reps[i].HTTP = fmt.Sprintf("127.0.0.1:%d", ports[perReplica*i+1])
+		}
 		s.cl = &cluster{env: s.env, dir: dir}
 		for _, r := range s.reps {
 			name := fmt.Sprintf("chubby×%d-r%d", s.n, r.ID)
@@ -411,6 +416,8 @@ func (s *chubbySystem) Kill(i int) error {
 	return s.cl.kill(i)
 }
 
+// Restart starts replica i again on its data and waits until the cell
+// names a master and replica i follows it (waitRejoined).
 func (s *chubbySystem) Restart(ctx context.Context, i int) error {
 	if s.cl == nil {
 		return errors.New("not started by chubbybench")
@@ -418,7 +425,68 @@ func (s *chubbySystem) Restart(ctx context.Context, i int) error {
 	if err := s.cl.startNode(i); err != nil {
 		return err
 	}
-	return s.waitReady(ctx)
+	return s.waitRejoined(ctx, i)
+}
+
+func (s *chubbySystem) Pause(i int) error {
+	if s.cl == nil {
+		return errors.New("not started by chubbybench")
+	}
+	return s.cl.pause(i)
+}
+
+// Resume continues replica i and waits until it follows the cell's
+// master again (waitRejoined): a paused master comes back believing it
+// still leads an old view.
+func (s *chubbySystem) Resume(ctx context.Context, i int) error {
+	if s.cl == nil {
+		return errors.New("not started by chubbybench")
+	}
+	if err := s.cl.resume(i); err != nil {
+		return err
+	}
+	return s.waitRejoined(ctx, i)
+}
+
+// waitRejoined waits until the cell names a master (Status through the
+// client) and replica i's own /status names the same master at the same
+// epoch or a later one, not recovering: it is back in the cell, so the
+// next fault can take another replica out without losing the quorum.
+func (s *chubbySystem) waitRejoined(ctx context.Context, i int) error {
+	if err := s.waitReady(ctx); err != nil {
+		return err
+	}
+	if i < 0 || i >= len(s.reps) || s.reps[i].HTTP == "" {
+		return nil // no /status to ask: the cell serving is all we can tell
+	}
+	c, err := s.connect(ctx, "rejoin")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id := strconv.Itoa(s.reps[i].ID)
+	return waitFor(ctx, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("chubby×%d replica %s rejoining", s.n, id), func(ctx context.Context) error {
+		if err := s.cl.checkAlive(); err != nil {
+			return err
+		}
+		cell, err := c.Status(ctx)
+		if err != nil {
+			return err
+		}
+		own, err := fetchReplicaStatus(ctx, s.reps[i].HTTP)
+		if err != nil {
+			return err
+		}
+		switch {
+		case own.MasterAddress != cell.GetMasterAddress():
+			return fmt.Errorf("replica %s names master %q, the cell %q", id, own.MasterAddress, cell.GetMasterAddress())
+		case own.Epoch < cell.GetEpoch():
+			return fmt.Errorf("replica %s at epoch %d, the cell at %d", id, own.Epoch, cell.GetEpoch())
+		case own.role(id) == "RECOVERING":
+			return fmt.Errorf("replica %s is recovering", id)
+		}
+		return nil
+	})
 }
 
 func (s *chubbySystem) NewClient(ctx context.Context, id int) (Client, error) {

@@ -14,6 +14,12 @@ func TestChubbydCommandLines(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("one replica:\n got %q\nwant %q", got, want)
 	}
+	one[0].HTTP = "127.0.0.1:7200"
+	got = chubbydArgs("bin/chubbyd", one[0], one)
+	want = []string{"bin/chubbyd", "serve", "--id", "1", "--listen", "127.0.0.1:7000", "--data", "/d/r1", "--http", "127.0.0.1:7200", "--log-level", "warn"}
+	if !slices.Equal(got, want) {
+		t.Errorf("one replica:\n got %q\nwant %q", got, want)
+	}
 
 	three := replicas("/d", []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"},
 		[]string{"127.0.0.1:7100", "127.0.0.1:7101", "127.0.0.1:7102"})

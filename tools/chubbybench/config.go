@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,12 @@ type Config struct {
 	RequirePeers  bool // fail (instead of n/a) when a peer's server is not installed
 	ChartWidthCm  float64
 	ChartHeightCm float64
+
+	// The availability run (chubbybench avail, availability.go).
+	AvailWindow time.Duration // the idle window and the lock-load window
+	Hogs        []int         // busy-loop processes beside the cluster: one set of rows per count
+	PauseTrials int           // SIGSTOP of the leader per multi-node cluster and hog setting
+	LoadClients int           // clients of the lock-load window (distinct locks)
 }
 
 // DefaultConfig is a full run.
@@ -99,7 +106,27 @@ func DefaultConfig() Config {
 		LogLevel:        "info",
 		ChartWidthCm:    28,
 		ChartHeightCm:   20,
+		AvailWindow:     5 * time.Minute,
+		Hogs:            []int{0, 4},
+		PauseTrials:     10,
+		LoadClients:     64,
 	}
+}
+
+// DefaultAvailConfig is a full availability run (chubbybench avail): our
+// cell at 3 and 5 replicas, etcd and ZooKeeper at 3 and 5 nodes (Redis has
+// no failover), each without and beside a 4-process CPU hog; 5-minute
+// idle and lock-load windows, 20 kill -9 and 10 SIGSTOP failovers. About
+// 12 minutes per cluster and hog setting: some 2½ hours in all.
+func DefaultAvailConfig() Config {
+	c := DefaultConfig()
+	c.Out = filepath.Join("bench-results", "avail")
+	c.Systems = []string{sysChubby, sysEtcd, sysZooKeeper}
+	c.ChubbyNodes = []int{3, 5}
+	c.PeerNodes = []int{3, 5}
+	c.FailoverTrials = 20
+	c.Timeout = 4 * time.Hour
+	return c
 }
 
 // quickValues are the --quick replacements, chosen so that the whole run
@@ -118,10 +145,20 @@ var quickValues = map[string]string{
 	"timeout":         "3m",
 }
 
-// applyQuick sets the --quick values of every flag in quickValues that the
-// user did not set explicitly.
-func applyQuick(fs *pflag.FlagSet) error {
-	for name, v := range quickValues {
+// availQuickValues are the --quick replacements of chubbybench avail: a
+// 20 s window, 3 trials of each failover (about 2 minutes per cluster and
+// hog setting).
+var availQuickValues = map[string]string{
+	"avail-window":    "20s",
+	"failover-trials": "3",
+	"pause-trials":    "3",
+	"timeout":         "40m",
+}
+
+// applyQuick sets the values of every flag in values (quickValues,
+// availQuickValues) that the user did not set explicitly.
+func applyQuick(fs *pflag.FlagSet, values map[string]string) error {
+	for name, v := range values {
 		f := fs.Lookup(name)
 		if f == nil {
 			return fmt.Errorf("quick: no flag --%s", name)
@@ -176,6 +213,13 @@ func (c *Config) Validate() error {
 		check(isLoopback(a), "--chubby-cell %s: only loopback addresses are benchmarked", a)
 	}
 	check(c.ChartWidthCm >= 5 && c.ChartHeightCm >= 5, "chart size too small")
+	check(c.AvailWindow >= time.Second && c.AvailWindow <= time.Hour, "--avail-window %v outside [1s, 1h]", c.AvailWindow)
+	check(len(c.Hogs) > 0, "--hog is empty")
+	for _, n := range c.Hogs {
+		check(n >= 0 && n <= 64, "--hog: %d outside 0..64", n)
+	}
+	check(c.PauseTrials >= 1 && c.PauseTrials <= 20, "--pause-trials %d outside 1..20", c.PauseTrials)
+	check(c.LoadClients >= 1 && c.LoadClients <= 1024, "--load-clients %d outside 1..1024", c.LoadClients)
 	return errors.Join(errs...)
 }
 
@@ -226,37 +270,58 @@ func parseIntList(v string) ([]int, error) {
 	return out, nil
 }
 
-// bindFlags registers every Config field as a flag on fs, with c's values
-// as the defaults shown by --help.
+// bindFlags registers the benchmark's flags on fs, with c's values as the
+// defaults shown by --help.
 func bindFlags(fs *pflag.FlagSet, c *Config) {
 	fs.StringVar(&c.Out, "out", c.Out, "directory for results.md, results.json, results.png, profiles/ and logs/")
-	fs.BoolVar(&c.Quick, "quick", c.Quick, "short run (under 3 minutes): "+quickSummary())
+	fs.BoolVar(&c.Quick, "quick", c.Quick, "short run (under 3 minutes): "+quickSummary(quickValues))
 	fs.StringSliceVar(&c.Systems, "systems", c.Systems, "systems to run: chubby, etcd, zookeeper, redis")
-	fs.Var(intList{&c.PeerNodes}, "nodes", "cluster sizes of etcd, ZooKeeper and Redis")
-	fs.Var(intList{&c.ChubbyNodes}, "chubby-nodes", "replica counts of our cell; 3 and 5 need chubbyd serve --peers")
 	fs.Var(intList{&c.Clients}, "clients", "client counts of the lock workloads")
 	fs.StringSliceVar(&c.Workloads, "workloads", c.Workloads, "run only workloads whose name starts with one of these (e.g. lock-distinct,failover); default all")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "measured window of each workload")
 	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "unmeasured lead-in of each workload")
 	fs.DurationVar(&c.ClusterWarmup, "cluster-warmup", c.ClusterWarmup, "lock cycles (16 clients) run on each freshly started cluster before measuring")
-	fs.DurationVar(&c.OpTimeout, "op-timeout", c.OpTimeout, "bound on one operation")
 	fs.IntVar(&c.Sessions, "sessions", c.Sessions, "sessions our cell holds through batched KeepAlives (10,000 sessions per call)")
 	fs.IntVar(&c.DirectSessions, "direct-sessions", c.DirectSessions, "sessions our cell holds with the Go client, one connection each (at most 19,000: 20,000 open files per process)")
 	fs.IntVar(&c.PeerSessions, "peer-sessions", c.PeerSessions, "leases etcd holds and sessions ZooKeeper holds")
 	fs.DurationVar(&c.Hold, "hold", c.Hold, "how long held sessions are measured (CPU, RSS, probe reads); the full run covers more than one 12 s lease")
 	fs.IntVar(&c.FailoverTrials, "failover-trials", c.FailoverTrials, "kill -9 of the leader per multi-node cluster")
-	fs.DurationVar(&c.FailoverAttempt, "failover-attempt", c.FailoverAttempt, "after the kill, a lock cycle taking longer than this is abandoned and tried again (every system alike)")
 	fs.BoolVar(&c.Profile, "profile", c.Profile, "record pprof profiles of our cell under the lock workloads (needs --chubbyd-pprof)")
 	fs.DurationVar(&c.ProfileSeconds, "profile-seconds", c.ProfileSeconds, "CPU profile length per profiled workload")
-	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "bound on the whole run; what is left is reported as not run")
-	fs.StringVar(&c.Chubbyd, "chubbyd", c.Chubbyd, "chubbyd binary (default: next to this program, else bin/chubbyd, else on PATH)")
 	fs.StringVar(&c.ChubbydPprof, "chubbyd-pprof", c.ChubbydPprof, "chubbyd built with the pprof hook, for --profile (./build.sh bench builds bin/chubbyd-pprof)")
 	fs.StringSliceVar(&c.ChubbyCell, "chubby-cell", c.ChubbyCell, "benchmark this running cell (loopback host:port list) instead of starting chubbyd; no CPU/RSS, no failover")
+	fs.DurationVar(&c.RedisRetry, "redis-retry", c.RedisRetry, "Redis lock: delay between SET NX attempts while the lock is held")
+	bindServerFlags(fs, c)
+}
+
+// bindAvailFlags registers the flags of chubbybench avail on fs, with c's
+// values (DefaultAvailConfig) as the defaults shown by --help.
+func bindAvailFlags(fs *pflag.FlagSet, c *Config) {
+	fs.StringVar(&c.Out, "out", c.Out, "directory for results.md, results.json and logs/")
+	fs.BoolVar(&c.Quick, "quick", c.Quick, "short run: "+quickSummary(availQuickValues))
+	fs.StringSliceVar(&c.Systems, "systems", c.Systems, "systems to run: chubby, etcd, zookeeper, redis (Redis: idle and lock-load only, no failover)")
+	fs.StringSliceVar(&c.Workloads, "workloads", c.Workloads, "run only workloads whose name starts with one of these (idle, lock-load, failover/, failover-pause; failover alone selects both failovers); default all")
+	fs.DurationVar(&c.AvailWindow, "avail-window", c.AvailWindow, "length of the idle window and of the lock-load window")
+	fs.Var(intList{&c.Hogs}, "hog", "busy-loop processes run beside the cluster for its whole measurement, one set of rows per count (0: none)")
+	fs.IntVar(&c.LoadClients, "load-clients", c.LoadClients, "clients of the lock-load window, each cycling its own lock")
+	fs.IntVar(&c.FailoverTrials, "failover-trials", c.FailoverTrials, "kill -9 of the leader per multi-node cluster and hog setting")
+	fs.IntVar(&c.PauseTrials, "pause-trials", c.PauseTrials, "SIGSTOP of the leader (then SIGCONT) per multi-node cluster and hog setting")
+	bindServerFlags(fs, c)
+}
+
+// bindServerFlags registers the flags both commands share: the clusters,
+// the server binaries, bounds and logging.
+func bindServerFlags(fs *pflag.FlagSet, c *Config) {
+	fs.Var(intList{&c.PeerNodes}, "nodes", "cluster sizes of etcd, ZooKeeper and Redis")
+	fs.Var(intList{&c.ChubbyNodes}, "chubby-nodes", "replica counts of our cell; 3 and 5 need chubbyd serve --peers")
+	fs.DurationVar(&c.OpTimeout, "op-timeout", c.OpTimeout, "bound on one operation")
+	fs.DurationVar(&c.FailoverAttempt, "failover-attempt", c.FailoverAttempt, "after the kill, a lock cycle taking longer than this is abandoned and tried again (every system alike)")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "bound on the whole run; what is left is reported as not run")
+	fs.StringVar(&c.Chubbyd, "chubbyd", c.Chubbyd, "chubbyd binary (default: next to this program, else bin/chubbyd, else on PATH)")
 	fs.StringVar(&c.Etcd, "etcd", c.Etcd, "etcd server binary (Debian's etcd-server)")
 	fs.StringVar(&c.RedisServer, "redis-server", c.RedisServer, "redis-server binary (Debian's redis-server)")
 	fs.StringVar(&c.Java, "java", c.Java, "java binary for ZooKeeper")
 	fs.StringVar(&c.ZKClasspath, "zookeeper-classpath", c.ZKClasspath, "classpath of ZooKeeper's QuorumPeerMain (Debian's zookeeper, with slf4j-simple for its logs)")
-	fs.DurationVar(&c.RedisRetry, "redis-retry", c.RedisRetry, "Redis lock: delay between SET NX attempts while the lock is held")
 	fs.StringVar(&c.WorkDir, "work-dir", c.WorkDir, "parent of the servers' data directories (default: the system temp dir)")
 	fs.BoolVar(&c.Keep, "keep", c.Keep, "keep the servers' data directories")
 	fs.BoolVar(&c.RequirePeers, "require-peers", c.RequirePeers, "fail when a peer's server is not installed (default: report it n/a)")
@@ -264,15 +329,15 @@ func bindFlags(fs *pflag.FlagSet, c *Config) {
 }
 
 // quickSummary describes the --quick values for --help.
-func quickSummary() string {
-	keys := make([]string, 0, len(quickValues))
-	for k := range quickValues {
+func quickSummary(values map[string]string) string {
+	keys := make([]string, 0, len(values))
+	for k := range values {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = "--" + k + "=" + quickValues[k]
+		parts[i] = "--" + k + "=" + values[k]
 	}
 	return strings.Join(parts, " ") + " unless set"
 }

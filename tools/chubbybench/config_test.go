@@ -47,7 +47,7 @@ func TestQuickKeepsExplicitFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--quick", "--duration", "2s", "--nodes", "3", "--clients=1,64"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyQuick(fs); err != nil {
+	if err := applyQuick(fs, quickValues); err != nil {
 		t.Fatal(err)
 	}
 	if c.Duration != 2*time.Second {

@@ -197,6 +197,15 @@ func (s *etcdSystem) Leader(ctx context.Context) (int, error) {
 
 func (s *etcdSystem) Kill(i int) error { return s.cl.kill(i) }
 
+func (s *etcdSystem) Pause(i int) error { return s.cl.pause(i) }
+
+func (s *etcdSystem) Resume(ctx context.Context, i int) error {
+	if err := s.cl.resume(i); err != nil {
+		return err
+	}
+	return s.waitReady(ctx)
+}
+
 func (s *etcdSystem) Restart(ctx context.Context, i int) error {
 	// On its existing data directory a member ignores the --initial-* flags.
 	if err := s.cl.startNode(i); err != nil {

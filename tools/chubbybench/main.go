@@ -18,6 +18,10 @@
 // driven by their standard Go clients. Results go to --out as results.md,
 // results.json and results.png, with server logs in logs/ and pprof profiles
 // of our cell in profiles/.
+//
+// chubbybench avail is the availability run (availability.go): idle CPU and
+// view changes with and without a CPU hog, a long lock load, and failover
+// after kill -9 and after SIGSTOP of the leader.
 package main
 
 import (
@@ -77,24 +81,27 @@ Progress goes to stderr; the table is also printed on stdout.
 ./build.sh bench installs the peers (Debian's etcd-server, zookeeper,
 redis-server) if missing, builds chubbyd, chubbyd-pprof and chubbybench, and
 runs this with the flags given. Every process started is stopped at the end,
-on failure and on Ctrl-C.`,
+on failure and on Ctrl-C.
+
+chubbybench avail --help: the availability run (idle CPU, view changes beside
+a CPU hog, failover after kill -9 and SIGSTOP).`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Quick {
-				if err := applyQuick(cmd.Flags()); err != nil {
+				if err := applyQuick(cmd.Flags(), quickValues); err != nil {
 					return err
 				}
 			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			return bench(cmd.Context(), &cfg, cmd.Flags(), append([]string{"chubbybench"}, args...), stdout, stderr)
+			return bench(cmd.Context(), &cfg, cmd.Flags(), append([]string{"chubbybench"}, args...), "", stdout, stderr)
 		},
 	}
 	bindFlags(root.Flags(), &cfg)
-	root.AddCommand(renderCommand(stdout))
+	root.AddCommand(renderCommand(stdout), availCommand(append([]string{"chubbybench"}, args...), stdout, stderr))
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -113,8 +120,9 @@ on failure and on Ctrl-C.`,
 	return 0
 }
 
-// bench runs the benchmark with cfg and writes the outputs.
-func bench(ctx context.Context, cfg *Config, flags *pflag.FlagSet, command []string, stdout, stderr io.Writer) (err error) {
+// bench runs the benchmark with cfg and writes the outputs: the comparison
+// (mode "") or the availability run (modeAvail).
+func bench(ctx context.Context, cfg *Config, flags *pflag.FlagSet, command []string, mode string, stdout, stderr io.Writer) (err error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		return usageError{fmt.Errorf("--log-level: %w", err)}
@@ -125,7 +133,11 @@ func bench(ctx context.Context, cfg *Config, flags *pflag.FlagSet, command []str
 
 	logs := filepath.Join(cfg.Out, "logs")
 	profiles := filepath.Join(cfg.Out, "profiles")
-	for _, d := range []string{logs, profiles} { // this run's, not an older run's
+	dirs := []string{logs, profiles}
+	if mode == modeAvail {
+		dirs = dirs[:1] // no profiles
+	}
+	for _, d := range dirs { // this run's, not an older run's
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("clean %s: %w", d, err)
 		}
@@ -168,17 +180,25 @@ func bench(ctx context.Context, cfg *Config, flags *pflag.FlagSet, command []str
 			}
 		}
 	}
-	wls := selectWorkloads(workloads(cfg.Clients), cfg.Quick, cfg.Workloads)
+	all := workloads(cfg.Clients)
+	if mode == modeAvail {
+		all = availWorkloads(cfg.Hogs, cfg.LoadClients)
+	}
+	wls := selectWorkloads(all, cfg.Quick, cfg.Workloads)
 	if len(wls) == 0 {
 		return usageError{fmt.Errorf("--workloads %v selects no workload", cfg.Workloads)}
 	}
 	prog.printf("chubbybench: %d systems × %d workloads, results in %s (Ctrl-C stops it cleanly)", len(systems), len(wls), cfg.Out)
 	r := &runner{cfg: cfg, env: e, prog: prog}
-	r.runAll(rctx, systems, wls)
+	if mode == modeAvail {
+		r.runAvailAll(rctx, systems, wls)
+	} else {
+		r.runAll(rctx, systems, wls)
+	}
 
 	var profs []ProfileSummary
 	switch {
-	case !cfg.Profile || !contains(cfg.Systems, sysChubby) || len(cfg.ChubbyCell) > 0:
+	case mode == modeAvail || !cfg.Profile || !contains(cfg.Systems, sysChubby) || len(cfg.ChubbyCell) > 0:
 	case rctx.Err() != nil:
 		notes = append(notes, "profiles not recorded: "+stopReason(rctx))
 	case cfg.ChubbydPprof == "":
@@ -194,7 +214,7 @@ func bench(ctx context.Context, cfg *Config, flags *pflag.FlagSet, command []str
 	procs.stopAll()
 
 	rep := &Report{
-		Started: started, Finished: time.Now(), Command: command, Quick: cfg.Quick,
+		Mode: mode, Started: started, Finished: time.Now(), Command: command, Quick: cfg.Quick,
 		Machine: machine(), Flags: map[string]string{}, Results: r.results, Profiles: profs,
 	}
 	flags.VisitAll(func(f *pflag.Flag) { rep.Flags[f.Name] = f.Value.String() })
@@ -202,8 +222,12 @@ func bench(ctx context.Context, cfg *Config, flags *pflag.FlagSet, command []str
 		rep.Workloads = append(rep.Workloads, w.Name())
 	}
 	rep.Ratios = computeRatios(rep.Results)
-	rep.Targets = computeTargets(rep.Results)
-	rep.Notes = append(notes, runNotes(cfg, rep.Results)...)
+	rep.Targets = computeTargetsFor(rep)
+	if mode == modeAvail {
+		rep.Notes = append(notes, availNotes(cfg)...)
+	} else {
+		rep.Notes = append(notes, runNotes(cfg, rep.Results)...)
+	}
 	rep.Notes = append(rep.Notes, r.notes...)
 	md, werr := writeOutputs(cfg.Out, rep, cfg.ChartWidthCm, cfg.ChartHeightCm)
 	if md != "" {
@@ -253,7 +277,7 @@ func renderCommand(stdout io.Writer) *cobra.Command {
 			if out == "" {
 				out = filepath.Dir(in)
 			}
-			rep.Targets = computeTargets(rep.Results)
+			rep.Targets = computeTargetsFor(&rep)
 			md, err := writeOutputs(out, &rep, w, h)
 			fmt.Fprint(stdout, md)
 			return err

@@ -307,6 +307,30 @@ func readProcStats(pid int) (procStats, error) {
 	return st, fmt.Errorf("proc stats of %d: no VmRSS", pid)
 }
 
+// procState is the state letter of pid (/proc/PID/stat field 3: R, S, D,
+// T for stopped, Z...).
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("proc state: %w", err)
+	}
+	return parseStatState(string(b))
+}
+
+// parseStatState returns the state letter from the text of /proc/PID/stat
+// (the first field after the command name's closing parenthesis).
+func parseStatState(stat string) (byte, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) == 0 || len(f[0]) != 1 {
+		return 0, errors.New("stat: no state")
+	}
+	return f[0][0], nil
+}
+
 // parseStatCPU returns utime+stime from the text of /proc/PID/stat. The
 // command name (field 2) may hold spaces and parentheses, so fields are
 // counted from the last ')'.

@@ -61,20 +61,19 @@ func (r *runner) runProfiles(ctx context.Context, bin, dir string) []ProfileSumm
 		ports []int
 		err   error
 	)
-	ports, err = freePorts(2)
+	ports, err = freePorts(1)
 	if err != nil {
 		return []ProfileSummary{{Error: err.Error()}}
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", ports[0])
-	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1])
 	sys := newChubbySystem(r.env, 1, bin, false, nil)
 	sys.pprofEnv = []string{fmt.Sprintf("CHUBBYBENCH_PPROF=127.0.0.1:%d", ports[0])}
-	sys.extra = []string{"--http", fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	r.prog.printf("profiles: starting chubby×1 from %s", bin)
 	defer sys.Stop()
 	if err := sys.Start(ctx); err != nil {
 		return []ProfileSummary{{Error: fmt.Sprintf("start: %v", err)}}
 	}
+	metricsURL := "http://" + sys.reps[0].HTTP + "/metrics"
 	clients, err := r.openClients(ctx, sys, 64)
 	if err != nil {
 		return []ProfileSummary{{Error: fmt.Sprintf("clients: %v", err)}}

@@ -150,6 +150,12 @@ func (s *redisSystem) Restart(ctx context.Context, i int) error {
 	return errors.New("redis: no failover")
 }
 
+func (s *redisSystem) Pause(i int) error { return errors.New("redis: no failover") }
+
+func (s *redisSystem) Resume(ctx context.Context, i int) error {
+	return errors.New("redis: no failover")
+}
+
 func (s *redisSystem) NewClient(ctx context.Context, id int) (Client, error) {
 	rdb := redis.NewClient(&redis.Options{
 		Addr:         fmt.Sprintf("127.0.0.1:%d", s.ports[0]),

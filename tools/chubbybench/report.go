@@ -17,6 +17,9 @@ import (
 // Report is everything a run produced: results.json is this, results.md
 // and results.png are drawn from it.
 type Report struct {
+	// Mode is "" for the comparison benchmark, modeAvail for chubbybench
+	// avail (its own tables: writeAvailMarkdown).
+	Mode      string            `json:"mode,omitempty"`
 	Started   time.Time         `json:"started"`
 	Finished  time.Time         `json:"finished"`
 	Command   []string          `json:"command"`
@@ -52,6 +55,10 @@ type Ratio struct {
 	P99           float64 `json:"p99,omitempty"`
 	CPUPerSession float64 `json:"cpu_per_session,omitempty"`
 	RSSPerSession float64 `json:"rss_per_session,omitempty"`
+	// chubbybench avail: CPU of every server process over the window
+	// (idle, lock-load), and the worst failover trial.
+	CPU float64 `json:"cpu,omitempty"`
+	Max float64 `json:"max,omitempty"`
 }
 
 // div is a/b, or 0 when either is not a positive number.
@@ -86,8 +93,14 @@ func computeRatios(results []Result) []Ratio {
 			ra.CPUPerSession = div(o.cpuPerSession(), p.cpuPerSession())
 			ra.RSSPerSession = div(o.rssPerSession(), p.rssPerSession())
 			ra.P50, ra.P99 = div(o.P50Ms, p.P50Ms), div(o.P99Ms, p.P99Ms)
-		case kindFailover:
+		case kindFailover, kindFailoverPause:
+			ra.P50, ra.P99, ra.Max = div(o.P50Ms, p.P50Ms), div(o.P99Ms, p.P99Ms), div(o.MaxMs, p.MaxMs)
+		case kindIdle:
+			ra.CPU = div(o.CPUCoresAll, p.CPUCoresAll)
+		case kindLockLoad:
+			ra.Throughput = div(o.Throughput, p.Throughput)
 			ra.P50, ra.P99 = div(o.P50Ms, p.P50Ms), div(o.P99Ms, p.P99Ms)
+			ra.CPU = div(o.CPUCoresAll, p.CPUCoresAll)
 		default:
 			ra.Throughput = div(o.Throughput, p.Throughput)
 			ra.P50, ra.P99 = div(o.P50Ms, p.P50Ms), div(o.P99Ms, p.P99Ms)
@@ -261,6 +274,9 @@ func sortedRows(results []Result, wl string) []Result {
 
 // writeMarkdown renders the report as markdown tables.
 func writeMarkdown(w io.Writer, rep *Report) error {
+	if rep.Mode == modeAvail {
+		return writeAvailMarkdown(w, rep)
+	}
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	mode := "full run"
@@ -502,12 +518,25 @@ func writeBounds(b *strings.Builder, rep *Report, keep func(kind string) bool) {
 }
 
 // workloadByName parses a workload name back ("lock-distinct/64",
-// "sessions-held/batched", "failover"); the zero Workload if unknown.
+// "sessions-held/batched", "failover", "lock-load/64/hog4"); the zero
+// Workload if unknown.
 func workloadByName(name string) Workload {
+	if i := strings.LastIndex(name, "/hog"); i >= 0 {
+		if h, err := strconv.Atoi(name[i+len("/hog"):]); err == nil && h >= 0 {
+			w := workloadByName(name[:i])
+			if w.Kind == "" {
+				return w
+			}
+			w.Avail, w.Hog = true, h
+			return w
+		}
+	}
 	kind, rest, _ := strings.Cut(name, "/")
 	switch kind {
-	case kindFailover:
+	case kindFailover, kindFailoverPause:
 		return Workload{Kind: kind, Clients: 1}
+	case kindIdle:
+		return Workload{Kind: kind}
 	case kindSessionsHeld:
 		return Workload{Kind: kind, Variant: rest}
 	}
@@ -569,6 +598,10 @@ func writeOutputs(dir string, rep *Report, widthCm, heightCm float64) (md string
 		return "", fmt.Errorf("results.json: %w", err)
 	}
 	png := filepath.Join(dir, "results.png")
+	if rep.Mode == modeAvail { // no chart: the tables are the figures
+		os.Remove(png)
+		return b.String(), nil
+	}
 	if err := writeChart(png, rep, widthCm, heightCm); errors.Is(err, errNoChart) {
 		os.Remove(png) // not an older run's chart
 	} else if err != nil {

@@ -55,6 +55,27 @@ type Result struct {
 	// failover: seconds from kill -9 to the end of the first lock cycle
 	// started after it, one per trial.
 	TrialsS []float64 `json:"trials_s,omitempty"`
+	// MasterTrialsS: seconds from the fault to when a new master served,
+	// by the servers' own word (ours: chubby_is_master on another replica),
+	// one per trial where it was seen; the client's failover above adds
+	// how long the client took to find it.
+	MasterTrialsS []float64 `json:"master_trials_s,omitempty"`
+
+	// chubbybench avail. Hog: busy-loop processes beside the cluster (0:
+	// none). CPUWindowS: the window CPUCoresAll (every server process,
+	// from /proc) was measured over (idle, lock-load). ViewChanges: views
+	// the cell moved through in the window (from each replica's /status);
+	// LeaseRefusals: calls refused because the master lease had lapsed,
+	// and SlowInputs: replica-loop inputs that took at least
+	// slowInputSeconds, both summed over the replicas' /metrics. These
+	// three are ours only (nil: not known). LoadAvg: /proc/loadavg at the
+	// end of the measurement.
+	Hog           int     `json:"hog,omitempty"`
+	CPUWindowS    float64 `json:"cpu_window_s,omitempty"`
+	ViewChanges   *int64  `json:"view_changes,omitempty"`
+	LeaseRefusals *int64  `json:"lease_refusals,omitempty"`
+	SlowInputs    *int64  `json:"slow_loop_inputs,omitempty"`
+	LoadAvg       string  `json:"load_avg,omitempty"`
 
 	Bound string `json:"bound,omitempty"` // what bounds the figure
 	Note  string `json:"note,omitempty"`
@@ -67,7 +88,7 @@ func label(system string, nodes int) string { return fmt.Sprintf("%s×%d", syste
 
 // measured reports whether r carries figures.
 func (r Result) measured() bool {
-	return r.NA == "" && (r.Ops > 0 || r.Sessions > 0 || len(r.TrialsS) > 0)
+	return r.NA == "" && (r.Ops > 0 || r.Sessions > 0 || len(r.TrialsS) > 0 || r.CPUWindowS > 0)
 }
 
 // abortRate is the share of transaction attempts that were aborted, and
@@ -98,8 +119,8 @@ func (r Result) cpuPerSession() float64 {
 // newResult starts the Result of w on sys.
 func newResult(w Workload, sys System) Result {
 	return Result{
-		Workload: w.Name(), Kind: w.Kind, Clients: w.Clients, Variant: w.Variant,
-		System: sys.Kind(), Nodes: sys.Nodes(), Bound: sys.Bound(w),
+		Workload: w.Name(), Kind: w.Kind, Clients: w.Clients, Variant: w.Variant, Hog: w.Hog,
+		System: sys.Kind(), Nodes: sys.Nodes(), Bound: sys.Bound(w.boundAs()),
 	}
 }
 

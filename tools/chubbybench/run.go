@@ -174,7 +174,7 @@ func (r *runner) runShared(ctx context.Context, sys System, wls, held []Workload
 		}
 		var res Result
 		switch w.Kind {
-		case kindFailover:
+		case kindFailover, kindFailoverPause:
 			res = r.runFailover(ctx, sys, w)
 			r.report(res)
 		case kindSessionsHeld:
@@ -371,7 +371,7 @@ func (r *runner) report(res Result) {
 		r.prog.printf("  %-12s %-26s %s", lbl, res.Workload, res.NA)
 	case res.Error != "" && !res.measured():
 		r.prog.printf("  %-12s %-26s FAILED: %s", lbl, res.Workload, res.Error)
-	case res.Kind == kindFailover:
+	case (Workload{Kind: res.Kind}).isFailover():
 		trials := make([]string, len(res.TrialsS))
 		for i, t := range res.TrialsS {
 			trials[i] = fmt.Sprintf("%.3f", t)
@@ -397,12 +397,23 @@ func errSuffix(res Result) string {
 // failoverBound bounds one trial: no successful cycle within it fails it.
 const failoverBound = 60 * time.Second
 
-// runFailover kills the leader FailoverTrials times and measures from the
-// kill to the end of the first lock cycle started after it. The killed
-// node is restarted, and the cluster is whole again, before the next trial.
+// runFailover takes the leader out, trial after trial, and measures from
+// the fault to the end of the first lock cycle started after it. The fault
+// is kill -9 (failover: FailoverTrials trials; the killed node is
+// restarted before the next trial, and after the last in an availability
+// run, which goes on on the cluster) or SIGSTOP (failover-pause:
+// PauseTrials trials; the paused node is continued with SIGCONT after
+// each, the last included). Before the next trial the cluster is whole
+// again. Where sys can tell when a new master serves (masterWatcher),
+// that time is recorded too.
 func (r *runner) runFailover(ctx context.Context, sys System, w Workload) Result {
 	res := newResult(w, sys)
 	lbl := label(sys.Kind(), sys.Nodes())
+	pause := w.Kind == kindFailoverPause
+	trials, fault := r.cfg.FailoverTrials, "kill -9"
+	if pause {
+		trials, fault = r.cfg.PauseTrials, "SIGSTOP"
+	}
 	newProbe := func() (Client, Locker, error) {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 		defer cancel()
@@ -422,60 +433,108 @@ func (r *runner) runFailover(ctx context.Context, sys System, w Workload) Result
 		res.Error = fmt.Sprintf("probe client: %v", err)
 		return res
 	}
-	defer func() { c.Close() }()
-	for i := range 5 { // the probe works before anything is killed
+	defer func() {
+		if c != nil { // nil when a new probe could not be opened
+			c.Close()
+		}
+	}()
+	for i := range 5 { // the probe works before anything is taken out
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 		err := l.Cycle(cctx)
 		cancel()
 		if err != nil {
-			res.Error = fmt.Sprintf("probe cycle %d before the kill: %v", i, err)
+			res.Error = fmt.Sprintf("probe cycle %d before the %s: %v", i, fault, err)
 			return res
 		}
 	}
-	for trial := range r.cfg.FailoverTrials {
+	for trial := range trials {
 		leader, err := sys.Leader(ctx)
 		if err != nil {
 			res.Error = fmt.Sprintf("trial %d: %v", trial+1, err)
 			break
 		}
-		r.prog.printf("  %-12s failover trial %d: kill -9 node %d (leader)", lbl, trial+1, leader+1)
+		r.prog.printf("  %-12s %s trial %d: %s node %d (leader)", lbl, w.Kind, trial+1, fault, leader+1)
 		t0 := time.Now()
-		if err := sys.Kill(leader); err != nil {
-			res.Error = fmt.Sprintf("trial %d: kill: %v", trial+1, err)
+		if pause {
+			err = sys.Pause(leader)
+			t0 = time.Now() // from when the process is stopped (Pause waits for it)
+		} else {
+			err = sys.Kill(leader)
+		}
+		if err != nil {
+			res.Error = fmt.Sprintf("trial %d: %s: %v", trial+1, fault, err)
 			break
 		}
+		// The cell side: when a new master serves, by the servers' own word.
+		masterAt := make(chan time.Duration, 1)
+		wctx, stopWatch := context.WithTimeout(ctx, failoverBound)
+		if mw, ok := sys.(masterWatcher); ok {
+			go func() {
+				if mw.awaitNewMaster(wctx, leader) == nil {
+					masterAt <- time.Since(t0)
+				}
+				close(masterAt)
+			}()
+		} else {
+			close(masterAt)
+		}
 		recovered := time.Duration(-1)
-		for attempt := 0; time.Since(t0) < failoverBound && ctx.Err() == nil; attempt++ {
-			if b, ok := c.(brokenClient); ok && b.broken() {
-				c.Close()
+		var lastErr error // of the last failed attempt, for the report
+		attempts := 0
+		for ; time.Since(t0) < failoverBound && ctx.Err() == nil; attempts++ {
+			if b, ok := c.(brokenClient); c == nil || (ok && b.broken()) {
+				if c != nil {
+					c.Close()
+				}
+				// A client connecting while a server is silent may time
+				// out: that is part of the failover, tried again.
 				if c, l, err = newProbe(); err != nil {
-					res.Error = fmt.Sprintf("trial %d: new probe client: %v", trial+1, err)
-					return res
+					c = nil
 				}
 			}
-			actx, cancel := context.WithTimeout(ctx, r.cfg.FailoverAttempt)
-			err := l.Cycle(actx)
-			cancel()
-			if err == nil {
-				recovered = time.Since(t0)
-				break
+			if c != nil {
+				actx, cancel := context.WithTimeout(ctx, r.cfg.FailoverAttempt)
+				err = l.Cycle(actx)
+				cancel()
+				if err == nil {
+					recovered = time.Since(t0)
+					break
+				}
+			} else {
+				err = fmt.Errorf("new probe client: %w", err)
 			}
+			lastErr = err
 			select { // a refused call returns at once: do not spin on it
 			case <-ctx.Done():
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
+		if d, ok := awaitWatch(masterAt, stopWatch, 5*time.Second); ok {
+			res.MasterTrialsS = append(res.MasterTrialsS, d.Seconds())
+		}
+		if recovered >= 0 {
+			res.TrialsS = append(res.TrialsS, recovered.Seconds())
+			r.prog.printf("  %-12s %s trial %d: next lock cycle after %.3f s", lbl, w.Kind, trial+1, recovered.Seconds())
+		} else {
+			res.Error = fmt.Sprintf("trial %d: no lock cycle within %v of the %s (%d attempts; the last: %v)", trial+1, failoverBound, fault, attempts, lastErr)
+		}
+		switch {
+		case pause:
+			// Always continued, the last trial's too: a stopped process
+			// would hold its port and ignore the SIGTERM of the stop.
+			if err := sys.Resume(ctx, leader); err != nil {
+				res.Note = fmt.Sprintf("SIGCONT of node %d: %v", leader+1, err)
+				recovered = -1
+			}
+		case recovered >= 0 && (trial < trials-1 || w.Avail):
+			// After the last trial the comparison stops the cluster; the
+			// availability run goes on with failover-pause on it.
+			if err := sys.Restart(ctx, leader); err != nil {
+				res.Note = fmt.Sprintf("restart of node %d: %v", leader+1, err)
+				recovered = -1
+			}
+		}
 		if recovered < 0 {
-			res.Error = fmt.Sprintf("trial %d: no lock cycle within %v of the kill", trial+1, failoverBound)
-			break
-		}
-		res.TrialsS = append(res.TrialsS, recovered.Seconds())
-		r.prog.printf("  %-12s failover trial %d: next lock cycle after %.3f s", lbl, trial+1, recovered.Seconds())
-		if trial == r.cfg.FailoverTrials-1 {
-			break // the cluster is stopped next: no need to make it whole
-		}
-		if err := sys.Restart(ctx, leader); err != nil {
-			res.Note = fmt.Sprintf("restart of node %d: %v", leader+1, err)
 			break
 		}
 	}
@@ -489,6 +548,21 @@ func (r *runner) runFailover(ctx context.Context, sys System, w Workload) Result
 		res.P50Ms, res.P99Ms, res.MaxMs = ms(percentile(ds, 0.5)), ms(percentile(ds, 0.99)), ms(ds[n-1])
 	}
 	return res
+}
+
+// awaitWatch takes the watcher's figure from at, waiting at most grace
+// for it (the client may have found the new master before the watcher's
+// next poll), then stops the watcher with stop.
+func awaitWatch(at <-chan time.Duration, stop context.CancelFunc, grace time.Duration) (time.Duration, bool) {
+	defer stop()
+	select {
+	case d, ok := <-at:
+		return d, ok
+	case <-time.After(grace):
+		stop()
+		d, ok := <-at // closed once the watcher sees its context end
+		return d, ok
+	}
 }
 
 // probeEvery is the period of the reads made while sessions are held.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -42,6 +43,13 @@ type System interface {
 	// Restart starts node i again on its data and waits until the whole
 	// cluster serves.
 	Restart(ctx context.Context, i int) error
+	// Pause stops node i with SIGSTOP: a process that is alive (its
+	// sockets stay open, its port accepts) but silent, as a paused VM or
+	// a partitioned host is to its peers.
+	Pause(i int) error
+	// Resume continues node i with SIGCONT and waits until the whole
+	// cluster serves, node i included.
+	Resume(ctx context.Context, i int) error
 
 	// HoldSessions opens n sessions kept alive the way w.Variant says and
 	// keeps them alive until release is called. It returns how many it
@@ -183,6 +191,44 @@ func (c *cluster) kill(i int) error {
 		return fmt.Errorf("kill: no node %d", i)
 	}
 	c.env.procs.kill9(c.procs[i])
+	return nil
+}
+
+// pause stops node i with SIGSTOP (its whole process group) and waits
+// until /proc says it is stopped: the signal is delivered asynchronously,
+// and a fault measured from before it took effect would be measured short.
+func (c *cluster) pause(i int) error {
+	if err := c.signal(i, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	pid := c.procs[i].pid()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := procState(pid)
+		if err != nil {
+			return fmt.Errorf("SIGSTOP of %s: %w", c.procs[i].spec.name, err)
+		}
+		if st == 'T' || st == 't' {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("SIGSTOP of %s: still in state %c after 5 s", c.procs[i].spec.name, st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// resume continues node i with SIGCONT.
+func (c *cluster) resume(i int) error { return c.signal(i, syscall.SIGCONT) }
+
+func (c *cluster) signal(i int, sig syscall.Signal) error {
+	if i < 0 || i >= len(c.procs) || c.procs[i] == nil {
+		return fmt.Errorf("%v: no node %d", sig, i)
+	}
+	if done, err := c.procs[i].exited(); done {
+		return fmt.Errorf("%v: %s exited (%v)", sig, c.procs[i].spec.name, err)
+	}
+	c.procs[i].signal(sig)
 	return nil
 }
 

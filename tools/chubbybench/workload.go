@@ -18,6 +18,11 @@ const (
 	kindFailover       = "failover"        // kill -9 the leader: time to the next lock cycle
 	kindTransferSpread = "transfer-spread" // 2-row transactions over many accounts
 	kindTransferHot    = "transfer-hot"    // 2-row transactions over a few accounts
+
+	// The availability run (chubbybench avail).
+	kindIdle          = "idle"           // the cluster with nothing connected: CPU, view changes
+	kindLockLoad      = "lock-load"      // N clients on distinct locks for the long window: cycles/s, view changes
+	kindFailoverPause = "failover-pause" // SIGSTOP the leader: time to the next lock cycle, then SIGCONT
 )
 
 // Accounts of the transfer workloads: many, so that two transactions
@@ -47,19 +52,46 @@ type Workload struct {
 	Variant string // sessions-held only
 	// FullOnly workloads are skipped by --quick.
 	FullOnly bool
+	// Avail marks a workload of chubbybench avail; Hog is how many
+	// busy-loop processes run beside the cluster meanwhile.
+	Avail bool
+	Hog   int
 }
 
 // Name is the workload's name in tables and --workloads: "lock-distinct/64",
 // "sessions-held/batched", "failover".
+// An availability workload's name ends in its hog setting:
+// "idle/hog0", "lock-load/64/hog4", "failover/hog0", "failover-pause/hog4".
 func (w Workload) Name() string {
+	var n string
 	switch {
 	case w.Variant != "":
-		return w.Kind + "/" + w.Variant
-	case w.Kind == kindFailover:
-		return w.Kind
+		n = w.Kind + "/" + w.Variant
+	case w.isFailover() || w.Kind == kindIdle:
+		n = w.Kind
 	default:
-		return fmt.Sprintf("%s/%d", w.Kind, w.Clients)
+		n = fmt.Sprintf("%s/%d", w.Kind, w.Clients)
 	}
+	if w.Avail {
+		n += fmt.Sprintf("/hog%d", w.Hog)
+	}
+	return n
+}
+
+// isFailover reports whether w takes the leader out (kill -9 or SIGSTOP).
+func (w Workload) isFailover() bool { return w.Kind == kindFailover || w.Kind == kindFailoverPause }
+
+// boundAs is the workload whose bound (System.Bound) and applicability
+// (System.NA) w shares: a lock-load is lock-distinct cycles, a paused
+// leader is failed over like a killed one.
+func (w Workload) boundAs() Workload {
+	switch w.Kind {
+	case kindLockLoad:
+		return Workload{Kind: kindLockDistinct, Clients: w.Clients}
+	case kindFailoverPause:
+		return Workload{Kind: kindFailover, Clients: 1}
+	}
+	return w
 }
 
 // Describe says in words what the workload measures, for the report.
@@ -84,6 +116,12 @@ func (w Workload) Describe() string {
 		return "sessions kept alive with one connection per session"
 	case kindFailover:
 		return "kill -9 of the leader: time to the next successful lock cycle"
+	case kindIdle:
+		return "the cluster with no client connected: CPU of every server process, and (ours) view changes"
+	case kindLockLoad:
+		return "N clients, each acquiring and releasing its own exclusive lock, for the whole window: cycles/s, view changes"
+	case kindFailoverPause:
+		return "SIGSTOP of the leader (a silent, not a dead, master): time to the next successful lock cycle; then SIGCONT"
 	case kindTransferSpread:
 		return fmt.Sprintf("N clients, each running transactions that read two of %s accounts and move 1 from one to the other (optimistic; an aborted attempt is retried)", groupThousands(spreadAccounts))
 	case kindTransferHot:
@@ -158,6 +196,22 @@ func workloads(clients []int) []Workload {
 		Workload{Kind: kindSessionsHeld, Variant: variantBatched},
 		Workload{Kind: kindSessionsHeld, Variant: variantDirect},
 	)
+	return out
+}
+
+// availWorkloads returns the workloads of chubbybench avail, for each hog
+// setting in turn: idle first (before any client connects), then the lock
+// load, then the failovers (they take nodes out).
+func availWorkloads(hogs []int, loadClients int) []Workload {
+	var out []Workload
+	for _, h := range hogs {
+		out = append(out,
+			Workload{Kind: kindIdle, Avail: true, Hog: h},
+			Workload{Kind: kindLockLoad, Clients: loadClients, Avail: true, Hog: h},
+			Workload{Kind: kindFailover, Clients: 1, Avail: true, Hog: h},
+			Workload{Kind: kindFailoverPause, Clients: 1, Avail: true, Hog: h},
+		)
+	}
 	return out
 }
 

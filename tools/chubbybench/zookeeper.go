@@ -290,6 +290,15 @@ func (s *zkSystem) Leader(ctx context.Context) (int, error) {
 
 func (s *zkSystem) Kill(i int) error { return s.cl.kill(i) }
 
+func (s *zkSystem) Pause(i int) error { return s.cl.pause(i) }
+
+func (s *zkSystem) Resume(ctx context.Context, i int) error {
+	if err := s.cl.resume(i); err != nil {
+		return err
+	}
+	return s.waitReady(ctx)
+}
+
 func (s *zkSystem) Restart(ctx context.Context, i int) error {
 	if err := s.cl.startNode(i); err != nil {
 		return err
