@@ -300,6 +300,11 @@ func (t *PeerTransport) CheckPeer(id uint64, gone func()) {
 		defer p.checking.Store(false)
 		conn, err := net.DialTimeout("tcp", p.addr, checkTimeout)
 		if err == nil {
+			// Close with a reset, not a FIN: the peer's kernel frees its
+			// side at once, with nothing left for the peer to close.
+			if tc, ok := conn.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
 			conn.Close()
 			return
 		}
