@@ -10,6 +10,7 @@ import (
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
 	"github.com/chubbygo/chubby/replica"
+	"github.com/chubbygo/chubby/replica/vr"
 )
 
 // metrics are the cell's Prometheus metrics (the rpc layer adds per-method
@@ -114,6 +115,21 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		Name: "chubby_snapshot_transfer_resends_total",
 		Help: "Times a snapshot transfer went back to the last chunk acknowledged after its receiver fell silent.",
 	}, xfer(func(x replica.TransferStats) uint64 { return x.ChunkResends }))
+	core := func(f func(vr.Stats) uint64) func() float64 {
+		return func() float64 { return float64(f(s.log.CoreStats())) }
+	}
+	viewChanges := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chubby_view_changes_total",
+		Help: "Views this replica entered through a view change (a new master, or the attempt at one).",
+	}, core(func(x vr.Stats) uint64 { return x.ViewChanges }))
+	probes := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chubby_view_change_probes_total",
+		Help: "Pre-vote probes this replica sent: it heard no master for the view-change timeout, or found its process gone.",
+	}, core(func(x vr.Stats) uint64 { return x.Probes }))
+	gone := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chubby_master_found_dead_total",
+		Help: "Times a dial of the silent master's peer port was refused (its process is gone), so the view change started at once.",
+	}, core(func(x vr.Stats) uint64 { return x.PeersGone }))
 	applied := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chubby_applied_index",
 		Help: "Index of the last log entry applied.",
@@ -146,6 +162,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	})
 	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.loopPause, m.parkedAcq, m.eventsSent, m.tsHanded, m.tsReserves, m.invalidationWait,
 		m.leaseRefusals, cached, sessions, parkedKA, applied, longest, chunksSent, chunksStored, chunkResends, queued, diskFailed, master,
+		viewChanges, probes, gone,
 		newConfigCollector(s)} {
 		reg.MustRegister(c)
 	}

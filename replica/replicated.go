@@ -142,6 +142,7 @@ type Replicated struct {
 	mu        sync.Mutex
 	info      vr.Info
 	xfer      TransferStats // as of the loop's last iteration
+	core      vr.Stats      // as of the loop's last iteration
 	err       error
 	changed   chan struct{} // closed when View, Status or IsPrimary next change
 	// configTold: OnConfig has been told the configuration (loop only).
@@ -389,6 +390,14 @@ func (r *Replicated) TransferStats() TransferStats {
 	return r.xfer
 }
 
+// CoreStats returns the protocol core's counters (view changes, probes,
+// evidence of death acted on) as of the loop's last iteration.
+func (r *Replicated) CoreStats() vr.Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core
+}
+
 // Info returns the protocol state as of the loop's last iteration.
 func (r *Replicated) Info() vr.Info {
 	r.mu.Lock()
@@ -584,6 +593,7 @@ func (r *Replicated) publish() {
 	configChanged := prev.Epoch != info.Epoch || !slices.Equal(prev.Members, info.Members)
 	r.info = info
 	r.xfer = r.d.TransferStats()
+	r.core = node.Stats()
 	if r.changed != nil && (prev.View != info.View || prev.Status != info.Status || prev.IsPrimary != info.IsPrimary) {
 		close(r.changed)
 		r.changed = nil

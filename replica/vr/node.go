@@ -141,6 +141,8 @@ type Stats struct {
 	SnapshotsSent      uint64
 	SnapshotsInstalled uint64
 	Probes             uint64
+	Suspicions         uint64 // a silent primary's process to be checked (Suspect)
+	PeersGone          uint64 // evidence of a primary's death acted on (PeerGone)
 }
 
 // Info describes the node's state.
@@ -527,6 +529,7 @@ func (n *Node) suspectPrimary() {
 	if p := n.primaryOf(n.view); p != n.id && p != 0 && n.now >= n.nextCheck {
 		n.suspect = p
 		n.nextCheck = n.now + n.hb
+		n.stats.Suspicions++
 	}
 }
 
@@ -556,10 +559,12 @@ func (n *Node) PeerGone(id uint64) {
 	switch {
 	case n.passive() || n.isPrimary() || id == n.id || id != n.primaryOf(n.view):
 	case n.status == StatusViewChange:
+		n.stats.PeersGone++
 		n.primaryGone = true
 		n.vcDeadline = min(n.vcDeadline, n.now)
 		n.tickViewChange()
 	case n.silence() >= n.suspectAfter:
+		n.stats.PeersGone++
 		n.primaryGone = true
 		n.probeNext()
 	}

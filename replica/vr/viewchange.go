@@ -216,6 +216,7 @@ func (n *Node) tickViewChange() {
 		// The view's new primary has not started it yet: is it there?
 		n.suspect = p
 		n.nextCheck = n.now + n.hb
+		n.stats.Suspicions++
 	}
 	if n.now >= n.vcDeadline {
 		n.probeNext()
