@@ -683,8 +683,15 @@ func (c *Client) classify(ctx context.Context, err error, addr string, class ret
 		c.master.unreachable(addr)
 		return true, false, false, fmt.Errorf("%w at %s: %w", ErrUnreachable, addr, err)
 	case kerrors.IsTimeoutError(err):
+		// No answer in time: a master that is paused or cut off looks like
+		// this. Whatever the class, the guess moves on, so that the next
+		// call (and this one's retry, where its class allows one) asks
+		// another replica, which names the new master once there is one;
+		// a master that was merely slow is named again. (Before, only a
+		// retryOnce call moved it, and a session's other calls kept going
+		// to a stopped master until its KeepAlive gave up, a lease later.)
+		c.master.unreachable(addr)
 		if class == retryOnce {
-			c.master.unreachable(addr)
 			return true, false, false, err
 		}
 		return false, false, false, err
