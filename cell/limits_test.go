@@ -2,11 +2,15 @@ package cell
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cloudwego/kitex/client/callopt"
+
+	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -288,4 +292,187 @@ func TestLimitsAtTheirBounds(t *testing.T) {
 		_, err := tc.cli.SetContents(ctx, &chubby.SetContentsRequest{Handle: probe, Content: []byte("still here"), ExpectedGeneration: nil})
 		return err
 	})
+}
+
+// fsLimitCell is a row's own cell: its session and a handle on "/".
+type fsLimitCell struct {
+	tc    *testCell
+	s     chubby.SessionID
+	root  *chubby.Handle
+	spare *chubby.Handle // holdLock: a second handle on the lock
+}
+
+func (f *fsLimitCell) create(path string, content []byte) error {
+	_, err := f.tc.cli.CreateFile(ctx, &chubby.CreateFileRequest{Session: f.s, Path: path, Content: content})
+	return err
+}
+
+func (f *fsLimitCell) openRoot(s chubby.SessionID) error {
+	_, err := f.tc.cli.Open(ctx, &chubby.OpenRequest{Session: s, Path: "/", Mode: chubby.OpenMode_READ, Create: chubby.CreateMode_OPEN_EXISTING})
+	return err
+}
+
+func (f *fsLimitCell) newSession() (chubby.SessionID, error) {
+	r, err := f.tc.cli.CreateSession(ctx, &chubby.CreateSessionRequest{ClientName: "more"})
+	if err != nil {
+		return 0, err
+	}
+	return r.Session, nil
+}
+
+// parkAcquire opens path in a new session and parks an Acquire of its
+// lock in the background (answered when the cell stops), then waits
+// (bounded) until the cell counts parked Acquires.
+func (f *fsLimitCell) parkAcquire(t *testing.T, path string, parked int) error {
+	s, err := f.newSession()
+	if err != nil {
+		return err
+	}
+	h := f.tc.open(s, path, chubby.CreateMode_OPEN_EXISTING, false)
+	go func() {
+		_, _ = f.tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: chubby.MAX_ACQUIRE_WAIT_MS},
+			callopt.WithRPCTimeout(time.Minute))
+	}()
+	for deadline := time.Now().Add(10 * time.Second); f.tc.s.m.parkedAcquires() < parked; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d Acquires parked after 10 s, want %d", f.tc.s.m.parkedAcquires(), parked)
+		}
+	}
+	return nil
+}
+
+// acquire asks a lock for h, waiting.
+func (f *fsLimitCell) acquire(h *chubby.Handle) error {
+	_, err := f.tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: chubby.MAX_ACQUIRE_WAIT_MS},
+		callopt.WithRPCTimeout(time.Minute))
+	return err
+}
+
+// holdLock makes the row's session hold path's lock (a file it creates)
+// and opens f.spare on it, for the request one past the bound.
+func (f *fsLimitCell) holdLock(path string) error {
+	h := f.tc.open(f.s, path, chubby.CreateMode_CREATE_NEW, false)
+	_, err := f.tc.cli.TryAcquire(ctx, &chubby.TryAcquireRequest{Handle: h, Mode: chubby.LockMode_EXCLUSIVE})
+	f.spare = f.tc.open(f.s, path, chubby.CreateMode_OPEN_EXISTING, false)
+	return err
+}
+
+// TestFSLimitsAtTheirBounds walks fs.Limits (fs.DefaultLimits, fs/limits.go)
+// and the cell's caps on parked calls (cell.Config) at their bounds and one
+// past, each on a cell of its own with that one limit lowered (the check
+// is the same whatever its value; the defaults — a million nodes, 200,000
+// sessions — would take minutes to fill): the request that reaches the
+// bound works, the next is refused with the code fs/limits.go and
+// cell/config.go document, changes nothing, and the session still reads.
+func TestFSLimitsAtTheirBounds(t *testing.T) {
+	rid := func(seq int64) *chubby.RequestID { return &chubby.RequestID{Seq: seq, Floor: 1} }
+	const exceeded = chubby.ErrorCode_LIMIT_EXCEEDED
+	for _, r := range []struct {
+		limit string
+		cfg   func(*Config)
+		fill  func(*fsLimitCell) error // up to one below the bound
+		at    func(*testing.T, *fsLimitCell) error
+		past  func(*fsLimitCell) error
+		want  chubby.ErrorCode
+	}{
+		{"MaxNodes 5 (root included)", func(c *Config) { c.Limits.MaxNodes = 5 },
+			func(f *fsLimitCell) error {
+				return errors.Join(f.create("/a", nil), f.create("/b", nil), f.create("/c", nil))
+			},
+			func(_ *testing.T, f *fsLimitCell) error { return f.create("/d", nil) },
+			func(f *fsLimitCell) error { return f.create("/e", nil) }, exceeded},
+		{"MaxChildren 3", func(c *Config) { c.Limits.MaxChildren = 3 },
+			func(f *fsLimitCell) error { return errors.Join(f.create("/a", nil), f.create("/b", nil)) },
+			func(_ *testing.T, f *fsLimitCell) error { return f.create("/c", nil) },
+			func(f *fsLimitCell) error { return f.create("/d", nil) }, exceeded},
+		{"MaxSessions 3", func(c *Config) { c.Limits.MaxSessions = 3 },
+			func(f *fsLimitCell) error { _, err := f.newSession(); return err },
+			func(_ *testing.T, f *fsLimitCell) error { _, err := f.newSession(); return err },
+			func(f *fsLimitCell) error { _, err := f.newSession(); return err }, exceeded},
+		{"MaxSessionsPerPrincipal 3", func(c *Config) { c.Limits.MaxSessionsPerPrincipal = 3 },
+			func(f *fsLimitCell) error { _, err := f.newSession(); return err },
+			func(_ *testing.T, f *fsLimitCell) error { _, err := f.newSession(); return err },
+			func(f *fsLimitCell) error { _, err := f.newSession(); return err }, exceeded},
+		{"MaxHandlesPerSession 3", func(c *Config) { c.Limits.MaxHandlesPerSession = 3 },
+			func(f *fsLimitCell) error { return f.openRoot(f.s) },
+			func(_ *testing.T, f *fsLimitCell) error { return f.openRoot(f.s) },
+			func(f *fsLimitCell) error { return f.openRoot(f.s) }, exceeded},
+		{"MaxHandles 4 (every session)", func(c *Config) { c.Limits.MaxHandles = 4 },
+			func(f *fsLimitCell) error {
+				s2, err := f.newSession()
+				return errors.Join(err, f.openRoot(s2), f.openRoot(s2))
+			},
+			func(_ *testing.T, f *fsLimitCell) error { return f.openRoot(f.s) },
+			func(f *fsLimitCell) error { return f.openRoot(f.s) }, exceeded},
+		{"MaxContentBytes 1000", func(c *Config) { c.Limits.MaxContentBytes = 1000 },
+			func(f *fsLimitCell) error { return nil },
+			func(_ *testing.T, f *fsLimitCell) error { return f.create("/a", make([]byte, 1000)) },
+			func(f *fsLimitCell) error { return f.create("/b", make([]byte, 1001)) }, chubby.ErrorCode_TOO_LARGE},
+		{"MaxTotalContentBytes 3000", func(c *Config) { c.Limits.MaxTotalContentBytes = 3000 },
+			func(f *fsLimitCell) error { return f.create("/a", make([]byte, 2000)) },
+			func(_ *testing.T, f *fsLimitCell) error { return f.create("/b", make([]byte, 1000)) },
+			func(f *fsLimitCell) error { return f.create("/c", make([]byte, 1)) }, exceeded},
+		{"MaxSavedAnswersPerSession 3", func(c *Config) { c.Limits.MaxSavedAnswersPerSession = 3 },
+			func(f *fsLimitCell) error {
+				return errors.Join(
+					func() error {
+						_, err := f.tc.cli.Mkdir(ctx, &chubby.MkdirRequest{Session: f.s, Path: "/r1", Rid: rid(1)})
+						return err
+					}(),
+					func() error {
+						_, err := f.tc.cli.Mkdir(ctx, &chubby.MkdirRequest{Session: f.s, Path: "/r2", Rid: rid(2)})
+						return err
+					}())
+			},
+			func(_ *testing.T, f *fsLimitCell) error {
+				_, err := f.tc.cli.Mkdir(ctx, &chubby.MkdirRequest{Session: f.s, Path: "/r3", Rid: rid(3)})
+				return err
+			},
+			func(f *fsLimitCell) error {
+				_, err := f.tc.cli.Mkdir(ctx, &chubby.MkdirRequest{Session: f.s, Path: "/r4", Rid: rid(4)})
+				return err
+			}, exceeded},
+		{"MaxWaitersPerLock 2", func(c *Config) { c.Limits.MaxWaitersPerLock = 2 },
+			func(f *fsLimitCell) error { return f.holdLock("/l") },
+			func(t *testing.T, f *fsLimitCell) error {
+				return errors.Join(f.parkAcquire(t, "/l", 1), f.parkAcquire(t, "/l", 2))
+			},
+			func(f *fsLimitCell) error { return f.acquire(f.spare) }, exceeded},
+		{"MaxParkedAcquires 2 (cell.Config)", func(c *Config) { c.MaxParkedAcquires = 2 },
+			func(f *fsLimitCell) error { return errors.Join(f.holdLock("/m"), f.holdLock("/l")) },
+			func(t *testing.T, f *fsLimitCell) error {
+				return errors.Join(f.parkAcquire(t, "/l", 1), f.parkAcquire(t, "/m", 2))
+			},
+			func(f *fsLimitCell) error { return f.acquire(f.spare) }, chubby.ErrorCode_UNAVAILABLE},
+	} {
+		t.Run(r.limit, func(t *testing.T) {
+			frozen := time.Unix(1_800_000_000, 0)
+			l := fs.DefaultLimits()
+			cfg := Config{InMemory: true, Now: func() time.Time { return frozen }, Lease: time.Minute, Limits: &l}
+			r.cfg(&cfg)
+			f := &fsLimitCell{tc: startCell(t, cfg)}
+			f.s = f.tc.session("row")
+			f.root = f.tc.open(f.s, "/", chubby.CreateMode_OPEN_EXISTING, false)
+			if err := r.fill(f); err != nil {
+				t.Fatalf("filling up to the bound: %v", err)
+			}
+			if err := r.at(t, f); err != nil {
+				t.Fatalf("at the bound: %v", err)
+			}
+			before := stateBytes(f.tc.s.m)
+			err := r.past(f)
+			if got := codeOf(err); got != r.want {
+				t.Fatalf("one past the bound: %v (code %v), want %v", err, got, r.want)
+			}
+			if after := stateBytes(f.tc.s.m); !bytes.Equal(before, after) {
+				t.Fatal("the refused request one past the bound changed the state")
+			}
+			if _, err := f.tc.cli.GetStat(ctx, &chubby.HandleRequest{Handle: f.root}); err != nil {
+				t.Fatalf("the session's next call: %v", err)
+			}
+			if _, err := f.tc.cli.ReadDir(ctx, &chubby.ReadDirRequest{Handle: f.root}); err != nil {
+				t.Fatalf("the session's next call: %v", err)
+			}
+		})
+	}
 }
