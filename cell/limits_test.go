@@ -341,9 +341,10 @@ func (f *fsLimitCell) parkAcquire(t *testing.T, path string, parked int) error {
 	return nil
 }
 
-// acquire asks a lock for h, waiting.
+// acquire asks a lock for h, waiting at most 2 s: a request one past a
+// bound that were wrongly queued fails with TIMED_OUT soon.
 func (f *fsLimitCell) acquire(h *chubby.Handle) error {
-	_, err := f.tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: chubby.MAX_ACQUIRE_WAIT_MS},
+	_, err := f.tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: 2000},
 		callopt.WithRPCTimeout(time.Minute))
 	return err
 }
