@@ -8,6 +8,16 @@
 // and applied; the fs state machine validates everything again at apply, so
 // a bad request changes nothing either way.
 //
+// ReadDir answers one page of a listing (fs.State.ReadDirPage): the entries
+// after ReadDirRequest.after, at most limit of them (0: MAX_READDIR_ENTRIES,
+// 10,000; more, or a negative limit or an after that is not a name, is
+// INVALID_ARGUMENT) and at most readDirPageBytes (half the 4 MiB payload
+// limit) of entries, with more and the directory's content generation. So
+// a directory of fs's 100,000 children, with the longest names and paths,
+// lists completely in replies well under the payload limit. Only a
+// complete listing in one page (more unset) can be cacheable. Every
+// request limit is walked at its bound and one past it in limits_test.go.
+//
 // Master duties:
 //
 //   - Session leases (sessions.go, around cell/master.Leases, where the

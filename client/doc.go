@@ -157,6 +157,19 @@
 // locally. A node is cached per path and instance: a cached entry of a
 // re-created node is never served to a handle of the old one.
 //
+// # Listing directories
+//
+// [Handle.ReadDir] returns every child of a directory, however many (the
+// cell allows 100,000 per directory): the cell answers in pages (at most
+// MAX_READDIR_ENTRIES, 10,000, and a bounded number of bytes each), and
+// ReadDir asks page after page, each after the last name of the one
+// before. The set of names is one snapshot: every page carries the
+// directory's content generation, which each child added or removed
+// bumps, and when it differs between pages the listing starts again, at
+// most 8 attempts, then [ErrDirChanging]. Each entry's Stat is as of its
+// own page. Only a listing that fits one page is cached. The Python and
+// Java clients page the same way (UNAVAILABLE after 8 attempts).
+//
 // # Poison
 //
 // [Handle.Poison] fails every call in flight on the handle, and every

@@ -521,7 +521,19 @@
 // (which fold into EVENTS_LOST rather than refuse anything). Exceeding one
 // is LIMIT_EXCEEDED (TOO_LARGE for the per-file content limit) and changes
 // nothing. A Multi's compares, ops and contents are bounded by the
-// chubby.MAX_MULTI_* constants (see "Atomic multi-operation").
+// chubby.MAX_MULTI_* constants (see "Atomic multi-operation"); the cell
+// bounds the contents lower still, to what one log entry holds beside the
+// longest paths (508,576 bytes with 1 MiB entries: cell/entrylimit.go).
+//
+// A directory of Limits.MaxChildren entries (100,000) is listed in pages:
+// ReadDirPage returns the entries whose names sort after a cursor, at most
+// limit of them and within maxBytes of encoding (always at least one when
+// there is one: one entry is at most MaxDirEntryBytes), with More and the
+// directory's content generation, which every child added or removed bumps,
+// so a reader that sees the same generation on every page has one
+// consistent set of names. The cell serves each ReadDir call as one page
+// (at most chubby.MAX_READDIR_ENTRIES entries); ReadDir returns every entry
+// at once, for tests and tools in the process.
 //
 // # Timestamp oracle
 //
