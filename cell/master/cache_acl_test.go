@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -242,6 +243,36 @@ func BenchmarkRegisterRead(b *testing.B) {
 			for i := range b.N {
 				read(c, 1, fmt.Sprintf("/n/%d", i%1000), name)
 			}
+		})
+	}
+}
+
+// BenchmarkIndexBytes reports the table's heap per cached node, with and
+// without a read ACL name to index it under (10,000 nodes of one session).
+func BenchmarkIndexBytes(b *testing.B) {
+	const nodes = 10000
+	paths := make([]string, nodes)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("/n/%d", i)
+	}
+	for _, name := range []string{"", "team"} {
+		b.Run(fmt.Sprintf("acl=%q", name), func(b *testing.B) {
+			var total uint64
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				c := NewCache(0, 0)
+				c.Declare(1)
+				for _, p := range paths {
+					read(c, 1, p, name)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				total += after.HeapAlloc - before.HeapAlloc
+				runtime.KeepAlive(c)
+			}
+			b.ReportMetric(float64(total)/float64(b.N)/nodes, "B/node")
 		})
 	}
 }
