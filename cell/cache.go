@@ -54,11 +54,24 @@ func (t *cacheTracker) declare(id chubby.SessionID) {
 }
 
 // register records that session id caches path, before the read looks at
-// the state. It reports whether the reply may say cacheable.
-func (t *cacheTracker) register(id chubby.SessionID, path string) bool {
+// the state. It reports whether the reply may say cacheable so far, and the
+// mark to pass to registerACL once the read has looked.
+func (t *cacheTracker) register(id chubby.SessionID, path string) (bool, master.ReadMark) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.t.Register(id, path)
+	return t.t.RegisterRead(id, path)
+}
+
+// registerACL records, after the read, the read ACL name the read saw
+// (master.Cache.RegisterACL), so that a change narrowing it invalidates the
+// copy. It reports whether the reply may still say cacheable.
+func (t *cacheTracker) registerACL(id chubby.SessionID, path, name string, mark master.ReadMark) bool {
+	if name == "" {
+		return true // no ACL file governs the right (and no lock to take)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.t.RegisterACL(id, path, name, mark)
 }
 
 // forget drops a session (it ended, or is ending) and wakes changes
@@ -101,18 +114,19 @@ func (t *cacheTracker) attach(results []*chubby.LeaseGrant) {
 	t.t.Attach(results)
 }
 
-// invalidate prepares a change to paths, to everything under trees, or to
-// every cached node when all is set (a command's fs.Reach), and waits
-// until it may commit: every caching session has acknowledged or its
-// lease has ended.
+// invalidate prepares a change to what a command's reach touches (its
+// paths, everything under its trees, every cached node when All is set,
+// and the cached nodes whose read right its ACL names govern; Delayed is
+// the caller's to add to Paths), and waits until it may commit: every
+// caching session has acknowledged or its lease has ended.
 // The returned done must be called once the change has been applied
 // (uncertain: its outcome is unknown), and the command proposed only in
 // the view of the master epoch returned (Replicated.ProposeInView): a
 // change that waited across a new master epoch is refused (UNAVAILABLE),
 // as one whose master went away.
-func (t *cacheTracker) invalidate(ctx context.Context, paths, trees []string, all bool) (done func(uncertain bool), epoch int64, err error) {
+func (t *cacheTracker) invalidate(ctx context.Context, r fs.Reach) (done func(uncertain bool), epoch int64, err error) {
 	t.mu.Lock()
-	ch, wake := t.t.Invalidate(paths, trees, all, t.leaseEnd)
+	ch, wake := t.t.InvalidateScope(master.Scope{Paths: r.Paths, Trees: r.Trees, All: r.All, ACLs: r.ACLs, AllACLs: r.AllACLs}, t.leaseEnd)
 	epoch = ch.Epoch()
 	t.mu.Unlock()
 	done = func(uncertain bool) {

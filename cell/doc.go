@@ -71,7 +71,10 @@
 //     the locks whose lock-delay its clock ends, a handle's node and its
 //     parent's listing, a creation's directory and its parent, a delete's
 //     subtree and the ephemeral directories it may leave empty, a session
-//     end's locks and ephemeral nodes) with what expired session ends in
+//     end's locks and ephemeral nodes; and the ACL names whose file it
+//     may rewrite or remove, which reach every cached node whose read
+//     right they govern: a read registers, after it, the read ACL name it
+//     saw) with what expired session ends in
 //     flight may put into lock-delay: a superset of what the command
 //     changes, although commands ahead of it apply first (writes.go,
 //     around cell/master.Writes: stamps never decrease in the order

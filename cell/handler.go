@@ -342,10 +342,19 @@ func (h *handler) GetContentsAndStat(ctx context.Context, req *chubby.HandleRequ
 	)
 	// Registered before the state is read: a change either sees the
 	// registration (and invalidates) or made the node uncachable first.
-	cacheable := req.GetCache() && h.s.cache.register(req.Handle.Session, req.Handle.Path)
+	// The read ACL name the read was checked against is registered after:
+	// a change that may narrow it invalidates the copy (see
+	// master.Cache.RegisterACL).
+	cacheable, mark := false, master.ReadMark{}
+	if req.GetCache() {
+		cacheable, mark = h.s.cache.register(req.Handle.Session, req.Handle.Path)
+	}
 	h.s.m.read(func(s *fs.State) { b, st, err = s.GetContentsAndStat(req.Handle) })
 	if err != nil {
 		return nil, err
+	}
+	if cacheable {
+		cacheable = h.s.cache.registerACL(req.Handle.Session, req.Handle.Path, st.GetAcl().GetReadAcl(), mark)
 	}
 	res := &chubby.GetContentsAndStatResponse{Content: b, Stat: st}
 	if cacheable {
@@ -407,15 +416,22 @@ func (h *handler) ReadDir(ctx context.Context, req *chubby.ReadDirRequest) (*chu
 	// different moments, and the cache holds what one reply said. A
 	// directory too big for one page is not registered (its cachers would
 	// cost every change of it a KeepAlive round trip for nothing).
-	cacheable := false
+	// The directory's read ACL name, as the page was read, is registered
+	// after it (as GetContentsAndStat's).
+	cacheable, mark := false, master.ReadMark{}
 	if req.GetCache() && after == "" {
 		var size int
 		h.s.m.read(func(s *fs.State) { size = s.DirSize(req.Handle) })
-		cacheable = size <= limit && h.s.cache.register(req.Handle.Session, req.Handle.Path)
+		if size <= limit {
+			cacheable, mark = h.s.cache.register(req.Handle.Session, req.Handle.Path)
+		}
 	}
 	h.s.m.read(func(s *fs.State) { page, err = s.ReadDirPage(req.Handle, after, limit, readDirPageBytes) })
 	if err != nil {
 		return nil, err
+	}
+	if cacheable && !page.More {
+		cacheable = h.s.cache.registerACL(req.Handle.Session, req.Handle.Path, page.ReadACL, mark)
 	}
 	res := &chubby.ReadDirResponse{Entries: page.Entries, ContentGeneration: &page.Generation}
 	if page.More {

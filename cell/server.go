@@ -560,16 +560,17 @@ func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *c
 	var uncertain bool
 	defer func() { writeDone(uncertain) }()
 	// Cache invalidation: before the change can commit, every
-	// session caching a node it touches has dropped its copy (or its lease
-	// has ended); the nodes are uncachable until it has applied. The wait
+	// session caching a node it touches, or a node whose read right an ACL
+	// file it rewrites governs, has dropped its copy (or its lease has
+	// ended); the nodes are uncachable until it has applied. The wait
 	// is bounded by a lease (a cacher's lease ends within one).
 	var cacheDone func(uncertain bool)
 	var view uint64 // the view the command must go into, when inView
 	inView := false
-	if reach.All || len(reach.Paths) > 0 || len(reach.Trees) > 0 {
+	if reach.All || len(reach.Paths) > 0 || len(reach.Trees) > 0 || len(reach.ACLs) > 0 || reach.AllACLs {
 		start := time.Now()
 		ictx, icancel := context.WithTimeout(ctx, s.cfg.Lease+time.Second)
-		d, epoch, err := s.cache.invalidate(ictx, reach.Paths, reach.Trees, reach.All)
+		d, epoch, err := s.cache.invalidate(ictx, reach)
 		icancel()
 		if err != nil {
 			return nil, err

@@ -32,6 +32,16 @@ type Reach struct {
 	// this command is in flight every command's reach includes them (see
 	// State.Reach).
 	Delayed []string
+	// ACLs are the ACL names whose grant the command may narrow: N when it
+	// may rewrite or remove the ACL file /acl/N (a SetContents, Delete or
+	// Multi SET_CONTENTS or DELETE there, the end of the session owning an
+	// ephemeral one, InitACL's /acl/admin); sorted, without duplicates. A
+	// creation is not among them: the name of a missing file grants nobody,
+	// so creating it only widens the grant.
+	ACLs []string
+	// AllACLs: the command may remove every ACL file (a Delete of /acl, or
+	// a reach of more than MaxReachPaths names).
+	AllACLs bool
 }
 
 // MaxReachPaths bounds the paths a Reach lists; past it the Reach says All.
@@ -64,6 +74,12 @@ func OpSession(op *fsm.Op) (chubby.SessionID, bool) {
 // what its ops change, each as the single call it stands for.
 // CreateSession, Tick and TrimEvents change nothing cached beyond the
 // clock's part.
+//
+// What a command may narrow of the ACL names' grants (Reach.ACLs) is read
+// off the same operations: a write or removal at /acl/N names N, a
+// removal of /acl every name. An ACL file is known by its place, so
+// whatever applies in between, a command that rewrites or removes the file
+// at /acl/N names it now.
 //
 // The master computes the reach before the command is in the log, and
 // commands ahead of it may apply in between. The reach stays a superset of
@@ -113,7 +129,8 @@ func (s *State) Reach(cmd *fsm.Command) Reach {
 
 // reachSet collects a Reach.
 type reachSet struct {
-	paths, trees, delayed map[string]struct{}
+	paths, trees, delayed, acls map[string]struct{}
+	allACLs                     bool
 }
 
 func (r *reachSet) add(m *map[string]struct{}, p string) {
@@ -165,11 +182,37 @@ func (r *reachSet) result() Reach {
 		slices.Sort(out)
 		return out
 	}
-	out := Reach{Paths: sorted(r.paths), Trees: sorted(r.trees), Delayed: sorted(r.delayed)}
+	out := Reach{Paths: sorted(r.paths), Trees: sorted(r.trees), Delayed: sorted(r.delayed), AllACLs: r.allACLs}
 	if len(out.Paths) > MaxReachPaths {
 		out.All, out.Paths, out.Trees = true, nil, nil
 	}
+	if !out.AllACLs {
+		out.ACLs = sorted(r.acls)
+		if len(out.ACLs) > MaxReachPaths {
+			out.AllACLs, out.ACLs = true, nil
+		}
+	}
 	return out
+}
+
+// aclAt adds the ACL name whose file is at the valid path p, if p is an
+// ACL file's place (a direct child of /acl): what a write or removal
+// there may narrow.
+func (r *reachSet) aclAt(p string) {
+	if isACLFilePath(p) {
+		r.add(&r.acls, p[len("/"+aclDir+"/"):])
+	}
+}
+
+// aclGone adds the removal of everything at and under the valid path p:
+// every ACL name when /acl goes with it ("/" or /acl itself), else p's
+// name when p is an ACL file's place.
+func (r *reachSet) aclGone(p string) {
+	if p == "/" || p == "/"+aclDir {
+		r.allACLs = true
+		return
+	}
+	r.aclAt(p)
 }
 
 // reachClock adds the locks whose lock-delay ends once the clock reaches t.
@@ -213,6 +256,9 @@ func (s *State) reachOp(r *reachSet, op *fsm.Op) {
 		// may be gone by the time the session ends.
 		for n := range sess.ephemerals {
 			r.removed(n)
+			// An ephemeral directory goes only once empty: of ACL files,
+			// only an ephemeral file at an ACL file's place goes.
+			r.aclAt(n.path)
 		}
 	case op.Open != nil:
 		if op.Open.Create != chubby.CreateMode_OPEN_EXISTING {
@@ -227,7 +273,9 @@ func (s *State) reachOp(r *reachSet, op *fsm.Op) {
 	case op.Close != nil:
 		r.handle(op.Close.Handle)
 	case op.SetContents != nil:
-		r.handle(op.SetContents.Handle)
+		if r.handle(op.SetContents.Handle) {
+			r.aclAt(op.SetContents.Handle.Path)
+		}
 	case op.Acquire != nil:
 		r.handle(op.Acquire.Handle)
 	case op.Release != nil:
@@ -245,15 +293,17 @@ func (s *State) reachOp(r *reachSet, op *fsm.Op) {
 
 // handle adds what an operation through the handle w may change: its node
 // (if live at apply, it is the node at w.Path: handleFor checks the
-// handle's path) and its parent's listing.
-func (r *reachSet) handle(w *chubby.Handle) {
+// handle's path) and its parent's listing. It reports whether the
+// operation may apply at all (w names a valid path).
+func (r *reachSet) handle(w *chubby.Handle) bool {
 	if w == nil {
-		return
+		return false
 	}
 	if _, err := parsePath(w.Path); err != nil {
-		return // refused: no handle has that path
+		return false // refused: no handle has that path
 	}
 	r.atPath(w.Path)
+	return true
 }
 
 // atPath adds a change to the Stat of the node at the valid path p: p and
@@ -281,9 +331,11 @@ func (r *reachSet) created(p string, sequential, makeParents bool) {
 }
 
 // initACL adds what InitACL may change: "/" (its names, and the listing
-// and Stat /acl's creation changes), /acl and /acl/admin. Whether it
-// applies is decided by the state at apply, which commands in between may
-// change: so always, unless it is refused.
+// and Stat /acl's creation changes), /acl and /acl/admin, and the name
+// admin (with recover it rewrites /acl/admin: to a wider grant, but its
+// old content is not known here). Whether it applies is decided by the
+// state at apply, which commands in between may change: so always, unless
+// it is refused.
 func (r *reachSet) initACL(req *fsm.InitACL) {
 	if checkPrincipal(req.Admin) != nil {
 		return // refused
@@ -292,6 +344,7 @@ func (r *reachSet) initACL(req *fsm.InitACL) {
 	for _, p := range []string{"/", dir, joinPath(dir, aclAdmin)} {
 		r.add(&r.paths, p)
 	}
+	r.add(&r.acls, aclAdmin)
 }
 
 // reachDelete adds a Delete through w.
@@ -308,6 +361,7 @@ func (s *State) reachDelete(r *reachSet, w *chubby.Handle) {
 		}
 		r.add(&r.trees, n.path)
 		r.removed(n)
+		r.aclGone(n.path)
 	case w.Id >= s.nextHandle:
 		// A handle not opened yet: a command ahead of this one may open
 		// it. Its node's ephemeral ancestors are not known: all of them.
@@ -317,6 +371,7 @@ func (s *State) reachDelete(r *reachSet, w *chubby.Handle) {
 		r.add(&r.trees, w.Path)
 		r.add(&r.paths, w.Path)
 		r.ancestors(w.Path, true)
+		r.aclGone(w.Path)
 	}
 	// Otherwise the handle is closed, or its node gone, for good: refused.
 }
@@ -334,6 +389,7 @@ func (s *State) reachMulti(r *reachSet, req *chubby.MultiRequest) {
 			r.created(op.Path, false, false)
 		case chubby.MultiOpKind_SET_CONTENTS:
 			r.atPath(op.Path)
+			r.aclAt(op.Path)
 		case chubby.MultiOpKind_DELETE:
 			s.reachMultiDelete(r, req, i)
 		}
@@ -349,6 +405,7 @@ func (s *State) reachMulti(r *reachSet, req *chubby.MultiRequest) {
 func (s *State) reachMultiDelete(r *reachSet, req *chubby.MultiRequest, i int) {
 	p := req.Ops[i].Path
 	r.add(&r.trees, p)
+	r.aclGone(p)
 	if n := s.pinnedNode(req, i); n != nil {
 		r.removed(n)
 		return

@@ -63,8 +63,55 @@ func outside(r Reach, before, after map[string]string) []string {
 	return out
 }
 
+// grants returns the parsed ACL file of every ACL name that has one (a
+// name without grants nobody).
+func grants(s *State) map[string]*ACL {
+	out := map[string]*ACL{}
+	if dir := s.root.children[aclDir]; dir != nil && dir.isDir() {
+		for name, f := range dir.children {
+			if f.aclFile != nil {
+				out[name] = f.aclFile
+			}
+		}
+	}
+	return out
+}
+
+// covers reports whether after grants everybody before grants.
+func covers(after, before *ACL) bool {
+	if before == nil {
+		return true
+	}
+	if after == nil || before.everyone && !after.everyone {
+		return false
+	}
+	for p := range before.principals {
+		if _, ok := after.principals[p]; !ok && !(after.everyone && p != Anonymous) {
+			return false
+		}
+	}
+	return true
+}
+
+// narrowedOutside returns the ACL names whose grant narrowed from before
+// to after and that the reach does not name.
+func narrowedOutside(r Reach, before, after map[string]*ACL) []string {
+	if r.AllACLs {
+		return nil
+	}
+	var out []string
+	for name, a := range before {
+		if _, ok := slices.BinarySearch(r.ACLs, name); !ok && !covers(after[name], a) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // TestReachSound: for random command streams, every cached view a command
-// changes is in the reach computed before it applied.
+// changes is in the reach computed before it applied, and so is every ACL
+// name whose grant it narrows.
 func TestReachSound(t *testing.T) {
 	seeds, steps := soak(12, 1000)
 	for seed := range seeds {
@@ -74,10 +121,13 @@ func TestReachSound(t *testing.T) {
 			c := g.next()
 			r := s.Reach(c)
 			at := max(s.now, c.TimeMs)
-			before := cachedViews(s, at)
+			before, acls := cachedViews(s, at), grants(s)
 			res, fx := s.Apply(c)
 			if miss := outside(r, before, cachedViews(s, at)); len(miss) > 0 {
 				t.Fatalf("seed %d step %d: %v changed %v outside its reach %+v", seed, i, c, miss, r)
+			}
+			if miss := narrowedOutside(r, acls, grants(s)); len(miss) > 0 {
+				t.Fatalf("seed %d step %d: %v narrowed the ACLs %v outside its reach %+v", seed, i, c, miss, r)
 			}
 			g.observe(c, res, fx)
 		}
@@ -144,10 +194,13 @@ func TestReachInFlight(t *testing.T) {
 			f := inFlight[k]
 			inFlight = slices.Delete(inFlight, k, k+1)
 			at := max(s.now, f.c.TimeMs)
-			before := cachedViews(s, at)
+			before, acls := cachedViews(s, at), grants(s)
 			res, fx := s.Apply(f.c)
 			if miss := outside(f.r, before, cachedViews(s, at)); len(miss) > 0 {
 				t.Fatalf("seed %d step %d: %v changed %v outside its reach %+v", seed, i, f.c, miss, f.r)
+			}
+			if miss := narrowedOutside(f.r, acls, grants(s)); len(miss) > 0 {
+				t.Fatalf("seed %d step %d: %v narrowed the ACLs %v outside its reach %+v", seed, i, f.c, miss, f.r)
 			}
 			g.observe(f.c, res, fx)
 		}
@@ -324,5 +377,79 @@ func TestReachTooLarge(t *testing.T) {
 	}
 	if r := s.Reach(&fsm.Command{TimeMs: 1, Op: opEnd(a, false)}); !r.All || r.Paths != nil {
 		t.Fatalf("the end of a session with %d ephemeral files: All %v, %d paths", MaxReachPaths, r.All, len(r.Paths))
+	}
+}
+
+// TestReachACLs: the ACL names a command may narrow, case by case: a
+// write or removal at an ACL file's place names it, a removal of /acl
+// every name; a creation, a lock, a Close or a SetACL there none.
+func TestReachACLs(t *testing.T) {
+	type want struct {
+		acls []string
+		all  bool
+	}
+	// Each setup starts with /acl/team ("alice") and /acl/ops ("bob").
+	tests := []struct {
+		name  string
+		setup func(h *harness, a chubby.SessionID) *fsm.Command
+		want  want
+	}{
+		{"write an ACL file", func(h *harness, a chubby.SessionID) *fsm.Command {
+			return &fsm.Command{Op: opSet(h.rw(a, "/acl/team"), "bob\n")}
+		}, want{acls: []string{"team"}}},
+		{"write another file", func(h *harness, a chubby.SessionID) *fsm.Command {
+			h.mkdir(a, "/x/acl")
+			return &fsm.Command{Op: opSet(h.rw(a, "/x/acl/team"), "bob\n")}
+		}, want{}},
+		{"delete an ACL file", func(h *harness, a chubby.SessionID) *fsm.Command {
+			return &fsm.Command{Op: opDelete(h.rw(a, "/acl/ops"), false)}
+		}, want{acls: []string{"ops"}}},
+		{"delete /acl", func(h *harness, a chubby.SessionID) *fsm.Command {
+			return &fsm.Command{Op: opDelete(h.rw(a, "/acl"), true)}
+		}, want{all: true}},
+		{"delete through a handle not opened yet", func(h *harness, a chubby.SessionID) *fsm.Command {
+			return &fsm.Command{Op: opDelete(&chubby.Handle{Id: h.s.nextHandle + 5, Session: a, Path: "/acl/team", Instance: 1}, false)}
+		}, want{acls: []string{"team"}}},
+		{"create an ACL file", func(h *harness, a chubby.SessionID) *fsm.Command {
+			return &fsm.Command{Op: opCreateFile(&chubby.CreateFileRequest{Session: a, Path: "/acl/new", Content: []byte("carol\n")})}
+		}, want{}},
+		{"lock, close and SetACL of an ACL file", func(h *harness, a chubby.SessionID) *fsm.Command {
+			hd := h.rw(a, "/acl/team")
+			h.ok(opAcquire(hd, excl, false, 0))
+			h.ok(opSetACL(hd, aclNamesOf("ops", "", "")))
+			return &fsm.Command{Op: opClose(hd)}
+		}, want{}},
+		{"multi: writes and deletes", func(h *harness, a chubby.SessionID) *fsm.Command {
+			return &fsm.Command{Op: opMulti(a, nil, mSet("/acl/team", "carol\n"), mDelete("/acl/ops"), mCreate("/acl/new", ""), mSet("/other", "x"))}
+		}, want{acls: []string{"ops", "team"}}},
+		{"multi: delete /acl", func(h *harness, a chubby.SessionID) *fsm.Command {
+			return &fsm.Command{Op: opMulti(a, nil, mDeleteAll("/acl"))}
+		}, want{all: true}},
+		{"session end: its ephemeral ACL file", func(h *harness, a chubby.SessionID) *fsm.Command {
+			b := h.session()
+			h.ok(opCreateFile(&chubby.CreateFileRequest{Session: b, Path: "/acl/eph", Ephemeral: ptr(true), Content: []byte("bob\n")}))
+			return &fsm.Command{Op: opEnd(b, true)}
+		}, want{acls: []string{"eph"}}},
+		{"init ACL", func(h *harness, a chubby.SessionID) *fsm.Command {
+			return &fsm.Command{Op: opInitACL("root")}
+		}, want{acls: []string{"admin"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			a := h.session()
+			h.mkdir(a, "/acl")
+			h.write(a, "/acl/team", "alice\n")
+			h.write(a, "/acl/ops", "bob\n")
+			h.write(a, "/other", "")
+			c := tt.setup(h, a)
+			if c.TimeMs == 0 {
+				c.TimeMs = h.now
+			}
+			r := h.s.Reach(c)
+			if r.AllACLs != tt.want.all || !slices.Equal(r.ACLs, tt.want.acls) {
+				t.Fatalf("reach %+v, want ACLs %v, all %v", r, tt.want.acls, tt.want.all)
+			}
+		})
 	}
 }

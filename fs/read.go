@@ -72,6 +72,9 @@ type DirPage struct {
 	// Bytes is the Thrift binary encoding size of Entries' elements
 	// together (DirEntry.BLength): the page's part of a reply.
 	Bytes int
+	// ReadACL is the directory's read ACL name as the page was read (""
+	// grants everybody): the right a cached copy of the page stands for.
+	ReadACL string
 }
 
 // MaxDirEntryBytes bounds the Thrift binary encoding of one DirEntry
@@ -111,7 +114,7 @@ func (s *State) ReadDirPage(w *chubby.Handle, after string, limit, maxBytes int)
 		return DirPage{}, Errorf(chubby.ErrorCode_NOT_DIRECTORY, "%s is a file, not a directory", n.path)
 	}
 	names := namesAfter(n, after)
-	page := DirPage{Generation: n.contentGen}
+	page := DirPage{Generation: n.contentGen, ReadACL: n.acl[ReadRight]}
 	for i, name := range names {
 		if i == limit {
 			page.More = true

@@ -61,3 +61,21 @@ func TestReadDirPageBounds(t *testing.T) {
 		t.Fatalf("pages gave %v", names)
 	}
 }
+
+// TestReadDirPageReadACL: a page carries the directory's read ACL name as
+// it was read, the right a cached copy of the page stands for.
+func TestReadDirPageReadACL(t *testing.T) {
+	hn := newHarness(t)
+	sess := hn.session()
+	hn.mkdir(sess, "/acl")
+	hn.write(sess, "/acl/team", "anonymous\n")
+	hn.mkdir(sess, "/d")
+	h := hn.open(sess, "/d", chubby.OpenMode_READ, chubby.CreateMode_OPEN_EXISTING)
+	for _, name := range []string{"", "team"} {
+		hn.ok(opSetACL(h, aclNamesOf(name, "", "")))
+		p, err := hn.s.ReadDirPage(h, "", 10, 1<<20)
+		if err != nil || p.ReadACL != name {
+			t.Fatalf("read ACL %q: page says %q, %v", name, p.ReadACL, err)
+		}
+	}
+}

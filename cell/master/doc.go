@@ -82,7 +82,11 @@
 // commits, every session caching a node it touches is sent an
 // invalidation and the change waits until each has acknowledged it or its
 // lease at this master has ended (by (3), the client stopped using its
-// cache by then). A new master knows no cachers: every recovered caching
+// cache by then). A cached copy is served without a rights check, so a
+// change that may narrow what an ACL name grants (a write or removal of
+// its ACL file) counts as touching every cached node whose read right the
+// name governs: the table indexes cached nodes by the read ACL name their
+// reads saw (Cache.RegisterACL, with the cost it states). A new master knows no cachers: every recovered caching
 // session must flush (invalidate_all) before any change commits, or its
 // recovered lease ends.
 //
