@@ -118,33 +118,7 @@ func startGatedCell(t *testing.T, n int, cfg Config) (*multiCell, []*tcpGate) {
 		lns, pls, gates = append(lns, ln), append(pls, pl), append(gates, g)
 		peers = append(peers, Peer{ID: uint64(i), Addr: ln.Addr().String(), PeerAddr: g.addr()})
 	}
-	mc := &multiCell{t: t}
-	for i := range n {
-		c := cfg
-		c.ID, c.Peers, c.Listener, c.PeerListener = uint64(i+1), peers, lns[i], pls[i]
-		c.DataDir = t.TempDir()
-		if c.Logger == nil {
-			c.Logger = quietLogger()
-		}
-		s, err := New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(context.Background()) }()
-		mc.servers, mc.done = append(mc.servers, s), append(mc.done, done)
-	}
-	t.Cleanup(func() {
-		for i, s := range mc.servers {
-			s.Stop()
-			select {
-			case <-mc.done[i]:
-			case <-time.After(time.Minute):
-				t.Errorf("replica %d did not stop within a minute", i+1)
-			}
-		}
-	})
-	return mc, gates
+	return startServers(t, cfg, peers, lns, pls), gates
 }
 
 // TestRemoveMemberAnswersOnCommit: RemoveMember on a master cut off from

@@ -37,6 +37,14 @@ func startMultiCell(t testing.TB, n int, cfg Config) *multiCell {
 		lns, pls = append(lns, ln), append(pls, pl)
 		peers = append(peers, Peer{ID: uint64(i), Addr: ln.Addr().String(), PeerAddr: pl.Addr().String()})
 	}
+	return startServers(t, cfg, peers, lns, pls)
+}
+
+// startServers starts a replica of cfg for each of peers on its listeners
+// (lns[i] for clients, pls[i] for peers) and stops them all when the test
+// ends.
+func startServers(t testing.TB, cfg Config, peers []Peer, lns, pls []net.Listener) *multiCell {
+	n := len(peers)
 	mc := &multiCell{t: t}
 	for i := range n {
 		c := cfg

@@ -8,7 +8,8 @@ import (
 )
 
 // TestDebugMessages prints every replica message of a seed between two
-// times (env SIM_DEBUG_SEED, SIM_DEBUG_FROM_MS, SIM_DEBUG_TO_MS).
+// times (env SIM_DEBUG_SEED, SIM_DEBUG_FROM_MS, SIM_DEBUG_TO_MS); with
+// SIM_DEBUG_FORGER=1, the seed as TestSimForger runs it.
 func TestDebugMessages(t *testing.T) {
 	s := os.Getenv("SIM_DEBUG_SEED")
 	if s == "" {
@@ -23,8 +24,12 @@ func TestDebugMessages(t *testing.T) {
 		}
 	}
 	defer func() { debugMessages = nil }()
-	res := Run(Options{Seed: seed, Trace: os.Stdout})
-	t.Log(res.String())
+	opt := Options{Seed: seed, Trace: os.Stdout}
+	if os.Getenv("SIM_DEBUG_FORGER") == "1" {
+		opt.Forger, opt.NoFaults = true, seed%2 == 0
+	}
+	res := Run(opt)
+	t.Log(res.String(), res.Err)
 }
 
 // TestDebugFailover prints the trace of one seed of TestFailoverLatency
