@@ -338,7 +338,20 @@ func (f *fsLimitCell) parkAcquire(t *testing.T, path string, parked int) error {
 			return fmt.Errorf("%d Acquires parked after 10 s, want %d", f.tc.s.m.parkedAcquires(), parked)
 		}
 	}
-	return nil
+	// Parked is not yet queued: the Acquire's command may still be on its
+	// way through the log, and would change the state the row compares.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		st, err := f.tc.cli.GetStat(ctx, &chubby.HandleRequest{Handle: h})
+		if err != nil {
+			return err
+		}
+		if st.Lock != nil && st.Lock.Waiters >= 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the parked Acquire of %s is not queued after 10 s", path)
+		}
+	}
 }
 
 // acquire asks a lock for h, waiting at most 2 s: a request one past a

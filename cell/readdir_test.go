@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	chubbyclient "github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/fs"
@@ -58,7 +59,9 @@ func fillDir(t *testing.T, cli combineservice.Client, s chubby.SessionID, dir st
 // refused. Before paging the reply of ~20,600 children or more exceeded
 // the payload limit.
 func TestReadDirListsLargestDirectory(t *testing.T) {
-	tc := startCell(t, Config{InMemory: true})
+	// The raw session sends no KeepAlive: a lease that outlasts filling
+	// 100,000 nodes on a loaded machine.
+	tc := startCell(t, Config{InMemory: true, Lease: 5 * time.Minute})
 	s := tc.session("big")
 	maxChildren := fs.DefaultLimits().MaxChildren
 	fillDir(t, tc.cli, s, "/big", 0, maxChildren)
