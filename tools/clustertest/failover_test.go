@@ -27,8 +27,9 @@ import (
 
 // TestFailoverTimeline measures failover as the Go client sees it, with a
 // timeline per trial: five `chubbyd serve` processes on loopback with the
-// default timers (heartbeat 50 ms, view-change timeout 300 ms, master lease
-// 240 ms, session lease 12 s); a session made before the kill runs lock
+// default timers (heartbeat 100 ms, view-change timeout 1.2 s — a killed
+// master's refused port starts the view change after 200 ms of silence —,
+// master lease 240 ms, session lease 12 s); a session made before the kill runs lock
 // cycles (Acquire + Release on an open handle, each cycle bounded by 1 s and
 // tried again 5 ms after a failure, as chubbybench's failover workload
 // does); the master is killed with SIGKILL; the time to the end of the next
