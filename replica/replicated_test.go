@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os/exec"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -95,14 +97,19 @@ func (c *testCluster) start(id uint64, dir string, ln net.Listener) {
 	}
 	if ln == nil {
 		var err error
-		for i := 0; ; i++ { // the old port may linger for a moment
+		// The old port may linger (seen on a loaded machine for over 2.5
+		// s after the server stopped): try for 10 s, collecting garbage in
+		// between in case only a finalizer holds the old socket, and say
+		// who holds the port if it stays taken.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			if ln, err = net.Listen("tcp", c.peers[id]); err == nil {
 				break
 			}
-			if i == 100 {
-				t.Fatal(err)
+			if time.Now().After(deadline) {
+				out, _ := exec.Command("ss", "-tanp").CombinedOutput()
+				t.Fatalf("%v; sockets:\n%s", err, out)
 			}
-			time.Sleep(20 * time.Millisecond)
+			runtime.GC()
 		}
 	}
 	st, err := OpenStorage(dir, StorageOptions{Logger: quiet()})
@@ -143,6 +150,7 @@ func (c *testCluster) stop(id uint64) {
 			c.held[id] = ln
 			c.t.Cleanup(func() { ln.Close() })
 		} else {
+			runtime.GC()
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
