@@ -2,13 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // The cell's own metrics (Prometheus text on chubbyd --http) tell what a
@@ -19,24 +17,11 @@ import (
 // scrapeMetrics fetches Prometheus text from url (loopback only) and sums
 // each metric's samples over their label sets: name → value.
 func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	b, err := httpGet(ctx, url, 16<<20)
 	if err != nil {
 		return nil, err
 	}
-	if !isLoopback(req.URL.Host) {
-		return nil, fmt.Errorf("scrape %s: not a loopback address", url)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
-	}
-	return parseMetrics(io.LimitReader(resp.Body, 16<<20))
+	return parseMetrics(bytes.NewReader(b))
 }
 
 // parseMetrics reads Prometheus text exposition: "name{labels} value".
