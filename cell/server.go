@@ -346,7 +346,8 @@ func (s *Server) startPeerServer(peerAddrs map[uint64]string) error {
 // asked for, opens the HTTP listener of /status, /metrics and /healthz.
 func (s *Server) prepareServers(reg prometheus.Registerer) error {
 	cfg := &s.cfg
-	opts, err := rpc.ServerOptions(rpc.ServerConfig{
+	var err error
+	s.svr, err = rpc.NewServer(rpc.ServerConfig{
 		Listener:            s.ln,
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
@@ -356,11 +357,10 @@ func (s *Server) prepareServers(reg prometheus.Registerer) error {
 		Logger:              cfg.Logger,
 		Registerer:          reg,
 		TLS:                 s.serverTLS(tlsconf.AllowAnonymous, true),
-	})
+	}, func(opts ...server.Option) server.Server { return combineservice.NewServer(&handler{s}, opts...) })
 	if err != nil {
 		return err
 	}
-	s.svr = combineservice.NewServer(&handler{s}, opts...)
 
 	if cfg.HTTPListen != "" {
 		if s.httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
@@ -405,7 +405,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	go func() { s.serveErr <- s.svr.Run() }()
 	if s.peerSrv != nil {
 		go func() {
-			if err := s.peerSrv.Run(); err != nil {
+			if err := s.peerSrv.Run(); err != nil && !errors.Is(err, rpc.ErrServerStopped) {
 				s.cfg.Logger.Error("peer server", "err", err)
 			}
 		}()
@@ -429,6 +429,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-s.closed:
 	case err = <-s.serveErr:
+		if errors.Is(err, rpc.ErrServerStopped) { // Stop came before Serve
+			err = nil
+		}
 		if err != nil {
 			err = fmt.Errorf("rpc server: %w", err)
 		}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"github.com/cloudwego/kitex/server"
 	"io"
 	"log/slog"
 	"net"
@@ -88,11 +89,11 @@ func startFake(t *testing.T, f *fakeReplica) (addr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := rpc.ServerOptions(rpc.ServerConfig{Listener: ln, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	svr, err := rpc.NewServer(rpc.ServerConfig{Listener: ln, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		func(opts ...server.Option) server.Server { return combineservice.NewServer(f, opts...) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	svr := combineservice.NewServer(f, opts...)
 	go svr.Run()
 	t.Cleanup(func() { svr.Stop() })
 	addr = ln.Addr().String()

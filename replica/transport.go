@@ -432,18 +432,14 @@ type PeerServerConfig struct {
 // NewPeerServer builds the Kitex server of the peer port. Run it with Run;
 // stop it with Stop.
 func NewPeerServer(cfg PeerServerConfig) (server.Server, error) {
-	opts, err := rpc.ServerOptions(rpc.ServerConfig{
+	return rpc.NewServer(rpc.ServerConfig{
 		Listen:          cfg.Listen,
 		Listener:        cfg.Listener,
 		MaxConnections:  256,
 		MaxPayloadBytes: MaxPeerPayloadBytes,
 		Logger:          cfg.Logger,
 		TLS:             cfg.TLS,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return replica.NewServer(&peerHandler{cfg: cfg}, opts...), nil
+	}, func(opts ...server.Option) server.Server { return replica.NewServer(&peerHandler{cfg: cfg}, opts...) })
 }
 
 type peerHandler struct{ cfg PeerServerConfig }

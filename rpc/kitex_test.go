@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/cloudwego/kitex/server"
 	"net"
 	"runtime"
 	"sort"
@@ -148,7 +149,7 @@ func (h *echoHandler) nextEnd(t testing.TB, within time.Duration) parkEnd {
 	}
 }
 
-// startServer serves h with ServerOptions(cfg) on a fresh 127.0.0.1 port and
+// startServer serves h with NewServer(cfg) on a fresh 127.0.0.1 port and
 // returns its address. The server stops when the test ends.
 func startServer(t testing.TB, h rpctest.Echo, cfg rpc.ServerConfig) string {
 	t.Helper()
@@ -160,11 +161,10 @@ func startServer(t testing.TB, h rpctest.Echo, cfg rpc.ServerConfig) string {
 	if cfg.ExitWaitTime == 0 {
 		cfg.ExitWaitTime = 50 * time.Millisecond
 	}
-	opts, err := rpc.ServerOptions(cfg)
+	svr, err := rpc.NewServer(cfg, func(opts ...server.Option) server.Server { return echo.NewServer(h, opts...) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	svr := echo.NewServer(h, opts...)
 	done := make(chan error, 1)
 	go func() { done <- svr.Run() }()
 	t.Cleanup(func() {

@@ -42,10 +42,11 @@ const acceptGuarded = true
 // pollListener instead of netpoll's own listener.
 type transServerFactory struct {
 	guard *connGuard // admits accepted connections
+	lc    *lifecycle // told when Kitex hands over the listener
 }
 
 func (f transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.ServerTransHandler) remote.TransServer {
-	return &transServer{TransServer: knetpoll.NewTransServerFactory().NewTransServer(opt, h), guard: f.guard}
+	return &transServer{TransServer: knetpoll.NewTransServerFactory().NewTransServer(opt, h), guard: f.guard, lc: f.lc}
 }
 
 // transServer is Kitex's netpoll transport server with the listener
@@ -57,6 +58,7 @@ func (f transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.Se
 type transServer struct {
 	remote.TransServer
 	guard *connGuard
+	lc    *lifecycle
 
 	mu               sync.Mutex
 	ln               *pollListener
@@ -69,6 +71,7 @@ func (s *transServer) BootstrapServer(ln net.Listener) error {
 		return err
 	}
 	pl.admit = s.guard.admit
+	pl.served = s.lc.boot
 	s.mu.Lock()
 	if s.shutdown {
 		// Stopped before serving: Kitex's transport would serve for ever.
@@ -126,6 +129,11 @@ type pollListener struct {
 	fd    int
 	tcp   bool
 	admit func(remote net.Addr) bool // nil: every connection
+	// served, if set, is called when netpoll reads Fd: its event loop
+	// exists then and serves the listener, so Kitex's Shutdown stops it.
+	// (A Shutdown before that finds no event loop and does nothing, and
+	// netpoll goes on to serve for ever.)
+	served func()
 
 	mu       sync.Mutex // held while accepting, so Close never races a live accept
 	closed   bool
@@ -160,7 +168,12 @@ func newPollListener(ln net.Listener) (*pollListener, error) {
 
 // Fd is the descriptor netpoll polls. netpoll reads it once, when it
 // starts serving.
-func (l *pollListener) Fd() int { return l.fd }
+func (l *pollListener) Fd() int {
+	if l.served != nil {
+		l.served()
+	}
+	return l.fd
+}
 
 func (l *pollListener) Addr() net.Addr { return l.addr }
 

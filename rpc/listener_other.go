@@ -21,10 +21,22 @@ const acceptGuarded = false
 // once, and connections are not capped per address.
 type transServerFactory struct {
 	guard *connGuard // unused here
+	lc    *lifecycle // told when Kitex hands over the listener
 }
 
-func (transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.ServerTransHandler) remote.TransServer {
-	return knetpoll.NewTransServerFactory().NewTransServer(opt, h)
+func (f transServerFactory) NewTransServer(opt *remote.ServerOption, h remote.ServerTransHandler) remote.TransServer {
+	return bootReporter{knetpoll.NewTransServerFactory().NewTransServer(opt, h), f.lc}
+}
+
+// bootReporter tells its lifecycle when Kitex hands it the listener.
+type bootReporter struct {
+	remote.TransServer
+	lc *lifecycle
+}
+
+func (b bootReporter) BootstrapServer(ln net.Listener) error {
+	b.lc.boot()
+	return b.TransServer.BootstrapServer(ln)
 }
 
 // checkListener accepts any listener; netpoll refuses the ones it cannot

@@ -127,10 +127,19 @@ type ServerConfig struct {
 //     e.g. Apache Thrift Python) on the same port: Kitex detects the
 //     protocol per connection. Those send no deadline, which is why every
 //     parked call has a server-side bound.
+//
+// A server built from these options directly has Kitex's own Stop, which
+// does nothing if it comes before Run has started listening (see
+// lifecycle.go); build servers with [NewServer].
 func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
+	opts, _, err := serverOptions(cfg)
+	return opts, err
+}
+
+func serverOptions(cfg ServerConfig) ([]server.Option, *lifecycle, error) {
 	if cfg.MaxConnections < 0 || cfg.MaxQPS < 0 || cfg.ExitWaitTime < 0 || cfg.MaxConnIdleTime < 0 ||
 		cfg.MaxConnectionsPerIP < 0 || cfg.FirstCallTimeout < 0 {
-		return nil, fmt.Errorf("rpc: negative limit in server config %+v", cfg)
+		return nil, nil, fmt.Errorf("rpc: negative limit in server config %+v", cfg)
 	}
 	def := DefaultServerConfig()
 	if cfg.MaxConnections == 0 {
@@ -144,7 +153,7 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 	}
 	rules, err := connRules(cfg.ConnLimits)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cfg.ExitWaitTime == 0 {
 		cfg.ExitWaitTime = def.ExitWaitTime
@@ -153,7 +162,7 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		cfg.MaxConnIdleTime = def.MaxConnIdleTime
 	}
 	if cfg.MaxPayloadBytes < 0 {
-		return nil, fmt.Errorf("rpc: negative MaxPayloadBytes %d", cfg.MaxPayloadBytes)
+		return nil, nil, fmt.Errorf("rpc: negative MaxPayloadBytes %d", cfg.MaxPayloadBytes)
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = def.MaxPayloadBytes
@@ -166,7 +175,7 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 	var metrics *serverMetrics
 	if cfg.Registerer != nil {
 		if metrics, err = newServerMetrics(cfg.Registerer); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	reporter := &limitReporter{metrics: metrics, log: log, limiter: newLogLimiter(time.Now)}
@@ -177,24 +186,25 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		open: make(map[netip.Addr]int),
 	}
 
+	lc := newLifecycle()
 	var opts []server.Option
 	var tl *tlsListener
 	if cfg.TLS != nil {
-		if opts, tl, err = tlsServerOptions(cfg, cfg.TLS, guard); err != nil {
-			return nil, err
+		if opts, tl, err = tlsServerOptions(cfg, cfg.TLS, guard, lc); err != nil {
+			return nil, nil, err
 		}
 	} else if cfg.Listener != nil {
 		if err := checkListener(cfg.Listener); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opts = append(opts, server.WithListener(cfg.Listener))
 	} else {
 		if cfg.Listen == "" {
-			return nil, errors.New("rpc: server config needs Listen or Listener")
+			return nil, nil, errors.New("rpc: server config needs Listen or Listener")
 		}
 		addr, err := net.ResolveTCPAddr("tcp", cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("rpc: server listen address: %w", err)
+			return nil, nil, fmt.Errorf("rpc: server listen address: %w", err)
 		}
 		opts = append(opts, server.WithServiceAddr(addr))
 	}
@@ -222,7 +232,7 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 		// number three times, the last about 100 ms later, when the
 		// number belongs to another file or connection (see
 		// listener_linux.go).
-		opts = append(opts, server.WithTransServerFactory(transServerFactory{guard: guard}),
+		opts = append(opts, server.WithTransServerFactory(transServerFactory{guard: guard, lc: lc}),
 			server.WithConnectionLimiter(limiter.NewConnectionLimiter(cfg.MaxConnections)))
 	} else {
 		// On TLS the listener caps connections itself (see tlsListener).
@@ -231,7 +241,7 @@ func ServerOptions(cfg ServerConfig) ([]server.Option, error) {
 	if cfg.MaxQPS > 0 {
 		opts = append(opts, server.WithQPSLimiter(limiter.NewQPSLimiter(qpsInterval, cfg.MaxQPS)))
 	}
-	return opts, nil
+	return opts, lc, nil
 }
 
 // disconnectNotifier is the part of a netpoll connection that reports the

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/cloudwego/kitex/server"
 	"io"
 	"log/slog"
 	"net"
@@ -20,7 +21,7 @@ import (
 )
 
 // TestStopLeavesOtherDescriptorsAlone stops 200 servers built with
-// ServerOptions while the process keeps opening files and connections, and
+// NewServer while the process keeps opening files and connections, and
 // checks that every file and connection opened while a server was stopping
 // still works afterwards: stopping a server may close its own descriptors
 // only. (Linux reuses the lowest free descriptor number at once, so a
@@ -100,7 +101,7 @@ type stopResult struct {
 
 func (r *stopResult) damaged() bool { return len(r.errs) > 0 }
 
-// stopWhileOpening starts an Echo server built with ServerOptions, waits
+// stopWhileOpening starts an Echo server built with NewServer, waits
 // until it answers, stops it, and while Stop runs opens a file (in dir) and
 // a connection (to the echo server at echoAddr) every 2 ms. Once the server
 // is stopped it checks that every one of them still works.
@@ -112,17 +113,16 @@ func stopWhileOpening(i int, dir, echoAddr string) (r stopResult) {
 		fail(err)
 		return r
 	}
-	opts, err := rpc.ServerOptions(rpc.ServerConfig{
+	svr, err := rpc.NewServer(rpc.ServerConfig{
 		Listener:     ln,
 		ExitWaitTime: 50 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}, func(opts ...server.Option) server.Server { return echo.NewServer(newEchoHandler(false), opts...) })
 	if err != nil {
 		fail(err)
 		ln.Close()
 		return r
 	}
-	svr := echo.NewServer(newEchoHandler(false), opts...)
 	ran := make(chan error, 1)
 	go func() { ran <- svr.Run() }()
 	if err := framedEcho(ln.Addr().String(), fmt.Sprint("ready ", i)); err != nil {

@@ -60,7 +60,7 @@ func Caller(ctx context.Context) CallerInfo {
 }
 
 // tlsServerOptions are the options of a server on TLS.
-func tlsServerOptions(cfg ServerConfig, tc *tls.Config, guard *connGuard) ([]server.Option, *tlsListener, error) {
+func tlsServerOptions(cfg ServerConfig, tc *tls.Config, guard *connGuard, lc *lifecycle) ([]server.Option, *tlsListener, error) {
 	ln := cfg.Listener
 	if ln == nil {
 		var err error
@@ -71,7 +71,7 @@ func tlsServerOptions(cfg ServerConfig, tc *tls.Config, guard *connGuard) ([]ser
 	tl := &tlsListener{Listener: ln, cfg: tc, max: cfg.MaxConnections, guard: guard, pending: make(map[string]*tlsAccepted)}
 	return []server.Option{
 		server.WithListener(tl),
-		server.WithTransServerFactory(gonet.NewTransServerFactory()),
+		server.WithTransServerFactory(bootingFactory{TransServerFactory: gonet.NewTransServerFactory(), lc: lc}),
 		server.WithTransHandlerFactory(detection.NewSvrTransHandlerFactory(
 			gonet.NewSvrTransHandlerFactory(), nphttp2.NewSvrTransHandlerFactory())),
 	}, tl, nil
