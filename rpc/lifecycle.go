@@ -68,7 +68,7 @@ func NewServer(cfg ServerConfig, build func(opts ...server.Option) server.Server
 
 // Run serves until Stop. It returns ErrServerStopped at once if Stop came
 // first or Run was called before.
-func (s *Server) Run() error {
+func (s *Server) Run() (err error) {
 	s.mu.Lock()
 	if s.stopped || s.running {
 		s.mu.Unlock()
@@ -77,6 +77,21 @@ func (s *Server) Run() error {
 	s.running = true
 	s.mu.Unlock()
 	defer s.lc.boot() // Run failed before serving: Stop has nothing to wait for
+	defer func() {
+		// Kitex's Run reads the transport's first result without waiting
+		// and calls Error on it: a Stop that ends the serving before Run
+		// gets there hands it a nil error, and Run dereferences it. The
+		// server is stopped then; anything else is not ours to swallow.
+		if p := recover(); p != nil {
+			s.mu.Lock()
+			stopped := s.stopped
+			s.mu.Unlock()
+			if !stopped {
+				panic(p)
+			}
+			err = nil
+		}
+	}()
 	return s.Server.Run()
 }
 
