@@ -97,10 +97,10 @@ func (c *testCluster) start(id uint64, dir string, ln net.Listener) {
 	}
 	if ln == nil {
 		var err error
-		// The old port may linger (seen on a loaded machine for over 2.5
-		// s after the server stopped): try for 10 s, collecting garbage in
-		// between in case only a finalizer holds the old socket, and say
-		// who holds the port if it stays taken.
+		// The old port may linger for a moment after the server stopped
+		// (the one cause found, a Stop that Kitex lost while Run was still
+		// starting, is fixed in rpc.NewServer): try for 10 s, collecting
+		// garbage in between, and say who holds the port if it stays taken.
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			if ln, err = net.Listen("tcp", c.peers[id]); err == nil {
 				break
