@@ -7,6 +7,7 @@ import (
 
 	"github.com/cloudwego/kitex/client/callopt"
 
+	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
 )
@@ -87,7 +88,7 @@ func TestStaleWakeSparesNewAcquire(t *testing.T) {
 	leaveWaiting(t, tc, hb)
 	// The order the handler and a withdrawal can interleave in: the new
 	// call parks, the old request is withdrawn, the new request applies.
-	d, err := tc.s.m.park(hb.Id)
+	d, _, err := tc.s.m.park(hb.Id, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +110,91 @@ func TestStaleWakeSparesNewAcquire(t *testing.T) {
 	}
 	if seq.GetPath() != "/l" {
 		t.Fatalf("granted %+v", seq)
+	}
+}
+
+// TestAcquireResendTakesItsPlace: an Acquire sent again with the same
+// request number while the first is still parked — its client gave up on
+// this replica, thinking the master had moved — parks in the first call's
+// place (which is answered UNAVAILABLE) and keeps its request's place in
+// the queue: granted once, by the release, ahead of a later waiter. A
+// different call of the same handle is still refused "already has an
+// Acquire waiting".
+func TestAcquireResendTakesItsPlace(t *testing.T) {
+	tc, ha, hb := lockedByA(t)
+	c := tc.session("c")
+	hc := tc.open(c, "/l", chubby.CreateMode_OPEN_OR_CREATE, false)
+	rid := &chubby.RequestID{Seq: 7, Floor: 7}
+	acquire := func(h *chubby.Handle, rid *chubby.RequestID) <-chan error {
+		got := make(chan error, 1)
+		go func() {
+			_, err := tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: 20000, Rid: rid},
+				callopt.WithRPCTimeout(30*time.Second))
+			got <- err
+		}()
+		return got
+	}
+	parked := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); tc.s.m.parkedAcquires() < n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d Acquires parked, want %d", tc.s.m.parkedAcquires(), n)
+			}
+		}
+	}
+	first := acquire(hb, rid)
+	parked(1)
+	// Queued for real before the resend (park reattaches only to a
+	// request applied as waiting).
+	for deadline := time.Now().Add(10 * time.Second); !tc.s.m.waiting(hb.Id); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first Acquire's request never applied as waiting")
+		}
+	}
+	later := acquire(hc, nil) // queued behind b
+	parked(2)
+	other := &chubby.RequestID{Seq: 8, Floor: 7}
+	_, err := tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: hb, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: 20000, Rid: other})
+	wantCode(t, err, chubby.ErrorCode_LOCK_HELD)
+	resend := acquire(hb, rid)
+	select {
+	case err := <-first:
+		wantCode(t, err, chubby.ErrorCode_UNAVAILABLE)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first call was not answered when its resend took its place")
+	}
+	parked(2)
+	if err := tc.cli.Release(ctx, &chubby.HandleRequest{Handle: ha}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-resend:
+		if err != nil {
+			t.Fatalf("the resent Acquire: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resent Acquire was not granted by the release")
+	}
+	select {
+	case err := <-later:
+		t.Fatalf("the later waiter was answered (%v) while b holds the lock", err)
+	default:
+	}
+	var waits int
+	tc.s.m.read(func(st *fs.State) {
+		for _, h := range st.PendingWaits() {
+			if h.Id == hb.Id {
+				waits++
+			}
+		}
+	})
+	if waits != 0 {
+		t.Fatalf("b still has %d requests waiting after its grant", waits)
+	}
+	if err := tc.cli.Release(ctx, &chubby.HandleRequest{Handle: hb}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-later; err != nil {
+		t.Fatalf("the later waiter, after b released: %v", err)
 	}
 }

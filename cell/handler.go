@@ -28,9 +28,12 @@ func missing(what string) error { return invalid("request has no %s", what) }
 
 // live refuses calls for a session whose lease ran out (its EndSession may
 // not have applied yet), that does not exist, or that belongs to another
-// principal than the caller's.
+// principal than the caller's. A call that arrives while no master is
+// known, or while this replica is finishing its failover duties, is held
+// as a KeepAlive is (serveCheckWait): a client that a master watch sent
+// here a moment before this replica serves is served, not refused.
 func (h *handler) live(ctx context.Context, id chubby.SessionID) error {
-	if err := h.s.serveCheck(); err != nil {
+	if err := h.s.serveCheckWait(ctx); err != nil {
 		return err
 	}
 	if !h.s.leases.alive(id) {
@@ -536,6 +539,9 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if err := checkLockDelay(req.LockDelayMs); err != nil {
 		return nil, err
 	}
+	if err := checkRID(req.Rid); err != nil {
+		return nil, err
+	}
 	if err := h.s.awaitStaleWithdrawn(ctx); err != nil {
 		return nil, err
 	}
@@ -583,21 +589,36 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 // on an error nothing is parked. A handle that already holds the lock
 // gets its sequencer (res.Sequencer).
 //
+// A resend of the call parked now (the same request number: its client
+// gave up on this replica, thinking the master had moved) takes the parked
+// call's place and keeps its request's place in the queue: it is queued
+// once, however often it is sent.
+//
 // A request of the handle still waiting in the state ("already waits")
-// has nobody parked on it, since park admits one call per handle: an
-// earlier master left it, or its caller was told it failed and its
-// withdrawal failed (the master changed meanwhile). Nobody would hear of
-// its grant, so it is withdrawn and the Acquire proposed again, once.
+// with no call parked on it — an earlier master left it, or its caller was
+// told it failed and its withdrawal failed (the master changed meanwhile)
+// — would be granted to nobody who hears of it, so it is withdrawn and the
+// Acquire proposed again, once.
 func (h *handler) queueAcquire(ctx context.Context, req *chubby.AcquireRequest) (*rpc.Deferred[*chubby.Sequencer], *fsm.Result_, error) {
+	var rid int64
+	if req.Rid != nil { // GetRid returns a nil pointer, whose GetSeq panics
+		rid = req.Rid.Seq
+	}
 	for attempt := 0; ; attempt++ {
-		d, err := h.s.m.park(req.Handle.Id)
+		d, reattached, err := h.s.m.park(req.Handle.Id, rid)
 		if err != nil {
 			return nil, nil, err
 		}
-		// A waiting Acquire is not made exactly-once by its RequestID: its
-		// answer ("queued") would outlive the wait a failover withdraws. A
-		// retry is safe anyway: if the handle already holds the lock (the
-		// first attempt was granted), the retry returns its sequencer.
+		if reattached {
+			waiting := true
+			return d, &fsm.Result_{Waiting: &waiting}, nil
+		}
+		// A waiting Acquire is not made exactly-once through the request
+		// table (proposeOnce): its answer ("queued") would outlive the wait
+		// a failover withdraws. A retry is safe anyway: if the handle
+		// already holds the lock (the first attempt was granted), the
+		// retry returns its sequencer; if its request waits with a call
+		// parked, the retry takes the call's place (park).
 		res, err := h.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{
 			Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs),
 		}})
@@ -759,7 +780,16 @@ func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (
 	if len(suspect) > maxAddrBytes {
 		return nil, invalid("unreachable of %d bytes over the %d-byte limit", len(suspect), maxAddrBytes)
 	}
-	h.s.awaitMaster(ctx, suspect)
+	if w := req.GetWaitMs(); w < 0 || w > chubby.MAX_GET_MASTER_WAIT_MS {
+		return nil, invalid("wait_ms %d outside [0, %d]", w, chubby.MAX_GET_MASTER_WAIT_MS)
+	}
+	hold := noMasterHold
+	if suspect != "" && req.GetWaitMs() > 0 {
+		hold = msDuration(req.GetWaitMs()) // a master watch
+		h.s.metrics.masterWatch(1)
+		defer h.s.metrics.masterWatch(-1)
+	}
+	h.s.awaitMaster(ctx, suspect, hold)
 	if h.s.serving.Load() {
 		// Only under the master lease held now: a master cut off from the
 		// others (or just resumed from a pause) must not send clients to

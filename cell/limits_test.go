@@ -201,6 +201,12 @@ func TestLimitsAtTheirBounds(t *testing.T) {
 		_, err := tc.cli.CreateSession(ctx, &chubby.CreateSessionRequest{ClientName: strings.Repeat("n", n)})
 		return err
 	}
+	getMasterWait := func(ms int64) error {
+		// Held only while this replica believes in unreachable and does
+		// not serve; the master answers at once.
+		_, err := tc.cli.GetMaster(ctx, &chubby.GetMasterRequest{Unreachable: str(tc.s.Addr()), WaitMs: &ms})
+		return err
+	}
 	getMaster := func(n int) error {
 		_, err := tc.cli.GetMaster(ctx, &chubby.GetMasterRequest{Unreachable: str(strings.Repeat("h", n))})
 		return err
@@ -281,6 +287,8 @@ func TestLimitsAtTheirBounds(t *testing.T) {
 			func() error { return checkSequencer(pathOf(path, "l")) }, func() error { return checkSequencer(pathOf(path+1, "l")) }, invalid},
 		{"GetMaster unreachable 512 bytes", "cell/handler.go maxAddrBytes",
 			func() error { return getMaster(maxAddrBytes) }, func() error { return getMaster(maxAddrBytes + 1) }, invalid},
+		{"MAX_GET_MASTER_WAIT_MS 30000", "chubby.thrift GetMasterRequest.wait_ms",
+			func() error { return getMasterWait(chubby.MAX_GET_MASTER_WAIT_MS) }, func() error { return getMasterWait(chubby.MAX_GET_MASTER_WAIT_MS + 1) }, invalid},
 	}
 	if got := len(pathOf(path, "x")); got != path {
 		t.Fatalf("pathOf(%d) is %d bytes", path, got)

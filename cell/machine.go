@@ -116,10 +116,21 @@ func (m *machine) Restore(index uint64, b []byte) error {
 // parkedAcquire is an Acquire call parked for its handle: d answers it;
 // queued says its request has been applied as waiting (fs.Effects.Queued),
 // so that the wakes of later commands are its own.
+//
+// rid is the call's request number (AcquireRequest.rid.seq; 0 if unset):
+// a resend of the same call, which a client makes when it moves to a new
+// master it thinks this replica is not, takes the parked call's place
+// (park) instead of being refused.
 type parkedAcquire struct {
 	d      *rpc.Deferred[*chubby.Sequencer]
 	queued bool
+	rid    int64
 }
+
+// errSuperseded answers a parked Acquire whose caller sent the same
+// request again (same handle and request number): the resend waits in its
+// place.
+var errSuperseded = fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "this Acquire was sent again; the resend waits in its place")
 
 func (m *machine) dispatch(fx fs.Effects) {
 	if len(fx.Woken) > 0 || len(fx.Queued) > 0 {
@@ -160,19 +171,28 @@ func (m *machine) dispatch(fx fs.Effects) {
 
 // park registers a parked Acquire for a handle. It fails when the handle
 // already has one (the fs would refuse the second anyway) or when too many
-// calls are parked.
-func (m *machine) park(handle int64) (*rpc.Deferred[*chubby.Sequencer], error) {
+// calls are parked — except that a call with the request number rid (> 0)
+// of the one parked, whose request is applied as waiting, takes its place:
+// the earlier call is answered errSuperseded, and reattached says the
+// request waits already (nothing is to be proposed).
+func (m *machine) park(handle, rid int64) (d *rpc.Deferred[*chubby.Sequencer], reattached bool, err error) {
 	m.waitMu.Lock()
 	defer m.waitMu.Unlock()
-	if _, dup := m.waiters[handle]; dup {
-		return nil, fs.Errorf(chubby.ErrorCode_LOCK_HELD, "handle %d already has an Acquire waiting", handle)
+	if p, dup := m.waiters[handle]; dup {
+		if rid <= 0 || p.rid != rid || !p.queued {
+			return nil, false, fs.Errorf(chubby.ErrorCode_LOCK_HELD, "handle %d already has an Acquire waiting", handle)
+		}
+		d = rpc.NewDeferred[*chubby.Sequencer]()
+		m.waiters[handle] = &parkedAcquire{d: d, queued: true, rid: rid}
+		p.d.Reject(errSuperseded)
+		return d, true, nil
 	}
 	if len(m.waiters) >= m.maxWait {
-		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "too many parked Acquire calls (%d); retry later", m.maxWait)
+		return nil, false, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "too many parked Acquire calls (%d); retry later", m.maxWait)
 	}
-	d := rpc.NewDeferred[*chubby.Sequencer]()
-	m.waiters[handle] = &parkedAcquire{d: d}
-	return d, nil
+	d = rpc.NewDeferred[*chubby.Sequencer]()
+	m.waiters[handle] = &parkedAcquire{d: d, rid: rid}
+	return d, false, nil
 }
 
 // unpark forgets a handle's parked Acquire if it is still d.
@@ -182,6 +202,15 @@ func (m *machine) unpark(handle int64, d *rpc.Deferred[*chubby.Sequencer]) {
 	if p, ok := m.waiters[handle]; ok && p.d == d {
 		delete(m.waiters, handle)
 	}
+}
+
+// waiting reports whether the handle's parked Acquire has had its request
+// applied as waiting.
+func (m *machine) waiting(handle int64) bool {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	p, ok := m.waiters[handle]
+	return ok && p.queued
 }
 
 func (m *machine) parkedAcquires() int {

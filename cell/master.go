@@ -244,17 +244,18 @@ func (s *Server) notMasterError(nm *replica.NotMasterError) *chubby.ChubbyError 
 // of a cell that stays without a master still hears often.
 const noMasterHold = 200 * time.Millisecond
 
-// awaitMaster waits, at most noMasterHold, until this replica serves as
-// master or knows which replica does — one other than suspect (a client
-// address a caller could not reach: while this replica still believes in
-// it, the failure has not been detected yet, and naming it again would
-// only send the caller back to it).
-func (s *Server) awaitMaster(ctx context.Context, suspect string) {
+// awaitMaster waits, at most hold, until this replica serves as master or
+// knows which replica does — one other than suspect (a client address a
+// caller could not reach, or a master watch's current master: while this
+// replica still believes in it, naming it again would only send the
+// caller back to it).
+func (s *Server) awaitMaster(ctx context.Context, suspect string, hold time.Duration) {
 	if s.serving.Load() {
 		return
 	}
-	hold := time.NewTimer(noMasterHold)
-	defer hold.Stop()
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	poll := 2 * time.Millisecond
 	for !s.serving.Load() {
 		changed := s.log.Changed()
 		nm := s.log.NotMaster()
@@ -266,13 +267,15 @@ func (s *Server) awaitMaster(ctx context.Context, suspect string) {
 		var soon <-chan time.Time
 		if nm == nil {
 			// The log made this replica primary; its failover duties take
-			// milliseconds and end with serving set: look again shortly.
-			soon = time.After(2 * time.Millisecond)
+			// milliseconds and end with serving set: look again shortly
+			// (less often as it takes longer: a watch holds for seconds).
+			soon = time.After(poll)
+			poll = min(2*poll, 50*time.Millisecond)
 		}
 		select {
 		case <-changed:
 		case <-soon:
-		case <-hold.C:
+		case <-t.C:
 			return
 		case <-ctx.Done():
 			return
@@ -284,7 +287,7 @@ func (s *Server) awaitMaster(ctx context.Context, suspect string) {
 // during a view change gets its answer (or its redirect) when the view
 // change ends.
 func (s *Server) serveCheckWait(ctx context.Context) error {
-	s.awaitMaster(ctx, "")
+	s.awaitMaster(ctx, "", noMasterHold)
 	return s.serveCheck()
 }
 

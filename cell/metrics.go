@@ -24,6 +24,7 @@ type metrics struct {
 	loopPause  prometheus.Histogram
 	maxPause   atomic.Int64 // longest since the start, ns
 	parkedAcq  prometheus.Gauge
+	watches    prometheus.Gauge
 	eventsSent prometheus.Counter
 	// tsHanded counts timestamps the oracle handed out; tsReserves its
 	// reservations by result (ok, failed).
@@ -61,6 +62,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		parkedAcq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "chubby_parked_acquires",
 			Help: "Acquire calls parked waiting for a lock.",
+		}),
+		watches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "chubby_master_watches",
+			Help: "GetMaster calls held as clients' master watches (wait_ms) on this replica.",
 		}),
 		eventsSent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chubby_events_sent_total",
@@ -160,7 +165,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.loopPause, m.parkedAcq, m.eventsSent, m.tsHanded, m.tsReserves, m.invalidationWait,
+	for _, c := range []prometheus.Collector{m.commands, m.batchEntries, m.fsync, m.loopPause, m.parkedAcq, m.watches, m.eventsSent, m.tsHanded, m.tsReserves, m.invalidationWait,
 		m.leaseRefusals, cached, sessions, parkedKA, applied, longest, chunksSent, chunksStored, chunkResends, queued, diskFailed, master,
 		viewChanges, probes, gone,
 		newConfigCollector(s)} {
@@ -264,6 +269,9 @@ func (m *metrics) observePause(d time.Duration) {
 }
 
 func (m *metrics) parkedAcquire(delta float64) { m.parkedAcq.Add(delta) }
+
+// masterWatch counts a GetMaster held as a master watch (delta ±1).
+func (m *metrics) masterWatch(delta float64) { m.watches.Add(delta) }
 
 func (m *metrics) command(op *fsm.Op, err *chubby.ChubbyError) {
 	outcome := "ok"

@@ -214,3 +214,49 @@ func TestNoMasterAnswersAreHeld(t *testing.T) {
 		held++
 	}
 }
+
+// TestMasterWatchHeldUntilTheMasterMoves: a master watch — GetMaster
+// naming the current master unreachable, with wait_ms — parked at a backup
+// is held while the backup believes in that master (for far longer than
+// noMasterHold), and answered with the new master once the old one stops.
+func TestMasterWatchHeldUntilTheMasterMoves(t *testing.T) {
+	mc := startMultiCell(t, 3, Config{})
+	old := mc.master()
+	var backup *Server
+	for _, s := range mc.servers {
+		if s != old {
+			backup = s
+			break
+		}
+	}
+	cli := newRawClient(t, backup.Addr())
+	cur := old.Addr()
+	wait := int64(chubby.MAX_GET_MASTER_WAIT_MS)
+	type reply struct {
+		r   *chubby.GetMasterResponse
+		err error
+	}
+	got := make(chan reply, 1)
+	go func() {
+		r, err := cli.GetMaster(ctx, &chubby.GetMasterRequest{Unreachable: &cur, WaitMs: &wait},
+			callopt.WithRPCTimeout(time.Duration(wait)*time.Millisecond+5*time.Second))
+		got <- reply{r, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("the watch was answered while the master stayed: %+v, %v", r.r, r.err)
+	case <-time.After(5 * noMasterHold):
+	}
+	old.Stop()
+	select {
+	case r := <-got:
+		if r.err != nil || r.r.MasterAddress == cur || r.r.MasterAddress == "" {
+			t.Fatalf("the watch answered %+v, %v; want the new master", r.r, r.err)
+		}
+		if r.r.Epoch <= old.Epoch() {
+			t.Fatalf("new master at epoch %d, the old one had %d", r.r.Epoch, old.Epoch())
+		}
+	case <-time.After(time.Duration(wait) * time.Millisecond):
+		t.Fatal("the watch was not answered within wait_ms of the master stopping")
+	}
+}

@@ -33,6 +33,7 @@ const i32 MAX_SESSIONS_PER_KEEPALIVE = 10000 // KeepAliveRequest.sessions
 const i64 MAX_LOCK_DELAY_MS = 60000          // lock-delay upper bound
 const i64 DEFAULT_LOCK_DELAY_MS = 15000      // lock-delay when a request leaves it unset
 const i64 MAX_ACQUIRE_WAIT_MS = 600000       // longest a single Acquire call is parked
+const i64 MAX_GET_MASTER_WAIT_MS = 30000     // longest a GetMaster (wait_ms) is held
 const i32 MAX_PRINCIPAL_BYTES = 128          // a principal's name (see ACLNames)
 const i32 MAX_ACL_ENTRIES = 1000             // principals listed in one ACL file
 const i32 MAX_TIMESTAMPS_PER_CALL = 1000000  // GetTimestampsRequest.count
@@ -556,6 +557,15 @@ struct GetMasterRequest {
     // failure and a new master is chosen) or 200 ms pass, so the caller
     // learns of the new master when there is one instead of polling.
     1: optional string unreachable
+    // wait_ms, with unreachable: hold the answer until this replica knows
+    // a master other than unreachable (or serves as master itself), for
+    // up to wait_ms instead of 200 ms; 0..MAX_GET_MASTER_WAIT_MS. A
+    // client parks one such call at a replica that is not its master (a
+    // master watch), so that it hears of a new master within moments of
+    // the view change even when the old master falls silent (paused, cut
+    // off) and its own calls there just hang. Answered as without it when
+    // unreachable is unset.
+    2: optional i64 wait_ms
 }
 
 struct GetMasterResponse {
@@ -638,7 +648,7 @@ struct RemoveMemberResponse {
 service Cell {
     // GetMaster names the master. During a view change a replica holds the
     // answer until it knows the new master, at most 200 ms (then
-    // UNAVAILABLE); req may be absent.
+    // UNAVAILABLE), or wait_ms when the request sets it; req may be absent.
     GetMasterResponse GetMaster(1: GetMasterRequest req) throws (1: ChubbyError err)
     CellStatus GetStatus() throws (1: ChubbyError err)
     // RemoveMember takes a replica out of the configuration (an operator's

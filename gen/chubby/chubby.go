@@ -28,6 +28,8 @@ const (
 
 	MAX_ACQUIRE_WAIT_MS = 600000
 
+	MAX_GET_MASTER_WAIT_MS = 30000
+
 	MAX_PRINCIPAL_BYTES = 128
 
 	MAX_ACL_ENTRIES = 1000
@@ -3282,6 +3284,7 @@ var fieldIDToName_CheckSequencerResponse = map[int16]string{
 
 type GetMasterRequest struct {
 	Unreachable *string `thrift:"unreachable,1,optional" frugal:"1,optional,string" json:"unreachable,omitempty"`
+	WaitMs      *int64  `thrift:"wait_ms,2,optional" frugal:"2,optional,i64" json:"wait_ms,omitempty"`
 }
 
 func NewGetMasterRequest() *GetMasterRequest {
@@ -3299,12 +3302,28 @@ func (p *GetMasterRequest) GetUnreachable() (v string) {
 	}
 	return *p.Unreachable
 }
+
+var GetMasterRequest_WaitMs_DEFAULT int64
+
+func (p *GetMasterRequest) GetWaitMs() (v int64) {
+	if !p.IsSetWaitMs() {
+		return GetMasterRequest_WaitMs_DEFAULT
+	}
+	return *p.WaitMs
+}
 func (p *GetMasterRequest) SetUnreachable(val *string) {
 	p.Unreachable = val
+}
+func (p *GetMasterRequest) SetWaitMs(val *int64) {
+	p.WaitMs = val
 }
 
 func (p *GetMasterRequest) IsSetUnreachable() bool {
 	return p.Unreachable != nil
+}
+
+func (p *GetMasterRequest) IsSetWaitMs() bool {
+	return p.WaitMs != nil
 }
 
 func (p *GetMasterRequest) String() string {
@@ -3316,6 +3335,7 @@ func (p *GetMasterRequest) String() string {
 
 var fieldIDToName_GetMasterRequest = map[int16]string{
 	1: "unreachable",
+	2: "wait_ms",
 }
 
 type GetMasterResponse struct {

@@ -11379,8 +11379,10 @@ func (p *CheckSequencerResponse) String() string {
 
 // Attributes:
 //   - Unreachable
+//   - WaitMs
 type GetMasterRequest struct {
 	Unreachable *string `thrift:"unreachable,1" db:"unreachable" json:"unreachable,omitempty"`
+	WaitMs      *int64  `thrift:"wait_ms,2" db:"wait_ms" json:"wait_ms,omitempty"`
 }
 
 func NewGetMasterRequest() *GetMasterRequest {
@@ -11395,8 +11397,21 @@ func (p *GetMasterRequest) GetUnreachable() string {
 	}
 	return *p.Unreachable
 }
+
+var GetMasterRequest_WaitMs_DEFAULT int64
+
+func (p *GetMasterRequest) GetWaitMs() int64 {
+	if !p.IsSetWaitMs() {
+		return GetMasterRequest_WaitMs_DEFAULT
+	}
+	return *p.WaitMs
+}
 func (p *GetMasterRequest) IsSetUnreachable() bool {
 	return p.Unreachable != nil
+}
+
+func (p *GetMasterRequest) IsSetWaitMs() bool {
+	return p.WaitMs != nil
 }
 
 func (p *GetMasterRequest) Read(ctx context.Context, iprot thrift.TProtocol) error {
@@ -11416,6 +11431,16 @@ func (p *GetMasterRequest) Read(ctx context.Context, iprot thrift.TProtocol) err
 		case 1:
 			if fieldTypeId == thrift.STRING {
 				if err := p.ReadField1(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 2:
+			if fieldTypeId == thrift.I64 {
+				if err := p.ReadField2(ctx, iprot); err != nil {
 					return err
 				}
 			} else {
@@ -11447,12 +11472,24 @@ func (p *GetMasterRequest) ReadField1(ctx context.Context, iprot thrift.TProtoco
 	return nil
 }
 
+func (p *GetMasterRequest) ReadField2(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI64(ctx); err != nil {
+		return thrift.PrependError("error reading field 2: ", err)
+	} else {
+		p.WaitMs = &v
+	}
+	return nil
+}
+
 func (p *GetMasterRequest) Write(ctx context.Context, oprot thrift.TProtocol) error {
 	if err := oprot.WriteStructBegin(ctx, "GetMasterRequest"); err != nil {
 		return thrift.PrependError(fmt.Sprintf("%T write struct begin error: ", p), err)
 	}
 	if p != nil {
 		if err := p.writeField1(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField2(ctx, oprot); err != nil {
 			return err
 		}
 	}
@@ -11480,6 +11517,21 @@ func (p *GetMasterRequest) writeField1(ctx context.Context, oprot thrift.TProtoc
 	return err
 }
 
+func (p *GetMasterRequest) writeField2(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if p.IsSetWaitMs() {
+		if err := oprot.WriteFieldBegin(ctx, "wait_ms", thrift.I64, 2); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field begin error 2:wait_ms: ", p), err)
+		}
+		if err := oprot.WriteI64(ctx, int64(*p.WaitMs)); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T.wait_ms (2) field write error: ", p), err)
+		}
+		if err := oprot.WriteFieldEnd(ctx); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field end error 2:wait_ms: ", p), err)
+		}
+	}
+	return err
+}
+
 func (p *GetMasterRequest) Equals(other *GetMasterRequest) bool {
 	if p == other {
 		return true
@@ -11491,6 +11543,14 @@ func (p *GetMasterRequest) Equals(other *GetMasterRequest) bool {
 			return false
 		}
 		if (*p.Unreachable) != (*other.Unreachable) {
+			return false
+		}
+	}
+	if p.WaitMs != other.WaitMs {
+		if p.WaitMs == nil || other.WaitMs == nil {
+			return false
+		}
+		if (*p.WaitMs) != (*other.WaitMs) {
 			return false
 		}
 	}
