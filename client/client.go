@@ -68,6 +68,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	// A locate round waits for a connection and an answer given at once.
 	c.master = newMaster(cfg.Addrs, c.askMaster, min(cfg.CallTimeout, cfg.ConnectTimeout+locateReplyTimeout))
 	c.master.log = c.log
+	c.master.watch = c.watchMaster
 	return c, nil
 }
 

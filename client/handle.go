@@ -600,9 +600,24 @@ func (h *Handle) acquireCall(mode chubby.LockMode, wait time.Duration, opts Lock
 		spec := h.s.spec("acquire", h.Path(), retryUnsent)
 		// The master parks the call for up to wait; give Kitex more than that.
 		spec.timeout = time.Duration(req.WaitMs)*time.Millisecond + h.s.c.cfg.CallTimeout
+		// When the master moves elsewhere while the call is parked (the
+		// old one paused or cut off), the call is sent again to the new
+		// one with the same request number: the cell queues it once
+		// (a resend takes the parked call's place; a lock granted to the
+		// first attempt is answered with its sequencer), and it waits what
+		// is left of wait.
+		spec.resendOnMove = true
+		spec.setRID = func(rid *chubby.RequestID) { req.Rid = rid }
+		end := time.Now().Add(wait)
+		first := true
 		return sessionCall(ctx, h.s, spec,
 			func(ctx context.Context, o ...callopt.Option) (*chubby.Sequencer, error) {
-				return h.s.c.kc.Acquire(ctx, req, o...)
+				r := *req
+				if !first {
+					r.WaitMs = max(ceilMs(time.Until(end)), 1)
+				}
+				first = false
+				return h.s.c.kc.Acquire(ctx, &r, o...)
 			})
 	}
 }

@@ -114,9 +114,22 @@ type master struct {
 	// in flight.
 	refreshed  time.Time
 	refreshing bool
-	// stop ends a refresh in flight when the client closes.
+	// stop ends a refresh in flight, and the master watch, when the
+	// client closes.
 	stop       context.Context
 	stopCancel context.CancelFunc
+
+	// epoch is the highest master epoch heard (heard); 0: none yet.
+	epoch int64
+	// inflight are the call attempts in flight (track), cancelled when a
+	// newer master is heard of elsewhere.
+	inflight map[*attempt]struct{}
+	// watch parks master watches (nil: none, unit tests); watching says
+	// the watch loop runs; watchNext is the index in addrs of the next
+	// replica to watch from.
+	watch     watchFunc
+	watching  bool
+	watchNext int
 }
 
 // located is the outcome of one locate round.
@@ -421,6 +434,10 @@ func (m *master) runRound(done chan struct{}) {
 	}
 	if best.addr != "" {
 		m.adopt(best.from, best.addr, best.replicas)
+		// A newer master than any heard: calls still in flight at the
+		// old one are sent again to it (a parked Acquire would otherwise
+		// wait at a master cut off from the cell until its wait ends).
+		m.heard(best.addr, best.epoch)
 	}
 	m.mu.Lock()
 	if best.addr != "" {
@@ -524,6 +541,12 @@ type callSpec struct {
 	// request before the first send (sessionCall numbers the call).
 	setRID func(*chubby.RequestID)
 
+	// resendOnMove lets a retryUnsent call be abandoned and resent when a
+	// newer master is heard of elsewhere (trackable): the cell makes that
+	// resend safe (Acquire: its request number makes the resend take the
+	// parked call's place; a granted lock is answered with its sequencer).
+	resendOnMove bool
+
 	// sentTo, if set, receives the address of the replica that answered
 	// (GetMaster: the answer's members are adopted as that replica's).
 	sentTo *string
@@ -555,13 +578,24 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		if err := ctx.Err(); err != nil {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: context.Cause(ctx)}, false
 		}
-		addr := c.master.addr()
-		v, err := fn(ctx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(spec.timeout))
+		addr, v, err, moved := attemptAt(ctx, c, spec, fn)
 		if err == nil {
 			if spec.sentTo != nil {
 				*spec.sentTo = addr
 			}
 			return v, nil, false
+		}
+		if moved {
+			// A master of a newer epoch serves elsewhere (the master
+			// watch, a locate round or a session's reply said so) and the
+			// guess is there now: this attempt would only have hung at
+			// the old one. Resending is safe for this call (trackable).
+			if attempt+1 >= maxCallAttempts {
+				return zero, &OpError{Op: spec.op, Path: spec.path, Err: errMasterMoved}, true
+			}
+			c.log.Debug("chubby: the master moved; resending the call there", "op", spec.op, "path", spec.path,
+				"from", addr, "to", c.master.addr(), "attempt", attempt+1)
+			continue
 		}
 		retry, hinted, refused, cause := c.classify(ctx, err, addr, spec.class)
 		if !retry {
@@ -616,6 +650,32 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		}
 	}
 }
+
+// attemptAt sends one attempt of a call to the master guess. A call that
+// may be resent after any failure of the attempt (trackable) is tracked
+// while in flight, so that a newer master heard of elsewhere cancels it;
+// moved reports that this is why it failed.
+func attemptAt[T any](ctx context.Context, c *Client, spec callSpec,
+	fn func(context.Context, ...callopt.Option) (T, error)) (addr string, v T, err error, moved bool) {
+	if !spec.trackable() {
+		addr = c.master.addr()
+		v, err = fn(ctx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(spec.timeout))
+		return addr, v, err, false
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	addr, untrack := c.master.trackCur(cancel)
+	v, err = fn(actx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(spec.timeout))
+	untrack()
+	moved = err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errMasterMoved)
+	return addr, v, err, moved
+}
+
+// trackable reports whether an attempt of the call may be abandoned and
+// the call sent again at a new master whatever became of the attempt:
+// reads (retrySafe), calls the cell applies at most once (retryOnce), and
+// calls the cell makes safe to resend themselves (resendOnMove: Acquire).
+func (sp callSpec) trackable() bool { return sp.class != retryUnsent || sp.resendOnMove }
 
 // pause waits until until, or until a locate round (this call's or anyone
 // else's: a session's KeepAlive loop, another call) ends naming a master

@@ -112,7 +112,8 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 		// The lease counts from before the request was sent; the time before
 		// the first attempt is earlier still, so the local lease stays conservative.
 		sent := time.Now()
-		r, err := call(ctx, c, callSpec{op: "create-session", class: retrySafe, timeout: c.cfg.CallTimeout},
+		var at string
+		r, err := call(ctx, c, callSpec{op: "create-session", class: retrySafe, timeout: c.cfg.CallTimeout, sentTo: &at},
 			func(ctx context.Context, o ...callopt.Option) (*chubby.CreateSessionResponse, error) {
 				req := &chubby.CreateSessionRequest{ClientName: c.cfg.ClientName}
 				if !c.cfg.DisableCache {
@@ -142,6 +143,8 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 			return nil, &OpError{Op: "create-session", Err: ErrClientClosed}
 		}
 		go s.keepAliveLoop()
+		c.master.heard(at, r.GetEpoch())
+		c.master.startWatch()
 		if ctx.Err() != nil {
 			// The caller gave up while the session was being created: do
 			// not leave a session nobody knows of alive.
@@ -516,9 +519,10 @@ func (l *kaLoop) roundOver(ours bool) {
 	loc := s.c.master.lastLocated()
 	switch {
 	case loc.addr == "":
-	case l.cur != nil && ours && loc.addr != l.cur.addr:
-		// The replicas say the master is elsewhere: go there rather than
-		// wait for a reply that may never come.
+	case l.cur != nil && loc.addr != l.cur.addr && (ours || loc.epoch > s.Epoch()):
+		// The replicas say the master is elsewhere (or anyone's round, or
+		// the master watch, found a master of a newer epoch there): go
+		// there rather than wait for a reply that may never come.
 		s.log.Debug("chubby: master located elsewhere; resending KeepAlive",
 			"from", l.cur.addr, "to", loc.addr, "epoch", loc.epoch)
 		l.cur.cancel()
@@ -549,6 +553,7 @@ func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
 	if err == nil {
 		s.log.Debug("chubby: KeepAlive answered", "addr", a.addr, "epoch", r.GetEpoch(),
 			"took", time.Since(a.sent))
+		s.c.master.heard(a.addr, r.GetEpoch())
 		l.failures, l.quick, l.wakes, l.retryAt, l.lost = 0, 0, 0, time.Time{}, ""
 		return true
 	}
