@@ -188,6 +188,20 @@
 // plus 1 s), and the answer with the highest epoch wins. Concurrent calls
 // and sessions share one round.
 //
+// A master that falls silent (paused, cut off) refuses nothing, so a client
+// with a session also keeps a master watch: one GetMaster parked at a
+// replica that is not its master, naming the master, which that replica
+// answers as soon as it knows another one (held up to 15 s, then renewed;
+// GetMasterRequest.wait_ms). When the watch, a locate round or a session's
+// reply names a master of a newer epoch elsewhere, the client goes there at
+// once: every call in flight at another replica that may be resent is
+// cancelled and sent again to the new master (a parked Acquire too: it
+// carries a request number, so the cell queues it once and it waits what is
+// left of its wait), and every session's KeepAlive is resent there. So
+// sessions reach a new master within milliseconds of the view change,
+// rather than when their local leases run out. The watch costs the cell one
+// parked call per client, at a replica that is not the master.
+//
 // The known replicas ([Client.Replicas]) follow the cell's configuration,
 // so Config.Addrs (or CHUBBY_CELL) may name a single replica: the client
 // finds the others, follows replicas added later and stops asking replicas

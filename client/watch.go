@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -157,6 +158,9 @@ func (m *master) startWatch() {
 		return
 	}
 	m.watching = true
+	// Clients start at different replicas, so that their watches spread
+	// over the backups.
+	m.watchNext = rand.IntN(len(m.addrs))
 	go m.watchLoop()
 }
 
