@@ -29,7 +29,9 @@ import (
 //  4. A spare — a replica of this cell that gossip has seen alive for
 //     spareStable and that is in no configuration — is added as a learner
 //     while voters and learners that are not dead number fewer than
-//     TargetSize plus the dead voters to replace. A replica the autopilot
+//     TargetSize: a dead voter is replaced by one learner, since it no
+//     longer counts once dead (counting it again, as one to replace, would
+//     add a second learner for it). A replica the autopilot
 //     removed is not taken back until it has been alive for DeadAfter
 //     (a flapping machine is not churned), and one an operator removed
 //     (vr.Configuration.Retired, which every later master reads) not at
@@ -129,7 +131,7 @@ func nextChange(v *apView) (vr.Members, string) {
 		id := deadVoters[0]
 		return v.members.Without(id), fmt.Sprintf("remove voter %d: dead for %v and replaced", id, v.deadAfter)
 	}
-	if len(voters)+len(learners) < v.target+len(deadVoters) && len(v.members) < vr.MaxMembers {
+	if len(voters)+len(learners) < v.target && len(v.members) < vr.MaxMembers {
 		if sp, ok := v.spare(); ok {
 			next := append(v.members.Clone(), vr.Member{ID: sp.Meta.ID, ClientAddr: sp.Meta.ClientAddr, PeerAddr: sp.Meta.PeerAddr, Learner: true})
 			slices.SortFunc(next, func(a, b vr.Member) int { return cmp.Compare(a.ID, b.ID) })

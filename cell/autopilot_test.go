@@ -84,6 +84,14 @@ func TestAutopilotPolicy(t *testing.T) {
 		{"a replica an operator removed is never taken back", view{
 			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
 			retired: []uint64{2}, target: 3, wantNone: true}},
+		{"one dead voter gets one replacement: a second spare is not added beside the learner", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), learner(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
+			silent:  map[uint64]time.Duration{3: time.Minute}, target: 5, wantNone: true}},
+		{"two dead voters get two replacements", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), learner(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), dead(4, time.Minute), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
+			silent:  map[uint64]time.Duration{3: time.Minute, 4: time.Minute}, target: 5, want: "add replica 7"}},
 		{"a lagging learner is not promoted", view{
 			members: vr.Members{voter(1), learner(2)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
 			behind: map[uint64]uint64{2: 10_000}, target: 3, wantNone: true}},
