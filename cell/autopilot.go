@@ -26,13 +26,18 @@ import (
 //  3. A dead voter is removed once the cell has more voters than
 //     TargetSize (its replacement was promoted first, so a majority is
 //     available at every step), and never below 3 voters by itself.
-//  4. A spare — a replica of this cell that gossip has seen alive for
+//  4. A learner left over once the cell has TargetSize voters that are
+//     not dead (two were added while a voter was being replaced, say) is
+//     removed, the highest id first: spares stay spare, and it is added
+//     again when a voter dies (it was not removed as dead, so the
+//     flapping rule below does not hold it back).
+//  5. A spare — a replica of this cell that gossip has seen alive for
 //     spareStable and that is in no configuration — is added as a learner
 //     while voters and learners that are not dead number fewer than
 //     TargetSize: a dead voter is replaced by one learner, since it no
 //     longer counts once dead (counting it again, as one to replace, would
 //     add a second learner for it). A replica the autopilot
-//     removed is not taken back until it has been alive for DeadAfter
+//     removed as dead is not taken back until it has been alive for DeadAfter
 //     (a flapping machine is not churned), and one an operator removed
 //     (vr.Configuration.Retired, which every later master reads) not at
 //     all: it comes back only as a new replica, on a fresh data
@@ -130,6 +135,10 @@ func nextChange(v *apView) (vr.Members, string) {
 	if len(deadVoters) > 0 && total > v.target && total > 3 {
 		id := deadVoters[0]
 		return v.members.Without(id), fmt.Sprintf("remove voter %d: dead for %v and replaced", id, v.deadAfter)
+	}
+	if len(learners) > 0 && len(voters) >= v.target {
+		id := learners[len(learners)-1]
+		return v.members.Without(id), fmt.Sprintf("remove learner %d: the cell has its %d voters, so it is a spare again", id, v.target)
 	}
 	if len(voters)+len(learners) < v.target && len(v.members) < vr.MaxMembers {
 		if sp, ok := v.spare(); ok {
@@ -250,8 +259,8 @@ func (s *Server) autopilotRound(ap *autopilot) {
 		return
 	}
 	for _, m := range info.Members {
-		if !next.Contains(m.ID) {
-			ap.removedAt[m.ID] = now
+		if !next.Contains(m.ID) && v.dead(m.ID) {
+			ap.removedAt[m.ID] = now // for the flapping rule: only what was removed as dead
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -92,6 +92,18 @@ func TestAutopilotPolicy(t *testing.T) {
 			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), learner(6)},
 			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), dead(4, time.Minute), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
 			silent:  map[uint64]time.Duration{3: time.Minute, 4: time.Minute}, target: 5, want: "add replica 7"}},
+		{"a learner left over once the cell has its voters is removed: spares stay spare", view{
+			members: vr.Members{voter(1), voter(2), voter(4), voter(5), voter(6), learner(7)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
+			healthy: map[uint64]time.Duration{7: time.Minute}, target: 5, want: "remove learner 7"}},
+		{"the dead voter goes before the left-over learner", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), voter(6), learner(7)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
+			silent:  map[uint64]time.Duration{3: time.Minute}, target: 5, want: "remove voter 3"}},
+		{"a learner still needed to reach the target stays", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), learner(7)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), alive(3, time.Hour), alive(4, time.Hour), alive(7, time.Hour)},
+			healthy: map[uint64]time.Duration{7: time.Second}, target: 5, wantNone: true}},
 		{"a lagging learner is not promoted", view{
 			members: vr.Members{voter(1), learner(2)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
 			behind: map[uint64]uint64{2: 10_000}, target: 3, wantNone: true}},
