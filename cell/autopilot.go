@@ -44,7 +44,13 @@ import (
 //     directory.
 //
 // Dead means: memberlist says dead (or left) for DeadAfter, and the
-// master has had no replica traffic from it for DeadAfter either. A
+// master has had no replica traffic from it for DeadAfter either: since
+// its last acknowledgement, which the autopilot remembers across the
+// master's own views (the view change of an epoch change starts the
+// protocol's progress afresh; a member not heard from in the new view is
+// judged by its last acknowledgement once the view is healthyContact
+// old), or, for a member this master never heard from, since it became
+// master. A
 // voter that only gossip thinks dead (a partition of the gossip port, a
 // slow machine) stays.
 
@@ -72,6 +78,11 @@ type apView struct {
 	behind    map[uint64]uint64
 	sinceAck  map[uint64]time.Duration
 	masterFor time.Duration
+	// heard: when this replica, as master, last heard from each member in
+	// an earlier view (kept by the caller across rounds, and across the
+	// view change of an epoch change, which starts the protocol's progress
+	// afresh).
+	heard map[uint64]time.Time
 
 	target       int
 	deadAfter    time.Duration
@@ -94,6 +105,11 @@ func (v *apView) dead(id uint64) bool {
 	silent := v.masterFor
 	if d, ok := v.sinceAck[id]; ok && d >= 0 {
 		silent = d
+	} else if at, ok := v.heard[id]; ok && v.masterFor >= healthyContact {
+		// Heard from in an earlier view of this master (before the view
+		// change of an epoch change, say), not yet in this one: silent
+		// since then, once a member in contact would have answered.
+		silent = v.now.Sub(at)
 	}
 	return silent >= v.deadAfter
 }
@@ -181,13 +197,14 @@ func (v *apView) spare() (discovery.Peer, bool) {
 type autopilot struct {
 	healthySince map[uint64]time.Time
 	removedAt    map[uint64]time.Time
+	heard        map[uint64]time.Time // apView.heard
 	masterSince  time.Time
 	wasMaster    bool
 }
 
 func (s *Server) runAutopilot() {
 	defer s.backgroundW.Done()
-	ap := &autopilot{healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}}
+	ap := &autopilot{healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}, heard: map[uint64]time.Time{}}
 	t := time.NewTicker(autopilotInterval)
 	defer t.Stop()
 	var published *vr.Members
@@ -242,9 +259,17 @@ func (s *Server) autopilotRound(ap *autopilot) {
 	v := &apView{now: now, self: s.cfg.ID, members: info.Members, gossip: s.gossipPeers(),
 		behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: now.Sub(ap.masterSince),
 		target: s.cfg.TargetSize, deadAfter: s.cfg.DeadAfter, promoteAfter: s.cfg.PromoteAfter,
-		healthySince: ap.healthySince, removedAt: ap.removedAt, retired: info.Retired}
+		healthySince: ap.healthySince, removedAt: ap.removedAt, retired: info.Retired, heard: ap.heard}
 	for id, p := range s.progress() {
 		v.behind[id], v.sinceAck[id] = uint64(p.Match), p.SinceAck
+		if p.SinceAck >= 0 {
+			ap.heard[id] = now.Add(-p.SinceAck)
+		}
+	}
+	for id := range ap.heard {
+		if !info.Members.Contains(id) {
+			delete(ap.heard, id) // bounded by the configuration
+		}
 	}
 	for _, m := range info.Members {
 		switch {

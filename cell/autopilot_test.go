@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"cmp"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,11 @@ func TestAutopilotPolicy(t *testing.T) {
 		healthy  map[uint64]time.Duration // learner healthy for
 		removed  map[uint64]time.Duration // removed by the autopilot that long ago
 		retired  []uint64                 // removed by an operator
+		// masterFor: since this master started (its view; 0: an hour);
+		// heard: members it last heard from that long ago in an earlier
+		// view, and not since (their sinceAck is "none").
+		masterFor time.Duration
+		heard     map[uint64]time.Duration
 		target   int
 		wantNone bool
 		want     string // substring of the decision
@@ -104,6 +110,20 @@ func TestAutopilotPolicy(t *testing.T) {
 			members: vr.Members{voter(1), voter(2), voter(3), voter(4), learner(7)},
 			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), alive(3, time.Hour), alive(4, time.Hour), alive(7, time.Hour)},
 			healthy: map[uint64]time.Duration{7: time.Second}, target: 5, wantNone: true}},
+		{"a dead voter's silence survives the epoch change that promoted its replacement", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), voter(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour)},
+			silent:  map[uint64]time.Duration{3: -1}, heard: map[uint64]time.Duration{3: time.Minute},
+			masterFor: 2 * time.Second, target: 5, want: "remove voter 3"}},
+		{"but not before the members had time to answer the new view", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), voter(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour)},
+			silent:  map[uint64]time.Duration{3: -1}, heard: map[uint64]time.Duration{3: time.Minute},
+			masterFor: healthyContact / 2, target: 5, wantNone: true}},
+		{"a voter never heard from by this master is silent only for as long as it has been master", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), voter(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour)},
+			silent:  map[uint64]time.Duration{3: -1}, masterFor: 2 * time.Second, target: 5, wantNone: true}},
 		{"a lagging learner is not promoted", view{
 			members: vr.Members{voter(1), learner(2)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
 			behind: map[uint64]uint64{2: 10_000}, target: 3, wantNone: true}},
@@ -111,7 +131,7 @@ func TestAutopilotPolicy(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &apView{now: now, self: 1, members: tc.v.members, gossip: map[uint64]discovery.Peer{},
-				behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: time.Hour,
+				behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: cmp.Or(tc.v.masterFor, time.Hour), heard: map[uint64]time.Time{},
 				target: tc.v.target, deadAfter: 30 * time.Second, promoteAfter: 3 * time.Second,
 				healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}, retired: tc.v.retired}
 			for _, g := range tc.v.gossip {
@@ -124,6 +144,9 @@ func TestAutopilotPolicy(t *testing.T) {
 			}
 			for id, d := range tc.v.silent {
 				v.sinceAck[id] = d
+			}
+			for id, d := range tc.v.heard {
+				v.heard[id] = now.Add(-d)
 			}
 			for id, b := range tc.v.behind {
 				v.behind[id] = b
