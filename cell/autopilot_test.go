@@ -25,21 +25,21 @@ func TestAutopilotPolicy(t *testing.T) {
 		return p
 	}
 	type view struct {
-		members  vr.Members
-		gossip   []discovery.Peer
-		silent   map[uint64]time.Duration // since the last ack; absent: heard 10 ms ago
-		behind   map[uint64]uint64
-		healthy  map[uint64]time.Duration // learner healthy for
-		removed  map[uint64]time.Duration // removed by the autopilot that long ago
-		retired  []uint64                 // removed by an operator
+		members vr.Members
+		gossip  []discovery.Peer
+		silent  map[uint64]time.Duration // since the last ack; absent: heard 10 ms ago
+		behind  map[uint64]uint64
+		healthy map[uint64]time.Duration // learner healthy for
+		removed map[uint64]time.Duration // removed by the autopilot that long ago
+		retired []uint64                 // removed by an operator
 		// masterFor: since this master started (its view; 0: an hour);
 		// heard: members it last heard from that long ago in an earlier
 		// view, and not since (their sinceAck is "none").
 		masterFor time.Duration
 		heard     map[uint64]time.Duration
-		target   int
-		wantNone bool
-		want     string // substring of the decision
+		target    int
+		wantNone  bool
+		want      string // substring of the decision
 	}
 	tests := []struct {
 		name string
