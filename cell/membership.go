@@ -95,6 +95,9 @@ func (s *Server) removeMember(ctx context.Context, idStr string) (uint64, error)
 	info := s.log.Info()
 	m, ok := info.Members.Get(id)
 	if !ok {
+		if _, spare := s.gossipPeers()[id]; spare {
+			return 0, fs.Errorf(chubby.ErrorCode_NOT_FOUND, "replica %d is a spare, not in the configuration (epoch %d): there is nothing to remove (stop it to keep the autopilot from adding it)", id, info.Epoch)
+		}
 		return 0, fs.Errorf(chubby.ErrorCode_NOT_FOUND, "replica %d is not in the configuration (epoch %d)", id, info.Epoch)
 	}
 	if !m.Learner && len(info.Members.Voters()) == 1 {
@@ -304,11 +307,14 @@ func (s *Server) gossipPeers() map[uint64]discovery.Peer {
 func gossipState(p discovery.Peer) string { return strings.ToLower(p.State.String()) }
 
 // spares returns the status of the replicas gossip knows of in this cell
-// that are not in the configuration, in id order.
+// that are not in the configuration and that it has alive or suspect, in
+// id order. A dead or left spare is not listed: the autopilot adds only
+// live ones, RemoveMember has nothing to act on (it is in no
+// configuration), and gossip keeps it for its DeadRetention (ten minutes).
 func spares(ms vr.Members, gossip map[uint64]discovery.Peer) []*chubby.ReplicaStatus {
 	ids := make([]uint64, 0, len(gossip))
-	for id := range gossip {
-		if !ms.Contains(id) {
+	for id, p := range gossip {
+		if !ms.Contains(id) && p.State != discovery.Dead && p.State != discovery.Left {
 			ids = append(ids, id)
 		}
 	}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chubbygo/chubby/cell/discovery"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -144,5 +146,27 @@ func TestGossipCellGrowsAndReplacesDeadVoter(t *testing.T) {
 	}
 	if r4.s.log.Applied() <= before {
 		t.Fatalf("the new voter applied up to %d, not past %d (written before it joined)", r4.s.log.Applied(), before)
+	}
+}
+
+// TestSparesOmitsDeadSpares: the status lists a spare only while gossip
+// has it alive or suspect. A dead or left spare is nothing the cell can use
+// (the autopilot adds only live ones) nor anything members remove can act
+// on (it is in no configuration), and memberlist keeps it for
+// DeadRetention: listed, it stayed in chubbyfs members for ten minutes.
+func TestSparesOmitsDeadSpares(t *testing.T) {
+	now := time.Now()
+	peer := func(id uint64, st discovery.State) discovery.Peer {
+		return discovery.Peer{Meta: discovery.Meta{ID: id, ClientAddr: "c:1", PeerAddr: "p:1"}, State: st, Since: now}
+	}
+	ms := vr.Members{{ID: 1, ClientAddr: "c:1"}, {ID: 2, ClientAddr: "c:2"}}
+	gossip := map[uint64]discovery.Peer{1: peer(1, discovery.Alive), 2: peer(2, discovery.Dead),
+		4: peer(4, discovery.Alive), 5: peer(5, discovery.Suspect), 6: peer(6, discovery.Dead), 7: peer(7, discovery.Left)}
+	var got []string
+	for _, r := range spares(ms, gossip) {
+		got = append(got, r.Id)
+	}
+	if want := []string{"4", "5"}; !slices.Equal(got, want) {
+		t.Fatalf("spares listed %v, want %v (members and dead or left spares are not)", got, want)
 	}
 }
