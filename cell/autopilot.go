@@ -38,7 +38,10 @@ import (
 //     longer counts once dead (counting it again, as one to replace, would
 //     add a second learner for it). A replica the autopilot
 //     removed as dead is not taken back until it has been alive for DeadAfter
-//     (a flapping machine is not churned), and one an operator removed
+//     (a flapping machine is not churned); nor is a replica that returns
+//     on the data directory of an earlier member (its gossip names the
+//     configuration its log holds, and that names it: so every master
+//     knows, not only the one that removed it), and one an operator removed
 //     (vr.Configuration.Retired, which every later master reads) not at
 //     all: it comes back only as a new replica, on a fresh data
 //     directory.
@@ -182,8 +185,10 @@ func (v *apView) spare() (discovery.Peer, bool) {
 		if v.members.Contains(id) || g.State != discovery.Alive || v.now.Sub(g.Since) < spareStable || slices.Contains(v.retired, id) {
 			continue
 		}
-		if at, ok := v.removedAt[id]; ok && (g.Since.Before(at) || v.now.Sub(g.Since) < v.deadAfter) {
-			continue // removed as dead: back only after DeadAfter of life
+		at, removed := v.removedAt[id]
+		returning := g.Meta.Config.Holds(id) // its own log names it a member: not a fresh spare
+		if (removed && g.Since.Before(at)) || ((removed || returning) && v.now.Sub(g.Since) < v.deadAfter) {
+			continue // removed as dead, or back on an old data directory: only after DeadAfter of life
 		}
 		if g.Meta.ClientAddr == "" || g.Meta.PeerAddr == "" {
 			continue
@@ -207,7 +212,7 @@ func (s *Server) runAutopilot() {
 	ap := &autopilot{healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}, heard: map[uint64]time.Time{}}
 	t := time.NewTicker(autopilotInterval)
 	defer t.Stop()
-	var published *vr.Members
+	var refused discovery.Meta // the last meta gossip refused, not tried again
 	for {
 		changed := s.disc.Changed()
 		select {
@@ -216,25 +221,44 @@ func (s *Server) runAutopilot() {
 		case <-t.C:
 		case <-changed:
 		}
-		if ms := s.members.Load(); ms != nil && ms != published {
-			published = ms
-			s.publishMeta(*ms)
+		info := s.log.Info()
+		if len(info.Members) > 0 {
+			refused = s.publishMeta(info, refused)
 		}
 		s.autopilotRound(ap)
 	}
 }
 
-// publishMeta tells gossip whether this replica is a spare.
-func (s *Server) publishMeta(ms vr.Members) {
+// publishMeta tells gossip whether this replica is a spare and which
+// configuration it holds; it returns the meta gossip refused (refused if
+// that is the one it would publish again).
+func (s *Server) publishMeta(info vr.Info, refused discovery.Meta) discovery.Meta {
 	m := s.disc.Local().Meta
-	spare := !ms.Contains(s.cfg.ID)
-	if m.Spare == spare {
-		return
+	want := m
+	want.Spare = !info.Members.Contains(s.cfg.ID)
+	want.Config = configMeta(info)
+	if want == m || want == refused {
+		return refused
 	}
-	m.Spare = spare
-	if err := s.disc.UpdateMeta(m, time.Second); err != nil {
-		s.cfg.Logger.Warn("discovery: cannot gossip this replica's role", "err", err)
+	if err := s.disc.UpdateMeta(want, time.Second); err != nil {
+		s.cfg.Logger.Warn("discovery: cannot gossip this replica's role and configuration", "err", err)
+		return want
 	}
+	return discovery.Meta{}
+}
+
+// configMeta is the configuration info holds, as gossip carries it (zero
+// for none).
+func configMeta(info vr.Info) discovery.ConfigMeta {
+	var c discovery.ConfigMeta
+	if len(info.Members) == 0 || len(info.Members) > discovery.MaxConfigMembers {
+		return c
+	}
+	c.Epoch, c.Index = info.Epoch, info.ConfigIndex
+	for i, m := range info.Members {
+		c.Members[i] = m.ID
+	}
+	return c
 }
 
 func (s *Server) autopilotRound(ap *autopilot) {

@@ -19,6 +19,13 @@ func TestAutopilotPolicy(t *testing.T) {
 	alive := func(id uint64, since time.Duration) discovery.Peer {
 		return discovery.Peer{Meta: discovery.Meta{ID: id, ClientAddr: "c", PeerAddr: "p"}, State: discovery.Alive, Since: now.Add(-since)}
 	}
+	// returning: a spare whose own log names it a member of an earlier
+	// configuration (restarted on its data directory after its removal).
+	returning := func(id uint64, since time.Duration) discovery.Peer {
+		p := alive(id, since)
+		p.Meta.Config = discovery.ConfigMeta{Epoch: 2, Index: 40, Members: [discovery.MaxConfigMembers]uint64{1, id}}
+		return p
+	}
 	dead := func(id uint64, since time.Duration) discovery.Peer {
 		p := alive(id, since)
 		p.State = discovery.Dead
@@ -87,6 +94,12 @@ func TestAutopilotPolicy(t *testing.T) {
 		{"and is taken back then", view{
 			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, 40*time.Second)},
 			removed: map[uint64]time.Duration{2: time.Minute}, target: 3, want: "add replica 2"}},
+		{"a replica returning on its data directory comes back only after DeadAfter of life, though this master did not remove it", view{
+			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), returning(2, 5*time.Second)},
+			target: 3, wantNone: true}},
+		{"and is taken back then, by any master", view{
+			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), returning(2, 40*time.Second)},
+			target: 3, want: "add replica 2"}},
 		{"a replica an operator removed is never taken back", view{
 			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
 			retired: []uint64{2}, target: 3, wantNone: true}},
