@@ -225,6 +225,7 @@ func (s *Server) runAutopilot() {
 		if len(info.Members) > 0 {
 			refused = s.publishMeta(info, refused)
 		}
+		s.checkRemoved(info)
 		s.autopilotRound(ap)
 	}
 }

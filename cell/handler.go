@@ -759,6 +759,9 @@ func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (
 	if len(suspect) > maxAddrBytes {
 		return nil, invalid("unreachable of %d bytes over the %d-byte limit", len(suspect), maxAddrBytes)
 	}
+	if why := h.s.removedReason(); why != "" {
+		return nil, h.s.removedErr(why) // it knows no master of the cell's configuration
+	}
 	h.s.awaitMaster(ctx, suspect)
 	if h.s.serving.Load() {
 		// Only under the master lease held now: a master cut off from the
