@@ -50,7 +50,11 @@
 //     Alive again on its next acknowledged probe, when it changes its
 //     meta, or once memberlist would have declared it dead by then.
 //   - Dead: the suspicion ran out (memberlist's NotifyLeave without the
-//     leaving flag).
+//     leaving flag). memberlist never probes a dead member, so every
+//     Config.ReconnectInterval (1 s) Discovery joins one dead member's
+//     address again, in turn, if it accepts a connection: after a
+//     partition, each side having the other dead, they meet again within
+//     a few of those rounds instead of at the next rejoin (30 s).
 //   - Left: it called Leave, which first gossips its meta with the
 //     leaving flag, then leaves: memberlist's Node does not tell a death
 //     from a departure.
