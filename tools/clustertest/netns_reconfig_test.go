@@ -30,13 +30,24 @@ package clustertest
 //	              is cut off from every other replica for 4 s, so that the
 //	              removal, r7's addition and its promotion happen without
 //	              Y; then Y must catch up
+//	wipe and      a spare waits; a voter that is not the master is wiped
+//	rejoin        and restarts on its address under a new id: exactly five
+//	              voters without the old id and no learner left over within
+//	              --dead-after + 15 s, and it stays so for 3 s
+//	cut off, heal a voter that is not the master is cut off from every
+//	              other replica past --dead-after: replaced by the spare
+//	              (the same bound and check); after the heal the master's
+//	              gossip has it alive and it says it was removed, each
+//	              within two leases
 //	remove master RemoveMember of the master itself: a new master, the old
-//	              one not a voter; and, as it still runs, not taken back by
+//	              one not a voter and saying it was removed (its own
+//	              status: membership removed, no master named) within two
+//	              leases; and, as it still runs, not taken back by
 //	              the autopilot for --dead-after + 3 s (the operator removed
 //	              it for good)
 //
 // The short form (the default) is grow to 3, r4 joins, remove master
-// (about 25 s); CHUBBY_NETNS_RECONFIG=full runs every step (about 45 s).
+// (about 25 s); CHUBBY_NETNS_RECONFIG=full runs every step (about 90 s).
 // Each step's times, and the longest client-visible stall during it and
 // during each membership decision (the longest gap between two successes
 // of one agent's operations that answers come from the cell for: writes,
@@ -195,6 +206,8 @@ func TestNetnsReconfig(t *testing.T) {
 		})
 		rc.step("replace dead", rc.replaceDead)
 		rc.step("partition", rc.partitionDuringChange)
+		rc.step("wipe and rejoin", rc.wipeAndRejoin)
+		rc.step("cut off, heal", rc.cutOffAndHeal)
 	} else {
 		rc.step("grow to 4", func() string {
 			rc.addReplica()
@@ -255,8 +268,19 @@ func newReconfig(t *testing.T, bin string) *reconfig {
 // --bootstrap-expect 1, the others joining the replicas running.
 func (rc *reconfig) addReplica() int {
 	c := rc.c
+	c.mu.Lock()
 	i := len(c.reps)
-	h := c.net.addHost(fmt.Sprintf("r%d", i+1))
+	c.mu.Unlock()
+	return rc.startReplica(c.net.addHost(fmt.Sprintf("r%d", i+1)))
+}
+
+// startReplica starts an empty replica on host h (a new one, or that of a
+// replica killed for good), joining the replicas running.
+func (rc *reconfig) startReplica(h *nsHost) int {
+	c := rc.c
+	c.mu.Lock()
+	i := len(c.reps)
+	c.mu.Unlock()
 	r := &nsReplica{id: i + 1, host: h, dir: rc.t.TempDir(), addr: h.ip + ":7000", http: h.ip + ":7080"}
 	args := []string{"serve", "--cell", "netns", "--listen", r.addr, "--http", r.http, "--data", r.dir,
 		"--lease", netnsLease.String(), "--log-level", "info",
@@ -309,12 +333,13 @@ func (rc *reconfig) rep(i int) *nsReplica {
 	return rc.c.reps[i]
 }
 
-// indexOf returns the index of the replica with client address addr, or -1.
+// indexOf returns the index of the replica with client address addr (the
+// newest one started there), or -1.
 func (rc *reconfig) indexOf(addr string) int {
 	rc.c.mu.Lock()
 	defer rc.c.mu.Unlock()
-	for i, r := range rc.c.reps {
-		if r.addr == addr {
+	for i := len(rc.c.reps) - 1; i >= 0; i-- {
+		if rc.c.reps[i].addr == addr {
 			return i
 		}
 	}
@@ -734,7 +759,10 @@ func (rc *reconfig) removeMaster() string {
 	if in {
 		where = "a " + ent.Membership
 	}
-	note := fmt.Sprintf("r%d removed; r%d master %v after the call; old master %s", m+1, nv.master+1, d.Round(10*time.Millisecond), where)
+	said := rc.awaitSelfRemoved("removed master says removed", m, asked, removedBound)
+	rc.h.metrics["remove master → it says removed"] = said
+	note := fmt.Sprintf("r%d removed; r%d master %v after the call; old master %s, says removed %v after the call", m+1, nv.master+1,
+		d.Round(10*time.Millisecond), where, said.Round(10*time.Millisecond))
 	// The operator removed it for good: the autopilot must not take it
 	// back while it still runs.
 	watch := reconfigDeadAfter + 3*time.Second
