@@ -193,3 +193,67 @@ func (rc *reconfig) cutOffAndHeal() string {
 	return fmt.Sprintf("replaced %v after the cut (bound %v); after the heal alive in the master's gossip in %v, r%d says removed in %v; %s",
 		d.Round(10*time.Millisecond), convergeBound, alive.Round(10*time.Millisecond), y+1, rd.Round(10*time.Millisecond), rc.describe(lv))
 }
+
+// removeWithMasterCut: RemoveMember of a voter X that is not the master,
+// and the master cut off from every other replica in the same instant,
+// for reconfigCut (less than --dead-after: it is not replaced). The
+// change commits or is lost, whichever the race gives; within
+// convergeBound of the cut the cell settles at exactly the target (X out
+// if the change took, the spare added for it), the old master back as a
+// voter, and X, if out, says it was removed within removedBound of
+// the settling.
+func (rc *reconfig) removeWithMasterCut() string {
+	t := rc.t
+	m, v := rc.masterNow()
+	x := rc.otherVoters(v)[0]
+	xid := rc.id(x)
+	var rest []*nsHost
+	for _, i := range rc.live() {
+		if i != m {
+			rest = append(rest, rc.rep(i).host)
+		}
+	}
+	since := now()
+	rc.probe.send("remove-member %s %s", rc.rep(m).addr, xid)
+	if err := rc.c.net.partition([]*nsHost{rc.rep(m).host}, rest); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	t.Logf("  %s: RemoveMember(r%d, id %s) asked of the master r%d, cut off from every other replica in the same instant", rc.rel(cut), x+1, xid, m+1)
+	e := rc.probe.mustWait(t, 10*time.Second, "RemoveMember's answer", func(e agentEvent) bool {
+		return e.Ev == "remove-member" && e.Call >= since && e.Val == xid
+	})
+	answer := fmt.Sprintf("committed at %d", e.Commit)
+	if e.Err != "" {
+		answer = fmt.Sprintf("%s (%s)", e.Err, e.Code)
+	}
+	t.Logf("  %s: RemoveMember answered: %s", rc.rel(time.Unix(0, e.T)), answer)
+	time.Sleep(time.Until(cut.Add(reconfigCut)))
+	if err := rc.c.net.heal(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("  %s: the old master r%d's partition healed", rc.rel(time.Now()), m+1)
+	maddr := rc.rep(m).addr
+	sv := rc.awaitView(convergeBound+5*time.Second, "the target membership, the old master a voter again", func(v cellView) bool {
+		e, ok := v.entry(maddr)
+		return settled(v) && ok && e.Membership == "voter"
+	})
+	d := sv.at.Sub(cut)
+	removed := !slices.Contains(sv.ids("voter"), xid)
+	if removed {
+		d = rc.awaitSettled("remove, master cut off: settles", fmt.Sprintf("five voters without id %s", xid), cut, convergeBound, xid)
+	} else {
+		d = rc.awaitSettled("remove, master cut off: settles", "five voters (the removal lost)", cut, convergeBound)
+	}
+	rc.h.metrics["remove with master cut off → settled"] = d
+	note := fmt.Sprintf("RemoveMember: %s; settled %v after the cut (bound %v)", answer, d.Round(10*time.Millisecond), convergeBound)
+	if removed {
+		rd := rc.awaitSelfRemoved("remove, master cut off: removed says so", x, time.Now(), removedBound)
+		rc.h.metrics["remove with master cut off → it says removed (after settling)"] = rd
+		note += fmt.Sprintf("; r%d out, says removed (checked after settling) in %v", x+1, rd.Round(10*time.Millisecond))
+	} else {
+		note += fmt.Sprintf("; the removal was lost, r%d still a voter", x+1)
+	}
+	lv, _ := rc.latest()
+	return note + "; " + rc.describe(lv)
+}

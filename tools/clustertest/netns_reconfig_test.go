@@ -39,6 +39,11 @@ package clustertest
 //	              (the same bound and check); after the heal the master's
 //	              gossip has it alive and it says it was removed, each
 //	              within two leases
+//	remove, cut   RemoveMember of a voter X while the master is cut off
+//	              from every other replica in the same instant, for 4 s:
+//	              the change commits or is lost; the cell settles at five
+//	              voters, no learner, the old master a voter, within
+//	              --dead-after + 15 s of the cut, and X, if out, says so
 //	remove master RemoveMember of the master itself: a new master, the old
 //	              one not a voter and saying it was removed (its own
 //	              status: membership removed, no master named) within two
@@ -47,7 +52,7 @@ package clustertest
 //	              it for good)
 //
 // The short form (the default) is grow to 3, r4 joins, remove master
-// (about 25 s); CHUBBY_NETNS_RECONFIG=full runs every step (about 90 s).
+// (about 25 s); CHUBBY_NETNS_RECONFIG=full runs every step (about 100 s).
 // Each step's times, and the longest client-visible stall during it and
 // during each membership decision (the longest gap between two successes
 // of one agent's operations that answers come from the cell for: writes,
@@ -208,6 +213,7 @@ func TestNetnsReconfig(t *testing.T) {
 		rc.step("partition", rc.partitionDuringChange)
 		rc.step("wipe and rejoin", rc.wipeAndRejoin)
 		rc.step("cut off, heal", rc.cutOffAndHeal)
+		rc.step("remove, cut", rc.removeWithMasterCut)
 	} else {
 		rc.step("grow to 4", func() string {
 			rc.addReplica()
