@@ -21,7 +21,8 @@ package clustertest
 // turns on /lock (exclusive, held 20 ms). The steps:
 //
 //	grow to 3     r2, r3 join: three voters
-//	grow to 5     r4, r5 join: five voters (short form: r4 only, four)
+//	grow to 5     r4, r5 join: five voters (short form: r4 only, four),
+//	              and no learner, within --dead-after + 15 s of the joins
 //	replace dead  kill -9 of a voter that is not the master, for good, and a
 //	              fresh r6 on another address: five voters without the dead
 //	              one within --dead-after + 30 s
@@ -204,10 +205,15 @@ func TestNetnsReconfig(t *testing.T) {
 	})
 	if full {
 		rc.step("grow to 5", func() string {
+			start := time.Now()
 			rc.addReplica()
 			rc.addReplica()
 			v := rc.awaitVoters(60*time.Second, "five voters", rc.live()...)
-			return fmt.Sprintf("voters %s; join→voter %s", rc.names(v.with("voter")), rc.joinTimes(3, 4))
+			// Two changes back to back: exactly the target, nothing left over.
+			d := rc.awaitSettled("two joins back to back settle", "five voters, no learner", start, convergeBound)
+			rc.h.metrics["two joins → settled"] = d
+			return fmt.Sprintf("voters %s; join→voter %s; settled %v after the joins (bound %v)", rc.names(v.with("voter")), rc.joinTimes(3, 4),
+				d.Round(10*time.Millisecond), convergeBound)
 		})
 		rc.step("replace dead", rc.replaceDead)
 		rc.step("partition", rc.partitionDuringChange)
