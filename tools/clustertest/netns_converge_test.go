@@ -137,8 +137,18 @@ func (rc *reconfig) wipeAndRejoin() string {
 		rc.rel(killed), victim+1, oldID, m+1, fresh+1, spare+1)
 	d := rc.awaitSettled("wipe and rejoin settles", fmt.Sprintf("five voters without id %s and no learner", oldID), killed, convergeBound, oldID)
 	rc.h.metrics["wipe and rejoin → settled"] = d
+	// The others sent the old id's messages to its address until they
+	// dropped it: the new replica must not take them for its own (each
+	// warned of as malformed, hundreds in all, before the peer server
+	// refused them).
+	misaddressed := strings.Count(rc.rep(fresh).proc.log.String(), "addressed to another replica")
+	if misaddressed > 0 {
+		rc.h.fail("wipe and rejoin: no misaddressed warnings", "r%d logged %d messages addressed to another replica", fresh+1, misaddressed)
+	} else {
+		rc.h.ok("wipe and rejoin: no misaddressed warnings")
+	}
 	lv, _ := rc.latest()
-	return fmt.Sprintf("settled %v after the wipe (bound %v): %s", d.Round(10*time.Millisecond), convergeBound, rc.describe(lv))
+	return fmt.Sprintf("settled %v after the wipe (bound %v), %d misaddressed warnings: %s", d.Round(10*time.Millisecond), convergeBound, misaddressed, rc.describe(lv))
 }
 
 // cutOffAndHeal: a voter that is not the master is cut off from every
