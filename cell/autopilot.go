@@ -26,18 +26,34 @@ import (
 //  3. A dead voter is removed once the cell has more voters than
 //     TargetSize (its replacement was promoted first, so a majority is
 //     available at every step), and never below 3 voters by itself.
-//  4. A spare — a replica of this cell that gossip has seen alive for
+//  4. A learner left over once the cell has TargetSize voters that are
+//     not dead (two were added while a voter was being replaced, say) is
+//     removed, the highest id first: spares stay spare, and it is added
+//     again when a voter dies (it was not removed as dead, so the
+//     flapping rule below does not hold it back).
+//  5. A spare — a replica of this cell that gossip has seen alive for
 //     spareStable and that is in no configuration — is added as a learner
 //     while voters and learners that are not dead number fewer than
-//     TargetSize plus the dead voters to replace. A replica the autopilot
-//     removed is not taken back until it has been alive for DeadAfter
-//     (a flapping machine is not churned), and one an operator removed
+//     TargetSize: a dead voter is replaced by one learner, since it no
+//     longer counts once dead (counting it again, as one to replace, would
+//     add a second learner for it). A replica the autopilot
+//     removed as dead is not taken back until it has been alive for DeadAfter
+//     (a flapping machine is not churned); nor is a replica that returns
+//     on the data directory of an earlier member (its gossip names the
+//     configuration its log holds, and that names it: so every master
+//     knows, not only the one that removed it), and one an operator removed
 //     (vr.Configuration.Retired, which every later master reads) not at
 //     all: it comes back only as a new replica, on a fresh data
 //     directory.
 //
 // Dead means: memberlist says dead (or left) for DeadAfter, and the
-// master has had no replica traffic from it for DeadAfter either. A
+// master has had no replica traffic from it for DeadAfter either: since
+// its last acknowledgement, which the autopilot remembers across the
+// master's own views (the view change of an epoch change starts the
+// protocol's progress afresh; a member not heard from in the new view is
+// judged by its last acknowledgement once the view is healthyContact
+// old), or, for a member this master never heard from, since it became
+// master. A
 // voter that only gossip thinks dead (a partition of the gossip port, a
 // slow machine) stays.
 
@@ -65,6 +81,11 @@ type apView struct {
 	behind    map[uint64]uint64
 	sinceAck  map[uint64]time.Duration
 	masterFor time.Duration
+	// heard: when this replica, as master, last heard from each member in
+	// an earlier view (kept by the caller across rounds, and across the
+	// view change of an epoch change, which starts the protocol's progress
+	// afresh).
+	heard map[uint64]time.Time
 
 	target       int
 	deadAfter    time.Duration
@@ -87,6 +108,11 @@ func (v *apView) dead(id uint64) bool {
 	silent := v.masterFor
 	if d, ok := v.sinceAck[id]; ok && d >= 0 {
 		silent = d
+	} else if at, ok := v.heard[id]; ok && v.masterFor >= healthyContact {
+		// Heard from in an earlier view of this master (before the view
+		// change of an epoch change, say), not yet in this one: silent
+		// since then, once a member in contact would have answered.
+		silent = v.now.Sub(at)
 	}
 	return silent >= v.deadAfter
 }
@@ -129,7 +155,11 @@ func nextChange(v *apView) (vr.Members, string) {
 		id := deadVoters[0]
 		return v.members.Without(id), fmt.Sprintf("remove voter %d: dead for %v and replaced", id, v.deadAfter)
 	}
-	if len(voters)+len(learners) < v.target+len(deadVoters) && len(v.members) < vr.MaxMembers {
+	if len(learners) > 0 && len(voters) >= v.target {
+		id := learners[len(learners)-1]
+		return v.members.Without(id), fmt.Sprintf("remove learner %d: the cell has its %d voters, so it is a spare again", id, v.target)
+	}
+	if len(voters)+len(learners) < v.target && len(v.members) < vr.MaxMembers {
 		if sp, ok := v.spare(); ok {
 			next := append(v.members.Clone(), vr.Member{ID: sp.Meta.ID, ClientAddr: sp.Meta.ClientAddr, PeerAddr: sp.Meta.PeerAddr, Learner: true})
 			slices.SortFunc(next, func(a, b vr.Member) int { return cmp.Compare(a.ID, b.ID) })
@@ -155,8 +185,10 @@ func (v *apView) spare() (discovery.Peer, bool) {
 		if v.members.Contains(id) || g.State != discovery.Alive || v.now.Sub(g.Since) < spareStable || slices.Contains(v.retired, id) {
 			continue
 		}
-		if at, ok := v.removedAt[id]; ok && (g.Since.Before(at) || v.now.Sub(g.Since) < v.deadAfter) {
-			continue // removed as dead: back only after DeadAfter of life
+		at, removed := v.removedAt[id]
+		returning := g.Meta.Config.Holds(id) // its own log names it a member: not a fresh spare
+		if (removed && g.Since.Before(at)) || ((removed || returning) && v.now.Sub(g.Since) < v.deadAfter) {
+			continue // removed as dead, or back on an old data directory: only after DeadAfter of life
 		}
 		if g.Meta.ClientAddr == "" || g.Meta.PeerAddr == "" {
 			continue
@@ -170,16 +202,17 @@ func (v *apView) spare() (discovery.Peer, bool) {
 type autopilot struct {
 	healthySince map[uint64]time.Time
 	removedAt    map[uint64]time.Time
+	heard        map[uint64]time.Time // apView.heard
 	masterSince  time.Time
 	wasMaster    bool
 }
 
 func (s *Server) runAutopilot() {
 	defer s.backgroundW.Done()
-	ap := &autopilot{healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}}
+	ap := &autopilot{healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}, heard: map[uint64]time.Time{}}
 	t := time.NewTicker(autopilotInterval)
 	defer t.Stop()
-	var published *vr.Members
+	var refused discovery.Meta // the last meta gossip refused, not tried again
 	for {
 		changed := s.disc.Changed()
 		select {
@@ -188,25 +221,45 @@ func (s *Server) runAutopilot() {
 		case <-t.C:
 		case <-changed:
 		}
-		if ms := s.members.Load(); ms != nil && ms != published {
-			published = ms
-			s.publishMeta(*ms)
+		info := s.log.Info()
+		if len(info.Members) > 0 {
+			refused = s.publishMeta(info, refused)
 		}
+		s.checkRemoved(info)
 		s.autopilotRound(ap)
 	}
 }
 
-// publishMeta tells gossip whether this replica is a spare.
-func (s *Server) publishMeta(ms vr.Members) {
+// publishMeta tells gossip whether this replica is a spare and which
+// configuration it holds; it returns the meta gossip refused (refused if
+// that is the one it would publish again).
+func (s *Server) publishMeta(info vr.Info, refused discovery.Meta) discovery.Meta {
 	m := s.disc.Local().Meta
-	spare := !ms.Contains(s.cfg.ID)
-	if m.Spare == spare {
-		return
+	want := m
+	want.Spare = !info.Members.Contains(s.cfg.ID)
+	want.Config = configMeta(info)
+	if want == m || want == refused {
+		return refused
 	}
-	m.Spare = spare
-	if err := s.disc.UpdateMeta(m, time.Second); err != nil {
-		s.cfg.Logger.Warn("discovery: cannot gossip this replica's role", "err", err)
+	if err := s.disc.UpdateMeta(want, time.Second); err != nil {
+		s.cfg.Logger.Warn("discovery: cannot gossip this replica's role and configuration", "err", err)
+		return want
 	}
+	return discovery.Meta{}
+}
+
+// configMeta is the configuration info holds, as gossip carries it (zero
+// for none).
+func configMeta(info vr.Info) discovery.ConfigMeta {
+	var c discovery.ConfigMeta
+	if len(info.Members) == 0 || len(info.Members) > discovery.MaxConfigMembers {
+		return c
+	}
+	c.Epoch, c.Index = info.Epoch, info.ConfigIndex
+	for i, m := range info.Members {
+		c.Members[i] = m.ID
+	}
+	return c
 }
 
 func (s *Server) autopilotRound(ap *autopilot) {
@@ -231,9 +284,17 @@ func (s *Server) autopilotRound(ap *autopilot) {
 	v := &apView{now: now, self: s.cfg.ID, members: info.Members, gossip: s.gossipPeers(),
 		behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: now.Sub(ap.masterSince),
 		target: s.cfg.TargetSize, deadAfter: s.cfg.DeadAfter, promoteAfter: s.cfg.PromoteAfter,
-		healthySince: ap.healthySince, removedAt: ap.removedAt, retired: info.Retired}
+		healthySince: ap.healthySince, removedAt: ap.removedAt, retired: info.Retired, heard: ap.heard}
 	for id, p := range s.progress() {
 		v.behind[id], v.sinceAck[id] = uint64(p.Match), p.SinceAck
+		if p.SinceAck >= 0 {
+			ap.heard[id] = now.Add(-p.SinceAck)
+		}
+	}
+	for id := range ap.heard {
+		if !info.Members.Contains(id) {
+			delete(ap.heard, id) // bounded by the configuration
+		}
 	}
 	for _, m := range info.Members {
 		switch {
@@ -248,8 +309,8 @@ func (s *Server) autopilotRound(ap *autopilot) {
 		return
 	}
 	for _, m := range info.Members {
-		if !next.Contains(m.ID) {
-			ap.removedAt[m.ID] = now
+		if !next.Contains(m.ID) && v.dead(m.ID) {
+			ap.removedAt[m.ID] = now // for the flapping rule: only what was removed as dead
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

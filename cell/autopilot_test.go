@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"cmp"
 	"strings"
 	"testing"
 	"time"
@@ -18,22 +19,34 @@ func TestAutopilotPolicy(t *testing.T) {
 	alive := func(id uint64, since time.Duration) discovery.Peer {
 		return discovery.Peer{Meta: discovery.Meta{ID: id, ClientAddr: "c", PeerAddr: "p"}, State: discovery.Alive, Since: now.Add(-since)}
 	}
+	// returning: a spare whose own log names it a member of an earlier
+	// configuration (restarted on its data directory after its removal).
+	returning := func(id uint64, since time.Duration) discovery.Peer {
+		p := alive(id, since)
+		p.Meta.Config = discovery.ConfigMeta{Epoch: 2, Index: 40, Members: [discovery.MaxConfigMembers]uint64{1, id}}
+		return p
+	}
 	dead := func(id uint64, since time.Duration) discovery.Peer {
 		p := alive(id, since)
 		p.State = discovery.Dead
 		return p
 	}
 	type view struct {
-		members  vr.Members
-		gossip   []discovery.Peer
-		silent   map[uint64]time.Duration // since the last ack; absent: heard 10 ms ago
-		behind   map[uint64]uint64
-		healthy  map[uint64]time.Duration // learner healthy for
-		removed  map[uint64]time.Duration // removed by the autopilot that long ago
-		retired  []uint64                 // removed by an operator
-		target   int
-		wantNone bool
-		want     string // substring of the decision
+		members vr.Members
+		gossip  []discovery.Peer
+		silent  map[uint64]time.Duration // since the last ack; absent: heard 10 ms ago
+		behind  map[uint64]uint64
+		healthy map[uint64]time.Duration // learner healthy for
+		removed map[uint64]time.Duration // removed by the autopilot that long ago
+		retired []uint64                 // removed by an operator
+		// masterFor: since this master started (its view; 0: an hour);
+		// heard: members it last heard from that long ago in an earlier
+		// view, and not since (their sinceAck is "none").
+		masterFor time.Duration
+		heard     map[uint64]time.Duration
+		target    int
+		wantNone  bool
+		want      string // substring of the decision
 	}
 	tests := []struct {
 		name string
@@ -81,9 +94,49 @@ func TestAutopilotPolicy(t *testing.T) {
 		{"and is taken back then", view{
 			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, 40*time.Second)},
 			removed: map[uint64]time.Duration{2: time.Minute}, target: 3, want: "add replica 2"}},
+		{"a replica returning on its data directory comes back only after DeadAfter of life, though this master did not remove it", view{
+			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), returning(2, 5*time.Second)},
+			target: 3, wantNone: true}},
+		{"and is taken back then, by any master", view{
+			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), returning(2, 40*time.Second)},
+			target: 3, want: "add replica 2"}},
 		{"a replica an operator removed is never taken back", view{
 			members: vr.Members{voter(1)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
 			retired: []uint64{2}, target: 3, wantNone: true}},
+		{"one dead voter gets one replacement: a second spare is not added beside the learner", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), learner(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
+			silent:  map[uint64]time.Duration{3: time.Minute}, target: 5, wantNone: true}},
+		{"two dead voters get two replacements", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), learner(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), dead(4, time.Minute), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
+			silent:  map[uint64]time.Duration{3: time.Minute, 4: time.Minute}, target: 5, want: "add replica 7"}},
+		{"a learner left over once the cell has its voters is removed: spares stay spare", view{
+			members: vr.Members{voter(1), voter(2), voter(4), voter(5), voter(6), learner(7)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
+			healthy: map[uint64]time.Duration{7: time.Minute}, target: 5, want: "remove learner 7"}},
+		{"the dead voter goes before the left-over learner", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), voter(6), learner(7)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour), alive(7, time.Hour)},
+			silent:  map[uint64]time.Duration{3: time.Minute}, target: 5, want: "remove voter 3"}},
+		{"a learner still needed to reach the target stays", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), learner(7)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), alive(3, time.Hour), alive(4, time.Hour), alive(7, time.Hour)},
+			healthy: map[uint64]time.Duration{7: time.Second}, target: 5, wantNone: true}},
+		{"a dead voter's silence survives the epoch change that promoted its replacement", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), voter(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour)},
+			silent:  map[uint64]time.Duration{3: -1}, heard: map[uint64]time.Duration{3: time.Minute},
+			masterFor: 2 * time.Second, target: 5, want: "remove voter 3"}},
+		{"but not before the members had time to answer the new view", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), voter(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour)},
+			silent:  map[uint64]time.Duration{3: -1}, heard: map[uint64]time.Duration{3: time.Minute},
+			masterFor: healthyContact / 2, target: 5, wantNone: true}},
+		{"a voter never heard from by this master is silent only for as long as it has been master", view{
+			members: vr.Members{voter(1), voter(2), voter(3), voter(4), voter(5), voter(6)},
+			gossip:  []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour), dead(3, time.Minute), alive(4, time.Hour), alive(5, time.Hour), alive(6, time.Hour)},
+			silent:  map[uint64]time.Duration{3: -1}, masterFor: 2 * time.Second, target: 5, wantNone: true}},
 		{"a lagging learner is not promoted", view{
 			members: vr.Members{voter(1), learner(2)}, gossip: []discovery.Peer{alive(1, time.Hour), alive(2, time.Hour)},
 			behind: map[uint64]uint64{2: 10_000}, target: 3, wantNone: true}},
@@ -91,7 +144,7 @@ func TestAutopilotPolicy(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &apView{now: now, self: 1, members: tc.v.members, gossip: map[uint64]discovery.Peer{},
-				behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: time.Hour,
+				behind: map[uint64]uint64{}, sinceAck: map[uint64]time.Duration{}, masterFor: cmp.Or(tc.v.masterFor, time.Hour), heard: map[uint64]time.Time{},
 				target: tc.v.target, deadAfter: 30 * time.Second, promoteAfter: 3 * time.Second,
 				healthySince: map[uint64]time.Time{}, removedAt: map[uint64]time.Time{}, retired: tc.v.retired}
 			for _, g := range tc.v.gossip {
@@ -104,6 +157,9 @@ func TestAutopilotPolicy(t *testing.T) {
 			}
 			for id, d := range tc.v.silent {
 				v.sinceAck[id] = d
+			}
+			for id, d := range tc.v.heard {
+				v.heard[id] = now.Add(-d)
 			}
 			for id, b := range tc.v.behind {
 				v.behind[id] = b

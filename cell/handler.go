@@ -780,6 +780,9 @@ func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (
 	if len(suspect) > maxAddrBytes {
 		return nil, invalid("unreachable of %d bytes over the %d-byte limit", len(suspect), maxAddrBytes)
 	}
+	if why := h.s.removedReason(); why != "" {
+		return nil, h.s.removedErr(why) // it knows no master of the cell's configuration
+	}
 	if w := req.GetWaitMs(); w < 0 || w > chubby.MAX_GET_MASTER_WAIT_MS {
 		return nil, invalid("wait_ms %d outside [0, %d]", w, chubby.MAX_GET_MASTER_WAIT_MS)
 	}

@@ -369,6 +369,9 @@ func (s *Server) status() *chubby.CellStatus {
 		st.Replicas = append(st.Replicas, rs)
 	}
 	st.Replicas = append(st.Replicas, spares(info.Members, gossip)...)
+	if why := s.removedReason(); why != "" {
+		s.markRemoved(st, why)
+	}
 	return st
 }
 

@@ -80,6 +80,95 @@ func (s *Server) knownPeer(id uint64) bool {
 	return !i.Voter || vr.EpochOf(i.View) != i.Epoch
 }
 
+// removedFrom says why replica self is out of the cell, or "" when it is
+// not known to be, from the configuration its log holds (info) and those
+// other replicas gossip. A replica taken out hears nothing more from the
+// master: a learner never gets the entry that removes it, a voter
+// usually gets it but not its commit, and one cut off in that instant
+// neither; its own log goes on naming it. So it is out when its
+// configuration does not name it, or when another replica holds a newer
+// configuration without it: of a later epoch (a voter change commits
+// before anyone enters its epoch), or of the same epoch in force at an
+// index past this replica's whole log. A replica whose log holds no
+// configuration (a spare, joining) is not out: it was never in.
+func removedFrom(self uint64, info vr.Info, gossip map[uint64]discovery.Peer) string {
+	if len(info.Members) == 0 {
+		return ""
+	}
+	if !info.Members.Contains(self) {
+		return fmt.Sprintf("removed from the cell: the configuration of epoch %d it holds does not name it", info.Epoch)
+	}
+	ids := make([]uint64, 0, len(gossip))
+	for id := range gossip {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		c := gossip[id].Meta.Config
+		if id == self || c.IsZero() || c.Holds(self) {
+			continue
+		}
+		if c.Epoch > info.Epoch || (c.Epoch == info.Epoch && c.Index > info.LastOp) {
+			return fmt.Sprintf("removed from the cell: replica %d holds a newer configuration without it (epoch %d, in force at index %d; this replica holds epoch %d, its log ends at %d)",
+				id, c.Epoch, c.Index, info.Epoch, info.LastOp)
+		}
+	}
+	return ""
+}
+
+// checkRemoved updates whether this replica is out of the cell, and logs
+// the changes. A replica out of the cell answers no call as a member
+// (notMasterErr, GetMaster) and says so in its status; it comes back as
+// any replica does, when a master adds it again.
+func (s *Server) checkRemoved(info vr.Info) {
+	why := removedFrom(s.cfg.ID, info, s.gossipPeers())
+	old := s.removed.Load()
+	switch {
+	case why != "" && old == nil:
+		s.cfg.Logger.Warn("membership: this replica is "+why+"; it serves as nothing until a master adds it again", "id", s.cfg.ID)
+	case why == "" && old != nil:
+		s.cfg.Logger.Info("membership: this replica is in the cell's configuration again", "id", s.cfg.ID, "epoch", info.Epoch)
+	}
+	if why == "" {
+		s.removed.Store(nil)
+	} else if old == nil || *old != why {
+		s.removed.Store(&why)
+	}
+}
+
+// removedReason is why this replica is out of the cell ("" if it is not
+// known to be).
+func (s *Server) removedReason() string {
+	if p := s.removed.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// markRemoved makes the status st of a replica out of the cell say so: its
+// own entry's membership "removed" (an entry added if its configuration
+// no longer lists it), nobody named master (what it believes is of a
+// configuration that no longer holds it), and why, after its decisions.
+func (s *Server) markRemoved(st *chubby.CellStatus, why string) {
+	self := strconv.FormatUint(s.cfg.ID, 10)
+	removed := "removed"
+	found := false
+	for _, r := range st.Replicas {
+		if r.Role == chubby.ReplicaRole_MASTER {
+			r.Role = chubby.ReplicaRole_REPLICA
+		}
+		if r.Id == self {
+			r.Membership, found = &removed, true
+		}
+	}
+	if !found {
+		st.Replicas = append(st.Replicas, &chubby.ReplicaStatus{Id: self, Address: s.Addr(), Role: chubby.ReplicaRole_REPLICA,
+			CommittedOp: int64(s.log.Applied()), Membership: &removed})
+	}
+	st.MasterId, st.MasterAddress = "", ""
+	st.Decisions = append(st.Decisions, fmt.Sprintf("replica %d is %s", s.cfg.ID, why))
+}
+
 // removeMember is the operator's forced removal (RemoveMember): on the
 // master only, one configuration change, never the last voter. It answers
 // once the change has committed (awaitRemoved), so that "removed" means
@@ -95,6 +184,9 @@ func (s *Server) removeMember(ctx context.Context, idStr string) (uint64, error)
 	info := s.log.Info()
 	m, ok := info.Members.Get(id)
 	if !ok {
+		if _, spare := s.gossipPeers()[id]; spare {
+			return 0, fs.Errorf(chubby.ErrorCode_NOT_FOUND, "replica %d is a spare, not in the configuration (epoch %d): there is nothing to remove (stop it to keep the autopilot from adding it)", id, info.Epoch)
+		}
 		return 0, fs.Errorf(chubby.ErrorCode_NOT_FOUND, "replica %d is not in the configuration (epoch %d)", id, info.Epoch)
 	}
 	if !m.Learner && len(info.Members.Voters()) == 1 {
@@ -236,8 +328,21 @@ func (s *Server) recentDecisions() []string {
 	return slices.Clone(s.decisions)
 }
 
-// notMasterErr is NOT_MASTER with the master this replica believes in.
-func (s *Server) notMasterErr() error { return s.notMasterError(s.log.NotMaster()) }
+// notMasterErr is NOT_MASTER with the master this replica believes in,
+// or, on a replica out of the cell, UNAVAILABLE saying so: the master it
+// believes in is of a configuration that no longer holds it.
+func (s *Server) notMasterErr() error {
+	if why := s.removedReason(); why != "" {
+		return s.removedErr(why)
+	}
+	return s.notMasterError(s.log.NotMaster())
+}
+
+// removedErr is the answer of a replica out of the cell to a call for a
+// member.
+func (s *Server) removedErr(why string) error {
+	return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d is %s: ask a member", s.cfg.ID, why)
+}
 
 // progress returns the members' progress as the master sees it (nil off
 // the master), by id.
@@ -304,11 +409,14 @@ func (s *Server) gossipPeers() map[uint64]discovery.Peer {
 func gossipState(p discovery.Peer) string { return strings.ToLower(p.State.String()) }
 
 // spares returns the status of the replicas gossip knows of in this cell
-// that are not in the configuration, in id order.
+// that are not in the configuration and that it has alive or suspect, in
+// id order. A dead or left spare is not listed: the autopilot adds only
+// live ones, RemoveMember has nothing to act on (it is in no
+// configuration), and gossip keeps it for its DeadRetention (ten minutes).
 func spares(ms vr.Members, gossip map[uint64]discovery.Peer) []*chubby.ReplicaStatus {
 	ids := make([]uint64, 0, len(gossip))
-	for id := range gossip {
-		if !ms.Contains(id) {
+	for id, p := range gossip {
+		if !ms.Contains(id) && p.State != discovery.Dead && p.State != discovery.Left {
 			ids = append(ids, id)
 		}
 	}

@@ -74,6 +74,9 @@ type Server struct {
 	// members is the configuration in force (onConfig); decisions the
 	// recent membership decisions, newest last.
 	members atomic.Pointer[vr.Members]
+	// removed says why this replica is out of the cell (nil: it is not
+	// known to be; see checkRemoved).
+	removed atomic.Pointer[string]
 	// staleWithdrawn is closed once this master has withdrawn the Acquires
 	// left waiting by earlier masters (cancelStaleWaits).
 	staleWithdrawn atomic.Pointer[chan struct{}]

@@ -228,3 +228,33 @@ func TestRetiredTravelsWithTheConfiguration(t *testing.T) {
 		t.Fatalf("encoded configuration retired %v (%v)", cfg.Retired, err)
 	}
 }
+
+// TestConfigIndex: Info.ConfigIndex names the entry that put the
+// configuration in force, on every member, and a learner taken out (which
+// hears nothing more from the primary) is left behind with an older one
+// and a log that ends before the index the others report.
+func TestConfigIndex(t *testing.T) {
+	c := newClusterSnap(t, 3, 1000, nil)
+	c.run(200 * time.Millisecond)
+	c.addJoiner(4)
+	p := c.reconfigure(members("1", "2", "3", "L4"))
+	c.run(300 * time.Millisecond)
+	added := p.n().Info().ConfigIndex
+	if added == 0 {
+		t.Fatal("ConfigIndex 0 after a change")
+	}
+	for _, id := range []uint64{1, 2, 3, 4} {
+		if got := c.nodes[id].n().Info().ConfigIndex; got != added {
+			t.Errorf("replica %d: ConfigIndex %d, want %d", id, got, added)
+		}
+	}
+	c.reconfigure(members("1", "2", "3"))
+	c.run(300 * time.Millisecond)
+	removed := c.primary().n().Info().ConfigIndex
+	if removed <= added {
+		t.Fatalf("ConfigIndex %d after the learner's removal, not past %d", removed, added)
+	}
+	if i := c.nodes[4].n().Info(); i.ConfigIndex != added || i.LastOp >= removed || !i.Members.Contains(4) {
+		t.Fatalf("removed learner: ConfigIndex %d, last op %d, members %v; want %d, below %d, with itself", i.ConfigIndex, i.LastOp, i.Members, added, removed)
+	}
+}

@@ -417,7 +417,9 @@ type PeerServerConfig struct {
 	// Deliver receives validated messages from a peer.
 	Deliver Receiver
 	// Transport, if set, is this replica's transport: the answers to a
-	// Deliver ride back on it (see PeerTransport).
+	// Deliver ride back on it (see PeerTransport), and messages addressed
+	// to another id than its own are refused before the core sees them
+	// (they are for a replica that had this address before).
 	Transport *PeerTransport
 	// Known reports whether messages from an id are taken (others are
 	// refused): a member's, or anyone's on a replica that cannot judge
@@ -456,11 +458,21 @@ func (h *peerHandler) Deliver(ctx context.Context, cell string, from int64, msgs
 	if len(msgs) > maxDeliver*4 {
 		return nil, &gr.ReplicaError{Message: fmt.Sprintf("%d messages in one call, more than %d", len(msgs), maxDeliver*4)}
 	}
-	out := messagesFromWire(msgs, uint64(from), 0)
+	t := h.cfg.Transport
+	var self uint64 // 0: messages to any id go to the core, which checks them
+	if t != nil {
+		self = t.self
+	}
+	out := messagesFromWire(msgs, uint64(from), self)
 	if len(out) == 0 {
+		if self != 0 && len(msgs) > 0 {
+			// For a replica that had this address before (a wiped machine
+			// that rejoined under a new id): the sender's configuration
+			// still names it. The sender's transport drops the batch.
+			return nil, &gr.ReplicaError{Message: fmt.Sprintf("this address serves replica %d: messages for another id are not delivered", self)}
+		}
 		return nil, nil
 	}
-	t := h.cfg.Transport
 	if t != nil {
 		t.Learn(uint64(from), fromAddr)
 	}

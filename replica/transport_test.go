@@ -2,6 +2,7 @@ package replica
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	gr "github.com/chubbygo/chubby/gen/replica"
@@ -117,5 +118,41 @@ func TestSnapshotConfigWireForm(t *testing.T) {
 	w.Snapshot.Config = []byte{2, 1}
 	if _, err := messageFromWire(w); err == nil {
 		t.Fatal("a malformed configuration accepted")
+	}
+}
+
+// TestDeliverDropsMessagesForAnotherID: a replica that took over the
+// address of one removed from the cell (a wiped machine rejoining under a
+// new id) is sent its predecessor's messages until the others' configuration
+// drops the old id. The peer server refuses them, naming the replica it
+// serves, instead of handing them to the core, which would count each one
+// malformed and warn (hundreds in a replacement).
+func TestDeliverDropsMessagesForAnotherID(t *testing.T) {
+	tr, err := NewPeerTransport("test", 7, map[uint64]string{7: "127.0.0.1:1"}, quiet(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var got []vr.Message
+	h := &peerHandler{cfg: PeerServerConfig{Cell: "test", Logger: quiet(), Transport: tr,
+		Deliver: func(ms []vr.Message, done func()) {
+			got = append(got, ms...)
+			if done != nil {
+				done()
+			}
+		}}}
+	old := messagesToWire([]vr.Message{{Type: vr.MsgCommit, From: 2, To: 3, View: 4, Commit: 9}})
+	if _, err := h.Deliver(t.Context(), "test", 2, old, "127.0.0.1:2"); err == nil || !strings.Contains(err.Error(), "replica 7") {
+		t.Errorf("Deliver of messages for replica 3 to replica 7: err %v, want a refusal naming replica 7", err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("messages for replica 3 reached replica 7's core: %v", got)
+	}
+	mine := messagesToWire([]vr.Message{{Type: vr.MsgCommit, From: 2, To: 7, View: 4, Commit: 9}})
+	if _, err := h.Deliver(t.Context(), "test", 2, mine, "127.0.0.1:2"); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].To != 7 {
+		t.Fatalf("replica 7 got %v, want its own Commit", got)
 	}
 }

@@ -74,6 +74,13 @@ type Config struct {
 	// after the first success. Default 30 s.
 	RejoinInterval time.Duration
 
+	// ReconnectInterval: this often, one member this node has dead (not
+	// left), in turn, is joined again if its gossip address accepts a
+	// connection. memberlist never probes a dead member, so two sides of
+	// a partition that each declared the other dead would meet again only
+	// at the next rejoin. Negative: never. Default 1 s.
+	ReconnectInterval time.Duration
+
 	// DeadRetention is how long Members keeps listing a member after it
 	// died or left. Default 10 minutes.
 	DeadRetention time.Duration
@@ -99,8 +106,8 @@ type TLSConfig struct {
 
 // DefaultConfig returns the defaults: BindAddr 127.0.0.1:7946, probes
 // every 200 ms with a 100 ms timeout, SuspicionMult 2, gossip every 50 ms,
-// joins retried after 250 ms doubling to 5 s, rejoins every 30 s, dead
-// members kept 10 minutes. With these, a crashed member is seen dead in
+// joins retried after 250 ms doubling to 5 s, rejoins every 30 s, a dead
+// member tried again every second, dead members kept 10 minutes. With these, a crashed member is seen dead in
 // under a second on a LAN; memberlist's LAN defaults take 5 to 6 s.
 func DefaultConfig() Config {
 	return Config{
@@ -112,6 +119,7 @@ func DefaultConfig() Config {
 		JoinRetryInterval: 250 * time.Millisecond,
 		JoinRetryMax:      5 * time.Second,
 		RejoinInterval:    30 * time.Second,
+		ReconnectInterval: time.Second,
 		DeadRetention:     10 * time.Minute,
 	}
 }
@@ -129,6 +137,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.JoinRetryInterval = cmp.Or(c.JoinRetryInterval, d.JoinRetryInterval)
 	c.JoinRetryMax = cmp.Or(c.JoinRetryMax, d.JoinRetryMax)
 	c.RejoinInterval = cmp.Or(c.RejoinInterval, d.RejoinInterval)
+	c.ReconnectInterval = cmp.Or(c.ReconnectInterval, d.ReconnectInterval)
 	c.DeadRetention = cmp.Or(c.DeadRetention, d.DeadRetention)
 	return c, c.validate()
 }

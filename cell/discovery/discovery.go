@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -27,9 +28,10 @@ type Discovery struct {
 	tls   *tlsTransport // nil without Config.TLS
 	lim   transportLimits
 
-	stopOnce sync.Once
-	stop     chan struct{} // closed to stop joining
-	joinDone chan struct{} // closed when the join loop has returned
+	stopOnce      sync.Once
+	stop          chan struct{} // closed to stop joining
+	joinDone      chan struct{} // closed when the join loop has returned
+	reconnectDone chan struct{} // closed when the reconnect loop has returned
 
 	mu     sync.Mutex // serializes UpdateMeta, Leave and Shutdown
 	meta   Meta
@@ -53,15 +55,66 @@ func Start(ctx context.Context, cfg Config) (*Discovery, error) {
 	if err := d.create(); err != nil {
 		return nil, err
 	}
-	go d.joinLoop(ctx)
+	d.startLoops(ctx)
 	return d, nil
+}
+
+// startLoops starts joining (bounded by ctx) and reconnecting; Shutdown
+// and Leave wait for both to return.
+func (d *Discovery) startLoops(ctx context.Context) {
+	go d.joinLoop(ctx)
+	go d.reconnectLoop()
+}
+
+// reconnectDial bounds the check that a dead member's address answers
+// before it is joined (memberlist's join would wait its TCP timeout, 10 s,
+// on a network that drops packets, and Shutdown waits for it).
+const reconnectDial = 500 * time.Millisecond
+
+// reconnectLoop joins, every ReconnectInterval, one member this node has
+// dead (not left) again, in turn, if its gossip address accepts a TCP
+// connection: the push-pull of the join tells it that it is dead here,
+// it refutes, and each side sees the other alive (memberlist itself never
+// probes a dead member: after a partition that outlasted the suspicion,
+// each side has the other dead until a rejoin).
+func (d *Discovery) reconnectLoop() {
+	defer close(d.reconnectDone)
+	if d.cfg.ReconnectInterval < 0 {
+		return
+	}
+	t := time.NewTicker(d.cfg.ReconnectInterval)
+	defer t.Stop()
+	var turn int
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+		addrs := d.table.deadAddrs()
+		if len(addrs) == 0 {
+			continue
+		}
+		addr := addrs[turn%len(addrs)]
+		turn++
+		c, err := net.DialTimeout("tcp", addr, reconnectDial)
+		if err != nil {
+			continue
+		}
+		c.Close()
+		if n, err := d.ml.Join([]string{addr}); n > 0 {
+			d.log.Info("discovery: reached a member this node had dead again", "addr", addr)
+		} else {
+			d.log.Debug("discovery: a dead member's address answers, but the join failed", "addr", addr, "err", err)
+		}
+	}
 }
 
 func newDiscovery(cfg Config) *Discovery {
 	log := cfg.Logger.With("cell", cfg.Meta.Cell, "replica", cfg.Meta.ID)
 	d := &Discovery{
 		cfg: cfg, name: nodeName(cfg.Meta), log: log, meta: cfg.Meta,
-		stop: make(chan struct{}), joinDone: make(chan struct{}),
+		stop: make(chan struct{}), joinDone: make(chan struct{}), reconnectDone: make(chan struct{}),
 	}
 	d.del = &delegate{cell: cfg.Meta.Cell, log: log}
 	d.lim = defaultLimits()
@@ -169,6 +222,7 @@ func (d *Discovery) join() bool {
 func (d *Discovery) stopJoining() {
 	d.stopOnce.Do(func() { close(d.stop) })
 	<-d.joinDone
+	<-d.reconnectDone
 }
 
 // Members returns every member this node knows of, itself included,

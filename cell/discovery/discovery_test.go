@@ -541,3 +541,33 @@ func TestRestartOnSameDiskComesBack(t *testing.T) {
 		t.Errorf("%d members; want 2", n)
 	}
 }
+
+// TestDeadMemberReachedAgain: a member this node has dead is joined again
+// once it answers, though it names nobody to join: as after a partition
+// heals, when each side has the other dead, memberlist probes no dead
+// member, and the news of the death was gossiped long ago. Without it the
+// member stays dead here until a rejoin of the Join list (30 s), if ever.
+func TestDeadMemberReachedAgain(t *testing.T) {
+	acfg := nodeConfig(t, "local", 1)
+	acfg.ReconnectInterval = 100 * time.Millisecond
+	a := start(t, acfg)
+	bcfg := nodeConfig(t, "local", 2, a.Local().Addr)
+	b := start(t, bcfg)
+	waitFor(t, "the two to meet", func() bool { return sees(a, Alive, a, b) && sees(b, Alive, a, b) })
+	bcfg.BindAddr, bcfg.Join, bcfg.Logger = b.Local().Addr, nil, testLogger(t)
+	if err := b.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b's death", func() bool { p, _ := peerOf(a, b); return p.State == Dead })
+	time.Sleep(time.Second) // the news of the death is gossiped out
+	b2 := start(t, bcfg)
+	// Bounded by a few reconnect rounds, far below the rejoin's 30 s.
+	deadline := time.Now().Add(20 * acfg.ReconnectInterval)
+	for !(sees(a, Alive, a, b2) && sees(b2, Alive, a, b2)) {
+		if time.Now().After(deadline) {
+			p, _ := peerOf(a, b2)
+			t.Fatalf("b is %v on a %v after it came back", p.State, 20*acfg.ReconnectInterval)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -39,7 +39,7 @@ func startWith(t *testing.T, cfg Config, edit func(*transportLimits)) *Discovery
 	if err := d.create(); err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	go d.joinLoop(context.Background())
+	d.startLoops(context.Background())
 	t.Cleanup(func() { _ = d.Shutdown() })
 	return d
 }

@@ -16,15 +16,19 @@
 // A replica gossips a Meta: its cell's name, its replica id, its client
 // and peer addresses, its data directory's identity (DataID, a random
 // string made with the data directory, so that a replica whose disk was
-// wiped rejoins as a new member) and whether it is a spare. Its
+// wiped rejoins as a new member), whether it is a spare, and the
+// configuration it holds (ConfigMeta: epoch, index in force, member ids;
+// none for a replica that was never a member). Its
 // memberlist node name is "ID-DataID": two incarnations of one id never
 // collide. The meta is encoded in memberlist's node meta (at most
 // memberlist.MetaMaxSize, 512 bytes) as
 //
-//	version (1 byte, 1) | flags (1 byte: 1 spare, 2 leaving) |
-//	ID (8 bytes, big-endian) | Cell | DataID | ClientAddr | PeerAddr
+//	version (1 byte, 1) | flags (1 byte: 1 spare, 2 leaving, 4 config) |
+//	ID (8 bytes, big-endian) | Cell | DataID | ClientAddr | PeerAddr |
+//	[config: epoch, index (8 bytes each) | count (1 byte) | ids (8 each)]
 //
-// each string as a 2-byte big-endian length and its bytes. Cell and
+// each string as a 2-byte big-endian length and its bytes; the
+// configuration (1 to 9 distinct non-zero ids) only with flag 4. Cell and
 // DataID are 1 to 64 bytes of [A-Za-z0-9._-], ID is not 0, the addresses
 // are host:port of at most 256 bytes. Decoding checks all of it, and
 // unknown versions, flags and trailing bytes; a failure is a *MetaError.
@@ -46,7 +50,11 @@
 //     Alive again on its next acknowledged probe, when it changes its
 //     meta, or once memberlist would have declared it dead by then.
 //   - Dead: the suspicion ran out (memberlist's NotifyLeave without the
-//     leaving flag).
+//     leaving flag). memberlist never probes a dead member, so every
+//     Config.ReconnectInterval (1 s) Discovery joins one dead member's
+//     address again, in turn, if it accepts a connection: after a
+//     partition, each side having the other dead, they meet again within
+//     a few of those rounds instead of at the next rejoin (30 s).
 //   - Left: it called Leave, which first gossips its meta with the
 //     leaving flag, then leaves: memberlist's Node does not tell a death
 //     from a departure.

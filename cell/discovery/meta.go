@@ -22,8 +22,37 @@ const metaVersion = 1
 const (
 	flagSpare   = 1 << 0
 	flagLeaving = 1 << 1 // set by Leave before it leaves; see peerState
-	knownFlags  = flagSpare | flagLeaving
+	flagConfig  = 1 << 2 // a ConfigMeta follows the addresses
+	knownFlags  = flagSpare | flagLeaving | flagConfig
 )
+
+// MaxConfigMembers bounds the members of a ConfigMeta (vr.MaxMembers).
+const MaxConfigMembers = 9
+
+// ConfigMeta is the configuration a replica holds in force, as its own log
+// says: its epoch, a log index at which it is in force
+// (vr.Info.ConfigIndex) and its members' ids, first, the unused slots
+// 0. The zero ConfigMeta: the replica holds none (it has never been a member).
+// Replicas compare them to learn that they were taken out of the cell
+// while they heard nothing (cell: removedFrom), and the master to tell a
+// replica that returns on its old data directory from a fresh spare.
+type ConfigMeta struct {
+	Epoch, Index uint64
+	Members      [MaxConfigMembers]uint64
+}
+
+// Holds reports whether c names a member id (never for id 0).
+func (c ConfigMeta) Holds(id uint64) bool {
+	for _, m := range c.Members {
+		if m == id && id != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// IsZero reports whether c is the zero ConfigMeta: no configuration.
+func (c ConfigMeta) IsZero() bool { return c == ConfigMeta{} }
 
 // Meta is what each replica gossips about itself.
 type Meta struct {
@@ -43,6 +72,8 @@ type Meta struct {
 	// Spare marks a replica that is running but not in the cell's
 	// configuration: a candidate to replace a failed member.
 	Spare bool
+	// Config is the configuration the replica holds in force (zero: none).
+	Config ConfigMeta
 }
 
 // MetaError reports a Meta that is not valid, or node meta that does not
@@ -77,7 +108,48 @@ func (m Meta) validate() error {
 	if err := checkAddr("PeerAddr", m.PeerAddr); err != nil {
 		return err
 	}
+	if err := m.Config.validate(); err != nil {
+		return err
+	}
 	return checkName("DataID", m.DataID)
+}
+
+// validate: a ConfigMeta that is not zero has its members first, each once.
+func (c ConfigMeta) validate() error {
+	if c.IsZero() {
+		return nil
+	}
+	n := c.count()
+	if n == 0 {
+		return metaErr("Config", "no members")
+	}
+	for i, id := range c.Members {
+		switch {
+		case i >= n && id != 0:
+			return metaErr("Config", "member %d after an empty slot", id)
+		case i < n && slicesIndex(c.Members[:i], id) >= 0:
+			return metaErr("Config", "member %d twice", id)
+		}
+	}
+	return nil
+}
+
+// count returns how many members c names before its first empty slot.
+func (c ConfigMeta) count() int {
+	n := 0
+	for n < len(c.Members) && c.Members[n] != 0 {
+		n++
+	}
+	return n
+}
+
+func slicesIndex(s []uint64, v uint64) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
 }
 
 func checkName(field, s string) error {
@@ -120,9 +192,12 @@ func checkAddr(field, s string) error {
 // encodeMeta encodes m as node meta:
 //
 //	version (1 byte, 1) | flags (1 byte) | ID (8 bytes, big-endian) |
-//	Cell | DataID | ClientAddr | PeerAddr
+//	Cell | DataID | ClientAddr | PeerAddr [| Config]
 //
-// each string as a 2-byte big-endian length and its bytes. It fails with a
+// each string as a 2-byte big-endian length and its bytes; with flag
+// flagConfig (a Config that is not zero), Config follows: its epoch
+// and index (8 bytes each, big-endian), the count of its members (1 byte)
+// and their ids (8 bytes each). It fails with a
 // *MetaError if m is not valid or the encoding exceeds
 // memberlist.MetaMaxSize.
 func encodeMeta(m Meta, leaving bool) ([]byte, error) {
@@ -136,12 +211,24 @@ func encodeMeta(m Meta, leaving bool) ([]byte, error) {
 	if leaving {
 		flags |= flagLeaving
 	}
-	b := make([]byte, 0, 10+8+len(m.Cell)+len(m.DataID)+len(m.ClientAddr)+len(m.PeerAddr))
+	if !m.Config.IsZero() {
+		flags |= flagConfig
+	}
+	b := make([]byte, 0, 10+8+len(m.Cell)+len(m.DataID)+len(m.ClientAddr)+len(m.PeerAddr)+17+8*MaxConfigMembers)
 	b = append(b, metaVersion, flags)
 	b = binary.BigEndian.AppendUint64(b, m.ID)
 	for _, s := range []string{m.Cell, m.DataID, m.ClientAddr, m.PeerAddr} {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
 		b = append(b, s...)
+	}
+	if flags&flagConfig != 0 {
+		b = binary.BigEndian.AppendUint64(b, m.Config.Epoch)
+		b = binary.BigEndian.AppendUint64(b, m.Config.Index)
+		n := m.Config.count()
+		b = append(b, byte(n))
+		for _, id := range m.Config.Members[:n] {
+			b = binary.BigEndian.AppendUint64(b, id)
+		}
 	}
 	if len(b) > memberlist.MetaMaxSize {
 		return nil, metaErr("", "%d bytes encoded, more than %d", len(b), memberlist.MetaMaxSize)
@@ -168,6 +255,19 @@ func decodeMeta(b []byte) (m Meta, leaving bool, err error) {
 	}
 	m = Meta{ID: r.uint64(), Cell: r.string(), DataID: r.string(), Spare: flags&flagSpare != 0}
 	m.ClientAddr, m.PeerAddr = r.string(), r.string()
+	if flags&flagConfig != 0 {
+		m.Config.Epoch, m.Config.Index = r.uint64(), r.uint64()
+		n := int(r.byte())
+		if n == 0 || n > MaxConfigMembers {
+			return Meta{}, false, metaErr("Config", "%d members, want 1 to %d", n, MaxConfigMembers)
+		}
+		for i := range n {
+			m.Config.Members[i] = r.uint64()
+		}
+		if m.Config.count() != n {
+			return Meta{}, false, metaErr("Config", "a member id 0")
+		}
+	}
 	if err := r.err(); err != nil {
 		return Meta{}, false, err
 	}

@@ -67,7 +67,7 @@ func TestDecodeMetaBad(t *testing.T) {
 		{"one byte", []byte{metaVersion}, ""},
 		{"version 0", rawMeta(0, 0, 1, c, d, ca, pa), ""},
 		{"version 2", rawMeta(2, 0, 1, c, d, ca, pa), ""},
-		{"unknown flag", rawMeta(1, 4, 1, c, d, ca, pa), ""},
+		{"unknown flag", rawMeta(1, 8, 1, c, d, ca, pa), ""},
 		{"short id", []byte{1, 0, 0, 0, 1}, ""},
 		{"no strings", rawMeta(1, 0, 1), ""},
 		{"short length", append(rawMeta(1, 0, 1, c, d, ca), 0), ""},
@@ -150,4 +150,50 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("re-encoding %+v gave %x, %v; want the input %x", m, again, err, b)
 		}
 	})
+}
+
+// TestMetaConfig: the configuration a replica holds travels in its meta,
+// up to MaxConfigMembers members, and a malformed one is refused.
+func TestMetaConfig(t *testing.T) {
+	m := testMeta()
+	m.Config = ConfigMeta{Epoch: 7, Index: 1234, Members: [MaxConfigMembers]uint64{3, 1<<64 - 1, 9, 4, 5, 6, 7, 8, 2}}
+	b := mustEncode(t, m, false)
+	got, _, err := decodeMeta(b)
+	if err != nil || got != m {
+		t.Fatalf("decode(encode(%+v)) = %+v, %v", m, got, err)
+	}
+	if !got.Config.Holds(9) || got.Config.Holds(10) || got.Config.Holds(0) {
+		t.Fatalf("Holds wrong for %+v", got.Config)
+	}
+	plain := mustEncode(t, testMeta(), false)
+	if plain[1]&flagConfig != 0 {
+		t.Fatal("a meta without a configuration has the config flag")
+	}
+	for name, c := range map[string]ConfigMeta{
+		"no members":   {Epoch: 1},
+		"gap":          {Members: [MaxConfigMembers]uint64{1, 0, 3}},
+		"member twice": {Members: [MaxConfigMembers]uint64{1, 2, 1}},
+	} {
+		bad := testMeta()
+		bad.Config = c
+		if _, err := encodeMeta(bad, false); err == nil {
+			t.Errorf("%s: encoded", name)
+		}
+	}
+	short := mustEncode(t, m, false)
+	for name, mut := range map[string]func([]byte) []byte{
+		"zero count": func(b []byte) []byte { b = bytes.Clone(b[:len(b)-8*MaxConfigMembers-1]); return append(b, 0) },
+		"count over": func(b []byte) []byte {
+			b = bytes.Clone(b)
+			b[len(b)-8*MaxConfigMembers-1] = MaxConfigMembers + 1
+			return b
+		},
+		"id zero":   func(b []byte) []byte { b = bytes.Clone(b); clear(b[len(b)-8:]); return b },
+		"truncated": func(b []byte) []byte { return b[:len(b)-3] },
+		"trailing":  func(b []byte) []byte { return append(bytes.Clone(b), 1) },
+	} {
+		if _, _, err := decodeMeta(mut(short)); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
 }

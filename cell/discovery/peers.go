@@ -217,6 +217,30 @@ func (t *table) prune() {
 	}
 }
 
+// deadAddrs returns the gossip addresses of the members that are dead
+// (not left), sorted, each once: not an address that this node or a member
+// not dead has now (a replica that rejoined there under a new name, after
+// its disk was wiped, leaves its old name dead for good).
+func (t *table) deadAddrs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.prune()
+	taken := map[string]bool{}
+	for name, m := range t.members {
+		if name == t.local || (m.peer.State != Dead && m.peer.State != Left) {
+			taken[m.peer.Addr] = true
+		}
+	}
+	var out []string
+	for _, m := range t.members {
+		if m.peer.State == Dead && m.peer.Addr != "" && !taken[m.peer.Addr] {
+			out = append(out, m.peer.Addr)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // peer returns the member called name.
 func (t *table) peer(name string) (Peer, bool) {
 	t.mu.Lock()

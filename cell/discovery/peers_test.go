@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -223,5 +224,25 @@ func TestDelegateFeedsTable(t *testing.T) {
 	d.NotifyLeave(n)
 	if s := state(tb, n.Name); s != Dead {
 		t.Fatalf("after NotifyLeave: %v; want dead", s)
+	}
+}
+
+// TestDeadAddrs: the addresses the reconnect loop tries are those of dead
+// members, not of left ones, nor one a live member (or this node) has now.
+func TestDeadAddrs(t *testing.T) {
+	tb := newTable("self", "c", time.Minute, func(int) time.Duration { return time.Second }, slog.New(slog.DiscardHandler))
+	add := func(name, addr string, st State) {
+		tb.members[name] = &member{peer: Peer{Addr: addr, State: st, Since: time.Now()}}
+	}
+	add("self", "10.0.0.1:7200", Alive)
+	add("old-self", "10.0.0.1:7200", Dead) // this address, an earlier name
+	add("b", "10.0.0.2:7200", Dead)
+	add("c", "10.0.0.3:7200", Left)
+	add("d-old", "10.0.0.4:7200", Dead) // wiped: d rejoined there as d-new
+	add("d-new", "10.0.0.4:7200", Alive)
+	add("e", "10.0.0.5:7200", Dead)
+	add("e2", "10.0.0.5:7200", Dead)
+	if got, want := tb.deadAddrs(), []string{"10.0.0.2:7200", "10.0.0.5:7200"}; !slices.Equal(got, want) {
+		t.Fatalf("deadAddrs %v, want %v", got, want)
 	}
 }

@@ -31,6 +31,7 @@ type Node struct {
 	confs     []confAt
 	pending   confAt
 	confDirty bool
+	confIndex uint64 // Info.ConfigIndex
 
 	// Durations in clock units (nanoseconds).
 	hb, vcTimeout, suspectAfter, leaseWait, leaseHold, stepDown int64
@@ -167,6 +168,11 @@ type Info struct {
 	PendingConfig uint64
 	// Retired: replicas an operator took out (Configuration.Retired).
 	Retired []uint64
+	// ConfigIndex is a log index at which Members is in force: that of the
+	// configuration entry that put it in force, or of the snapshot that
+	// holds it. Of two replicas' configurations, one in force at an index
+	// past the other's whole log is the newer.
+	ConfigIndex uint64
 }
 
 type progress struct {
@@ -652,7 +658,7 @@ func (n *Node) Info() Info {
 		Primary: n.primaryOf(n.view), IsPrimary: n.isPrimary(),
 		LastOp: n.log.lastIndex(), Commit: n.commit, Applied: n.applied, Persisted: n.persistedLast,
 		SnapshotIndex: n.snap.Index, Members: n.conf.Members.Clone(), Epoch: n.conf.Epoch, Voter: n.voter,
-		PendingConfig: n.pending.index, Retired: slices.Clone(n.conf.Retired),
+		PendingConfig: n.pending.index, Retired: slices.Clone(n.conf.Retired), ConfigIndex: n.confIndex,
 	}
 }
 

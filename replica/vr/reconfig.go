@@ -171,25 +171,32 @@ type confAt struct {
 // is neither is skipped; no correct primary writes one, and skipping is
 // the same on every replica with the same log.
 func foldConfig(base Configuration, confs []confAt, commit uint64) (c Configuration, pending confAt) {
+	c, pending, _ = foldConfigAt(base, confs, commit)
+	return c, pending
+}
+
+// foldConfigAt is foldConfig that also returns the index of the entry that
+// put c in force (0: base is still in force).
+func foldConfigAt(base Configuration, confs []confAt, commit uint64) (c Configuration, pending confAt, at uint64) {
 	c = base
 	for _, e := range confs {
 		if len(c.Members) == 0 {
-			c = e.c // a joining replica's log starts here
+			c, at = e.c, e.index // a joining replica's log starts here
 			continue
 		}
 		kind, err := Classify(c.Members, e.c.Members)
 		switch {
 		case err != nil:
 		case kind != ChangeVoters && e.c.Epoch == c.Epoch && e.c.OpenIndex == c.OpenIndex && e.c.OpenView == c.OpenView:
-			c = e.c
+			c, at = e.c, e.index
 		case kind == ChangeVoters && e.c.Epoch == c.Epoch+1 && e.c.OpenIndex == e.index && e.c.OpenView == e.view:
 			if e.index > commit {
-				return c, e
+				return c, e, at
 			}
-			c = e.c
+			c, at = e.c, e.index
 		}
 	}
-	return c, confAt{}
+	return c, confAt{}, at
 }
 
 // ProposeConfig appends a configuration change on the normal primary and
@@ -308,8 +315,12 @@ func (n *Node) settle() {
 // configuration entries and the commit number.
 func (n *Node) loadConfig() {
 	n.confDirty = false
-	c, pending := foldConfig(n.base, n.confs, n.commit)
+	c, pending, at := foldConfigAt(n.base, n.confs, n.commit)
 	n.pending = pending
+	if at == 0 {
+		at = n.log.snapIndex // the base, in force at the snapshot
+	}
+	n.confIndex = at
 	if !equalConfig(c, n.conf) {
 		n.setConfig(c)
 	}

@@ -132,7 +132,8 @@ the master first): one line per replica,
 
 CLIENT ADDRESS is where clients reach it, PEER ADDRESS where the other
 replicas do; MEMBERSHIP is voter, learner (in the configuration, voting in
-nothing yet) or spare (found by gossip, not in the configuration); ROLE is
+nothing yet) or spare (found by gossip alive or suspect, not in the
+configuration; a spare gossip has dead or left is not listed); ROLE is
 MASTER, REPLICA or RECOVERING; GOSSIP is what memberlist says of it (alive,
 suspect, dead, left; - without gossip); BEHIND how many entries the
 master has committed that it has not acknowledged, and LAST CONTACT how

@@ -21,7 +21,8 @@ package clustertest
 // turns on /lock (exclusive, held 20 ms). The steps:
 //
 //	grow to 3     r2, r3 join: three voters
-//	grow to 5     r4, r5 join: five voters (short form: r4 only, four)
+//	grow to 5     r4, r5 join: five voters (short form: r4 only, four),
+//	              and no learner, within --dead-after + 15 s of the joins
 //	replace dead  kill -9 of a voter that is not the master, for good, and a
 //	              fresh r6 on another address: five voters without the dead
 //	              one within --dead-after + 30 s
@@ -30,13 +31,29 @@ package clustertest
 //	              is cut off from every other replica for 4 s, so that the
 //	              removal, r7's addition and its promotion happen without
 //	              Y; then Y must catch up
+//	wipe and      a spare waits; a voter that is not the master is wiped
+//	rejoin        and restarts on its address under a new id: exactly five
+//	              voters without the old id and no learner left over within
+//	              --dead-after + 15 s, and it stays so for 3 s
+//	cut off, heal a voter that is not the master is cut off from every
+//	              other replica past --dead-after: replaced by the spare
+//	              (the same bound and check); after the heal the master's
+//	              gossip has it alive and it says it was removed, each
+//	              within two leases
+//	remove, cut   RemoveMember of a voter X while the master is cut off
+//	              from every other replica in the same instant, for 4 s:
+//	              the change commits or is lost; the cell settles at five
+//	              voters, no learner, the old master a voter, within
+//	              --dead-after + 15 s of the cut, and X, if out, says so
 //	remove master RemoveMember of the master itself: a new master, the old
-//	              one not a voter; and, as it still runs, not taken back by
+//	              one not a voter and saying it was removed (its own
+//	              status: membership removed, no master named) within two
+//	              leases; and, as it still runs, not taken back by
 //	              the autopilot for --dead-after + 3 s (the operator removed
 //	              it for good)
 //
 // The short form (the default) is grow to 3, r4 joins, remove master
-// (about 25 s); CHUBBY_NETNS_RECONFIG=full runs every step (about 45 s).
+// (about 25 s); CHUBBY_NETNS_RECONFIG=full runs every step (about 100 s).
 // Each step's times, and the longest client-visible stall during it and
 // during each membership decision (the longest gap between two successes
 // of one agent's operations that answers come from the cell for: writes,
@@ -188,13 +205,21 @@ func TestNetnsReconfig(t *testing.T) {
 	})
 	if full {
 		rc.step("grow to 5", func() string {
+			start := time.Now()
 			rc.addReplica()
 			rc.addReplica()
 			v := rc.awaitVoters(60*time.Second, "five voters", rc.live()...)
-			return fmt.Sprintf("voters %s; join→voter %s", rc.names(v.with("voter")), rc.joinTimes(3, 4))
+			// Two changes back to back: exactly the target, nothing left over.
+			d := rc.awaitSettled("two joins back to back settle", "five voters, no learner", start, convergeBound)
+			rc.h.metrics["two joins → settled"] = d
+			return fmt.Sprintf("voters %s; join→voter %s; settled %v after the joins (bound %v)", rc.names(v.with("voter")), rc.joinTimes(3, 4),
+				d.Round(10*time.Millisecond), convergeBound)
 		})
 		rc.step("replace dead", rc.replaceDead)
 		rc.step("partition", rc.partitionDuringChange)
+		rc.step("wipe and rejoin", rc.wipeAndRejoin)
+		rc.step("cut off, heal", rc.cutOffAndHeal)
+		rc.step("remove, cut", rc.removeWithMasterCut)
 	} else {
 		rc.step("grow to 4", func() string {
 			rc.addReplica()
@@ -255,8 +280,19 @@ func newReconfig(t *testing.T, bin string) *reconfig {
 // --bootstrap-expect 1, the others joining the replicas running.
 func (rc *reconfig) addReplica() int {
 	c := rc.c
+	c.mu.Lock()
 	i := len(c.reps)
-	h := c.net.addHost(fmt.Sprintf("r%d", i+1))
+	c.mu.Unlock()
+	return rc.startReplica(c.net.addHost(fmt.Sprintf("r%d", i+1)))
+}
+
+// startReplica starts an empty replica on host h (a new one, or that of a
+// replica killed for good), joining the replicas running.
+func (rc *reconfig) startReplica(h *nsHost) int {
+	c := rc.c
+	c.mu.Lock()
+	i := len(c.reps)
+	c.mu.Unlock()
 	r := &nsReplica{id: i + 1, host: h, dir: rc.t.TempDir(), addr: h.ip + ":7000", http: h.ip + ":7080"}
 	args := []string{"serve", "--cell", "netns", "--listen", r.addr, "--http", r.http, "--data", r.dir,
 		"--lease", netnsLease.String(), "--log-level", "info",
@@ -309,12 +345,13 @@ func (rc *reconfig) rep(i int) *nsReplica {
 	return rc.c.reps[i]
 }
 
-// indexOf returns the index of the replica with client address addr, or -1.
+// indexOf returns the index of the replica with client address addr (the
+// newest one started there), or -1.
 func (rc *reconfig) indexOf(addr string) int {
 	rc.c.mu.Lock()
 	defer rc.c.mu.Unlock()
-	for i, r := range rc.c.reps {
-		if r.addr == addr {
+	for i := len(rc.c.reps) - 1; i >= 0; i-- {
+		if rc.c.reps[i].addr == addr {
 			return i
 		}
 	}
@@ -734,7 +771,10 @@ func (rc *reconfig) removeMaster() string {
 	if in {
 		where = "a " + ent.Membership
 	}
-	note := fmt.Sprintf("r%d removed; r%d master %v after the call; old master %s", m+1, nv.master+1, d.Round(10*time.Millisecond), where)
+	said := rc.awaitSelfRemoved("removed master says removed", m, asked, removedBound)
+	rc.h.metrics["remove master → it says removed"] = said
+	note := fmt.Sprintf("r%d removed; r%d master %v after the call; old master %s, says removed %v after the call", m+1, nv.master+1,
+		d.Round(10*time.Millisecond), where, said.Round(10*time.Millisecond))
 	// The operator removed it for good: the autopilot must not take it
 	// back while it still runs.
 	watch := reconfigDeadAfter + 3*time.Second
