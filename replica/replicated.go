@@ -63,8 +63,9 @@ type ReplicatedConfig struct {
 	OnBatch func(entries, bytes int, d time.Duration)
 	// OnRole, if set, is told (from the loop, once the input that caused
 	// it has been carried out) when this replica becomes or stops being
-	// the normal primary, with the view; a replica whose disk failed stops
-	// being the primary. It must not block.
+	// the normal primary, with the view, and when the primary moves into a
+	// new view without stopping (DriverConfig.OnRole); a replica whose
+	// disk failed stops being the primary. It must not block.
 	OnRole func(view uint64, primary bool)
 	// OnPause, if set, is told after every input the loop carried out how
 	// long the longest one took (Driver.LongestPause): while it runs,
