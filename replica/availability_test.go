@@ -281,3 +281,53 @@ func TestStaleReplicaJoinsFarView(t *testing.T) {
 		t.Fatalf("replica 5 in view %d, primary in %d", v5, vp)
 	}
 }
+
+// TestHeartbeatCadenceWithLateTicks: with Ticks every half heartbeat
+// interval (Replicated's default), each read up to 5 ms late by a busy
+// loop, the primary still sends a round every interval: no gap between
+// two Commits to a backup reaches one and a half intervals. (A round due
+// exactly one interval after the last one waited for the Tick after a
+// Tick read a hair earlier in its period than the last.)
+func TestHeartbeatCadenceWithLateTicks(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.run(2 * time.Second)
+	p := c.primary()
+	if p == nil {
+		t.Fatal("no primary")
+	}
+	backup := c.ids[0]
+	if backup == p.id {
+		backup = c.ids[1]
+	}
+	hb := int64(vr.DefaultConfig().HeartbeatInterval)
+	tick := hb / 2
+	var sent []int64
+	base := c.now
+	for k := int64(1); k <= 80; k++ {
+		late := (k * 7 % 11) * int64(500*time.Microsecond) // 0 to 5 ms, in no order
+		c.now = base + k*tick + late
+		for _, id := range c.ids {
+			if tn := c.nodes[id]; tn.up {
+				tn.d.Tick()
+				c.settle(tn)
+			}
+		}
+		for _, m := range c.queue {
+			if m.Type == vr.MsgCommit && m.From == p.id && m.To == backup {
+				sent = append(sent, c.now)
+			}
+		}
+		c.deliver()
+	}
+	if len(sent) < 35 {
+		t.Fatalf("%d heartbeats to one backup in %v; want about 40", len(sent), time.Duration(80*tick))
+	}
+	for i := 1; i < len(sent); i++ {
+		if gap := sent[i] - sent[i-1]; gap >= hb+hb/2 {
+			t.Fatalf("heartbeats %d and %d to one backup %v apart; want under %v", i-1, i, time.Duration(gap), time.Duration(hb+hb/2))
+		}
+	}
+	if !p.n().IsPrimary() {
+		t.Fatal("the primary lost its view")
+	}
+}

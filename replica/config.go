@@ -24,7 +24,7 @@ func DefaultDriverConfig() DriverConfig {
 }
 
 // DefaultReplicatedConfig returns the defaults of ReplicatedConfig: Core
-// vr.DefaultConfig(), TickInterval 20 ms, SnapshotEvery DefaultDriverConfig's
+// vr.DefaultConfig(), TickInterval 50 ms, SnapshotEvery DefaultDriverConfig's
 // (50,000), MaxQueue 16,384, MaxProposalBatch 1024, Logger slog.Default().
 // ID, Members and the callbacks have none. StartReplicated gives each zero
 // field (TickInterval, MaxQueue and MaxProposalBatch also when negative)
@@ -32,7 +32,7 @@ func DefaultDriverConfig() DriverConfig {
 func DefaultReplicatedConfig() ReplicatedConfig {
 	return ReplicatedConfig{
 		Core:             vr.DefaultConfig(),
-		TickInterval:     20 * time.Millisecond,
+		TickInterval:     50 * time.Millisecond,
 		SnapshotEvery:    DefaultDriverConfig().SnapshotEvery,
 		MaxQueue:         16384,
 		MaxProposalBatch: 1024,

@@ -71,7 +71,9 @@
 // at a time (vr.Node.ProposeConfig). A learner gets the log and
 // snapshots but counts in nothing; a voter change opens a new epoch,
 // carried in the view number's high bits, and takes effect on a replica
-// only once it knows the change committed. Within an epoch the voters are
+// only once it knows the change committed (the primary that made it, when
+// it stays a voter, then carries on as the new epoch's primary, lease and
+// all, without a view change). Within an epoch the voters are
 // fixed, so what this comment says of views and quorums holds epoch by
 // epoch; replica/vr/reconfig.go argues why two epochs never commit
 // conflicting entries.

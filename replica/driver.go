@@ -33,6 +33,7 @@ type Driver struct {
 
 	pending map[uint64]pendingProposal // log index → the proposal made there
 	primary bool                       // as last reported to OnRole
+	pview   uint64                     // the view of the last report of primary
 	applied uint64
 
 	cur         *vr.Ready // a Ready waiting for its write
@@ -73,7 +74,12 @@ type DriverConfig struct {
 	Logger        *slog.Logger
 	// OnRole, if set, is told when this replica becomes or stops being the
 	// normal primary, with the view, after the input that caused it was
-	// carried out. It must not call back into the driver.
+	// carried out. When the primary moves into a new view without stopping
+	// (a voter change it made carries it into the next epoch: vr's
+	// carryOn) it is told false, then true with the new view, so that a
+	// master, whose epoch follows the view, gives up its duties and takes
+	// them up again as after a failover. It must not call back into the
+	// driver.
 	OnRole func(view uint64, primary bool)
 	// OnFail, if set, is told once when the disk fails; the driver has
 	// then answered every proposal and does nothing more.
@@ -766,21 +772,27 @@ func (d *Driver) fail(err error) {
 }
 
 // reportRole tells OnRole when the replica became or stopped being the
-// normal primary. Proposals in flight when it stops may still commit in
+// normal primary, or moved as the primary into a new view. Proposals in flight when it stops may still commit in
 // the next view: their outcome is unknown.
 func (d *Driver) reportRole() {
 	if d.err != nil {
 		return
 	}
 	p := d.node.IsPrimary()
-	if p == d.primary {
+	if p == d.primary && (!p || d.node.View() == d.pview) {
 		return
 	}
-	d.primary = p
+	moved := p && d.primary // carried on into a new view
+	d.primary, d.pview = p, d.node.View()
 	if !p {
 		d.failPending(ErrUnknownOutcome)
 	}
+	// A primary that carried on has committed its whole log: what it
+	// has pending is answered as it applies.
 	if d.cfg.OnRole != nil {
+		if moved {
+			d.cfg.OnRole(d.node.View(), false)
+		}
 		d.cfg.OnRole(d.node.View(), p)
 	}
 }

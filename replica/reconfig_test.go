@@ -258,3 +258,63 @@ func TestConfigIndex(t *testing.T) {
 		t.Fatalf("removed learner: ConfigIndex %d, last op %d, members %v; want %d, below %d, with itself", i.ConfigIndex, i.LastOp, i.Members, added, removed)
 	}
 }
+
+// TestPromotionKeepsPrimaryAndLease: a voter change the primary makes
+// (it stays a voter) carries it into the new epoch as the primary with no
+// view change: it never stops being the primary, its lease never lapses
+// (it may answer reads throughout), no other replica starts a view
+// change, and it commits in the new epoch at once. The same holds for
+// removing a voter other than the primary.
+func TestPromotionKeepsPrimaryAndLease(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.run(200 * time.Millisecond)
+	c.addJoiner(4)
+	c.reconfigure(members("1", "2", "3", "L4"))
+	c.run(300 * time.Millisecond)
+	for _, next := range []vr.Members{members("1", "2", "3", "4"), members("1", "2", "4")} {
+		p := c.primary()
+		before := map[uint64]uint64{}
+		for _, id := range c.ids {
+			if tn := c.nodes[id]; tn.up {
+				before[id] = tn.n().Stats().ViewChanges
+			}
+		}
+		epoch := p.n().Info().Epoch
+		if _, err := p.d.ProposeConfig(next); err != nil {
+			t.Fatal(err)
+		}
+		for step := 0; ; step++ {
+			if step > 400 {
+				t.Fatalf("configuration %v not in force after 2 s", next)
+			}
+			c.run(5 * time.Millisecond)
+			if !p.n().IsPrimary() {
+				t.Fatalf("replica %d stopped being the primary during the change to %v", p.id, next)
+			}
+			if !p.n().LeaseValid(c.now) {
+				t.Fatalf("the primary's lease lapsed during the change to %v (step %d)", next, step)
+			}
+			if i := p.n().Info(); i.Epoch == epoch+1 && i.PendingConfig == 0 && p.d.Applied() >= i.Commit {
+				break
+			}
+		}
+		if p.n().Stats().CarriedOn == 0 {
+			t.Fatal("the primary did not carry on into the new epoch")
+		}
+		c.propose(fmt.Sprint("after ", next))
+		for _, id := range next.IDs() {
+			if got := c.nodes[id].n().Stats().ViewChanges - before[id]; id != p.id && got != 1 {
+				// A backup enters the new view once, on the primary's StartView.
+				t.Errorf("replica %d moved through %d views in the change; want 1 (following the primary)", id, got)
+			}
+			if got := c.nodes[id].n().Stats().ViewChanges - before[id]; id == p.id && got != 0 {
+				t.Errorf("the primary went through %d view changes; want none", got)
+			}
+		}
+		c.run(200 * time.Millisecond)
+		if q := c.primary(); q != p {
+			t.Fatalf("primary is %v after the change; want %d", q, p.id)
+		}
+	}
+	c.checkAgree()
+}

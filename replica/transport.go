@@ -172,7 +172,7 @@ func (t *PeerTransport) Learn(id uint64, addr string) {
 
 func (t *PeerTransport) addLocked(id uint64, addr string) error {
 	opts, closeConns, err := rpc.ClientOptionsCloser(rpc.ClientConfig{Addrs: []string{addr}, ConnectTimeout: 200 * time.Millisecond, MaxInFlight: 4,
-		MaxPayloadBytes: MaxPeerPayloadBytes, TLS: t.tls})
+		MaxPayloadBytes: MaxPeerPayloadBytes, TLS: t.tls, GoNet: true})
 	if err != nil {
 		return fmt.Errorf("peer %d at %s: %w", id, addr, err)
 	}
@@ -441,6 +441,9 @@ func NewPeerServer(cfg PeerServerConfig) (server.Server, error) {
 		MaxPayloadBytes: MaxPeerPayloadBytes,
 		Logger:          cfg.Logger,
 		TLS:             cfg.TLS,
+		// Not netpoll: its poller costs an idle cell more in Go's sysmon
+		// wakeups than the heartbeats themselves (rpc.ServerConfig.GoNet).
+		GoNet: true,
 	}, func(opts ...server.Option) server.Server { return replica.NewServer(&peerHandler{cfg: cfg}, opts...) })
 }
 

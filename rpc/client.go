@@ -93,6 +93,9 @@ type ClientConfig struct {
 	// TLS, if set, makes the client speak TLS with this configuration, on
 	// Kitex's gonet transport (see tls.go). Build it with package tlsconf.
 	TLS *tls.Config
+	// GoNet, without TLS, makes the client speak plaintext on Kitex's gonet
+	// transport instead of netpoll (see ServerConfig.GoNet for why).
+	GoNet bool
 }
 
 // ClientOptions returns the Kitex client options for cfg, to pass to a
@@ -161,7 +164,7 @@ func clientOptions(cfg ClientConfig) ([]client.Option, ClientConfig, error) {
 		client.WithCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxPayloadBytes)),
 		client.WithPayloadCodec(newGuardedCodec()),
 	}
-	if cfg.TLS != nil {
+	if cfg.TLS != nil || cfg.GoNet {
 		opts = append(opts, tlsClientOptions(cfg.TLS)...)
 	}
 	if cfg.RPCTimeout > 0 {

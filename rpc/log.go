@@ -171,6 +171,25 @@ func trimStdTimestamp(s string) string {
 	return s
 }
 
+// isHangUp reports whether m is Kitex's report of a connection that was
+// closed or reset before it carried a request: the gonet transport
+// (ServerConfig.TLS, ServerConfig.GoNet) reports every failed first read
+// as a "processing error", whereas its handlers, and netpoll, take a
+// caller hanging up for what it is. A replica's liveness check
+// (replica.PeerTransport.CheckPeer) does exactly that to the peer port.
+// Such records are logged at Debug, not Error.
+func isHangUp(m string) bool {
+	if !strings.HasPrefix(m, "KITEX: processing error, ") {
+		return false
+	}
+	for _, s := range []string{"connection reset by peer", "broken pipe", "error=EOF"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return strings.HasSuffix(m, ": EOF")
+}
+
 // slog levels of the klog levels.
 const (
 	levelTrace  = slog.LevelDebug - 4
@@ -204,6 +223,12 @@ func (k *kitexLogger) log(ctx context.Context, lv klog.Level, msg func() string)
 	l := k.logger.Load()
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if lv == klog.LevelError {
+		if m := msg(); isHangUp(m) {
+			level = slog.LevelDebug
+			msg = func() string { return m }
+		}
 	}
 	if int64(level) < k.minimum.Load() || !l.Enabled(ctx, level) {
 		if lv == klog.LevelFatal {

@@ -149,6 +149,17 @@ func TestKitexLogger(t *testing.T) {
 		t.Errorf("%d of 100 repeats written; want %d", got, logBurst)
 	}
 
+	// gonet's report of a caller that hung up before its first request
+	// (a replica's liveness check) is no error.
+	buf.Reset()
+	k.SetLevel(klog.LevelTrace)
+	k.CtxErrorf(context.Background(), "KITEX: processing error, remoteAddr=%v, error=%s", "127.0.0.1:5", "read tcp 127.0.0.1:1->127.0.0.1:5: read: connection reset by peer")
+	k.CtxErrorf(context.Background(), "KITEX: processing error, remoteAddr=%v, error=%s", "127.0.0.1:6", "EOF")
+	k.Errorf("KITEX: processing error, remoteAddr=%v, error=%s", "127.0.0.1:7", "bad frame")
+	if out := buf.String(); strings.Count(out, "level=DEBUG") != 2 || strings.Count(out, "level=ERROR") != 1 || !strings.Contains(out, "bad frame") {
+		t.Errorf("hang-ups and a real processing error logged as %q; want the hang-ups at DEBUG, the other at ERROR", out)
+	}
+
 	var out bytes.Buffer
 	k.SetOutput(&out)
 	k.Warn("to the new output")

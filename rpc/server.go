@@ -101,6 +101,16 @@ type ServerConfig struct {
 	// certificate with [Caller]. Build it with package tlsconf. Listener
 	// may then be any net.Listener.
 	TLS *tls.Config
+	// GoNet, without TLS, serves plaintext on Kitex's gonet transport (as a
+	// TLS server does, with the same listener-side limits; see tls.go)
+	// instead of netpoll. netpoll's poller waits for its connections in a
+	// blocking epoll_wait that holds a P in a syscall, and every such wait
+	// keeps Go's sysmon thread polling every 20 µs–10 ms until it takes
+	// the P back: a server woken a few times a second costs more in sysmon
+	// wakeups than in serving (the replica peer port at idle). gonet waits
+	// in the runtime's own netpoller. What is lost: handler contexts are
+	// not cancelled when the caller hangs up (see tls.go).
+	GoNet bool
 }
 
 // ServerOptions returns the Kitex server options for cfg, to pass to a
@@ -109,7 +119,8 @@ type ServerConfig struct {
 //
 //   - listens on cfg.Listen or serves cfg.Listener, on Kitex's netpoll
 //     transport with a listener whose Stop closes only the server's own
-//     descriptors;
+//     descriptors (on TLS or GoNet: on Kitex's gonet transport, see
+//     tls.go);
 //   - caps connections (Kitex's limiter; on TLS the listener's, see
 //     tlsListener) and the connections of each remote address (the
 //     listener's), and, if asked, calls per second (Kitex's limiter),
@@ -189,7 +200,7 @@ func serverOptions(cfg ServerConfig) ([]server.Option, *lifecycle, error) {
 	lc := newLifecycle()
 	var opts []server.Option
 	var tl *tlsListener
-	if cfg.TLS != nil {
+	if cfg.TLS != nil || cfg.GoNet {
 		if opts, tl, err = tlsServerOptions(cfg, cfg.TLS, guard, lc); err != nil {
 			return nil, nil, err
 		}

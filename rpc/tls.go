@@ -123,7 +123,11 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 			refuse(c)
 			continue
 		}
-		ta := &tlsAccepted{Conn: tls.Server(c, l.cfg), l: l}
+		ta := &tlsAccepted{Conn: c, l: l}
+		if l.cfg != nil {
+			ta.tls = tls.Server(c, l.cfg)
+			ta.Conn = ta.tls
+		}
 		ta.track = l.guard.newTracked(ta.Close)
 		ta.track.start()
 		l.mu.Lock()
@@ -148,10 +152,11 @@ func refuse(c net.Conn) {
 // slots. Its idle timer closes it from another goroutine; gonet closes it
 // too when it is done with it.
 type tlsAccepted struct {
-	*tls.Conn
-	l      *tlsListener
-	track  *trackedConn
-	closed atomic.Bool
+	net.Conn           // tls, or the accepted connection itself on plain gonet
+	tls      *tls.Conn // nil on plain gonet (ServerConfig.GoNet)
+	l        *tlsListener
+	track    *trackedConn
+	closed   atomic.Bool
 }
 
 func (c *tlsAccepted) Close() error {
@@ -184,17 +189,21 @@ func (l *tlsListener) handshake(ctx context.Context, conn net.Conn) (CallerInfo,
 	if ta == nil {
 		return CallerInfo{}, nil, fmt.Errorf("rpc: connection from %s is not one this listener accepted", conn.RemoteAddr())
 	}
+	if ta.tls == nil {
+		return CallerInfo{}, ta.track, nil // plain gonet: no handshake
+	}
 	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
-	if err := ta.HandshakeContext(hctx); err != nil {
+	if err := ta.tls.HandshakeContext(hctx); err != nil {
 		// The address goes last: the log limiter tells repeats apart by
 		// their first bytes, so a flood of one refusal is one message.
 		return CallerInfo{}, ta.track, fmt.Errorf("rpc: TLS handshake refused: %w (from %s)", err, conn.RemoteAddr())
 	}
-	return CallerInfo{TLS: true, Principal: tlsconf.Principal(ta.ConnectionState())}, ta.track, nil
+	return CallerInfo{TLS: true, Principal: tlsconf.Principal(ta.tls.ConnectionState())}, ta.track, nil
 }
 
-// tlsClientOptions are the options of a client on TLS.
+// tlsClientOptions are the options of a client on TLS, or on plain gonet
+// when tc is nil (ClientConfig.GoNet).
 func tlsClientOptions(tc *tls.Config) []client.Option {
 	return []client.Option{
 		client.WithTransHandlerFactory(gonet.NewCliTransHandlerFactory()),
@@ -202,7 +211,8 @@ func tlsClientOptions(tc *tls.Config) []client.Option {
 	}
 }
 
-// tlsDialer dials TLS connections for Kitex's gonet client.
+// tlsDialer dials TLS connections for Kitex's gonet client (plain TCP
+// when cfg is nil).
 type tlsDialer struct{ cfg *tls.Config }
 
 var _ remote.Dialer = (*tlsDialer)(nil)
@@ -210,8 +220,13 @@ var _ remote.Dialer = (*tlsDialer)(nil)
 func (d *tlsDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	td := &tls.Dialer{NetDialer: &net.Dialer{}, Config: d.cfg}
-	c, err := td.DialContext(ctx, network, address)
+	var c net.Conn
+	var err error
+	if d.cfg == nil {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, address)
+	} else {
+		c, err = (&tls.Dialer{NetDialer: &net.Dialer{}, Config: d.cfg}).DialContext(ctx, network, address)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -93,8 +93,8 @@
 // multiplier 4, gossip every 200 ms) see a crashed member dead after 5 to
 // 6 s. The defaults here, tuned for one LAN, are a probe every 200 ms
 // with a 100 ms timeout, SuspicionMult 2 (a member suspected for 400 ms
-// in a cell of up to ten) and gossip every 50 ms: a crash is seen in
-// about 0.75 s. Joins are retried after 250 ms, doubling to 5 s, until
+// in a cell of up to ten) and gossip every 200 ms: a crash is seen in
+// about a second. Joins are retried after 250 ms, doubling to 5 s, until
 // another member is known, then repeated every 30 s so that members that
 // lost each other meet again. memberlist's logs go to the Config's
 // slog.Logger at their own levels, with component=memberlist.

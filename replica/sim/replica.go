@@ -199,6 +199,7 @@ func (r *replica) crash(why string) {
 	}
 	st := r.d.Node().Stats()
 	r.stats.ViewChanges += st.ViewChanges
+	r.stats.CarriedOn += st.CarriedOn
 	r.stats.SnapshotsInstalled += st.SnapshotsInstalled
 	r.m.crashed()
 	r.up, r.paused = false, false

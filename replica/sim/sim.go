@@ -168,6 +168,7 @@ type Result struct {
 	CachedReads int
 	Entries     uint64
 	ViewChanges uint64
+	CarriedOn   uint64 // epochs a primary entered without a view change
 	Crashes     int
 	DiskFails   int
 	Pauses      int
@@ -298,10 +299,12 @@ func (w *world) result() Result {
 	}
 	for _, r := range w.replicas {
 		w.res.ViewChanges += r.stats.ViewChanges
+		w.res.CarriedOn += r.stats.CarriedOn
 		w.res.Snapshots += r.stats.SnapshotsInstalled
 		if r.up {
 			st := r.d.Node().Stats()
 			w.res.ViewChanges += st.ViewChanges
+			w.res.CarriedOn += st.CarriedOn
 			w.res.Snapshots += st.SnapshotsInstalled
 		}
 	}

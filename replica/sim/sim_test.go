@@ -89,8 +89,8 @@ func TestSim(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d seeds [%d, %d) in %v: %d client ops (%d cached reads, %d ambiguous), %d view changes, %d crashes, %d disk failures, %d pauses, %d snapshot installs, %d sessions (%d expired, %d jeopardies), %d lock beliefs, %d timestamps calls (%d timestamps), slowest settle %v; failed: %v",
-		n, *flagBase, end, time.Since(start).Round(time.Millisecond), sum.Ops, sum.CachedReads, sum.Ambiguous, sum.ViewChanges,
+	t.Logf("%d seeds [%d, %d) in %v: %d client ops (%d cached reads, %d ambiguous), %d view changes (%d epochs carried on by their primary), %d crashes, %d disk failures, %d pauses, %d snapshot installs, %d sessions (%d expired, %d jeopardies), %d lock beliefs, %d timestamps calls (%d timestamps), slowest settle %v; failed: %v",
+		n, *flagBase, end, time.Since(start).Round(time.Millisecond), sum.Ops, sum.CachedReads, sum.Ambiguous, sum.ViewChanges, sum.CarriedOn,
 		sum.Crashes, sum.DiskFails, sum.Pauses, sum.Snapshots, sum.Sessions, sum.Expired, sum.Jeopardy, sum.Beliefs, sum.TsCalls, sum.Timestamps, maxSettle, failed)
 }
 
@@ -100,6 +100,7 @@ func (s *Result) add(r Result) {
 	s.CachedReads += r.CachedReads
 	s.Ambiguous += r.Ambiguous
 	s.ViewChanges += r.ViewChanges
+	s.CarriedOn += r.CarriedOn
 	s.Crashes += r.Crashes
 	s.DiskFails += r.DiskFails
 	s.Pauses += r.Pauses

@@ -61,8 +61,13 @@ type Config struct {
 	Join bool
 
 	// HeartbeatInterval is how often the primary sends Commit (heartbeat
-	// and lease round) and retransmits. Default 100 ms. It is also the
-	// most one Tick counts towards a silence (see ViewChangeTimeout).
+	// and lease round) and retransmits. Default 100 ms. A round is due
+	// from three quarters of an interval after the last one on, at the
+	// next Tick: with Ticks every half interval (replica.Replicated's
+	// default) that is one round every interval, even when the Ticks are
+	// read a little late; with finer Ticks, a little more often. It is
+	// also the most one Tick counts towards a silence (see
+	// ViewChangeTimeout).
 	HeartbeatInterval time.Duration
 	// ViewChangeTimeout is how long a backup waits without hearing from
 	// the primary before it probes for a view change, and how long past

@@ -8,9 +8,11 @@ import (
 )
 
 // Configuration is the membership in force: its voters and learners
-// (Members, with Member.Learner), the epoch it belongs to, and the replica
-// that proposed it (Proposer, 0 for a cell's first configuration), which
-// is the first primary of its epoch when it is a voter of it.
+// (Members, with Member.Learner), the epoch it belongs to, and the first
+// primary of its epoch when that is a voter of it (Proposer, 0 for a
+// cell's first configuration): the replica that proposed it, or, when
+// that primary left the voters with it, the voter it named as its
+// successor (Node.successor).
 //
 // A configuration entry whose voters equal those of the configuration in
 // force keeps the epoch (adding, removing or re-addressing a learner, or

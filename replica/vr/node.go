@@ -87,7 +87,12 @@ type Node struct {
 	stranded map[uint64]int64
 
 	// Primary state.
-	primarySince     int64 // when this node became the normal primary (live time)
+	primarySince int64 // when this node became the normal primary (live time)
+	// carried is the end (node clock) of the lease the previous epoch's
+	// voters granted, kept in view carriedView, the first view of the
+	// epoch this primary carried on into (carryOn).
+	carried          int64
+	carriedView      uint64
 	prs              map[uint64]*progress
 	stamp            uint64           // lease round
 	stampAt          [stampRing]int64 // when each round began (now)
@@ -139,6 +144,7 @@ type Stats struct {
 	Dropped            uint64 // messages refused as malformed or impossible
 	ViewChanges        uint64 // views entered through a view change
 	BecamePrimary      uint64
+	CarriedOn          uint64 // new epochs entered as their primary without a view change (carryOn)
 	SnapshotsSent      uint64
 	SnapshotsInstalled uint64
 	Probes             uint64
@@ -637,10 +643,12 @@ func (n *Node) PrimaryHint() (id uint64, ok bool) {
 // LeaseValid reports whether this node is the normal primary and holds a
 // master lease at time now: a quorum (itself included) acknowledged a
 // heartbeat round it started less than LeaseDuration·(1−MaxClockDrift)
-// ago. While it holds, no other replica can complete a view change.
+// ago, or, in the first view of an epoch it carried on into, the lease of
+// the previous epoch has not ended (reconfig.go, "The primary carries
+// on"). While it holds, no other replica can complete a view change.
 func (n *Node) LeaseValid(now int64) bool {
-	start, ok := n.leaseStart()
-	return ok && max(now, n.now) < start+n.leaseHold
+	end, ok := n.leaseEnd()
+	return ok && max(now, n.now) < end
 }
 
 // CanServeReads reports whether the application may answer reads from its

@@ -35,7 +35,13 @@ func (n *Node) heartbeat() {
 	n.stampAt[n.stamp%stampRing] = n.now
 	n.stampLive[n.stamp%stampRing] = n.live
 	n.promiseEnd = max(n.promiseEnd, n.now+n.leaseWait) // we count in the lease quorum too
-	n.nextHeartbeat = n.now + n.hb
+	// The next round is due from three quarters of an interval on: ticks
+	// come every fraction of an interval (replica.Replicated's every half),
+	// each read a little late by a busy loop, and a tick read a hair
+	// earlier after its period than the one that sent this round would
+	// otherwise wait for the tick after it, stretching the gap to one and
+	// a half intervals — a third of the lease's margin.
+	n.nextHeartbeat = n.now + n.hb - n.hb/4
 	for _, id := range n.peers {
 		pr := n.prs[id]
 		// No progress for a whole interval with Prepares outstanding: they

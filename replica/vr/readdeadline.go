@@ -8,9 +8,24 @@ package vr
 // goroutines can check a read against their own reading of the same clock
 // without going through the node.
 func (n *Node) ReadsAllowedUntil() (int64, bool) {
-	start, ok := n.leaseStart()
+	end, ok := n.leaseEnd()
 	if !ok || n.commit < n.startOp || n.applied < n.startOp {
 		return 0, false
 	}
-	return start + n.leaseHold, true
+	return end, true
+}
+
+// leaseEnd returns when the primary's lease ends on its clock: the newest
+// round a quorum acknowledged plus LeaseDuration·(1−MaxClockDrift), or,
+// in the first view of an epoch it carried on into (carryOn), the end of
+// the lease the previous epoch's voters granted, whichever is later.
+func (n *Node) leaseEnd() (int64, bool) {
+	end, ok := int64(0), false
+	if start, got := n.leaseStart(); got {
+		end, ok = start+n.leaseHold, true
+	}
+	if n.isPrimary() && n.view == n.carriedView && n.carried > end {
+		end, ok = n.carried, true
+	}
+	return end, ok
 }

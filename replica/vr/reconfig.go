@@ -36,12 +36,17 @@ import (
 //     its first view from. It takes effect on a replica only once the
 //     replica knows k committed. Then the
 //     replica moves to the first view of the new epoch — a voter by a view
-//     change to it, anyone else by waiting in it for that view's primary.
+//     change to it, anyone else by waiting in it for that view's primary —,
+//     except the primary that made the change when it stays a voter: it
+//     carries on as the normal primary of that view, with no view change
+//     (below, "The primary carries on").
 //
 // Views carry their epoch in their high bits (epochOf). The first view of
 // epoch e is e<<32 plus the offset that makes its primary the replica
 // that proposed the change (when it is still a voter), so that the usual
-// case keeps its primary. Every replica computes the same first view from
+// case keeps its primary; a primary that removes itself names instead the
+// voter that has acknowledged the most of its log (Node.successor), the
+// likeliest to hold k. Every replica computes the same first view from
 // the same entry.
 //
 // A replica whose configuration is older than its view's epoch (it
@@ -93,13 +98,50 @@ import (
 //     in it: DoViewChange waits for them as always. Any majority of the
 //     new voters shares a voter with any majority of the old ones (they
 //     differ by one), so the first view of epoch e+1 cannot form before
-//     the old lease ends.
+//     the old lease ends — unless its primary is the old lease's holder,
+//     which then carries on with it (below).
 //
 //  5. Persistence. A replica acts on a configuration only through
 //     messages, which leave after the Ready that persists the entry (and
 //     the view that follows from it). A restarted replica rebuilds the
 //     configuration from its snapshot and log with its persisted commit
 //     number, so it holds exactly the configuration it acted on before.
+//
+// # The primary carries on
+//
+// The primary p of view v (epoch e) that commits its own voter change k
+// and is a voter of epoch e+1, hence the primary of its first view f,
+// does not change views to f: in the step that tells it k committed, it
+// becomes the normal primary of f with its log (which ends at k, all
+// committed) as the start log — f persisted as a normal view before any
+// message of f leaves — and sends StartView to the members of e+1. The
+// StartView carries commit k, so a replica that held k pending learns
+// from it that k committed; every member follows f as it follows any new
+// primary (one that asked for f by StartViewChange meanwhile gets the
+// StartView again). p keeps the lease epoch e's voters granted it in v
+// until that lease ends, and takes a lease in f as usual meanwhile
+// (Node.leaseEnd). So a promotion, or the removal of another voter, costs
+// the cell no view change and no lease wait. That is safe:
+//
+//   - The view change it skips could only pick p's log: no entry of epoch
+//     e follows k (2.), k and everything before it are committed, so every
+//     later view's log extends p's; and f's primary is p, so f has no
+//     other start log.
+//   - The lease p keeps was granted by a majority Q of epoch e's voters (p
+//     included), whose promises hold across the epoch change (4.). Any
+//     other view — a later one of epoch e, or one of epoch e+1 after f —
+//     forms only with DoViewChange from a majority of its epoch's voters,
+//     and with one voter changed every majority of e+1's voters meets
+//     every majority of e's: that view waits out Q's promise, so p's kept
+//     lease ends first (if the replica they share is p itself, p has left
+//     f before it sends a DoViewChange). The kept lease ends exactly when
+//     it would have in v, and p serves under it only while it is the
+//     normal primary of f.
+//
+// A primary that removed itself, or whose lease had lapsed, goes through
+// the view change as before. The master on top of the log (package cell)
+// hears of f as of a failover (DriverConfig.OnRole) and takes it up at
+// once: the log can serve reads as soon as f's primary has applied k.
 //
 // This is the epoch scheme of VR Revisited's reconfiguration section with
 // the epoch folded into the view number, and with learners so that a new
@@ -132,8 +174,9 @@ const (
 // EpochOf returns the epoch a view number belongs to.
 func EpochOf(view uint64) uint64 { return epochOf(view) }
 
-// firstView is the first view of c's epoch: its primary is c.Proposer when
-// that is a voter of c, else c's first voter.
+// firstView is the first view of c's epoch: its primary is c.Proposer (the
+// proposer, or the successor it named) when that is a voter of c, else
+// c's first voter.
 func firstView(c Configuration) uint64 {
 	voters := c.Members.Voters()
 	n := uint64(len(voters))
@@ -232,7 +275,7 @@ func (n *Node) ProposeConfig(next Members, retire ...uint64) (uint64, error) {
 	i := n.log.lastIndex() + 1
 	c.OpenIndex, c.OpenView = n.conf.OpenIndex, n.conf.OpenView
 	if kind == ChangeVoters {
-		c.Epoch, c.Proposer, c.OpenIndex, c.OpenView = c.Epoch+1, n.id, i, n.view
+		c.Epoch, c.Proposer, c.OpenIndex, c.OpenView = c.Epoch+1, n.successor(next), i, n.view
 		if c.Epoch >= maxEpoch {
 			return 0, ErrBadConfigChange
 		}
@@ -248,6 +291,32 @@ func (n *Node) ProposeConfig(next Members, retire ...uint64) (uint64, error) {
 	n.settle()
 	n.checkInvariants()
 	return i, nil
+}
+
+// successor names the first primary of the epoch a voter change opens
+// (Configuration.Proposer): this primary when it stays a voter, else the
+// voter of next that has acknowledged the most of the log, as a normal
+// backup of this view (the lowest id among equals; next's first voter
+// when none has). The first primary of an epoch must hold the entry that
+// opened it before the epoch can start; one that was cut off when the
+// change was made is the likeliest to lack it, and would hold up the new
+// epoch until the others move on to its next view, two view-change
+// timeouts later.
+func (n *Node) successor(next Members) uint64 {
+	if next.IsVoter(n.id) {
+		return n.id
+	}
+	best, bestMatch := uint64(0), uint64(0)
+	for _, id := range next.Voters() {
+		pr := n.prs[id]
+		if pr == nil || !pr.normal {
+			continue
+		}
+		if best == 0 || pr.match > bestMatch {
+			best, bestMatch = id, pr.match
+		}
+	}
+	return best
 }
 
 // appendEntry appends e to the log, noting a configuration entry.
@@ -305,9 +374,47 @@ func (n *Node) settle() {
 	if !n.confDirty && (n.pending.index == 0 || n.commit < n.pending.index) {
 		return
 	}
+	// The lease as the epoch's voters granted it, before the voters
+	// change under it (carryOn).
+	wasPrimary := n.isPrimary()
+	lease, leased := n.leaseEnd()
 	n.loadConfig()
 	if len(n.voters) > 0 && epochOf(n.view) < n.conf.Epoch {
+		if wasPrimary && leased && n.mayCarryOn() {
+			n.carryOn(lease)
+			return
+		}
 		n.enterEpoch()
+	}
+}
+
+// mayCarryOn reports whether this replica, the normal primary of the
+// epoch that just closed, may become the normal primary of the new
+// epoch's first view without a view change (carryOn): it is the primary
+// of that view (it proposed the change and stays a voter), and its whole
+// log, which ends with the closing entry, is committed.
+func (n *Node) mayCarryOn() bool {
+	return n.conf.Members.IsVoter(n.id) && n.primaryOf(firstView(n.conf)) == n.id &&
+		n.commit == n.log.lastIndex() && n.conf.OpenIndex == n.log.lastIndex()
+}
+
+// carryOn moves the primary of the closing epoch straight into the first
+// view of the new one as its normal primary, keeping its lease of the old
+// epoch until it ends: no view change, no lease wait. See "The primary
+// carries on" above for why that is safe. The others learn the epoch from
+// its StartView, which names the closing entry committed.
+func (n *Node) carryOn(lease int64) {
+	first := firstView(n.conf)
+	n.event("vr: carrying on as primary into a new epoch", "epoch", n.conf.Epoch, "first_view", first)
+	n.forgetOlderViews(first)
+	n.view = first
+	n.primaryGone = false
+	n.clearViewChange()
+	n.becomePrimaryState()
+	n.carried, n.carriedView = lease, first
+	n.stats.CarriedOn++
+	for _, id := range n.peers {
+		n.sendStartView(id)
 	}
 }
 
