@@ -527,11 +527,11 @@ func lkCounter(t *testing.T, s *client.Session, path string) int {
 }
 
 // TestMutexKillHolder: a holder killed with SIGKILL keeps the mutex until
-// its session expires (a 2 s lease) and then for its lock-delay (1 s
+// its session expires (a 5 s lease) and then for its lock-delay (1 s
 // here); the waiter gets it then, with a new lock generation, and the dead
 // holder's sequencer is no longer valid.
 func TestMutexKillHolder(t *testing.T) {
-	const lease, delay = 2 * time.Second, time.Second
+	const lease, delay = 5 * time.Second, time.Second
 	addr := lkCell(t, lease)
 	ctx := lkCtx(t, 60*time.Second)
 	c := startChild(t, "lk-hold", addr, "mutex", "/kill/m", strconv.Itoa(int(delay/time.Millisecond)))
@@ -576,7 +576,7 @@ func TestMutexKillHolder(t *testing.T) {
 // TestMutexDefaultLockDelay: without LockOptions the cell's default
 // lock-delay (15 s) applies once a killed holder's session has expired.
 func TestMutexDefaultLockDelay(t *testing.T) {
-	addr := lkCell(t, 2*time.Second)
+	addr := lkCell(t, 5*time.Second)
 	ctx := lkCtx(t, 60*time.Second)
 	c := startChild(t, "lk-hold", addr, "mutex", "/delay/m") // no lock-delay given: the default
 	lkHolding(c)

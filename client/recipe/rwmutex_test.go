@@ -205,7 +205,7 @@ func TestRWMutexExclusion(t *testing.T) {
 // holding, nobody new is granted (not even a reader), and the waiting
 // writer gets the lock when the last reader leaves and the delay is over.
 func TestRWMutexKillReader(t *testing.T) {
-	const lease, delay = 2 * time.Second, 3 * time.Second
+	const lease, delay = 5 * time.Second, 3 * time.Second
 	addr := lkCell(t, lease)
 	ctx := lkCtx(t, 60*time.Second)
 	const path = "/rw/kill"

@@ -95,7 +95,11 @@ func TestSemaphoreBasic(t *testing.T) {
 // hold all N.
 func TestSemaphoreBound(t *testing.T) {
 	const n, workers = 3, 8
-	const lease, delay = 2 * time.Second, 500 * time.Millisecond
+	// The lease is no shorter than 5 s: a parked KeepAlive is answered a
+	// quarter of a lease before the lease ends, and that quarter must
+	// outlast the scheduling delays of a loaded machine (with 2 s, eight
+	// workers' sessions expired under -race beside a CPU hog).
+	const lease, delay = 5 * time.Second, 500 * time.Millisecond
 	addr := lkCell(t, lease)
 	ctx := lkCtx(t, 120*time.Second)
 	const dir = "/sem/bound"
@@ -218,7 +222,7 @@ func TestSemaphoreFIFO(t *testing.T) {
 // head of the queue) frees it when its session expires, with no
 // lock-delay, and the next waiter goes on.
 func TestSemaphoreKillWaiter(t *testing.T) {
-	const lease = 2 * time.Second
+	const lease = 5 * time.Second
 	addr := lkCell(t, lease)
 	ctx := lkCtx(t, 60*time.Second)
 	obs := lkSession(t, addr)
