@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,11 @@ func TestGoNetConnectionLimit(t *testing.T) {
 		conns = append(conns, c)
 	}
 	c, err := net.Dial("tcp", addr)
+	if errors.Is(err, syscall.ECONNRESET) {
+		// Refused so fast that the reset reached the dial (a loaded
+		// machine scheduled the dialer late): closed by the server too.
+		return
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
