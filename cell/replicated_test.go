@@ -171,6 +171,16 @@ func BenchmarkCommittedWrites(b *testing.B) {
 	}
 }
 
+// other returns a replica of the cell other than s.
+func (mc *multiCell) other(s *Server) *Server {
+	for _, o := range mc.servers {
+		if o != s {
+			return o
+		}
+	}
+	return nil
+}
+
 // TestNoMasterAnswersAreHeld: a client that cannot reach the master asks
 // the others GetMaster naming it unreachable; a replica that still believes
 // in it, or knows no master (a view change is under way), holds the answer
@@ -182,13 +192,7 @@ func BenchmarkCommittedWrites(b *testing.B) {
 func TestNoMasterAnswersAreHeld(t *testing.T) {
 	mc := startMultiCell(t, 3, Config{})
 	old := mc.master()
-	var backup *Server
-	for _, s := range mc.servers {
-		if s != old {
-			backup = s
-			break
-		}
-	}
+	backup := mc.other(old)
 	cli := newRawClient(t, backup.Addr())
 	old.Stop()
 	gone := old.Addr()
@@ -222,13 +226,7 @@ func TestNoMasterAnswersAreHeld(t *testing.T) {
 func TestMasterWatchHeldUntilTheMasterMoves(t *testing.T) {
 	mc := startMultiCell(t, 3, Config{})
 	old := mc.master()
-	var backup *Server
-	for _, s := range mc.servers {
-		if s != old {
-			backup = s
-			break
-		}
-	}
+	backup := mc.other(old)
 	cli := newRawClient(t, backup.Addr())
 	cur := old.Addr()
 	wait := int64(chubby.MAX_GET_MASTER_WAIT_MS)

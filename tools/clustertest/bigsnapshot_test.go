@@ -126,13 +126,16 @@ func metric(addr, name string) (float64, error) {
 }
 
 // vmHWM is a process's peak resident memory, KiB.
-func vmHWM(t *testing.T, pid int) int {
+func vmHWM(t *testing.T, pid int) int { return procStatusKB(t, pid, "VmHWM") }
+
+// procStatusKB reads a "Key:   N kB" line of /proc/PID/status (0 if absent).
+func procStatusKB(t *testing.T, pid int, key string) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
 			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
 			return n
 		}

@@ -118,16 +118,4 @@ func procCPU(t *testing.T, pid int) float64 {
 }
 
 // vmRSS is the process's resident set in KiB.
-func vmRSS(t *testing.T, pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n
-		}
-	}
-	return 0
-}
+func vmRSS(t *testing.T, pid int) int { return procStatusKB(t, pid, "VmRSS") }
