@@ -95,9 +95,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
+	}
+	// A usage error points at the help of the command that was misused
+	// (cobra returns the deepest command it found, root for an unknown one).
+	helpHint := "Run 'chubbyfs --help' for usage."
+	if cmd != nil && cmd != root {
+		helpHint = "Run '" + cmd.CommandPath() + " --help' for usage."
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
@@ -105,13 +111,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			fmt.Fprintf(stderr, "chubbyfs: %s\n", ee.msg)
 		}
 		if ee.code == exitUsage {
-			fmt.Fprintln(stderr, "Run 'chubbyfs --help' for usage.")
+			fmt.Fprintln(stderr, helpHint)
 		}
 		return ee.code
 	}
 	// Anything else comes from cobra itself: unknown command or flag,
 	// wrong number of arguments.
-	fmt.Fprintf(stderr, "chubbyfs: %v\nRun 'chubbyfs --help' for usage.\n", err)
+	fmt.Fprintf(stderr, "chubbyfs: %v\n%s\n", err, helpHint)
 	return exitUsage
 }
 

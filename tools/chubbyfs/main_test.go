@@ -389,3 +389,22 @@ func exitStatusOf(t *testing.T, script string) int {
 	}
 	return code
 }
+
+// TestUsageErrorNamesSubcommandHelp: a usage error points at the help of
+// the command that was misused, not only at the top-level help.
+func TestUsageErrorNamesSubcommandHelp(t *testing.T) {
+	dead := celltest.FreeAddr(t) // never contacted
+	for _, tc := range []struct {
+		args []string
+		help string
+	}{
+		{[]string{"lock", "/x"}, "Run 'chubbyfs lock --help'"},
+		{[]string{"ls", "-x", "/"}, "Run 'chubbyfs ls --help'"},
+		{[]string{"counter", "next"}, "Run 'chubbyfs counter next --help'"},
+		{[]string{"members", "remove", "abc"}, "Run 'chubbyfs members remove --help'"},
+		{[]string{"frob"}, "Run 'chubbyfs --help'"},
+	} {
+		r := chubbyfs(t, nil, "", append([]string{"--cell", dead}, tc.args...)...)
+		want(t, r, exitUsage, "", tc.help)
+	}
+}
