@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -112,7 +113,17 @@ func lkCell(t *testing.T, lease time.Duration) string {
 	if testing.Short() {
 		t.Skip("end-to-end test: starts a cell (skipped with -short)")
 	}
-	return celltest.Start(t, celltest.Options{Lease: lease}).Addr
+	return celltest.Start(t, celltest.Options{Lease: lease, Logger: lkLogger("cell")}).Addr
+}
+
+// lkLogger is a debug logger to stderr when CHUBBY_TEST_DEBUG is set (to
+// trace sessions and KeepAlives in a failing run), nil otherwise.
+func lkLogger(who string) *slog.Logger {
+	if os.Getenv("CHUBBY_TEST_DEBUG") == "" {
+		return nil
+	}
+	h := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
+	return slog.New(h).With("who", who)
 }
 
 // lkReplicas starts a three-replica cell.
@@ -128,7 +139,7 @@ func lkReplicas(t *testing.T, lease time.Duration) *celltest.Replicas {
 // test ends) on the cell at addrs.
 func lkSession(t testing.TB, addrs ...string) *client.Session {
 	t.Helper()
-	c, err := client.Connect(context.Background(), client.Config{Addrs: addrs, ClientName: t.Name()})
+	c, err := client.Connect(context.Background(), client.Config{Addrs: addrs, ClientName: t.Name(), Logger: lkLogger("client")})
 	if err != nil {
 		t.Fatal(err)
 	}
