@@ -95,13 +95,18 @@ func (l *leases) armLocked() {
 	l.timer = time.AfterFunc(time.Duration(max(next-l.now(), 0)), l.fire)
 }
 
-// fire ends the sessions whose lease is over and re-arms.
+// fire ends the sessions whose lease is over, answers at once the
+// KeepAlives parked on those it spares (master.Leases.Due: a timer that
+// fires late says this process was starved, not that its clients went),
+// and re-arms.
 func (l *leases) fire() {
 	l.mu.Lock()
-	due := l.t.Due(l.now())
+	now := l.now()
+	due, wake := l.t.Due(now, max(now-l.timerAt, 0))
 	l.timer, l.timerAt = nil, 0
 	l.armLocked()
 	l.mu.Unlock()
+	resolve(wake)
 	for _, id := range due {
 		l.expire(id)
 	}

@@ -63,6 +63,14 @@
 // steps down (vr), so its clients go looking for the new master and, cut
 // off from it, fall into jeopardy within one lease.
 //
+// Ending a session later than E is always safe, and a master whose
+// process was starved ends late on purpose (Leases.Due): it does not end a
+// session whose client has a KeepAlive parked (it answers it instead), and
+// after a late look it waits up to the lateness (at most a lease past E)
+// for KeepAlives that arrived while it was not running. The client was
+// not at fault; the master's own stall would otherwise end every session
+// at once.
+//
 // Clock jumps (a wall clock set back or forward) do not matter: every time
 // here is monotonic. Lock-delay is measured on the times stamped into
 // commands (fs's clock), a second line of defence (the first is that the

@@ -206,7 +206,7 @@ func (l *Leases) reset() {
 
 func (l *Leases) put(id chubby.SessionID, ls *sessionLease) {
 	l.sessions[id] = ls
-	heap.Push(&l.expiry, expiryItem{end: ls.end, id: id})
+	heap.Push(&l.expiry, expiryItem{at: ls.end, end: ls.end, id: id})
 }
 
 // Open reports whether the table serves (between Start and Stop).
@@ -296,7 +296,7 @@ func (l *Leases) Answer(c *Call, now, until Time, nowMs int64) ([]*chubby.LeaseG
 		}
 		if end := now + int64(l.cfg.Lease); end > ls.end {
 			ls.end = end
-			heap.Push(&l.expiry, expiryItem{end: end, id: id})
+			heap.Push(&l.expiry, expiryItem{at: end, end: end, id: id})
 		}
 		g := &chubby.LeaseGrant{Session: id, LeaseMs: l.cfg.ClientLease(time.Duration(ls.end - c.arrived)).Milliseconds()}
 		if !ls.greeted && slices.Contains(c.greet, id) {
@@ -329,31 +329,71 @@ func (l *Leases) unpark(c *Call) {
 
 // Due returns the sessions whose lease has ended at now, marked ending:
 // the caller proposes their EndSession (expired) and reports Ended once it
-// applied, or Unmark if it could not be committed.
-func (l *Leases) Due(now Time) []chubby.SessionID {
+// applied, or Unmark if it could not be committed. lag is how late the
+// caller looks (now minus the time NextDue gave; 0 when unknown).
+//
+// A master that was not running when a lease ended (its process starved
+// of CPU, paused, swapped out) must not blame the client for its own
+// lateness. So Due ends no session of which it cannot tell that the
+// client failed its part:
+//
+//   - A session with a KeepAlive parked is not ended: its client asked
+//     in time, and only the master's lateness kept the answer back. The
+//     calls parked on it are returned in wake (answer them now: Answer
+//     extends the session if the master lease is held); the session is
+//     looked at again after Margin/4, and ended then if no answer
+//     extended it (the call was abandoned: its caller went, or the master
+//     lease did not come back).
+//   - After a late look (lag above Margin/8), a session with nothing
+//     parked is looked at again after min(lag, Margin) instead of ended:
+//     a KeepAlive that arrived while the master was not running waits
+//     unread in a socket, and the master reads it in that time. This
+//     defers an end by at most a lease past the session's lease end; a
+//     session whose lease ended longer ago is ended at once.
+//
+// Both only delay an end, which is always safe: no other client gets a
+// session's locks before its EndSession commits, and a session extended
+// past its old end got a grant the lease rule covers like any other (see
+// the package documentation).
+func (l *Leases) Due(now, lag Time) (due []chubby.SessionID, wake []any) {
 	if !l.open {
-		return nil
+		return nil, nil
 	}
-	var out []chubby.SessionID
-	for len(l.expiry) > 0 && l.expiry[0].end <= now {
+	late := lag > int64(l.cfg.Margin/8)
+	var calls []*Call
+	for len(l.expiry) > 0 && l.expiry[0].at <= now {
 		it := heap.Pop(&l.expiry).(expiryItem)
 		ls, ok := l.sessions[it.id]
 		if !ok || ls.ending || ls.end != it.end {
 			continue // gone, being ended, or extended since
 		}
-		ls.ending = true
-		out = append(out, it.id)
+		switch {
+		case len(ls.calls) > 0:
+			calls = append(calls, ls.calls...)
+			l.recheck(it, now+int64(l.cfg.Margin/4))
+		case late && now-ls.end < int64(l.cfg.Lease):
+			l.recheck(it, now+min(lag, int64(l.cfg.Margin)))
+		default:
+			ls.ending = true
+			due = append(due, it.id)
+		}
 	}
-	return out
+	return due, tokens(calls)
 }
 
-// NextDue returns when the next lease ends (a time to call Due), false
-// when no session is live.
+// recheck queues it to be looked at again at at.
+func (l *Leases) recheck(it expiryItem, at Time) {
+	it.at = at
+	heap.Push(&l.expiry, it)
+}
+
+// NextDue returns when to call Due next (the next lease end, or a look
+// again that Due queued), false when no session is live.
 func (l *Leases) NextDue() (Time, bool) {
 	for len(l.expiry) > 0 {
 		it := l.expiry[0]
 		if ls, ok := l.sessions[it.id]; ok && !ls.ending && ls.end == it.end {
-			return it.end, true
+			return it.at, true
 		}
 		heap.Pop(&l.expiry)
 	}
@@ -377,7 +417,7 @@ func (l *Leases) MarkEnding(id chubby.SessionID) bool {
 func (l *Leases) Unmark(id chubby.SessionID) {
 	if ls, ok := l.sessions[id]; ok && ls.ending {
 		ls.ending = false
-		heap.Push(&l.expiry, expiryItem{end: ls.end, id: id})
+		heap.Push(&l.expiry, expiryItem{at: ls.end, end: ls.end, id: id})
 	}
 }
 
@@ -467,19 +507,21 @@ func (l *Leases) Untake(acks []*fsm.EventAck) {
 	}
 }
 
-// expiryHeap orders lease ends; an entry is stale once its session was
-// extended, ended or forgotten, and is dropped when it comes up.
+// expiryHeap orders the times to look at lease ends: at is when (the
+// lease end, or later when Due put a look off), end the lease end it was
+// queued for. An entry is stale once its session was extended, ended or
+// forgotten, and is dropped when it comes up.
 type expiryItem struct {
-	end Time
-	id  chubby.SessionID
+	at, end Time
+	id      chubby.SessionID
 }
 
 type expiryHeap []expiryItem
 
 func (h expiryHeap) Len() int { return len(h) }
 func (h expiryHeap) Less(i, j int) bool {
-	if h[i].end != h[j].end {
-		return h[i].end < h[j].end
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
 	}
 	return h[i].id < h[j].id
 }

@@ -152,10 +152,10 @@ func TestExpiryAndEnd(t *testing.T) {
 	if next, ok := l.NextDue(); !ok || next != 12*sec {
 		t.Fatalf("next due %v %v", time.Duration(next), ok)
 	}
-	if due := l.Due(11 * sec); len(due) != 0 {
+	if due, _ := l.Due(11*sec, 0); len(due) != 0 {
 		t.Fatalf("due early: %v", due)
 	}
-	if due := l.Due(12 * sec); len(due) != 1 || due[0] != 1 {
+	if due, _ := l.Due(12*sec, 0); len(due) != 1 || due[0] != 1 {
 		t.Fatalf("due at 12 s: %v", due)
 	}
 	if l.Alive(1) {
@@ -169,15 +169,74 @@ func TestExpiryAndEnd(t *testing.T) {
 	}
 	// Its EndSession did not commit: it lives on, and is due again.
 	l.Unmark(1)
-	if due := l.Due(12 * sec); len(due) != 1 {
+	if due, _ := l.Due(12*sec, 0); len(due) != 1 {
 		t.Fatalf("unmarked session not due again: %v", due)
 	}
 	toks := l.Ended([]chubby.SessionID{1})
 	if len(toks) != 0 || l.Alive(1) {
 		t.Fatalf("ended: %v", toks)
 	}
-	if due := l.Due(100 * sec); len(due) != 1 || due[0] != 2 {
+	if due, _ := l.Due(100*sec, 0); len(due) != 1 || due[0] != 2 {
 		t.Fatalf("due at 100 s: %v", due)
+	}
+}
+
+// TestLateMasterSparesClientsThatAsked: a master that looks at lease ends
+// late (its process was starved) ends no session whose client had a
+// KeepAlive parked — it answers the call instead — and puts off the end of
+// the others by up to the lateness, so that KeepAlives waiting unread
+// reach it first; on time, or a lease past the end, it ends them.
+func TestLateMasterSparesClientsThatAsked(t *testing.T) {
+	l := newTestLeases() // L 12 s, Margin 3 s
+	l.Start(0, 1, nil)
+	for id := chubby.SessionID(1); id <= 3; id++ {
+		l.Add(0, sec, 0, id)
+	}
+	// Session 1's client asked: its KeepAlive is parked until 9 s.
+	c, wait, _ := l.Register(sec, []chubby.SessionID{1}, []int64{0}, "ka1")
+	if wait != time.Duration(8*sec) {
+		t.Fatalf("parked for %v", wait)
+	}
+	// The master comes to look only at 14 s (2 s late).
+	due, wake := l.Due(14*sec, 2*sec)
+	if len(due) != 0 || len(wake) != 1 || wake[0] != "ka1" {
+		t.Fatalf("late look: due %v, wake %v (want none due, ka1 woken)", due, wake)
+	}
+	if !l.Alive(1) || !l.Alive(2) || !l.Alive(3) {
+		t.Fatal("a late look ended a session")
+	}
+	// Session 1's call is answered (the master lease is held): extended.
+	if gs, err := l.Answer(c, 14*sec, 15*sec, 0); err != nil || gs[0].GetLeaseMs() <= 0 {
+		t.Fatalf("answer after the late look: %+v, %v", gs, err)
+	}
+	// Sessions 2 and 3 were put off by min(lag, Margin) = 2 s. Session 2's
+	// KeepAlive, unread during the stall, arrives now: answered at once.
+	if next, ok := l.NextDue(); !ok || next != 16*sec {
+		t.Fatalf("next look %v %v, want 16 s", time.Duration(next), ok)
+	}
+	c2, wait, _ := l.Register(15*sec, []chubby.SessionID{2}, []int64{0}, "ka2")
+	if wait != 0 {
+		t.Fatalf("a KeepAlive past its lease end parked for %v", wait)
+	}
+	l.Answer(c2, 15*sec, 16*sec, 0)
+	// On time at 16 s: session 3, whose client did not ask, ends.
+	due, wake = l.Due(16*sec, 0)
+	if len(due) != 1 || due[0] != 3 || len(wake) != 0 {
+		t.Fatalf("look on time: due %v, wake %v (want 3)", due, wake)
+	}
+	// Session 1 at 26 s (its end) with a call parked but abandoned: looked
+	// at again after Margin/4, then ended.
+	c, _, _ = l.Register(25*sec, []chubby.SessionID{1}, []int64{0}, "ka1b")
+	if due, wake = l.Due(26*sec, 0); len(due) != 0 || len(wake) != 1 {
+		t.Fatalf("at its end with a call parked: due %v, wake %v", due, wake)
+	}
+	l.Abandon(c)
+	if due, _ = l.Due(26*sec+int64(750*time.Millisecond), 0); len(due) != 1 || due[0] != 1 {
+		t.Fatalf("after the call was abandoned: due %v, want 1", due)
+	}
+	// However late the look, a session a lease past its end is ended.
+	if due, _ = l.Due(40*sec, 10*sec); len(due) != 1 || due[0] != 2 {
+		t.Fatalf("a lease past the end: due %v, want 2", due)
 	}
 }
 

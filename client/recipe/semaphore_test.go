@@ -125,7 +125,7 @@ func TestSemaphoreBound(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var rounds atomic.Int32
-	var stop atomic.Bool
+	var stop, afterKills atomic.Bool
 	for w := 0; w < workers; w++ {
 		sem, err := NewSemaphore(lkSession(t, addr), dir, n, client.LockOptions{LockDelay: delay})
 		if err != nil {
@@ -143,6 +143,14 @@ func TestSemaphoreBound(t *testing.T) {
 				enter(fmt.Sprintf("worker %d", w))
 				raise(working.Add(1), &maxWorking)
 				time.Sleep(20 * time.Millisecond)
+				// Once the children are dead, a worker keeps its permit
+				// until the workers hold all N at once (or the wait below
+				// gives up), so that the test measures when the dead
+				// holders' permits came free, not how soon N short holds
+				// happen to overlap.
+				for afterKills.Load() && !stop.Load() && maxWorking.Load() < n {
+					time.Sleep(5 * time.Millisecond)
+				}
 				working.Add(-1)
 				inUse.Add(-1)
 				if err := p.Release(ctx); err != nil {
@@ -159,6 +167,7 @@ func TestSemaphoreBound(t *testing.T) {
 		t.Errorf("%d workers held at once beside the two children, want 1", m)
 	}
 	killed := time.Now()
+	afterKills.Store(true)
 	for _, c := range kids {
 		c.Kill()
 		inUse.Add(-1)

@@ -288,7 +288,10 @@ func (m *masterSim) armExpiry() {
 		}
 		r.do(func() {
 			m.expAt = 0
-			for _, id := range m.leases.Due(m.now()) {
+			now := m.now()
+			due, wake := m.leases.Due(now, max(now-next, 0))
+			m.answerLater(wake)
+			for _, id := range due {
 				m.expire(id)
 			}
 			m.armExpiry()

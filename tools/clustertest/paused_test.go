@@ -182,3 +182,75 @@ func (pc *procCell) rejoined(ctx context.Context, i int) error {
 	}
 	return fmt.Errorf("replica %d did not rejoin within 30 s: %s", i+1, last)
 }
+
+// TestPausedSoloMasterKeepsSessions: the master of a one-replica cell is
+// paused (SIGSTOP: a starved process, a stalled VM) for longer than the
+// lease while eight clients' sessions have KeepAlives parked at it. The
+// clients did their part — every one had a KeepAlive waiting for the
+// master's answer — so the master, resumed, must answer them and end none
+// of their sessions: its expiry timer and the parked calls' answer timers
+// all come due at once after the pause, and before, whichever goroutine
+// ran first decided, so some sessions ended (all eight workers of
+// client/recipe's TestSemaphoreBound once, under -race beside a CPU hog,
+// where the cell and its clients share one starved process).
+//
+// Bounds derive from the lease: every session is safe again, at the same
+// epoch, within two leases of the resume, and none has ended.
+func TestPausedSoloMasterKeepsSessions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a chubbyd process")
+	}
+	const lease, sessions = 3 * time.Second, 8
+	pc := startProcCellWith(t, 1, procOptions{Args: []string{"--lease", lease.String()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var cs []*client.Client
+	var ss []*client.Session
+	for i := range sessions {
+		c, err := client.Connect(ctx, client.Config{Addrs: pc.clients, ClientName: fmt.Sprintf("s%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs, ss = append(cs, c), append(ss, pc.newSession(t, c))
+	}
+	pc.steadyMaster(t, cs[0], ss[0])
+	// Two leases of ordinary KeepAlives: every session has had an answer
+	// and has its next KeepAlive parked.
+	time.Sleep(2 * lease)
+	epoch := ss[0].Epoch()
+	for _, s := range ss {
+		if s.State() != client.StateSafe || s.Epoch() != epoch {
+			t.Fatalf("session %d before the pause: %v at epoch %d (want safe at %d)", s.ID(), s.State(), s.Epoch(), epoch)
+		}
+	}
+	pid := pc.pid(0)
+	pause := lease + lease/2
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pause)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	for _, s := range ss {
+		for s.State() != client.StateSafe && s.State() != client.StateExpired && time.Since(resumed) < 2*lease {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	t.Logf("paused %v (lease %v); every session back to safe or ended %v after the resume", pause, lease, time.Since(resumed).Round(time.Millisecond))
+	for _, s := range ss {
+		if st := s.State(); st != client.StateSafe || s.Epoch() != epoch {
+			t.Errorf("session %d %v at epoch %d two leases after the resume (want safe at %d)", s.ID(), st, s.Epoch(), epoch)
+		}
+	}
+	for _, s := range ss {
+		h, err := s.Open(ctx, "/", client.OpenOptions{})
+		if err != nil {
+			t.Errorf("session %d after the resume: %v", s.ID(), err)
+			continue
+		}
+		h.Close(ctx)
+	}
+}
