@@ -425,7 +425,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.backgroundW.Add(1)
 		go s.runAutopilot()
 	}
-	s.cfg.Logger.Info("cell replica serving", "id", s.cfg.ID, "cell", s.cfg.Cell, "addr", s.Addr(),
+	s.cfg.Logger.Info("cell replica serving", "cell", s.cfg.Cell, "addr", s.Addr(),
 		"http", s.HTTPAddr(), "replicas", len(s.log.Info().Members), "lease", s.cfg.Lease)
 	var err error
 	select {

@@ -57,7 +57,9 @@ type ReplicatedConfig struct {
 	MaxQueue int
 	// MaxProposalBatch bounds commands proposed together. Default 1024.
 	MaxProposalBatch int
-	Logger           *slog.Logger
+	// Logger is the replica's logger; its lines do not name the replica,
+	// so it should (the cell's carries "replica"). Default slog.Default().
+	Logger *slog.Logger
 	// OnBatch, if set, is told the size and write+fsync time of each
 	// persisted Ready with entries.
 	OnBatch func(entries, bytes int, d time.Duration)
@@ -192,7 +194,15 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 	core.Join = cfg.Join
 	log := cfg.Logger
 	if core.Hooks.Event == nil {
-		core.Hooks.Event = func(msg string, args ...any) { log.Info("vr: "+msg, args...) }
+		// The core's messages name their package ("vr: ...") and begin
+		// with the replica's id, which this replica's logger carries
+		// already: leave it out rather than log it twice.
+		core.Hooks.Event = func(msg string, args ...any) {
+			if len(args) >= 2 && args[0] == "replica" {
+				args = args[2:]
+			}
+			log.Info(msg, args...)
+		}
 	}
 	if core.Hooks.Dropped == nil {
 		core.Hooks.Dropped = func(m *vr.Message, reason string) {
@@ -241,7 +251,7 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 	r.d = d
 	r.applied.Store(d.Applied())
 	r.info = d.Node().Info()
-	log.Info("replica restored", "id", cfg.ID, "view", r.info.View, "last_op", r.info.LastOp,
+	log.Info("replica restored", "view", r.info.View, "last_op", r.info.LastOp,
 		"commit", r.info.Commit, "snapshot", r.info.SnapshotIndex, "members", len(r.info.Members))
 	go r.run()
 	return r, nil

@@ -127,7 +127,8 @@ type Hooks struct {
 	// (an older view, a duplicate) are not reported.
 	Dropped func(m *Message, reason string)
 	// Event reports protocol events (view changes, becoming primary,
-	// snapshot installs) as a message and slog-style key/value pairs.
+	// snapshot installs) as a message ("vr: ...") and slog-style key/value
+	// pairs, the first two "replica" and the replica's id.
 	Event func(msg string, args ...any)
 }
 

@@ -390,7 +390,7 @@ func serveLocalCell(ctx context.Context, o *options, conns cell.Config, data str
 		}
 		s, err := cell.New(withConns(cell.Config{
 			ID: p.ID, Cell: o.cellName, Peers: peers, Listen: p.Addr, HTTPListen: httpAddr,
-			DataDir: dir, Lease: o.lease, SnapshotEvery: o.snapshotEvery, Logger: logger.With("replica", p.ID),
+			DataDir: dir, Lease: o.lease, SnapshotEvery: o.snapshotEvery, Logger: logger,
 			TLS: tr, Admin: o.admin, Limits: limits(o),
 		}, conns))
 		if err != nil {
