@@ -47,7 +47,9 @@ type Config struct {
 	// Advertise is the address clients are told to use (GetMaster, NOT_MASTER
 	// hints). Default: the listening address.
 	Advertise string
-	// HTTPListen serves /metrics, /status and /healthz. Empty: off.
+	// HTTPListen serves /metrics, /status (and / redirects there) and
+	// /healthz (503 with the reason when the replica is no working member:
+	// Server.unhealthy). Empty: off.
 	HTTPListen string
 	// DataDir holds the Badger database. Required unless InMemory.
 	DataDir string

@@ -787,13 +787,40 @@ func (s *Server) httpHandler() http.Handler {
 		enc.Encode(statusJSON(s.status()))
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.log.Err(); err != nil {
-			http.Error(w, "disk failed: "+err.Error(), http.StatusServiceUnavailable)
+		if why := s.unhealthy(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// "/" is where a person lands first: send them to the status page.
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/status", http.StatusFound)
+	})
 	return mux
+}
+
+// unhealthy says why this replica is no working member of its cell ("" if
+// it is one), for /healthz: its disk failed, its log has not started, no
+// configuration names it yet (a spare waiting for a master to add it), or
+// it was removed. A view change in progress is not unhealthy: the replica
+// is a member, and the cell elects a master in about a second.
+func (s *Server) unhealthy() string {
+	select {
+	case <-s.logReady:
+	default:
+		return "starting: the replicated log is not open yet"
+	}
+	if err := s.log.Err(); err != nil {
+		return "disk failed: " + err.Error()
+	}
+	if len(s.log.Info().Members) == 0 {
+		return "waiting to join: no configuration of the cell names this replica yet (a master adds it)"
+	}
+	if why := s.removedReason(); why != "" {
+		return why
+	}
+	return ""
 }
 
 // caller names the principal of the call ctx belongs to: the common name
