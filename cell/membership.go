@@ -371,7 +371,9 @@ func (s *Server) describeMember(rs *chubby.ReplicaStatus, mb vr.Member, gossip m
 		role = "learner"
 	}
 	rs.Membership = &role
-	if mb.PeerAddr != "" {
+	// A one-replica cell without discovery has no peer port (cells made
+	// before this wrote "127.0.0.1:0" in its place): it has no peer address.
+	if mb.PeerAddr != "" && s.tr != nil {
 		pa := mb.PeerAddr
 		rs.PeerAddress = &pa
 	}

@@ -227,7 +227,7 @@ func (s *Server) listenClients() error {
 func (s *Server) initialMembers() (vr.Members, map[uint64]string) {
 	peers := s.cfg.Peers
 	if len(peers) == 0 {
-		peers = []Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise, PeerAddr: "127.0.0.1:0"}}
+		peers = []Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise}} // alone: no peer port
 	}
 	var members vr.Members
 	peerAddrs := map[uint64]string{}

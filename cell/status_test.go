@@ -101,3 +101,20 @@ func TestHealthzSaysWhatIsMissing(t *testing.T) {
 		t.Errorf("/healthz of a replica waiting to join: %d %q, want 503 waiting to join", code, body)
 	}
 }
+
+// TestOneReplicaCellHasNoPeerAddress: a one-replica cell has no peer port,
+// and its status says none (it said 127.0.0.1:0).
+func TestOneReplicaCellHasNoPeerAddress(t *testing.T) {
+	tc := startCell(t, Config{InMemory: true})
+	tc.session("peer")
+	st := tc.s.status()
+	if len(st.Replicas) != 1 {
+		t.Fatalf("replicas %+v", st.Replicas)
+	}
+	if pa := st.Replicas[0].PeerAddress; pa != nil {
+		t.Errorf("peer address %q, want none", *pa)
+	}
+	if ms := tc.s.log.Info().Members; len(ms) != 1 || ms[0].PeerAddr != "" {
+		t.Errorf("configuration %+v, want one member without a peer address", ms)
+	}
+}
