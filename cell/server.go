@@ -383,6 +383,19 @@ func (noTransport) Send([]vr.Message) {}
 // Addr is the address clients reach this replica at.
 func (s *Server) Addr() string { return s.cfg.Advertise }
 
+// ID is this replica's id (with discovery, the one its data directory or
+// the cell gave it).
+func (s *Server) ID() uint64 { return s.cfg.ID }
+
+// GossipAddr is the address this replica gossips at, or "" without
+// discovery.
+func (s *Server) GossipAddr() string {
+	if s.disc == nil {
+		return ""
+	}
+	return s.disc.Local().Addr
+}
+
 // HTTPAddr is the status/metrics address, or "" when off.
 func (s *Server) HTTPAddr() string {
 	if s.httpLn == nil {

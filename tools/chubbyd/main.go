@@ -334,8 +334,40 @@ func serve(ctx context.Context, o *options, dev bool, stdout, stderr io.Writer) 
   export CHUBBY_CELL=%s
 Ctrl-C stops it; start it again on the same --data to get everything back.
 `, o.cellName, s.Addr(), s.Addr(), s.HTTPAddr(), s.HTTPAddr(), data, s.Addr())
+	} else {
+		serveBanner(stdout, o, s, data, tr != nil)
 	}
 	return s.Serve(ctx)
+}
+
+// serveBanner tells the operator, on one screen, what this replica is and
+// where it listens (serve; dev has its own).
+func serveBanner(w io.Writer, o *options, s *cell.Server, data string, tls bool) {
+	orOff := func(a string) string {
+		if a == "" {
+			return "off"
+		}
+		return a
+	}
+	security := "PLAINTEXT (no --tls-*: anyone who reaches the ports can use the cell)"
+	if tls {
+		security = "mutual TLS on the client, peer and gossip ports"
+	}
+	status := "off"
+	if a := s.HTTPAddr(); a != "" {
+		status = "http://" + a + "/status"
+	}
+	id := "given by the cell when it adds this replica"
+	if s.ID() != 0 {
+		id = strconv.FormatUint(s.ID(), 10)
+	}
+	fmt.Fprintf(w, `chubbyd: replica %s of cell %q starting
+  clients:  %s
+  gossip:   %s
+  status:   %s
+  data:     %s
+  security: %s
+`, id, o.cellName, s.Addr(), orOff(s.GossipAddr()), status, data, security)
 }
 
 // limits is the replicated state's limits: fs's defaults with the
