@@ -25,6 +25,8 @@ import (
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/cell/celltest"
 	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
 // python is Debian's interpreter, which has python3-thrift (another python3
@@ -78,11 +80,19 @@ type proc struct {
 // after timeout at the latest.
 func startPython(t *testing.T, addrs []string, timeout time.Duration, args ...string) *proc {
 	t.Helper()
+	return startPythonEnv(t, addrs, nil, timeout, args...)
+}
+
+// startPythonEnv is startPython with env (KEY=value) added to its
+// environment.
+func startPythonEnv(t *testing.T, addrs, env []string, timeout time.Duration, args ...string) *proc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Dir = here()
 	cmd.Env = append(os.Environ(), "CHUBBY_CELL="+strings.Join(addrs, ","), "PYTHONPATH="+here(),
 		"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -172,6 +182,55 @@ func startReplicas(t *testing.T) *celltest.Replicas {
 	rc := celltest.StartStaticWith(t, 3, func(c *cell.Config) { c.Lease = lease })
 	rc.Master()
 	return rc
+}
+
+// runUnittest runs python -m unittest discover on the tests in
+// client/python/tests whose file names match pattern, with env added, and
+// fails unless every test ran and passed.
+func runUnittest(t *testing.T, addrs, env []string, pattern string) {
+	t.Helper()
+	p := startPythonEnv(t, addrs, env, 3*time.Minute, "-m", "unittest", "discover", "-v", "-s", "tests", "-p", pattern)
+	<-p.done
+	out := p.output()
+	t.Logf("python -m unittest (%s):\n%s", pattern, out)
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("the Python tests failed (exit %d)", code)
+	}
+	// Nothing may pass by being skipped, or by finding no tests.
+	if !strings.Contains(out, "\nOK\n") || strings.Contains(out, "skipped") || !strings.Contains(out, "Ran ") ||
+		strings.Contains(out, "Ran 0 tests") {
+		t.Fatalf("the Python tests did not all run and pass")
+	}
+}
+
+// TestPythonTLS runs client/python/tests/tls_*.py against a one-replica
+// cell with mutual TLS whose first administrator is "admin": the Python
+// client reads its TLS files from the Go client's CHUBBY_TLS_*
+// variables (as admin) or takes a TLSConfig (alice, bob, anonymous), and
+// the tests check WhoAmI, the ACLs as each principal meets them, SetACL,
+// a renewed certificate picked up from disk, and that a plaintext client,
+// a client trusting another CA and a certificate another CA signed get
+// nowhere.
+func TestPythonTLS(t *testing.T) {
+	generate(t)
+	pki := tlstest.NewPKI(t, "cell")
+	rep := pki.Files(t, "replica-1", tlstest.Both)
+	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rep.Cert, Key: rep.Key, CA: rep.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := celltest.Start(t, celltest.Options{TLS: r, Admin: "admin", Lease: lease})
+	admin := pki.Files(t, "admin", tlstest.Client)
+	for _, cn := range []string{"alice", "bob"} {
+		pki.Files(t, cn, tlstest.Client)
+	}
+	other := tlstest.NewPKI(t, "other")
+	stranger := other.Files(t, "alice", tlstest.Client) // another CA's "alice"
+	runUnittest(t, []string{c.Addr}, []string{
+		"CHUBBY_TLS_CA=" + admin.CA, "CHUBBY_TLS_CERT=" + admin.Cert, "CHUBBY_TLS_KEY=" + admin.Key,
+		"CHUBBY_TEST_TLS_DIR=" + pki.Dir, "CHUBBY_TEST_OTHER_TLS_DIR=" + other.Dir,
+		"CHUBBY_TEST_STRANGER_CERT=" + stranger.Cert, "CHUBBY_TEST_STRANGER_KEY=" + stranger.Key,
+	}, "tls_*.py")
 }
 
 // TestPythonUnittest runs the unittest suite (client/python/tests/test_*.py)

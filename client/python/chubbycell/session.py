@@ -40,11 +40,13 @@ import time
 from thrift.protocol.TProtocol import TProtocolException
 from thrift.transport.TTransport import TTransportException
 
-from . import _lease, _wire
+from . import _ctx, _lease, _wire
 from ._transport import ConnectFailed
 from .cell import ONCE, UNSENT, backoff_delay
-from .errors import (ChubbyError, InvalidArgumentError, ProtocolError, SessionClosedError, SessionExpiredError)
-from .types import (EVENT_MASK_ALL, CreateMode, EventKind, OpenMode, SessionState, check_content, check_enum,
+from .errors import (ChubbyError, InvalidArgumentError, ProtocolError, SessionClosedError, SessionExpiredError,
+                     TooLargeError)
+from .types import (EVENT_MASK_ALL, MAX_MULTI_BYTES, MAX_MULTI_COMPARES, MAX_MULTI_OPS, Compare, CreateMode,
+                    MultiResult, Op, EventKind, OpenMode, SessionState, check_content, check_enum,
                     check_flag, validate_path)
 
 log = logging.getLogger("chubbycell")
@@ -153,6 +155,17 @@ class _EventQueue:
         with self._cv:
             self.closed = True
             self._cv.notify_all()
+
+    def unget(self, ev):
+        """Put ev back at the front (a reader that took it could not deliver it)."""
+        with self._cv:
+            self._q.appendleft(ev)
+            self._cv.notify_all()
+
+    def drained(self):
+        """True when closed and empty: no event will come."""
+        with self._cv:
+            return self.closed and not self._q
 
     def get(self, timeout):
         """The next event; None when closed and drained or after timeout seconds."""
@@ -629,30 +642,44 @@ class Session:
         with self._rid_mu:
             self._inflight.discard(seq)
 
-    def _await_safe(self, need_renewal, after, op, path):
+    def _await_safe(self, need_renewal, after, op, path, ctx):
         """Wait until the session is safe (and, with need_renewal, has
-        renewed its lease more than after times) or has ended; return its
-        renewal count or raise why the call cannot go on."""
-        with self._cv:
-            for _ in range(MAX_STATE_WAITS):
-                if self._err is not None:
-                    raise self._err.with_context(op, path)
-                now = time.monotonic()
-                if self._state_locked(now) == SessionState.SAFE and (
-                        not need_renewal or self._ll.renewals > after):
-                    return self._ll.renewals
-                until = self._ll.end if self._state_locked(now) == SessionState.SAFE else self._ll.grace_end()
-                self._cv.wait(max(0.01, until - now + 0.01))
-            if self._err is not None:
-                raise self._err.with_context(op, path)
-            return self._ll.renewals
+        renewed its lease more than after times) or has ended, or ctx ends
+        the call; return its renewal count or raise why the call cannot go
+        on."""
+        hook = ctx.cancel._add(self._wake_callers) if ctx.cancel is not None else None
+        try:
+            with self._cv:
+                waits = 0
+                while True:
+                    if self._err is not None:
+                        raise self._err.with_context(op, path)
+                    now = time.monotonic()
+                    if self._state_locked(now) == SessionState.SAFE and (
+                            not need_renewal or self._ll.renewals > after):
+                        return self._ll.renewals
+                    if waits >= MAX_STATE_WAITS:
+                        return self._ll.renewals
+                    ctx.check(op, path)
+                    until = self._ll.end if self._state_locked(now) == SessionState.SAFE else self._ll.grace_end()
+                    self._cv.wait(ctx.bound(max(0.01, until - now + 0.01)))
+                    waits += 1
+        finally:
+            if hook is not None:
+                ctx.cancel._remove(hook)
 
-    def _call(self, op, path, cls, fn, *, rid_req=None, timeout=None):
+    def _wake_callers(self):
+        with self._cv:
+            self._cv.notify_all()
+
+    def _call(self, op, path, cls, fn, *, rid_req=None, timeout=None, ctx=None):
         """Run a call of this session: it waits while the session is in
         jeopardy, fails when it has ended, ends it when the cell says
         SESSION_EXPIRED, and sends it again (same request id) once the
         session has reached a master again when it found none. rid_req, if
-        given, is the request that carries the call's RequestID."""
+        given, is the request that carries the call's RequestID. timeout
+        bounds one attempt; ctx (a _ctx.CallCtx) the whole call."""
+        ctx = ctx or _ctx.NONE
         seq = None
         if rid_req is not None:
             seq, floor = self._begin_request()
@@ -660,9 +687,9 @@ class Session:
         try:
             need_renewal, after = False, 0
             for rnd in range(MAX_SEND_ROUNDS):
-                renewals = self._await_safe(need_renewal, after, op, path)
+                renewals = self._await_safe(need_renewal, after, op, path, ctx)
                 try:
-                    return self.cell._call(op, path, cls, fn, timeout)
+                    return self.cell._call(op, path, cls, fn, timeout, ctx)
                 except SessionExpiredError as e:
                     self._end(SessionExpiredError("the cell ended the session: %s" % e.message))
                     raise
@@ -758,7 +785,7 @@ class Session:
     # -- the file system ------------------------------------------------------------------
 
     def open(self, path, *, mode=OpenMode.READ, create=CreateMode.OPEN_EXISTING, ephemeral=False,
-             sequential=False, initial_content=None, event_mask=0, on_event=None):
+             sequential=False, initial_content=None, event_mask=0, on_event=None, timeout=None, cancel=None):
         """Open the node at path and return a Handle.
 
         Args:
@@ -793,6 +820,7 @@ class Session:
         if on_event is not None and not callable(on_event):
             raise InvalidArgumentError("on_event must be callable", op="open", path=path)
         from .handle import Handle
+        ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.OpenRequest(session=self.id, path=path, mode=int(mode), create=int(create),
                                        ephemeral=True if ephemeral else None,
                                        sequential=True if sequential else None,
@@ -802,7 +830,7 @@ class Session:
             self._begin_open()  # an event may overtake the reply
         h = None
         try:
-            r = self._call("open", path, ONCE, lambda c: c.fs.Open(req), rid_req=req)
+            r = self._call("open", path, ONCE, lambda c: c.fs.Open(req), rid_req=req, ctx=ctx)
             w = r.handle
             if w is None or w.id is None or w.instance is None or not w.path:
                 raise ProtocolError("Open reply lacks its handle", op="open", path=path)
@@ -812,18 +840,20 @@ class Session:
                 self._end_open(h)
         return h
 
-    def mkdir(self, path, *, parents=False, ephemeral=False):
+    def mkdir(self, path, *, parents=False, ephemeral=False, timeout=None, cancel=None):
         """Create the directory path (with parents: missing parents too, and
         an existing directory is no error) and return its Stat.
         Exactly-once."""
         validate_path(path)
         check_flag("parents", parents)
         check_flag("ephemeral", ephemeral)
+        ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.MkdirRequest(session=self.id, path=path, parents=True if parents else None,
                                         ephemeral=True if ephemeral else None)
-        return _wire.stat(self._call("mkdir", path, ONCE, lambda c: c.fs.Mkdir(req), rid_req=req))
+        return _wire.stat(self._call("mkdir", path, ONCE, lambda c: c.fs.Mkdir(req), rid_req=req, ctx=ctx))
 
-    def create_file(self, path, content=b"", *, ephemeral=False, sequential=False, make_parents=False):
+    def create_file(self, path, content=b"", *, ephemeral=False, sequential=False, make_parents=False,
+                    timeout=None, cancel=None):
         """Create the file path with content in one call, without a handle,
         and return its Stat (whose path has the counter when sequential).
         Exactly-once: a sequential create resent after a lost reply names
@@ -833,14 +863,65 @@ class Session:
         check_flag("ephemeral", ephemeral)
         check_flag("sequential", sequential)
         check_flag("make_parents", make_parents)
+        ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.CreateFileRequest(session=self.id, path=path, content=content,
                                              ephemeral=True if ephemeral else None,
                                              sequential=True if sequential else None,
                                              make_parents=True if make_parents else None)
-        return _wire.stat(self._call("create", path, ONCE, lambda c: c.fs.CreateFile(req), rid_req=req))
+        return _wire.stat(self._call("create", path, ONCE, lambda c: c.fs.CreateFile(req), rid_req=req, ctx=ctx))
+
+    def multi(self, compares=(), ops=(), *, timeout=None, cancel=None):
+        """Check compares and, if every one holds, apply ops in order, all
+        or nothing, as one command of the cell (idl/chubby.thrift
+        MultiRequest)::
+
+            r = s.multi([Compare.generation("/cfg", 7)],
+                        [Op.set("/cfg", b"v8"), Op.create("/cfg.done")])
+            if not r.succeeded: ...  # r.failed_compare says which compare
+
+        compares: Compare values (at most MAX_MULTI_COMPARES); ops: Op values
+        (1..MAX_MULTI_OPS, their contents at most MAX_MULTI_BYTES together).
+        A compare that does not hold is an answer (MultiResult.succeeded
+        False); an op that cannot be applied raises that op's error (its
+        message names the op's index); either way nothing changed. Later
+        ops see the effects of earlier ones. Returns a MultiResult.
+        Exactly-once, like write."""
+        compares, ops = list(compares), list(ops)
+        if len(compares) > MAX_MULTI_COMPARES:
+            raise InvalidArgumentError("a Multi has at most %d compares, not %d" % (MAX_MULTI_COMPARES, len(compares)),
+                                       op="multi")
+        if not 1 <= len(ops) <= MAX_MULTI_OPS:
+            raise InvalidArgumentError("a Multi has 1..%d ops, not %d" % (MAX_MULTI_OPS, len(ops)), op="multi")
+        for i, c in enumerate(compares):
+            if not isinstance(c, Compare):
+                raise InvalidArgumentError("compare %d is a %s, not a Compare" % (i, type(c).__name__), op="multi")
+        size = 0
+        for i, o in enumerate(ops):
+            if not isinstance(o, Op):
+                raise InvalidArgumentError("op %d is a %s, not an Op" % (i, type(o).__name__), op="multi")
+            size += len(o.content or b"")
+        if size > MAX_MULTI_BYTES:
+            raise TooLargeError("the Multi's contents are %d bytes, at most %d allowed" % (size, MAX_MULTI_BYTES),
+                                op="multi")
+        ctx = _ctx.CallCtx(timeout, cancel)
+        req = _wire.ttypes.MultiRequest(session=self.id, compares=[_wire.compare_to_wire(c) for c in compares],
+                                        ops=[_wire.op_to_wire(o) for o in ops])
+        path = ops[0].path
+        r = self._call("multi", path, ONCE, lambda c: c.fs.Multi(req), rid_req=req, ctx=ctx)
+        if r.succeeded is None:
+            raise ProtocolError("Multi reply lacks succeeded", op="multi", path=path)
+        if not r.succeeded:
+            if r.failed_compare is None or not 0 <= r.failed_compare < len(compares):
+                raise ProtocolError("Multi reply names no compare that failed (%r)" % (r.failed_compare,),
+                                    op="multi", path=path)
+            return MultiResult(succeeded=False, failed_compare=r.failed_compare, stats=())
+        stats = tuple(_wire.stat(x) for x in (r.stats or ()))
+        if len(stats) != len(ops):
+            raise ProtocolError("Multi reply has %d stats for %d ops" % (len(stats), len(ops)), op="multi", path=path)
+        return MultiResult(succeeded=True, failed_compare=-1, stats=stats)
 
     @contextlib.contextmanager
-    def lock(self, path, *, shared=False, timeout=None, lock_delay=None):
+    def lock(self, path, *, shared=False, timeout=None, lock_delay=None, cancel=None):
         """Hold the lock of the file path (created if missing; its parent must
         exist) for the body of a with statement::
 
@@ -849,15 +930,16 @@ class Session:
 
         Exclusive by default, shared with shared=True. timeout: seconds to
         wait for the lock (None: as long as it takes; TimedOutError when it
-        passes). lock_delay: see Handle.acquire. Yields a HeldLock. On exit
+        passes). lock_delay: see Handle.acquire. cancel: a Cancel token
+        that ends the wait (CallCancelledError). Yields a HeldLock. On exit
         the lock is released and the handle closed; if the body raised, a
         failure to release is logged and the body's exception propagates.
         A release that finds the session expired raises SessionExpiredError:
         the lock may have been lost while the body ran. (A holder that must
         know at once should watch on_jeopardy.)"""
-        h = self.open(path, create=CreateMode.OPEN_OR_CREATE)
+        h = self.open(path, create=CreateMode.OPEN_OR_CREATE, cancel=cancel)
         try:
-            seq = h.acquire(shared=shared, timeout=timeout, lock_delay=lock_delay)
+            seq = h.acquire(shared=shared, timeout=timeout, lock_delay=lock_delay, cancel=cancel)
         except BaseException:
             _quietly(h.close, "close after a failed acquire")  # also ends a pending Acquire
             raise
