@@ -233,6 +233,93 @@ func TestPythonTLS(t *testing.T) {
 	}, "tls_*.py")
 }
 
+// TestPythonPipInstall installs the package as its pyproject.toml
+// says, with no package index: a copy of client/python without the
+// generated Thrift modules (and of idl/chubby.thrift beside it, where the
+// build looks) goes into a fresh venv over Debian's python3 with pip
+// --no-build-isolation --no-index, so the package's build must generate
+// the modules itself; then tests/installed.py, run by the venv's python
+// outside the source tree and without PYTHONPATH, imports it from the venv
+// and uses it against a real cell.
+func TestPythonPipInstall(t *testing.T) {
+	generate(t) // installs the Debian packages the build needs
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "src", "client", "python")
+	copyFile := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"pyproject.toml", "setup.py", "README.md"} {
+		copyFile(filepath.Join(here(), f), filepath.Join(src, f))
+	}
+	mods, err := filepath.Glob(filepath.Join(here(), "chubbycell", "*.py"))
+	if err != nil || len(mods) == 0 {
+		t.Fatalf("no chubbycell/*.py: %v", err)
+	}
+	for _, m := range mods {
+		copyFile(m, filepath.Join(src, "chubbycell", filepath.Base(m)))
+	}
+	copyFile(filepath.Join(here(), "..", "..", "idl", "chubby.thrift"), filepath.Join(tmp, "src", "idl", "chubby.thrift"))
+
+	venv := filepath.Join(tmp, "venv")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir = tmp
+		cmd.Env = noPythonPath(os.Environ())
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+	run(python, "-m", "venv", "--system-site-packages", venv)
+	out := run(filepath.Join(venv, "bin", "pip"), "install", "--no-build-isolation", "--no-index", src)
+	t.Logf("pip install:\n%s", out)
+	if _, err := os.Stat(filepath.Join(src, "chubbycell", "_thrift")); err == nil {
+		t.Errorf("the build wrote its generated modules into the source tree")
+	}
+
+	c := celltest.Start(t, celltest.Options{Lease: lease})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), filepath.Join(here(), "tests", "installed.py"), "/installed")
+	cmd.Dir = tmp
+	cmd.Env = append(noPythonPath(os.Environ()), "CHUBBY_CELL="+c.Addr, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	b, err := cmd.CombinedOutput()
+	t.Logf("installed.py:\n%s", b)
+	if err != nil || !strings.Contains(string(b), "INSTALLED OK "+filepath.Join(venv, "lib")) {
+		t.Fatalf("the installed package does not work: %v", err)
+	}
+}
+
+// noPythonPath is env without PYTHONPATH, so that python finds only what
+// is installed, and without pip's variables naming places to look for
+// packages, so that pip uses only what is here.
+func noPythonPath(env []string) []string {
+	var out []string
+	for _, e := range env {
+		if !strings.HasPrefix(e, "PYTHONPATH=") && !strings.HasPrefix(e, "PIP_FIND_LINKS=") &&
+			!strings.HasPrefix(e, "PIP_INDEX_URL=") && !strings.HasPrefix(e, "PIP_EXTRA_INDEX_URL=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // TestPythonUnittest runs the unittest suite (client/python/tests/test_*.py)
 // against a three-replica cell: files, locks, events, errors, validation,
 // NOT_MASTER following, exactly-once resends through a proxy that loses

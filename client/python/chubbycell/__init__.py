@@ -43,6 +43,7 @@ Quick start::
     import chubbycell
 
     with chubbycell.Cell("127.0.0.1:7000") as cell, cell.session() as s:
+        s.mkdir("/locks", parents=True)  # a lock file's parent must exist
         with s.lock("/locks/nightly") as held:
             print("holding", held.sequencer)
 
