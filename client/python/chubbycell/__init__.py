@@ -36,7 +36,10 @@ like the Go client (package client):
   token: :class:`CallCancelledError`).
 - :mod:`chubbycell.aio` has the same calls as coroutines (the threaded
   calls run on a thread pool; cancelling the task cancels the call).
-- No cache: every read goes to the master (see README.md, "No cache").
+- Sessions cache file contents, Stats and listings (``cache=False`` turns
+  it off): the master invalidates a session's copy, and waits for the
+  acknowledgement, before the node changes, so a cached read is never
+  stale; ``session.cache_stats()`` counts hits.
 
 Quick start::
 

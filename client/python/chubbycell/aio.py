@@ -141,6 +141,10 @@ class AsyncSession:
     def state(self):
         return self.session.state
 
+    def cache_stats(self):
+        """Session.cache_stats (no call: it is answered at once)."""
+        return self.session.cache_stats()
+
     async def open(self, path, **kw):
         """Session.open's arguments; returns an AsyncHandle."""
         h = await self._run.call(self.session.open, path, **kw)

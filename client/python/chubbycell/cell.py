@@ -40,6 +40,7 @@ from thrift.transport.TTransport import TTransportException
 
 from . import _ctx, _wire, errors
 from ._master import Master, ask_master
+from ._cache import DEFAULT_CACHE_MAX_ENTRIES
 from ._tls import TLSConfig
 from ._transport import TRANSPORTS, ConnectFailed, Pool
 from .errors import (CallTimeoutError, CellClosedError, ChubbyError, InvalidArgumentError, ProtocolError,
@@ -298,7 +299,8 @@ class Cell:
     # -- sessions ------------------------------------------------------------
 
     def session(self, *, client_name=None, grace_period=45.0, on_jeopardy=None, on_safe=None,
-                on_expired=None, on_master_changed=None, timeout=None, cancel=None):
+                on_expired=None, on_master_changed=None, cache=True, cache_max_entries=DEFAULT_CACHE_MAX_ENTRIES,
+                timeout=None, cancel=None):
         """Create a session (CreateSession) and start its KeepAlive thread.
 
         Args:
@@ -311,6 +313,11 @@ class Cell:
             on_master_changed(session, epoch): callbacks, run one at a time,
                 in order, on the session's callback thread (never on the
                 KeepAlive thread, which they therefore cannot hold up).
+            cache: cache file contents, Stats and directory listings
+                (default True; see _cache.py: a cached read is never stale,
+                and is served only while the session is safe).
+            cache_max_entries: the nodes the session caches at most.
+            timeout, cancel: bound CreateSession (see Handle.read).
 
         CreateSession is retried on NOT_MASTER, UNAVAILABLE and transport
         failures: a session created by an attempt whose reply was lost is
@@ -319,6 +326,10 @@ class Cell:
         from .session import Session
         name = check_client_name(client_name) if client_name is not None else self.client_name
         grace = check_seconds("grace_period", grace_period)
+        if not isinstance(cache, bool):
+            raise InvalidArgumentError("cache must be True or False, not %r" % (cache,))
+        if isinstance(cache_max_entries, bool) or not isinstance(cache_max_entries, int) or cache_max_entries < 1:
+            raise InvalidArgumentError("cache_max_entries must be a positive int, not %r" % (cache_max_entries,))
         for cb_name, cb in (("on_jeopardy", on_jeopardy), ("on_safe", on_safe), ("on_expired", on_expired),
                             ("on_master_changed", on_master_changed)):
             if cb is not None and not callable(cb):
@@ -326,13 +337,14 @@ class Cell:
         ctx = _ctx.CallCtx(timeout, cancel)
         sent = time.monotonic()  # the lease counts from before the request was sent
         r = self._call("create-session", "", SAFE,
-                       lambda c: c.session.CreateSession(_wire.ttypes.CreateSessionRequest(client_name=name)),
+                       lambda c: c.session.CreateSession(_wire.ttypes.CreateSessionRequest(
+                           client_name=name, cache=True if cache else None)),
                        ctx=ctx)
         if r.session is None or r.lease_ms is None or r.lease_ms <= 0 or r.epoch is None:
             raise ProtocolError("CreateSession reply lacks session, lease_ms or epoch", op="create-session")
         s = Session(self, r.session, sent, r.lease_ms / 1000.0, r.epoch, grace,
                     on_jeopardy=on_jeopardy, on_safe=on_safe, on_expired=on_expired,
-                    on_master_changed=on_master_changed)
+                    on_master_changed=on_master_changed, cache=cache_max_entries if cache else 0)
         with self._mu:
             closed = self._closed
             if not closed:

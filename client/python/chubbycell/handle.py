@@ -49,6 +49,7 @@ class Handle:
         self._stat = stat
         self._events = _EventQueue(HANDLE_EVENT_BUFFER)
         self._on_event = on_event
+        self._closed = False
         if not event_mask:
             self._events.close()
 
@@ -73,22 +74,51 @@ class Handle:
 
     # -- reading ---------------------------------------------------------------
 
+    def _check_open(self, op):
+        if self._closed:
+            raise HandleInvalidError("the handle was closed", op=op, path=self.path)
+
     def read_with_stat(self, *, timeout=None, cancel=None):
-        """Read the file's content and metadata in one call: (bytes, Stat)."""
-        req = self._req()
-        r = self.session._call("read", self.path, SAFE, lambda c: c.fs.GetContentsAndStat(req),
-                               ctx=_ctx.CallCtx(timeout, cancel))
+        """Read the file's content and metadata in one call: (bytes, Stat).
+        With the session's cache on, a cached copy answers while the
+        session is safe (never stale: the master invalidates it before the
+        file changes), and a miss is cached when the cell allows it."""
+        ctx = _ctx.CallCtx(timeout, cancel)
+        s = self.session
+        cache = s._cache
+        usable = s._cache_usable()
+        if usable:
+            self._check_open("read")
+            hit = cache.file(self.path, self._wire.instance)
+            if hit is not None:
+                self._remember(hit[1])
+                return hit
+        elif cache is not None:
+            cache.miss()
+        gen = cache.generation() if cache is not None else 0
+        req = self._req(cache=True if usable else None)
+        r = s._call("read", self.path, SAFE, lambda c: c.fs.GetContentsAndStat(req), ctx=ctx)
         if r.content is None:
             raise ProtocolError("GetContentsAndStat reply lacks the content", op="read", path=self.path)
         st = self._remember(_wire.stat(r.stat))
-        return bytes(r.content), st
+        content = bytes(r.content)
+        if r.cacheable and s._cache_usable():
+            cache.fill_file(self.path, self._wire.instance, gen, content, st)
+        return content, st
 
     def read(self, *, timeout=None, cancel=None):
         """Read the file's content (bytes)."""
         return self.read_with_stat(timeout=timeout, cancel=cancel)[0]
 
     def stat(self, *, timeout=None, cancel=None):
-        """Read the node's metadata (a Stat)."""
+        """Read the node's metadata (a Stat); a file's from the cache when
+        it holds it (see read_with_stat)."""
+        s = self.session
+        if s._cache_usable():
+            self._check_open("stat")
+            hit = s._cache.file(self.path, self._wire.instance, count_miss=False)
+            if hit is not None:
+                return self._remember(hit[1])
         req = self._req()
         return self._remember(_wire.stat(self.session._call("stat", self.path, SAFE, lambda c: c.fs.GetStat(req),
                                                             ctx=_ctx.CallCtx(timeout, cancel))))
@@ -100,19 +130,34 @@ class Handle:
         directory's content generation is the same on every page, or the
         listing starts again, at most READDIR_ATTEMPTS times, then
         UnavailableError — and each entry's Stat is as of its page. timeout
-        bounds the whole listing, all pages."""
+        bounds the whole listing, all pages. With the session's cache on, a
+        listing of one page is cached as read_with_stat's content is."""
         ctx = _ctx.CallCtx(timeout, cancel)
-        for _ in range(READDIR_ATTEMPTS):
+        s = self.session
+        cache = s._cache
+        usable = s._cache_usable()
+        if usable:
+            self._check_open("readdir")
+            hit = cache.dir(self.path, self._wire.instance)
+            if hit is not None:
+                return hit
+        elif cache is not None:
+            cache.miss()
+        cgen = cache.generation() if cache is not None else 0
+        for attempt in range(READDIR_ATTEMPTS):
             out, gen, after = [], None, None
             while True:
-                r = self._readdir_page(after, ctx)
+                r = self._readdir_page(after, ctx, cache=usable and attempt == 0 and after is None)
                 if gen is None:
                     gen = r.content_generation
                 elif r.content_generation != gen:
                     break  # a child was added or removed between pages
                 out.extend(r.entries)
                 if not r.more:
-                    return [DirEntry(name=d.name, stat=_wire.stat(d.stat)) for d in out]
+                    listing = [DirEntry(name=d.name, stat=_wire.stat(d.stat)) for d in out]
+                    if after is None and r.cacheable and s._cache_usable():
+                        cache.fill_dir(self.path, self._wire.instance, cgen, listing)
+                    return listing
                 if not r.entries:
                     raise ProtocolError("ReadDir page says more but holds no entry", op="readdir", path=self.path)
                 after = r.entries[-1].name
@@ -123,8 +168,9 @@ class Handle:
     # MAX_READDIR_ENTRIES); tests lower it to page small directories.
     _readdir_limit = None
 
-    def _readdir_page(self, after, ctx):
-        req = _wire.ttypes.ReadDirRequest(handle=self._wire, after=after, limit=self._readdir_limit)
+    def _readdir_page(self, after, ctx, cache=False):
+        req = _wire.ttypes.ReadDirRequest(handle=self._wire, after=after, limit=self._readdir_limit,
+                                          cache=True if cache else None)
         r = self.session._call("readdir", self.path, SAFE, lambda c: c.fs.ReadDir(req), ctx=ctx)
         if r.entries is None:
             raise ProtocolError("ReadDir reply lacks its entries", op="readdir", path=self.path)
@@ -148,7 +194,8 @@ class Handle:
                                        op="write", path=self.path)
         ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.SetContentsRequest(handle=self._wire, content=data, expected_generation=if_generation)
-        st = self.session._call("write", self.path, ONCE, lambda c: c.fs.SetContents(req), rid_req=req, ctx=ctx)
+        with self.session._changing(self.path):
+            st = self.session._call("write", self.path, ONCE, lambda c: c.fs.SetContents(req), rid_req=req, ctx=ctx)
         return self._remember(_wire.stat(st))
 
     def delete(self, *, recursive=False, timeout=None, cancel=None):
@@ -157,7 +204,8 @@ class Handle:
         check_flag("recursive", recursive)
         ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.DeleteRequest(handle=self._wire, recursive=True if recursive else None)
-        self.session._call("delete", self.path, ONCE, lambda c: c.fs.Delete(req), rid_req=req, ctx=ctx)
+        with self.session._changing(self.path, tree=True):
+            self.session._call("delete", self.path, ONCE, lambda c: c.fs.Delete(req), rid_req=req, ctx=ctx)
 
     def set_acl(self, acl, *, if_acl_generation=None, timeout=None, cancel=None):
         """Replace the node's ACL names with acl (an ACLNames) and return the
@@ -175,7 +223,8 @@ class Handle:
         ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.SetACLRequest(handle=self._wire, acl=_wire.acl_to_wire(acl),
                                          expected_acl_generation=if_acl_generation)
-        st = self.session._call("set-acl", self.path, ONCE, lambda c: c.fs.SetACL(req), rid_req=req, ctx=ctx)
+        with self.session._changing(self.path):
+            st = self.session._call("set-acl", self.path, ONCE, lambda c: c.fs.SetACL(req), rid_req=req, ctx=ctx)
         return self._remember(_wire.stat(st))
 
     # -- locks -------------------------------------------------------------------
@@ -213,8 +262,9 @@ class Handle:
                                               lock_delay_ms=delay)
             try:
                 # The cell parks the call for up to wait_ms.
-                r = self.session._call("acquire", self.path, UNSENT, lambda c: c.lock.Acquire(req),
-                                       timeout=wait_ms / 1000.0 + self.session.cell.call_timeout, ctx=ctx)
+                with self.session._changing(self.path):
+                    r = self.session._call("acquire", self.path, UNSENT, lambda c: c.lock.Acquire(req),
+                                           timeout=wait_ms / 1000.0 + self.session.cell.call_timeout, ctx=ctx)
             except TimedOutError:
                 if deadline is not None and time.monotonic() >= deadline - 0.001:
                     raise
@@ -229,15 +279,17 @@ class Handle:
         mode = LockMode.SHARED if shared else LockMode.EXCLUSIVE
         ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.TryAcquireRequest(handle=self._wire, mode=int(mode), lock_delay_ms=delay)
-        r = self.session._call("try-acquire", self.path, ONCE, lambda c: c.lock.TryAcquire(req), rid_req=req,
-                               ctx=ctx)
+        with self.session._changing(self.path):
+            r = self.session._call("try-acquire", self.path, ONCE, lambda c: c.lock.TryAcquire(req), rid_req=req,
+                                   ctx=ctx)
         return _wire.sequencer(r)
 
     def release(self, *, timeout=None, cancel=None):
         """Release the lock the handle holds (LockNotHeldError if none). Exactly-once."""
         ctx = _ctx.CallCtx(timeout, cancel)
         req = self._req()
-        self.session._call("release", self.path, ONCE, lambda c: c.lock.Release(req), rid_req=req, ctx=ctx)
+        with self.session._changing(self.path):
+            self.session._call("release", self.path, ONCE, lambda c: c.lock.Release(req), rid_req=req, ctx=ctx)
 
     def sequencer(self, *, timeout=None, cancel=None):
         """The Sequencer of the lock the handle holds (LockNotHeldError if none)."""
@@ -285,8 +337,11 @@ class Handle:
         ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.CloseRequest(handle=self._wire)
         try:
-            self.session._call("close", self.path, ONCE, lambda c: c.fs.Close(req), rid_req=req, ctx=ctx)
+            with self.session._changing(self.path):  # a lock it held is released
+                self.session._call("close", self.path, ONCE, lambda c: c.fs.Close(req), rid_req=req, ctx=ctx)
+            self._closed = True
         except HandleInvalidError:
+            self._closed = True
             self.session._unwatch(self)  # the cell has no such handle: closed all the same
             raise
         self.session._unwatch(self)

@@ -40,7 +40,7 @@ import time
 from thrift.protocol.TProtocol import TProtocolException
 from thrift.transport.TTransport import TTransportException
 
-from . import _ctx, _lease, _wire
+from . import _cache, _ctx, _lease, _wire
 from ._transport import ConnectFailed
 from .cell import ONCE, UNSENT, backoff_delay
 from .errors import (ChubbyError, InvalidArgumentError, ProtocolError, SessionClosedError, SessionExpiredError,
@@ -222,8 +222,11 @@ class Session:
     """
 
     def __init__(self, cell, sid, sent, lease, epoch, grace, *, on_jeopardy=None, on_safe=None,
-                 on_expired=None, on_master_changed=None):
+                 on_expired=None, on_master_changed=None, cache=0):
         self.cell = cell
+        # The cache (cache: its bound; 0: off). The KeepAlive loop drops
+        # what the master invalidates before it acknowledges it.
+        self._cache = _cache.Cache(cache) if cache else None
         self.id = sid
         self._m = cell._master
         self._cv = threading.Condition()  # guards the lease and the end
@@ -265,6 +268,41 @@ class Session:
         if self._err is not None:
             return self._ended
         return SessionState.SAFE if self._ll.state(now) == _lease.SAFE else SessionState.JEOPARDY
+
+    def _cache_usable(self):
+        """True if the cache may serve a read now: caching is on and the
+        session is safe (so the master still waits for its acknowledgements)."""
+        if self._cache is None:
+            return False
+        with self._cv:
+            return self._err is None and self._state_locked(time.monotonic()) == SessionState.SAFE
+
+    def _cache_drop(self, path, tree=False):
+        """Forget what the cache holds of path (a change of this session): write-through."""
+        if self._cache is not None:
+            if tree:
+                self._cache.drop_tree(path)
+            else:
+                self._cache.drop(path)
+
+    @contextlib.contextmanager
+    def _changing(self, *paths, tree=False):
+        """Around a call of this session that changes paths: the cache's
+        copies go before it and again after it (write-through; the cell
+        invalidates them too)."""
+        for p in paths:
+            self._cache_drop(p, tree)
+        try:
+            yield
+        finally:
+            for p in paths:
+                self._cache_drop(p, tree)
+
+    def cache_stats(self):
+        """The cache's counts (a CacheStats; all 0 with the cache off)."""
+        if self._cache is None:
+            return _cache.CacheStats(0, 0, 0, 0)
+        return self._cache.stats()
 
     @property
     def epoch(self):
@@ -318,6 +356,8 @@ class Session:
             if self._err is not None:
                 return
             self._err = err
+            if self._cache is not None:
+                self._cache.flush()
             self._ll.ended = True
             self._ended = SessionState.EXPIRED if expired else SessionState.CLOSED
             self._cv.notify_all()
@@ -512,6 +552,8 @@ class Session:
         with self._ev_mu:
             acked = self._last_event
             inv = self._inv_ack
+        if self._cache is not None:
+            inv = self._cache.ack_seq()
         item = _wire.ttypes.KeepAliveItem(session=self.id, acked_event=acked or None,
                                           acked_invalidation=inv or None)
         req = _wire.ttypes.KeepAliveRequest(sessions=[item], epoch=self.epoch)
@@ -549,6 +591,8 @@ class Session:
         self._ka_wake()
 
     def _enter_jeopardy(self, lease_end, grace_end):
+        if self._cache is not None:
+            self._cache.flush()  # the master may stop waiting for our acknowledgements now
         log.warning("chubby: session %d in jeopardy: local lease ran out with no KeepAlive reply; "
                     "looking for the master for %.3gs", self.id, grace_end - lease_end)
         with self._cv:
@@ -559,6 +603,8 @@ class Session:
         with self._cv:
             if self._err is not None or not self._ll.note_epoch(epoch):
                 return
+        if self._cache is not None:
+            self._cache.flush()  # the new master knows no cachers
         log.info("chubby: session %d: master epoch is now %d", self.id, epoch)
         self._emit("on_master_changed", epoch)
 
@@ -577,8 +623,10 @@ class Session:
             if res.lease_ms is None or res.lease_ms <= 0:
                 return ProtocolError("KeepAlive reply grants no lease (lease_ms=%r)" % res.lease_ms,
                                      op="keepalive")
-            if res.invalidation_seq:
-                # This library caches nothing: acknowledging is all there is to do.
+            if self._cache is not None:
+                self._cache.apply(res)  # before the next KeepAlive acknowledges it
+            elif res.invalidation_seq:
+                # Not caching: acknowledging is all there is to do.
                 with self._ev_mu:
                     self._inv_ack = max(self._inv_ack, res.invalidation_seq)
             now = time.monotonic()
@@ -589,6 +637,8 @@ class Session:
                 epoch = self._ll.epoch
                 self._cv.notify_all()
             if safe_again:
+                if self._cache is not None:
+                    self._cache.flush()  # what it held before the jeopardy may have changed since
                 log.info("chubby: session %d safe again (epoch %d)", self.id, epoch)
                 self._emit("on_safe")
             self._deliver_events(res.events or ())
@@ -830,7 +880,8 @@ class Session:
             self._begin_open()  # an event may overtake the reply
         h = None
         try:
-            r = self._call("open", path, ONCE, lambda c: c.fs.Open(req), rid_req=req, ctx=ctx)
+            with self._changing(path):  # it may create the node
+                r = self._call("open", path, ONCE, lambda c: c.fs.Open(req), rid_req=req, ctx=ctx)
             w = r.handle
             if w is None or w.id is None or w.instance is None or not w.path:
                 raise ProtocolError("Open reply lacks its handle", op="open", path=path)
@@ -850,7 +901,8 @@ class Session:
         ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.MkdirRequest(session=self.id, path=path, parents=True if parents else None,
                                         ephemeral=True if ephemeral else None)
-        return _wire.stat(self._call("mkdir", path, ONCE, lambda c: c.fs.Mkdir(req), rid_req=req, ctx=ctx))
+        with self._changing(path):
+            return _wire.stat(self._call("mkdir", path, ONCE, lambda c: c.fs.Mkdir(req), rid_req=req, ctx=ctx))
 
     def create_file(self, path, content=b"", *, ephemeral=False, sequential=False, make_parents=False,
                     timeout=None, cancel=None):
@@ -868,7 +920,9 @@ class Session:
                                              ephemeral=True if ephemeral else None,
                                              sequential=True if sequential else None,
                                              make_parents=True if make_parents else None)
-        return _wire.stat(self._call("create", path, ONCE, lambda c: c.fs.CreateFile(req), rid_req=req, ctx=ctx))
+        with self._changing(path):
+            return _wire.stat(self._call("create", path, ONCE, lambda c: c.fs.CreateFile(req), rid_req=req,
+                                         ctx=ctx))
 
     def multi(self, compares=(), ops=(), *, timeout=None, cancel=None):
         """Check compares and, if every one holds, apply ops in order, all
@@ -907,7 +961,9 @@ class Session:
         req = _wire.ttypes.MultiRequest(session=self.id, compares=[_wire.compare_to_wire(c) for c in compares],
                                         ops=[_wire.op_to_wire(o) for o in ops])
         path = ops[0].path
-        r = self._call("multi", path, ONCE, lambda c: c.fs.Multi(req), rid_req=req, ctx=ctx)
+        with self._changing(*[o.path for o in ops if o.kind != Op.DELETE]), \
+                self._changing(*[o.path for o in ops if o.kind == Op.DELETE], tree=True):
+            r = self._call("multi", path, ONCE, lambda c: c.fs.Multi(req), rid_req=req, ctx=ctx)
         if r.succeeded is None:
             raise ProtocolError("Multi reply lacks succeeded", op="multi", path=path)
         if not r.succeeded:

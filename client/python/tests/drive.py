@@ -11,7 +11,9 @@ failover (a 3-replica cell whose failover outlasts the session lease):
   wait for jeopardy, master-changed and safe in that order, and check that
   the session never expired, kept its lock (its handle's sequencer is the
   same, the cell says it is valid, another session cannot take it) and
-  goes on working (the write, its event, another write); print "OK ...";
+  goes on working (the write, its event, another write), and that a file
+  it cached before the failover is read anew after another session changed
+  it under the new master; print "OK ...";
   on "DONE" (the Go side checked the lock too) close the session.
 restart (a one-replica cell): the same lock; print "LOCKED"; once the Go
   side stopped the cell, wait for jeopardy (a write made now waits) and
@@ -104,6 +106,11 @@ def failover():
     seq = h.try_acquire()
     data = s.open("/failover-data", mode=cc.OpenMode.READ_WRITE, create=cc.CreateMode.OPEN_OR_CREATE,
                   event_mask=cc.EVENT_MASK_FILE_CONTENTS_MODIFIED)
+    cached = s.open("/failover-cached", mode=cc.OpenMode.READ_WRITE, create=cc.CreateMode.OPEN_OR_CREATE)
+    cached.write(b"before the failover")
+    hits = s.cache_stats().hits
+    check(cached.read() == b"before the failover" and cached.read() == b"before the failover", "cached")
+    check(s.cache_stats().hits > hits, "served from the cache before the failover")
     epoch0 = s.epoch
     say("LOCKED", seq)
     check(read_line(60).startswith("STOPPED"), "expected STOPPED")
@@ -123,6 +130,9 @@ def failover():
     check(ev is not None, "the write's event arrived from the new master")
     st2 = data.write(b"and more")
     check(st2.content_generation == st.content_generation + 1, "writes go on")
+    with cc.Cell() as c2, c2.session() as other:
+        other.open("/failover-cached", mode=cc.OpenMode.READ_WRITE).write(b"changed after the failover")
+    check(cached.read() == b"changed after the failover", "no stale cached read after the failover")
     say("OK epoch %d->%d events %s" % (epoch0, s.epoch, w.log))
     check(read_line(60).startswith("DONE"), "expected DONE")
     s.close()
