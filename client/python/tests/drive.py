@@ -16,8 +16,8 @@ failover (a 3-replica cell whose failover outlasts the session lease):
   it under the new master; print "OK ...";
   on "DONE" (the Go side checked the lock too) close the session.
 restart (a one-replica cell): the same lock; print "LOCKED"; once the Go
-  side stopped the cell, wait for jeopardy (a write made now waits) and
-  print "JEOPARDY"; on "RESTARTED" (a new master on the same data) wait for
+  side stopped the cell, wait for jeopardy (a read with timeout= raises
+  DeadlineExceededError; a write made now waits) and print "JEOPARDY"; on "RESTARTED" (a new master on the same data) wait for
   safe (after master-changed), check the lock and the waiting write; print
   "OK".
 
@@ -150,6 +150,14 @@ def restart():
     w.wait_for("jeopardy", 20)  # the Go side stops the cell now
     check(s.state == cc.SessionState.JEOPARDY, "state %s in jeopardy" % s.state)
     check(s.lease_remaining() == 0, "no lease left in jeopardy")
+    t0 = time.monotonic()
+    try:
+        h.stat(timeout=0.5)
+    except cc.DeadlineExceededError:
+        pass
+    else:
+        raise AssertionError("a read in jeopardy with timeout=0.5 succeeded")
+    check(time.monotonic() - t0 < 10, "the timeout ended the wait in jeopardy, not the grace period")
     result = []
     writer = threading.Thread(target=lambda: result.append(h.write(b"written in jeopardy")))
     writer.start()

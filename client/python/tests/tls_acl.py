@@ -98,6 +98,18 @@ class TestTLS(TLSTest):
         with self.assertRaises(cc.TransportError):
             c.who_am_i()
 
+    def test_server_name(self):
+        # The replicas' certificates name localhost and 127.0.0.1: a client
+        # told to require another name refuses them.
+        ca = os.path.join(DIR, "ca.crt")
+        self.assertEqual(self.cell(tls=cc.TLSConfig(ca, server_name="localhost")).who_am_i(), ("anonymous", True))
+        with self.assertRaises(cc.UnreachableError):
+            self.cell(tls=cc.TLSConfig(ca, server_name="not-a-replica.example")).who_am_i()
+        conf = cc.TLSConfig.from_env({"CHUBBY_TLS_CA": ca, "CHUBBY_TLS_SERVER_NAME": "not-a-replica.example"})
+        self.assertEqual(conf.server_name, "not-a-replica.example")
+        with self.assertRaises(cc.UnreachableError):
+            self.cell(tls=conf).who_am_i()
+
     def test_bad_configuration(self):
         with self.assertRaises(cc.InvalidArgumentError):
             cc.TLSConfig.from_env({"CHUBBY_TLS_CERT": "a.crt", "CHUBBY_TLS_KEY": "a.key"})
