@@ -18,7 +18,8 @@
 #   ./build.sh python     generate the Python client library's Thrift modules from idl/chubby.thrift
 #                         (Debian's thrift-compiler, into client/python/chubbycell/_thrift, not
 #                         committed; installs thrift-compiler and python3-thrift if missing); then
-#                         PYTHONPATH=client/python /usr/bin/python3 -c 'import chubbycell' works.
+#                         PYTHONPATH=client/python /usr/bin/python3 -c 'import chubbycell' works
+#                         (or pip install it, whose build generates them: client/python/README.md).
 #                         Its tests: go test ./client/python (part of ./build.sh test)
 #   ./build.sh java       the Java client library: client/java/build/chubbycell.jar (Java generated
 #                         from idl/ by Debian's thrift, compiled with javac against libthrift-java;

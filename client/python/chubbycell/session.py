@@ -28,6 +28,11 @@ session is safe again (then they are sent) or expired (then they raise
 SessionExpiredError). A call that gave up because no master could be
 reached waits until the session reaches one again and is sent again, at
 most MAX_SEND_ROUNDS times in all, with the same request id.
+
+With the cache on (the default; see _cache.py) the KeepAlive loop also
+drops what a reply's invalidations name before the next KeepAlive
+acknowledges them, and flushes the cache in jeopardy, when the session is
+safe again and when it hears of a new master.
 """
 
 import collections

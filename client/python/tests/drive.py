@@ -17,9 +17,9 @@ failover (a 3-replica cell whose failover outlasts the session lease):
   on "DONE" (the Go side checked the lock too) close the session.
 restart (a one-replica cell): the same lock; print "LOCKED"; once the Go
   side stopped the cell, wait for jeopardy (a read with timeout= raises
-  DeadlineExceededError; a write made now waits) and print "JEOPARDY"; on "RESTARTED" (a new master on the same data) wait for
-  safe (after master-changed), check the lock and the waiting write; print
-  "OK".
+  DeadlineExceededError; a write made now waits) and print "JEOPARDY"; on
+  "RESTARTED" (a new master on the same data) wait for safe (after
+  master-changed), check the lock and the waiting write; print "OK".
 
 Every wait is bounded; any failure raises, which prints a traceback and
 exits non-zero.
