@@ -320,6 +320,40 @@ func noPythonPath(env []string) []string {
 	return out
 }
 
+// TestPythonReadmeQuickStart runs the Python examples of README.md
+// ("Other languages") and client/python/README.md, as printed there but
+// for the cell's address, each against a fresh cell: they must work on a
+// cell that has nothing yet.
+func TestPythonReadmeQuickStart(t *testing.T) {
+	generate(t)
+	for _, readme := range []string{filepath.Join(here(), "..", "..", "README.md"), filepath.Join(here(), "README.md")} {
+		b, err := os.ReadFile(readme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var blocks []string
+		for _, part := range strings.Split(string(b), "```python\n")[1:] {
+			code, _, ok := strings.Cut(part, "```")
+			if ok && strings.Contains(code, "import chubbycell") {
+				blocks = append(blocks, code)
+			}
+		}
+		if len(blocks) != 1 {
+			t.Fatalf("%s: %d Python examples importing chubbycell, want 1", readme, len(blocks))
+		}
+		if !strings.Contains(blocks[0], "127.0.0.1:7000") {
+			t.Fatalf("%s: the example does not connect to 127.0.0.1:7000:\n%s", readme, blocks[0])
+		}
+		c := celltest.Start(t, celltest.Options{Lease: lease})
+		p := startPython(t, []string{c.Addr}, time.Minute, "-c", strings.ReplaceAll(blocks[0], "127.0.0.1:7000", c.Addr))
+		p.wait()
+		t.Logf("%s:\n%s", readme, p.output())
+		if !strings.Contains(p.output(), "holding chubby-seq:v1:E:") {
+			t.Errorf("%s: the example did not take its lock", readme)
+		}
+	}
+}
+
 // TestPythonUnittest runs the unittest suite (client/python/tests/test_*.py)
 // against a three-replica cell: files, locks, events, errors, validation,
 // NOT_MASTER following, exactly-once resends through a proxy that loses
