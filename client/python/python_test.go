@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -428,6 +429,39 @@ func TestPythonFailover(t *testing.T) {
 	p.wait() // it closes its session and exits 0
 	if valid, _, err := c.CheckSequencer(ctx, seq); err != nil || valid {
 		t.Errorf("CheckSequencer after the Python session closed: valid %v, %v; want invalid", valid, err)
+	}
+}
+
+// TestPythonRemoveMember: the Go side stops a replica of a three-replica
+// cell that is not the master, and the Python client removes it from the
+// configuration (tests/drive.py remove); the Go side then checks that the
+// master's configuration has two members.
+func TestPythonRemoveMember(t *testing.T) {
+	generate(t)
+	rc := startReplicas(t)
+	m := rc.Master()
+	victim := (m + 1) % 3
+	rc.Stop(victim)
+	p := startPython(t, rc.Addrs(), 2*time.Minute, "tests/drive.py", "remove", strconv.Itoa(victim+1))
+	line := p.expect("OK ", time.Minute)
+	t.Log("python: " + line)
+	p.wait()
+	if strings.Contains(line, rc.Addr(victim)) {
+		t.Errorf("the removed replica %s is still in the Python client's list: %s", rc.Addr(victim), line)
+	}
+	c, err := client.Connect(context.Background(), client.Config{Addrs: []string{rc.Addr(m)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.GetReplicas()); n != 2 {
+		t.Errorf("the cell has %d members after the removal, want 2: %+v", n, st.GetReplicas())
 	}
 }
 

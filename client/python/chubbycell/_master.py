@@ -125,6 +125,11 @@ class Master:
         log.debug("chubby: replica list follows the cell's configuration: was %s, now %s", old, lst)
         return True
 
+    def refresh_soon(self):
+        """Make the next call ask for the members again (after a change of them)."""
+        with self._mu:
+            self._refreshed = None
+
     def maybe_refresh(self):
         """Ask the master guess for the members in the background if that has
         not been done for REFRESH_INTERVAL (called whenever a call is sent)."""

@@ -109,6 +109,9 @@ class AsyncCell:
     async def check_sequencer(self, seq, **kw):
         return await self._run.call(self.cell.check_sequencer, seq, **kw)
 
+    async def remove_member(self, replica_id, **kw):
+        return await self._run.call(self.cell.remove_member, replica_id, **kw)
+
     async def get_timestamps(self, count=1, **kw):
         return await self._run.call(self.cell.get_timestamps, count, **kw)
 

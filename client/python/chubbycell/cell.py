@@ -414,6 +414,30 @@ class Cell:
                        ctx=_ctx.CallCtx(timeout, cancel))
         return bool(r.valid), r.reason or ""
 
+    def remove_member(self, replica_id, *, timeout=None, cancel=None):
+        """Ask the master to take the replica replica_id (its id as
+        ``chubbyfs members`` shows it) out of the cell's configuration, an
+        operator's forced removal (the change_acl right on "/" when the
+        cell has ACLs), and return the log index of the configuration
+        change once it has committed. NotFoundError: no such member;
+        InvalidArgumentError: a malformed id or the last voter;
+        UnavailableError: another change is in progress (retry) — or, with
+        a message starting "outcome unknown: ", the change was proposed but
+        is not known committed, and may still take effect (status() shows
+        whether it did), as may a call whose reply was lost. Sent again only
+        when the earlier attempt certainly did nothing. The Cell's replica
+        list follows at its next call."""
+        if not isinstance(replica_id, str) or not replica_id:
+            raise InvalidArgumentError("replica_id must be a non-empty str, not %r" % (replica_id,),
+                                       op="remove-member")
+        req = _wire.ttypes.RemoveMemberRequest(id=replica_id)
+        r = self._call("remove-member", replica_id, UNSENT, lambda c: c.cell.RemoveMember(req),
+                       ctx=_ctx.CallCtx(timeout, cancel))
+        self._master.refresh_soon()
+        if r.index is None:
+            raise ProtocolError("RemoveMember reply lacks the index", op="remove-member", path=replica_id)
+        return r.index
+
     def get_timestamps(self, count=1, *, timeout=None, cancel=None):
         """count (1..MAX_TIMESTAMPS_PER_CALL) strictly increasing timestamps
         from the cell's oracle, each larger than every one handed out before

@@ -2,7 +2,7 @@
 lines: this script prints what it has done, the Go side does what only it
 can (stop a master, restart a cell) and says so on stdin.
 
-usage: drive.py failover|restart   (the cell in CHUBBY_CELL)
+usage: drive.py failover|restart|remove ID   (the cell in CHUBBY_CELL)
 
 failover (a 3-replica cell whose failover outlasts the session lease):
   hold a session, a lock and a handle watching a file; print "LOCKED
@@ -20,6 +20,11 @@ restart (a one-replica cell): the same lock; print "LOCKED"; once the Go
   DeadlineExceededError; a write made now waits) and print "JEOPARDY"; on
   "RESTARTED" (a new master on the same data) wait for safe (after
   master-changed), check the lock and the waiting write; print "OK".
+remove ID (a 3-replica cell whose replica ID the Go side stopped): remove
+  it from the configuration (retried while the master answers
+  UNAVAILABLE), check that the Cell's replica list follows, that removing
+  it again is NOT_FOUND and a malformed id INVALID_ARGUMENT, and that the
+  cell goes on working; print "OK <index>".
 
 Every wait is bounded; any failure raises, which prints a traceback and
 exits non-zero.
@@ -178,5 +183,44 @@ def restart():
     cell.close()
 
 
+def remove(rid):
+    with cc.Cell() as cell, cell.session() as s:
+        cell.get_master()
+        before = sorted(cell.replicas)
+        check(len(before) == 3, "three replicas known: %s" % before)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                index = cell.remove_member(rid, timeout=10)
+                break
+            except cc.UnavailableError as e:
+                check(time.monotonic() < deadline and not e.message.startswith("outcome unknown"),
+                      "remove_member(%s): %s" % (rid, e))
+                time.sleep(0.1)
+        check(index > 0, "the change's log index %d" % index)
+        deadline = time.monotonic() + 30
+        while len(cell.replicas) != 2:
+            check(time.monotonic() < deadline, "the replica list still %s" % cell.replicas)
+            cell.get_master()
+            time.sleep(0.1)
+        try:
+            cell.remove_member(rid)
+        except cc.NotFoundError:
+            pass
+        else:
+            raise AssertionError("removing a removed replica succeeded")
+        try:
+            cell.remove_member("x")
+        except cc.InvalidArgumentError:
+            pass
+        else:
+            raise AssertionError("removing a malformed id succeeded")
+        s.create_file("/after-remove", b"ok")
+        say("OK %d %s" % (index, ",".join(sorted(cell.replicas))))
+
+
 if __name__ == "__main__":
-    {"failover": failover, "restart": restart}[sys.argv[1]]()
+    if sys.argv[1] == "remove":
+        remove(sys.argv[2])
+    else:
+        {"failover": failover, "restart": restart}[sys.argv[1]]()
