@@ -18,7 +18,8 @@
 #   ./build.sh python     generate the Python client library's Thrift modules from idl/chubby.thrift
 #                         (Debian's thrift-compiler, into client/python/chubbycell/_thrift, not
 #                         committed; installs thrift-compiler and python3-thrift if missing); then
-#                         PYTHONPATH=client/python /usr/bin/python3 -c 'import chubbycell' works.
+#                         PYTHONPATH=client/python /usr/bin/python3 -c 'import chubbycell' works
+#                         (or pip install it, whose build generates them: client/python/README.md).
 #                         Its tests: go test ./client/python (part of ./build.sh test)
 #   ./build.sh java       the Java client library: client/java/build/chubbycell.jar (Java generated
 #                         from idl/ by Debian's thrift, compiled with javac against libthrift-java;
@@ -114,11 +115,16 @@ apt_install() {
 }
 
 # python_deps lists the Debian packages missing for the Python client:
-# the Apache Thrift compiler and Debian's python3 with its Thrift library.
+# the Apache Thrift compiler and Debian's python3 with its Thrift library,
+# and what its install test (a pip install into a venv, no package index)
+# builds with: setuptools, wheel and venv (with its bundled pip).
 python_deps() {
 	command -v thrift >/dev/null || echo thrift-compiler
 	[ -x /usr/bin/python3 ] || echo python3
 	/usr/bin/python3 -c 'import thrift' 2>/dev/null || echo python3-thrift
+	/usr/bin/python3 -c 'import setuptools' 2>/dev/null || echo python3-setuptools
+	/usr/bin/python3 -c 'import wheel' 2>/dev/null || echo python3-wheel
+	/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || echo python3-venv
 }
 
 # The Java client library's build (./build.sh java) uses Debian's packages:

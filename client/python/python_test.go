@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +26,8 @@ import (
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/cell/celltest"
 	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
 // python is Debian's interpreter, which has python3-thrift (another python3
@@ -78,11 +81,19 @@ type proc struct {
 // after timeout at the latest.
 func startPython(t *testing.T, addrs []string, timeout time.Duration, args ...string) *proc {
 	t.Helper()
+	return startPythonEnv(t, addrs, nil, timeout, args...)
+}
+
+// startPythonEnv is startPython with env (KEY=value) added to its
+// environment.
+func startPythonEnv(t *testing.T, addrs, env []string, timeout time.Duration, args ...string) *proc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Dir = here()
 	cmd.Env = append(os.Environ(), "CHUBBY_CELL="+strings.Join(addrs, ","), "PYTHONPATH="+here(),
 		"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -174,6 +185,176 @@ func startReplicas(t *testing.T) *celltest.Replicas {
 	return rc
 }
 
+// runUnittest runs python -m unittest discover on the tests in
+// client/python/tests whose file names match pattern, with env added, and
+// fails unless every test ran and passed.
+func runUnittest(t *testing.T, addrs, env []string, pattern string) {
+	t.Helper()
+	p := startPythonEnv(t, addrs, env, 3*time.Minute, "-m", "unittest", "discover", "-v", "-s", "tests", "-p", pattern)
+	<-p.done
+	out := p.output()
+	t.Logf("python -m unittest (%s):\n%s", pattern, out)
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("the Python tests failed (exit %d)", code)
+	}
+	// Nothing may pass by being skipped, or by finding no tests.
+	if !strings.Contains(out, "\nOK\n") || strings.Contains(out, "skipped") || !strings.Contains(out, "Ran ") ||
+		strings.Contains(out, "Ran 0 tests") {
+		t.Fatalf("the Python tests did not all run and pass")
+	}
+}
+
+// TestPythonTLS runs client/python/tests/tls_*.py against a one-replica
+// cell with mutual TLS whose first administrator is "admin": the Python
+// client reads its TLS files from the Go client's CHUBBY_TLS_*
+// variables (as admin) or takes a TLSConfig (alice, bob, anonymous), and
+// the tests check WhoAmI, the ACLs as each principal meets them, SetACL,
+// a renewed certificate picked up from disk, and that a plaintext client,
+// a client trusting another CA and a certificate another CA signed get
+// nowhere.
+func TestPythonTLS(t *testing.T) {
+	generate(t)
+	pki := tlstest.NewPKI(t, "cell")
+	rep := pki.Files(t, "replica-1", tlstest.Both)
+	r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: rep.Cert, Key: rep.Key, CA: rep.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := celltest.Start(t, celltest.Options{TLS: r, Admin: "admin", Lease: lease})
+	admin := pki.Files(t, "admin", tlstest.Client)
+	for _, cn := range []string{"alice", "bob"} {
+		pki.Files(t, cn, tlstest.Client)
+	}
+	other := tlstest.NewPKI(t, "other")
+	stranger := other.Files(t, "alice", tlstest.Client) // another CA's "alice"
+	runUnittest(t, []string{c.Addr}, []string{
+		"CHUBBY_TLS_CA=" + admin.CA, "CHUBBY_TLS_CERT=" + admin.Cert, "CHUBBY_TLS_KEY=" + admin.Key,
+		"CHUBBY_TEST_TLS_DIR=" + pki.Dir, "CHUBBY_TEST_OTHER_TLS_DIR=" + other.Dir,
+		"CHUBBY_TEST_STRANGER_CERT=" + stranger.Cert, "CHUBBY_TEST_STRANGER_KEY=" + stranger.Key,
+	}, "tls_*.py")
+}
+
+// TestPythonPipInstall installs the package as its pyproject.toml
+// says, with no package index: a copy of client/python without the
+// generated Thrift modules (and of idl/chubby.thrift beside it, where the
+// build looks) goes into a fresh venv over Debian's python3 with pip
+// --no-build-isolation --no-index, so the package's build must generate
+// the modules itself; then tests/installed.py, run by the venv's python
+// outside the source tree and without PYTHONPATH, imports it from the venv
+// and uses it against a real cell.
+func TestPythonPipInstall(t *testing.T) {
+	generate(t) // installs the Debian packages the build needs
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "src", "client", "python")
+	copyFile := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"pyproject.toml", "setup.py", "README.md"} {
+		copyFile(filepath.Join(here(), f), filepath.Join(src, f))
+	}
+	mods, err := filepath.Glob(filepath.Join(here(), "chubbycell", "*.py"))
+	if err != nil || len(mods) == 0 {
+		t.Fatalf("no chubbycell/*.py: %v", err)
+	}
+	for _, m := range mods {
+		copyFile(m, filepath.Join(src, "chubbycell", filepath.Base(m)))
+	}
+	copyFile(filepath.Join(here(), "..", "..", "idl", "chubby.thrift"), filepath.Join(tmp, "src", "idl", "chubby.thrift"))
+
+	venv := filepath.Join(tmp, "venv")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir = tmp
+		cmd.Env = noPythonPath(os.Environ())
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+	run(python, "-m", "venv", "--system-site-packages", venv)
+	out := run(filepath.Join(venv, "bin", "pip"), "install", "--no-build-isolation", "--no-index", src)
+	t.Logf("pip install:\n%s", out)
+	if _, err := os.Stat(filepath.Join(src, "chubbycell", "_thrift")); err == nil {
+		t.Errorf("the build wrote its generated modules into the source tree")
+	}
+
+	c := celltest.Start(t, celltest.Options{Lease: lease})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), filepath.Join(here(), "tests", "installed.py"), "/installed")
+	cmd.Dir = tmp
+	cmd.Env = append(noPythonPath(os.Environ()), "CHUBBY_CELL="+c.Addr, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	b, err := cmd.CombinedOutput()
+	t.Logf("installed.py:\n%s", b)
+	if err != nil || !strings.Contains(string(b), "INSTALLED OK "+filepath.Join(venv, "lib")) {
+		t.Fatalf("the installed package does not work: %v", err)
+	}
+}
+
+// noPythonPath is env without PYTHONPATH, so that python finds only what
+// is installed, and without pip's variables naming places to look for
+// packages, so that pip uses only what is here.
+func noPythonPath(env []string) []string {
+	var out []string
+	for _, e := range env {
+		if !strings.HasPrefix(e, "PYTHONPATH=") && !strings.HasPrefix(e, "PIP_FIND_LINKS=") &&
+			!strings.HasPrefix(e, "PIP_INDEX_URL=") && !strings.HasPrefix(e, "PIP_EXTRA_INDEX_URL=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestPythonReadmeQuickStart runs the Python examples of README.md
+// ("Other languages") and client/python/README.md, as printed there but
+// for the cell's address, each against a fresh cell: they must work on a
+// cell that has nothing yet.
+func TestPythonReadmeQuickStart(t *testing.T) {
+	generate(t)
+	for _, readme := range []string{filepath.Join(here(), "..", "..", "README.md"), filepath.Join(here(), "README.md")} {
+		b, err := os.ReadFile(readme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var blocks []string
+		for _, part := range strings.Split(string(b), "```python\n")[1:] {
+			code, _, ok := strings.Cut(part, "```")
+			if ok && strings.Contains(code, "import chubbycell") {
+				blocks = append(blocks, code)
+			}
+		}
+		if len(blocks) != 1 {
+			t.Fatalf("%s: %d Python examples importing chubbycell, want 1", readme, len(blocks))
+		}
+		if !strings.Contains(blocks[0], "127.0.0.1:7000") {
+			t.Fatalf("%s: the example does not connect to 127.0.0.1:7000:\n%s", readme, blocks[0])
+		}
+		c := celltest.Start(t, celltest.Options{Lease: lease})
+		p := startPython(t, []string{c.Addr}, time.Minute, "-c", strings.ReplaceAll(blocks[0], "127.0.0.1:7000", c.Addr))
+		p.wait()
+		t.Logf("%s:\n%s", readme, p.output())
+		if !strings.Contains(p.output(), "holding chubby-seq:v1:E:") {
+			t.Errorf("%s: the example did not take its lock", readme)
+		}
+	}
+}
+
 // TestPythonUnittest runs the unittest suite (client/python/tests/test_*.py)
 // against a three-replica cell: files, locks, events, errors, validation,
 // NOT_MASTER following, exactly-once resends through a proxy that loses
@@ -248,6 +429,39 @@ func TestPythonFailover(t *testing.T) {
 	p.wait() // it closes its session and exits 0
 	if valid, _, err := c.CheckSequencer(ctx, seq); err != nil || valid {
 		t.Errorf("CheckSequencer after the Python session closed: valid %v, %v; want invalid", valid, err)
+	}
+}
+
+// TestPythonRemoveMember: the Go side stops a replica of a three-replica
+// cell that is not the master, and the Python client removes it from the
+// configuration (tests/drive.py remove); the Go side then checks that the
+// master's configuration has two members.
+func TestPythonRemoveMember(t *testing.T) {
+	generate(t)
+	rc := startReplicas(t)
+	m := rc.Master()
+	victim := (m + 1) % 3
+	rc.Stop(victim)
+	p := startPython(t, rc.Addrs(), 2*time.Minute, "tests/drive.py", "remove", strconv.Itoa(victim+1))
+	line := p.expect("OK ", time.Minute)
+	t.Log("python: " + line)
+	p.wait()
+	if strings.Contains(line, rc.Addr(victim)) {
+		t.Errorf("the removed replica %s is still in the Python client's list: %s", rc.Addr(victim), line)
+	}
+	c, err := client.Connect(context.Background(), client.Config{Addrs: []string{rc.Addr(m)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.GetReplicas()); n != 2 {
+		t.Errorf("the cell has %d members after the removal, want 2: %+v", n, st.GetReplicas())
 	}
 }
 

@@ -24,12 +24,29 @@ like the Go client (package client):
   the floor of the calls in flight), so a call resent after a lost reply or
   a failover is applied once.
 - Failures raise a typed :class:`ChubbyError` subclass per error code.
+- Mutual TLS (:class:`TLSConfig`, or the Go client's ``CHUBBY_TLS_*``
+  environment variables): the client certificate's common name is the
+  principal the cell's ACLs name; ``cell.who_am_i()`` says which it is,
+  ``handle.set_acl(ACLNames(...))`` changes a node's ACL names.
+- ``session.multi(compares, ops)`` applies ops all or nothing if the
+  compares hold (:class:`Compare`, :class:`Op`); ``cell.get_timestamps(n)``
+  returns a range of n timestamps of the cell's oracle.
+- Every call takes ``timeout=`` (seconds for all of it:
+  :class:`DeadlineExceededError`) and ``cancel=`` (a :class:`Cancel`
+  token: :class:`CallCancelledError`).
+- :mod:`chubbycell.aio` has the same calls as coroutines (the threaded
+  calls run on a thread pool; cancelling the task cancels the call).
+- Sessions cache file contents, Stats and listings (``cache=False`` turns
+  it off): the master invalidates a session's copy, and waits for the
+  acknowledgement, before the node changes, so a cached read is never
+  stale; ``session.cache_stats()`` counts hits.
 
 Quick start::
 
     import chubbycell
 
     with chubbycell.Cell("127.0.0.1:7000") as cell, cell.session() as s:
+        s.mkdir("/locks", parents=True)  # a lock file's parent must exist
         with s.lock("/locks/nightly") as held:
             print("holding", held.sequencer)
 
@@ -37,6 +54,8 @@ Every class is safe for use by several threads at once.
 """
 
 from . import _wire  # noqa: F401  (fails early, with advice, if the generated modules are missing)
+from ._ctx import Cancel
+from ._tls import ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ENV_TLS_SERVER_NAME, TLSConfig
 from .cell import DEFAULT_ADDR, ENV_CELL, Cell
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
@@ -45,4 +64,5 @@ from .session import HeldLock, Session
 from .types import *  # noqa: F401,F403
 from .types import __all__ as _types_all
 
-__all__ = ["Cell", "Session", "Handle", "HeldLock", "ENV_CELL", "DEFAULT_ADDR"] + _errors_all + _types_all
+__all__ = ["Cell", "Session", "Handle", "HeldLock", "ENV_CELL", "DEFAULT_ADDR", "Cancel", "TLSConfig",
+           "ENV_TLS_CA", "ENV_TLS_CERT", "ENV_TLS_KEY", "ENV_TLS_SERVER_NAME"] + _errors_all + _types_all

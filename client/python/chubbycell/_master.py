@@ -125,6 +125,11 @@ class Master:
         log.debug("chubby: replica list follows the cell's configuration: was %s, now %s", old, lst)
         return True
 
+    def refresh_soon(self):
+        """Make the next call ask for the members again (after a change of them)."""
+        with self._mu:
+            self._refreshed = None
+
     def maybe_refresh(self):
         """Ask the master guess for the members in the background if that has
         not been done for REFRESH_INTERVAL (called whenever a call is sent)."""
@@ -196,10 +201,12 @@ class Master:
         threading.Thread(target=self._run_round, args=(done,), name="chubbycell-locate", daemon=True).start()
         return done
 
-    def locate(self):
+    def locate(self, within=None):
         """Run (or join) a locate round and wait for it (bounded by the
-        round's own timeouts); return (addr, epoch) of its outcome."""
-        self.locate_async().wait(2 * self._timeout + 1)
+        round's own timeouts, and by within seconds if given); return
+        (addr, epoch) of the latest outcome."""
+        w = 2 * self._timeout + 1
+        self.locate_async().wait(w if within is None else min(w, within))
         with self._mu:
             return self.last
 
@@ -265,15 +272,21 @@ class Master:
             for fn in listeners:
                 fn()
 
-    def pause(self, until, frm, refused, known_epoch):
+    def wake(self):
+        """Wake every pause() to check its stop()."""
+        with self._mu:
+            self._cv.notify_all()
+
+    def pause(self, until, frm, refused, known_epoch, stop=None):
         """Sleep until the monotonic time until, or until a locate round
         (anyone's) ends naming a master other than frm — or frm itself when
         frm refused (it was alive and is now named master), or a master of an
-        epoch after known_epoch."""
+        epoch after known_epoch — or, if given, until stop() is true after a
+        wake() (a cancelled call's)."""
         with self._mu:
             while True:
                 left = until - time.monotonic()
-                if left <= 0:
+                if left <= 0 or (stop is not None and stop()):
                     return
                 seen = self._rounds
                 self._cv.wait(left)

@@ -1,5 +1,6 @@
-"""Connections to replicas: one TCP connection speaks the strict binary
-protocol over the framed (default) or buffered transport, and carries the
+"""Connections to replicas: one TCP connection (TLS over it when the Cell has
+a TLSConfig, see _tls.py) speaks the strict binary protocol over the framed
+(default) or buffered transport, and carries the
 generated clients of all five services. The cell serves the five services
 together on its one port as a combined service (no TMultiplexedProtocol):
 a request's method name alone says which service it is for, so one
@@ -44,7 +45,7 @@ class ConnectFailed(Exception):
 class Conn:
     """One connection to a replica, with a client of every service."""
 
-    def __init__(self, addr, transport, connect_timeout):
+    def __init__(self, addr, transport, connect_timeout, tls=None):
         self.addr = addr
         host, port = split_addr(addr)
         try:
@@ -52,6 +53,14 @@ class Conn:
         except OSError as e:
             raise ConnectFailed(addr, e) from e
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            # The handshake is part of connecting: bounded by connect_timeout,
+            # and a failure means the request never left.
+            try:
+                sock = tls.wrap(sock, host)
+            except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+                sock.close()
+                raise ConnectFailed(addr, e) from e
         self.sock = sock
         ts = TSocket.TSocket()
         ts.setHandle(sock)
@@ -112,9 +121,10 @@ class Conn:
 class Pool:
     """Idle connections by address. Thread-safe."""
 
-    def __init__(self, transport, connect_timeout):
+    def __init__(self, transport, connect_timeout, tls=None):
         self.transport = transport
         self.connect_timeout = connect_timeout
+        self.tls = tls
         self._idle = {}
         self._mu = threading.Lock()
         self._closed = False
@@ -130,7 +140,7 @@ class Pool:
             if c.alive():
                 return c
             c.close()
-        return Conn(addr, self.transport, self.connect_timeout)
+        return Conn(addr, self.transport, self.connect_timeout, self.tls)
 
     def put(self, c):
         """Give back a connection whose last call ended cleanly."""

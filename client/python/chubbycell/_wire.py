@@ -30,9 +30,17 @@ def _check():
         if {m.name: m.value for m in ours} != dict(gen._NAMES_TO_VALUES):
             raise ImportError("chubbycell: enum %s differs from idl/chubby.thrift; "
                               "update chubbycell/types.py" % ours.__name__)
+    if ({"EXISTS": t.Compare.EXISTS, "NOT_EXISTS": t.Compare.NOT_EXISTS,
+         "CONTENT_GENERATION": t.Compare.CONTENT_GENERATION, "INSTANCE": t.Compare.INSTANCE}
+            != dict(ttypes.CompareKind._NAMES_TO_VALUES)
+            or {"CREATE": t.Op.CREATE, "SET_CONTENTS": t.Op.SET_CONTENTS, "DELETE": t.Op.DELETE}
+            != dict(ttypes.MultiOpKind._NAMES_TO_VALUES)):
+        raise ImportError("chubbycell: CompareKind or MultiOpKind differs from idl/chubby.thrift; "
+                          "update chubbycell/types.py")
     for name in ("MAX_CONTENT_BYTES", "MAX_NAME_BYTES", "MAX_PATH_BYTES", "MAX_PATH_DEPTH",
                  "MAX_CLIENT_NAME_BYTES", "MAX_LOCK_DELAY_MS", "DEFAULT_LOCK_DELAY_MS",
-                 "MAX_ACQUIRE_WAIT_MS", "MAX_TIMESTAMPS_PER_CALL", "EVENT_MASK_ALL",
+                 "MAX_ACQUIRE_WAIT_MS", "MAX_TIMESTAMPS_PER_CALL", "MAX_MULTI_COMPARES", "MAX_MULTI_OPS",
+                 "MAX_MULTI_BYTES", "EVENT_MASK_ALL",
                  "EVENT_MASK_FILE_CONTENTS_MODIFIED", "EVENT_MASK_CHILD_ADDED", "EVENT_MASK_CHILD_REMOVED",
                  "EVENT_MASK_CHILD_MODIFIED", "EVENT_MASK_LOCK_ACQUIRED",
                  "EVENT_MASK_CONFLICTING_LOCK_REQUEST", "EVENT_MASK_HANDLE_INVALID"):
@@ -91,6 +99,23 @@ def sequencer(s):
     return t.Sequencer(path=_req(s.path, "sequencer.path"), mode=_enum(t.LockMode, s.mode, "sequencer.mode"),
                        lock_generation=_req(s.lock_generation, "sequencer.lock_generation"),
                        instance=_req(s.instance, "sequencer.instance"))
+
+
+def acl_to_wire(a):
+    """A types.ACLNames as a wire ACLNames."""
+    return ttypes.ACLNames(read_acl=a.read_acl, write_acl=a.write_acl, change_acl=a.change_acl)
+
+
+def compare_to_wire(c):
+    """A types.Compare as a wire Compare."""
+    return ttypes.Compare(path=c.path, kind=c.kind, value=c.value)
+
+
+def op_to_wire(o):
+    """A types.Op as a wire MultiOp."""
+    return ttypes.MultiOp(kind=o.kind, path=o.path, content=o.content,
+                          directory=True if o.directory else None, ephemeral=True if o.ephemeral else None,
+                          recursive=True if o.recursive else None, expected_generation=o.expected_generation)
 
 
 def sequencer_to_wire(s):

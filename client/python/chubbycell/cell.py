@@ -17,6 +17,10 @@ safe:
   the request certainly did nothing: NOT_MASTER, or no connection could be
   made.
 
+A call's own timeout= and cancel= (see _ctx.py) bound all of it: the
+attempts (each attempt's reply wait is cut to what is left), the pauses
+and the search for the master between them.
+
 NOT_MASTER with a usable hint sends the next attempt to the hint at once
 (twice per call at most); failures that say nothing of where the master is
 start a locate round (see _master.py) when more than one replica is known.
@@ -34,13 +38,15 @@ from thrift.protocol.TProtocol import TProtocolException
 from thrift.Thrift import TApplicationException
 from thrift.transport.TTransport import TTransportException
 
-from . import _wire, errors
+from . import _ctx, _wire, errors
 from ._master import Master, ask_master
+from ._cache import DEFAULT_CACHE_MAX_ENTRIES
+from ._tls import TLSConfig
 from ._transport import TRANSPORTS, ConnectFailed, Pool
 from .errors import (CallTimeoutError, CellClosedError, ChubbyError, InvalidArgumentError, ProtocolError,
                      TransportError, UnreachableError)
 from .types import (MAX_CLIENT_NAME_BYTES, MAX_TIMESTAMPS_PER_CALL, CellStatus, MasterInfo, ReplicaInfo,
-                    Sequencer, check_seconds, parse_addrs)
+                    Identity, Sequencer, check_seconds, parse_addrs)
 
 log = logging.getLogger("chubbycell")
 
@@ -109,13 +115,19 @@ class Cell:
             for plus this.
         client_name: the default name of this Cell's sessions in the cell's
             status (default "<program>@<host>:<pid>").
+        tls: a TLSConfig (mutual TLS to a cell started with --tls-*; its
+            certificate names this client's principal), or False for
+            plaintext. None (the default): a TLSConfig from CHUBBY_TLS_CA,
+            CHUBBY_TLS_CERT, CHUBBY_TLS_KEY and CHUBBY_TLS_SERVER_NAME when
+            CHUBBY_TLS_CA is set (as the Go client reads them), else
+            plaintext.
 
     Raises InvalidArgumentError for malformed arguments (before connecting:
     a Cell connects lazily, on its first call).
     """
 
     def __init__(self, addrs=None, *, transport="framed", connect_timeout=1.0, call_timeout=10.0,
-                 client_name=None):
+                 client_name=None, tls=None):
         if addrs is None:
             env = os.environ.get(ENV_CELL, "").strip()
             try:
@@ -130,7 +142,15 @@ class Cell:
         self.call_timeout = check_seconds("call_timeout", call_timeout)
         self.client_name = check_client_name(client_name) if client_name is not None else default_client_name()
         self.transport = transport
-        self._pool = Pool(transport, self.connect_timeout)
+        if tls is None:
+            tls = TLSConfig.from_env()
+        elif tls is False:
+            tls = None
+        elif not isinstance(tls, TLSConfig):
+            raise InvalidArgumentError("tls must be a TLSConfig, False or None, not %s" % type(tls).__name__)
+        #: The TLSConfig of the connections, or None (plaintext).
+        self.tls = tls
+        self._pool = Pool(transport, self.connect_timeout, tls)
         self._master = Master(addrs, ask_master(self._pool), self.connect_timeout)
         self._mu = threading.Lock()
         self._closed = False
@@ -157,19 +177,23 @@ class Cell:
 
     # -- the call machinery -------------------------------------------------
 
-    def _call(self, op, path, cls, fn, timeout=None):
+    def _call(self, op, path, cls, fn, timeout=None, ctx=None):
         """Run fn(conn) at the master guess with the retries cls allows (see
         the module doc); return its result or raise a typed ChubbyError. An
         error raised after the attempts ran out on failures cls may retry
         has ``retryable_giveup`` set: sending the call again once a master is
-        found is as safe as the retries were."""
+        found is as safe as the retries were. timeout bounds one attempt
+        (default call_timeout); ctx (a _ctx.CallCtx) bounds the whole call
+        by its deadline and ends it when its Cancel token is cancelled."""
         timeout = self.call_timeout if timeout is None else timeout
+        ctx = ctx or _ctx.NONE
         redirects = 0
         m = self._master
         m.maybe_refresh()
         for attempt in range(MAX_CALL_ATTEMPTS):
             if self.closed:
                 raise CellClosedError("the Cell is closed", op=op, path=path)
+            ctx.check(op, path)
             addr = m.addr()
             hinted = refused = False
             try:
@@ -184,8 +208,11 @@ class Cell:
                 # while handling it would chain it (__context__), which
                 # traceback handling then tries to modify.
                 refusal = broken = None
+                hook = None
                 try:
-                    conn.set_timeout(timeout)
+                    conn.set_timeout(ctx.bound(timeout))
+                    if ctx.cancel is not None:
+                        hook = ctx.cancel._add(conn.abort)
                     v = fn(conn)
                 except _wire.ttypes.ChubbyError as we:
                     refusal = we
@@ -203,14 +230,22 @@ class Cell:
                         err = TransportError("connection to %s failed during the call: %s" % (addr, e),
                                              op=op, path=path, address=addr)
                         retry = cls in (SAFE, ONCE)
-                    if retry:
+                    if retry and not ctx.ended():  # a cancel or the deadline says nothing of the replica
                         m.unreachable(addr)
                 except BaseException:
                     conn.close()  # interrupted mid-call: what is left on it is unknown
                     raise
                 else:
-                    self._pool.put(conn)
+                    if ctx.cancel is not None and ctx.cancel.cancelled:
+                        conn.close()  # perhaps aborted by the cancel after the reply came
+                    else:
+                        self._pool.put(conn)
                     return v
+                finally:
+                    if hook is not None:
+                        ctx.cancel._remove(hook)
+                if broken is None and refusal is None:
+                    ctx.check(op, path)  # a cancel or the deadline, not the replica, ended the attempt
                 if broken is not None:
                     raise broken
                 if refusal is not None:
@@ -228,6 +263,7 @@ class Cell:
             if not retry:
                 log.debug("chubby: %s %s at %s failed; not retried: %s", op, path, addr, err)
                 raise err
+            ctx.check(op, path)
             if attempt + 1 >= MAX_CALL_ATTEMPTS:
                 log.debug("chubby: %s %s failed; attempts used up: %s", op, path, err)
                 err.retryable_giveup = True
@@ -236,7 +272,8 @@ class Cell:
             multi = m.multi()
             known = m.last[1]
             if not hinted and multi:
-                m.locate()  # nobody said where the master is: ask every replica
+                m.locate(ctx.left())  # nobody said where the master is: ask every replica
+                ctx.check(op, path)
             loc_addr, loc_epoch = m.last
             if loc_addr and loc_epoch > known and redirects < MAX_QUICK_REDIRECTS:
                 redirects += 1
@@ -248,13 +285,22 @@ class Cell:
                 log.debug("chubby: %s: retrying at %s after %s", op, nxt, err)
                 continue
             log.debug("chubby: %s: retrying at %s after %s", op, nxt, err)
-            m.pause(resend_at, addr, refused, known)
+            if ctx.deadline is not None:
+                resend_at = min(resend_at, ctx.deadline)
+            hook = ctx.cancel._add(m.wake) if ctx.cancel is not None else None
+            try:
+                m.pause(resend_at, addr, refused, known,
+                        stop=None if ctx.cancel is None else lambda: ctx.cancel.cancelled)
+            finally:
+                if hook is not None:
+                    ctx.cancel._remove(hook)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- sessions ------------------------------------------------------------
 
     def session(self, *, client_name=None, grace_period=45.0, on_jeopardy=None, on_safe=None,
-                on_expired=None, on_master_changed=None):
+                on_expired=None, on_master_changed=None, cache=True, cache_max_entries=DEFAULT_CACHE_MAX_ENTRIES,
+                timeout=None, cancel=None):
         """Create a session (CreateSession) and start its KeepAlive thread.
 
         Args:
@@ -267,6 +313,11 @@ class Cell:
             on_master_changed(session, epoch): callbacks, run one at a time,
                 in order, on the session's callback thread (never on the
                 KeepAlive thread, which they therefore cannot hold up).
+            cache: cache file contents, Stats and directory listings
+                (default True; see _cache.py: a cached read is never stale,
+                and is served only while the session is safe).
+            cache_max_entries: the nodes the session caches at most.
+            timeout, cancel: bound CreateSession (see Handle.read).
 
         CreateSession is retried on NOT_MASTER, UNAVAILABLE and transport
         failures: a session created by an attempt whose reply was lost is
@@ -275,18 +326,25 @@ class Cell:
         from .session import Session
         name = check_client_name(client_name) if client_name is not None else self.client_name
         grace = check_seconds("grace_period", grace_period)
+        if not isinstance(cache, bool):
+            raise InvalidArgumentError("cache must be True or False, not %r" % (cache,))
+        if isinstance(cache_max_entries, bool) or not isinstance(cache_max_entries, int) or cache_max_entries < 1:
+            raise InvalidArgumentError("cache_max_entries must be a positive int, not %r" % (cache_max_entries,))
         for cb_name, cb in (("on_jeopardy", on_jeopardy), ("on_safe", on_safe), ("on_expired", on_expired),
                             ("on_master_changed", on_master_changed)):
             if cb is not None and not callable(cb):
                 raise InvalidArgumentError("%s must be callable" % cb_name)
+        ctx = _ctx.CallCtx(timeout, cancel)
         sent = time.monotonic()  # the lease counts from before the request was sent
         r = self._call("create-session", "", SAFE,
-                       lambda c: c.session.CreateSession(_wire.ttypes.CreateSessionRequest(client_name=name)))
+                       lambda c: c.session.CreateSession(_wire.ttypes.CreateSessionRequest(
+                           client_name=name, cache=True if cache else None)),
+                       ctx=ctx)
         if r.session is None or r.lease_ms is None or r.lease_ms <= 0 or r.epoch is None:
             raise ProtocolError("CreateSession reply lacks session, lease_ms or epoch", op="create-session")
         s = Session(self, r.session, sent, r.lease_ms / 1000.0, r.epoch, grace,
                     on_jeopardy=on_jeopardy, on_safe=on_safe, on_expired=on_expired,
-                    on_master_changed=on_master_changed)
+                    on_master_changed=on_master_changed, cache=cache_max_entries if cache else 0)
         with self._mu:
             closed = self._closed
             if not closed:
@@ -304,7 +362,7 @@ class Cell:
 
     # -- calls without a session ----------------------------------------------
 
-    def get_master(self):
+    def get_master(self, *, timeout=None, cancel=None):
         """Ask the cell where its master is (GetMaster, retried like a read);
         the answer's members become the known replicas. Returns MasterInfo."""
         sent_to = []
@@ -313,7 +371,7 @@ class Cell:
             sent_to.append(c.addr)
             return c.cell.GetMaster(_wire.ttypes.GetMasterRequest())
 
-        r = self._call("get-master", "", SAFE, fn)
+        r = self._call("get-master", "", SAFE, fn, ctx=_ctx.CallCtx(timeout, cancel))
         if not r.master_address or r.epoch is None:
             raise ProtocolError("GetMaster reply names no master", op="get-master")
         self._master.adopt(sent_to[-1], r.master_address, r.replicas)
@@ -321,9 +379,9 @@ class Cell:
         return MasterInfo(address=r.master_address, epoch=r.epoch, master_id=r.master_id or "",
                           replicas=tuple(r.replicas or ()))
 
-    def status(self):
+    def status(self, *, timeout=None, cancel=None):
         """The cell's status (GetStatus), as CellStatus."""
-        r = self._call("status", "", SAFE, lambda c: c.cell.GetStatus())
+        r = self._call("status", "", SAFE, lambda c: c.cell.GetStatus(), ctx=_ctx.CallCtx(timeout, cancel))
         reps = tuple(ReplicaInfo(id=x.id or "", address=x.address or "",
                                  role=_wire.ttypes.ReplicaRole._VALUES_TO_NAMES.get(x.role, str(x.role)),
                                  committed_op=x.committed_op or 0) for x in (r.replicas or ()))
@@ -331,13 +389,19 @@ class Cell:
                           epoch=r.epoch or 0, replicas=reps, sessions=r.sessions or 0, nodes=r.nodes or 0,
                           handles=r.handles or 0, locks_held=r.locks_held or 0, version=r.version or "")
 
-    def who_am_i(self):
-        """(principal, tls): whom the cell takes this client for ("anonymous"
-        without a client certificate) and whether the call came over TLS."""
-        r = self._call("whoami", "", SAFE, lambda c: c.cell.WhoAmI())
-        return r.principal, bool(r.tls)
+    def who_am_i(self, *, timeout=None, cancel=None):
+        """Whom the cell takes this client for: an Identity (principal,
+        tls), the principal being its certificate's common name ("anonymous"
+        without a client certificate), tls whether the call came over TLS."""
+        r = self._call("whoami", "", SAFE, lambda c: c.cell.WhoAmI(), ctx=_ctx.CallCtx(timeout, cancel))
+        if r.principal is None:
+            raise ProtocolError("WhoAmI reply lacks the principal", op="whoami")
+        return Identity(principal=r.principal, tls=bool(r.tls))
 
-    def check_sequencer(self, seq):
+    #: The Go client's and chubbyfs's name of who_am_i.
+    whoami = who_am_i
+
+    def check_sequencer(self, seq, *, timeout=None, cancel=None):
         """Check a lock's sequencer (a Sequencer or its printable form) with
         the cell, as a server receiving a lock holder's request does.
         Returns (valid, reason): reason says why not when not valid."""
@@ -346,10 +410,35 @@ class Cell:
         elif not isinstance(seq, Sequencer):
             raise InvalidArgumentError("check_sequencer wants a Sequencer or its printable form")
         req = _wire.ttypes.CheckSequencerRequest(sequencer=_wire.sequencer_to_wire(seq))
-        r = self._call("check-sequencer", seq.path, SAFE, lambda c: c.lock.CheckSequencer(req))
+        r = self._call("check-sequencer", seq.path, SAFE, lambda c: c.lock.CheckSequencer(req),
+                       ctx=_ctx.CallCtx(timeout, cancel))
         return bool(r.valid), r.reason or ""
 
-    def get_timestamps(self, count=1):
+    def remove_member(self, replica_id, *, timeout=None, cancel=None):
+        """Ask the master to take the replica replica_id (its id as
+        ``chubbyfs members`` shows it) out of the cell's configuration, an
+        operator's forced removal (the change_acl right on "/" when the
+        cell has ACLs), and return the log index of the configuration
+        change once it has committed. NotFoundError: no such member;
+        InvalidArgumentError: a malformed id or the last voter;
+        UnavailableError: another change is in progress (retry) — or, with
+        a message starting "outcome unknown: ", the change was proposed but
+        is not known committed, and may still take effect (status() shows
+        whether it did), as may a call whose reply was lost. Sent again only
+        when the earlier attempt certainly did nothing. The Cell's replica
+        list follows at its next call."""
+        if not isinstance(replica_id, str) or not replica_id:
+            raise InvalidArgumentError("replica_id must be a non-empty str, not %r" % (replica_id,),
+                                       op="remove-member")
+        req = _wire.ttypes.RemoveMemberRequest(id=replica_id)
+        r = self._call("remove-member", replica_id, UNSENT, lambda c: c.cell.RemoveMember(req),
+                       ctx=_ctx.CallCtx(timeout, cancel))
+        self._master.refresh_soon()
+        if r.index is None:
+            raise ProtocolError("RemoveMember reply lacks the index", op="remove-member", path=replica_id)
+        return r.index
+
+    def get_timestamps(self, count=1, *, timeout=None, cancel=None):
         """count (1..MAX_TIMESTAMPS_PER_CALL) strictly increasing timestamps
         from the cell's oracle, each larger than every one handed out before
         the call; returns them as a range. Not retried after a lost reply
@@ -357,7 +446,8 @@ class Cell:
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_TIMESTAMPS_PER_CALL:
             raise InvalidArgumentError("count must be an int in 1..%d, not %r" % (MAX_TIMESTAMPS_PER_CALL, count))
         r = self._call("timestamps", "", UNSENT,
-                       lambda c: c.oracle.GetTimestamps(_wire.ttypes.GetTimestampsRequest(count=count)))
+                       lambda c: c.oracle.GetTimestamps(_wire.ttypes.GetTimestampsRequest(count=count)),
+                       ctx=_ctx.CallCtx(timeout, cancel))
         if r.first is None or r.count != count:
             raise ProtocolError("GetTimestamps answered %r timestamps, asked %d" % (r.count, count), op="timestamps")
         return range(r.first, r.first + r.count)

@@ -19,6 +19,9 @@ expired locally (its grace period ran out), which raises
   the cell acted is unknown; :class:`CallTimeoutError` (the reply did not
   come in time) and :class:`UnreachableError` (no connection could be made:
   the request never left, so the cell certainly did not act) are kinds of it.
+- :class:`DeadlineExceededError` (a CallTimeoutError): the call's own
+  ``timeout=`` passed; :class:`CallCancelledError`: its ``cancel=`` token
+  (or the asyncio task awaiting it) was cancelled.
 - :class:`ProtocolError`: the replica answered something that is not a valid
   answer (a Thrift application error, a reply missing required fields).
 """
@@ -32,7 +35,7 @@ __all__ = [
     "NotMasterError", "StaleEpochError", "UnavailableError", "GenerationMismatchError",
     "TimedOutError", "LimitExceededError", "InternalError", "SessionClosedError",
     "CellClosedError", "TransportError", "CallTimeoutError", "UnreachableError",
-    "ProtocolError", "error_class",
+    "ProtocolError", "DeadlineExceededError", "CallCancelledError", "error_class",
 ]
 
 
@@ -194,3 +197,15 @@ def from_wire(e, op="", path=""):
               master_address=getattr(e, "master_address", None),
               epoch=getattr(e, "epoch", None))
     return err
+
+
+class DeadlineExceededError(CallTimeoutError):
+    """The call's own deadline (its ``timeout=`` argument) passed before it
+    completed. Whether a call that changes the cell took effect is unknown,
+    as for any CallTimeoutError: calls with a RequestID may be sent again."""
+
+
+class CallCancelledError(ChubbyError):
+    """The call was cancelled (its ``cancel=`` token, or the asyncio task
+    awaiting it) before it completed. Whether a call that changes the cell
+    took effect is unknown."""

@@ -28,6 +28,11 @@ session is safe again (then they are sent) or expired (then they raise
 SessionExpiredError). A call that gave up because no master could be
 reached waits until the session reaches one again and is sent again, at
 most MAX_SEND_ROUNDS times in all, with the same request id.
+
+With the cache on (the default; see _cache.py) the KeepAlive loop also
+drops what a reply's invalidations name before the next KeepAlive
+acknowledges them, and flushes the cache in jeopardy, when the session is
+safe again and when it hears of a new master.
 """
 
 import collections
@@ -40,11 +45,13 @@ import time
 from thrift.protocol.TProtocol import TProtocolException
 from thrift.transport.TTransport import TTransportException
 
-from . import _lease, _wire
+from . import _cache, _ctx, _lease, _wire
 from ._transport import ConnectFailed
 from .cell import ONCE, UNSENT, backoff_delay
-from .errors import (ChubbyError, InvalidArgumentError, ProtocolError, SessionClosedError, SessionExpiredError)
-from .types import (EVENT_MASK_ALL, CreateMode, EventKind, OpenMode, SessionState, check_content, check_enum,
+from .errors import (ChubbyError, InvalidArgumentError, ProtocolError, SessionClosedError, SessionExpiredError,
+                     TooLargeError)
+from .types import (EVENT_MASK_ALL, MAX_MULTI_BYTES, MAX_MULTI_COMPARES, MAX_MULTI_OPS, Compare, CreateMode,
+                    MultiResult, Op, EventKind, OpenMode, SessionState, check_content, check_enum,
                     check_flag, validate_path)
 
 log = logging.getLogger("chubbycell")
@@ -154,6 +161,17 @@ class _EventQueue:
             self.closed = True
             self._cv.notify_all()
 
+    def unget(self, ev):
+        """Put ev back at the front (a reader that took it could not deliver it)."""
+        with self._cv:
+            self._q.appendleft(ev)
+            self._cv.notify_all()
+
+    def drained(self):
+        """True when closed and empty: no event will come."""
+        with self._cv:
+            return self.closed and not self._q
+
     def get(self, timeout):
         """The next event; None when closed and drained or after timeout seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -209,8 +227,11 @@ class Session:
     """
 
     def __init__(self, cell, sid, sent, lease, epoch, grace, *, on_jeopardy=None, on_safe=None,
-                 on_expired=None, on_master_changed=None):
+                 on_expired=None, on_master_changed=None, cache=0):
         self.cell = cell
+        # The cache (cache: its bound; 0: off). The KeepAlive loop drops
+        # what the master invalidates before it acknowledges it.
+        self._cache = _cache.Cache(cache) if cache else None
         self.id = sid
         self._m = cell._master
         self._cv = threading.Condition()  # guards the lease and the end
@@ -252,6 +273,41 @@ class Session:
         if self._err is not None:
             return self._ended
         return SessionState.SAFE if self._ll.state(now) == _lease.SAFE else SessionState.JEOPARDY
+
+    def _cache_usable(self):
+        """True if the cache may serve a read now: caching is on and the
+        session is safe (so the master still waits for its acknowledgements)."""
+        if self._cache is None:
+            return False
+        with self._cv:
+            return self._err is None and self._state_locked(time.monotonic()) == SessionState.SAFE
+
+    def _cache_drop(self, path, tree=False):
+        """Forget what the cache holds of path (a change of this session): write-through."""
+        if self._cache is not None:
+            if tree:
+                self._cache.drop_tree(path)
+            else:
+                self._cache.drop(path)
+
+    @contextlib.contextmanager
+    def _changing(self, *paths, tree=False):
+        """Around a call of this session that changes paths: the cache's
+        copies go before it and again after it (write-through; the cell
+        invalidates them too)."""
+        for p in paths:
+            self._cache_drop(p, tree)
+        try:
+            yield
+        finally:
+            for p in paths:
+                self._cache_drop(p, tree)
+
+    def cache_stats(self):
+        """The cache's counts (a CacheStats; all 0 with the cache off)."""
+        if self._cache is None:
+            return _cache.CacheStats(0, 0, 0, 0)
+        return self._cache.stats()
 
     @property
     def epoch(self):
@@ -305,6 +361,8 @@ class Session:
             if self._err is not None:
                 return
             self._err = err
+            if self._cache is not None:
+                self._cache.flush()
             self._ll.ended = True
             self._ended = SessionState.EXPIRED if expired else SessionState.CLOSED
             self._cv.notify_all()
@@ -499,6 +557,8 @@ class Session:
         with self._ev_mu:
             acked = self._last_event
             inv = self._inv_ack
+        if self._cache is not None:
+            inv = self._cache.ack_seq()
         item = _wire.ttypes.KeepAliveItem(session=self.id, acked_event=acked or None,
                                           acked_invalidation=inv or None)
         req = _wire.ttypes.KeepAliveRequest(sessions=[item], epoch=self.epoch)
@@ -536,6 +596,8 @@ class Session:
         self._ka_wake()
 
     def _enter_jeopardy(self, lease_end, grace_end):
+        if self._cache is not None:
+            self._cache.flush()  # the master may stop waiting for our acknowledgements now
         log.warning("chubby: session %d in jeopardy: local lease ran out with no KeepAlive reply; "
                     "looking for the master for %.3gs", self.id, grace_end - lease_end)
         with self._cv:
@@ -546,6 +608,8 @@ class Session:
         with self._cv:
             if self._err is not None or not self._ll.note_epoch(epoch):
                 return
+        if self._cache is not None:
+            self._cache.flush()  # the new master knows no cachers
         log.info("chubby: session %d: master epoch is now %d", self.id, epoch)
         self._emit("on_master_changed", epoch)
 
@@ -564,8 +628,10 @@ class Session:
             if res.lease_ms is None or res.lease_ms <= 0:
                 return ProtocolError("KeepAlive reply grants no lease (lease_ms=%r)" % res.lease_ms,
                                      op="keepalive")
-            if res.invalidation_seq:
-                # This library caches nothing: acknowledging is all there is to do.
+            if self._cache is not None:
+                self._cache.apply(res)  # before the next KeepAlive acknowledges it
+            elif res.invalidation_seq:
+                # Not caching: acknowledging is all there is to do.
                 with self._ev_mu:
                     self._inv_ack = max(self._inv_ack, res.invalidation_seq)
             now = time.monotonic()
@@ -576,6 +642,8 @@ class Session:
                 epoch = self._ll.epoch
                 self._cv.notify_all()
             if safe_again:
+                if self._cache is not None:
+                    self._cache.flush()  # what it held before the jeopardy may have changed since
                 log.info("chubby: session %d safe again (epoch %d)", self.id, epoch)
                 self._emit("on_safe")
             self._deliver_events(res.events or ())
@@ -629,30 +697,44 @@ class Session:
         with self._rid_mu:
             self._inflight.discard(seq)
 
-    def _await_safe(self, need_renewal, after, op, path):
+    def _await_safe(self, need_renewal, after, op, path, ctx):
         """Wait until the session is safe (and, with need_renewal, has
-        renewed its lease more than after times) or has ended; return its
-        renewal count or raise why the call cannot go on."""
-        with self._cv:
-            for _ in range(MAX_STATE_WAITS):
-                if self._err is not None:
-                    raise self._err.with_context(op, path)
-                now = time.monotonic()
-                if self._state_locked(now) == SessionState.SAFE and (
-                        not need_renewal or self._ll.renewals > after):
-                    return self._ll.renewals
-                until = self._ll.end if self._state_locked(now) == SessionState.SAFE else self._ll.grace_end()
-                self._cv.wait(max(0.01, until - now + 0.01))
-            if self._err is not None:
-                raise self._err.with_context(op, path)
-            return self._ll.renewals
+        renewed its lease more than after times) or has ended, or ctx ends
+        the call; return its renewal count or raise why the call cannot go
+        on."""
+        hook = ctx.cancel._add(self._wake_callers) if ctx.cancel is not None else None
+        try:
+            with self._cv:
+                waits = 0
+                while True:
+                    if self._err is not None:
+                        raise self._err.with_context(op, path)
+                    now = time.monotonic()
+                    if self._state_locked(now) == SessionState.SAFE and (
+                            not need_renewal or self._ll.renewals > after):
+                        return self._ll.renewals
+                    if waits >= MAX_STATE_WAITS:
+                        return self._ll.renewals
+                    ctx.check(op, path)
+                    until = self._ll.end if self._state_locked(now) == SessionState.SAFE else self._ll.grace_end()
+                    self._cv.wait(ctx.bound(max(0.01, until - now + 0.01)))
+                    waits += 1
+        finally:
+            if hook is not None:
+                ctx.cancel._remove(hook)
 
-    def _call(self, op, path, cls, fn, *, rid_req=None, timeout=None):
+    def _wake_callers(self):
+        with self._cv:
+            self._cv.notify_all()
+
+    def _call(self, op, path, cls, fn, *, rid_req=None, timeout=None, ctx=None):
         """Run a call of this session: it waits while the session is in
         jeopardy, fails when it has ended, ends it when the cell says
         SESSION_EXPIRED, and sends it again (same request id) once the
         session has reached a master again when it found none. rid_req, if
-        given, is the request that carries the call's RequestID."""
+        given, is the request that carries the call's RequestID. timeout
+        bounds one attempt; ctx (a _ctx.CallCtx) the whole call."""
+        ctx = ctx or _ctx.NONE
         seq = None
         if rid_req is not None:
             seq, floor = self._begin_request()
@@ -660,9 +742,9 @@ class Session:
         try:
             need_renewal, after = False, 0
             for rnd in range(MAX_SEND_ROUNDS):
-                renewals = self._await_safe(need_renewal, after, op, path)
+                renewals = self._await_safe(need_renewal, after, op, path, ctx)
                 try:
-                    return self.cell._call(op, path, cls, fn, timeout)
+                    return self.cell._call(op, path, cls, fn, timeout, ctx)
                 except SessionExpiredError as e:
                     self._end(SessionExpiredError("the cell ended the session: %s" % e.message))
                     raise
@@ -758,7 +840,7 @@ class Session:
     # -- the file system ------------------------------------------------------------------
 
     def open(self, path, *, mode=OpenMode.READ, create=CreateMode.OPEN_EXISTING, ephemeral=False,
-             sequential=False, initial_content=None, event_mask=0, on_event=None):
+             sequential=False, initial_content=None, event_mask=0, on_event=None, timeout=None, cancel=None):
         """Open the node at path and return a Handle.
 
         Args:
@@ -793,6 +875,7 @@ class Session:
         if on_event is not None and not callable(on_event):
             raise InvalidArgumentError("on_event must be callable", op="open", path=path)
         from .handle import Handle
+        ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.OpenRequest(session=self.id, path=path, mode=int(mode), create=int(create),
                                        ephemeral=True if ephemeral else None,
                                        sequential=True if sequential else None,
@@ -802,7 +885,8 @@ class Session:
             self._begin_open()  # an event may overtake the reply
         h = None
         try:
-            r = self._call("open", path, ONCE, lambda c: c.fs.Open(req), rid_req=req)
+            with self._changing(path):  # it may create the node
+                r = self._call("open", path, ONCE, lambda c: c.fs.Open(req), rid_req=req, ctx=ctx)
             w = r.handle
             if w is None or w.id is None or w.instance is None or not w.path:
                 raise ProtocolError("Open reply lacks its handle", op="open", path=path)
@@ -812,18 +896,21 @@ class Session:
                 self._end_open(h)
         return h
 
-    def mkdir(self, path, *, parents=False, ephemeral=False):
+    def mkdir(self, path, *, parents=False, ephemeral=False, timeout=None, cancel=None):
         """Create the directory path (with parents: missing parents too, and
         an existing directory is no error) and return its Stat.
         Exactly-once."""
         validate_path(path)
         check_flag("parents", parents)
         check_flag("ephemeral", ephemeral)
+        ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.MkdirRequest(session=self.id, path=path, parents=True if parents else None,
                                         ephemeral=True if ephemeral else None)
-        return _wire.stat(self._call("mkdir", path, ONCE, lambda c: c.fs.Mkdir(req), rid_req=req))
+        with self._changing(path):
+            return _wire.stat(self._call("mkdir", path, ONCE, lambda c: c.fs.Mkdir(req), rid_req=req, ctx=ctx))
 
-    def create_file(self, path, content=b"", *, ephemeral=False, sequential=False, make_parents=False):
+    def create_file(self, path, content=b"", *, ephemeral=False, sequential=False, make_parents=False,
+                    timeout=None, cancel=None):
         """Create the file path with content in one call, without a handle,
         and return its Stat (whose path has the counter when sequential).
         Exactly-once: a sequential create resent after a lost reply names
@@ -833,14 +920,69 @@ class Session:
         check_flag("ephemeral", ephemeral)
         check_flag("sequential", sequential)
         check_flag("make_parents", make_parents)
+        ctx = _ctx.CallCtx(timeout, cancel)
         req = _wire.ttypes.CreateFileRequest(session=self.id, path=path, content=content,
                                              ephemeral=True if ephemeral else None,
                                              sequential=True if sequential else None,
                                              make_parents=True if make_parents else None)
-        return _wire.stat(self._call("create", path, ONCE, lambda c: c.fs.CreateFile(req), rid_req=req))
+        with self._changing(path):
+            return _wire.stat(self._call("create", path, ONCE, lambda c: c.fs.CreateFile(req), rid_req=req,
+                                         ctx=ctx))
+
+    def multi(self, compares=(), ops=(), *, timeout=None, cancel=None):
+        """Check compares and, if every one holds, apply ops in order, all
+        or nothing, as one command of the cell (idl/chubby.thrift
+        MultiRequest)::
+
+            r = s.multi([Compare.generation("/cfg", 7)],
+                        [Op.set("/cfg", b"v8"), Op.create("/cfg.done")])
+            if not r.succeeded: ...  # r.failed_compare says which compare
+
+        compares: Compare values (at most MAX_MULTI_COMPARES); ops: Op values
+        (1..MAX_MULTI_OPS, their contents at most MAX_MULTI_BYTES together).
+        A compare that does not hold is an answer (MultiResult.succeeded
+        False); an op that cannot be applied raises that op's error (its
+        message names the op's index); either way nothing changed. Later
+        ops see the effects of earlier ones. Returns a MultiResult.
+        Exactly-once, like write."""
+        compares, ops = list(compares), list(ops)
+        if len(compares) > MAX_MULTI_COMPARES:
+            raise InvalidArgumentError("a Multi has at most %d compares, not %d" % (MAX_MULTI_COMPARES, len(compares)),
+                                       op="multi")
+        if not 1 <= len(ops) <= MAX_MULTI_OPS:
+            raise InvalidArgumentError("a Multi has 1..%d ops, not %d" % (MAX_MULTI_OPS, len(ops)), op="multi")
+        for i, c in enumerate(compares):
+            if not isinstance(c, Compare):
+                raise InvalidArgumentError("compare %d is a %s, not a Compare" % (i, type(c).__name__), op="multi")
+        size = 0
+        for i, o in enumerate(ops):
+            if not isinstance(o, Op):
+                raise InvalidArgumentError("op %d is a %s, not an Op" % (i, type(o).__name__), op="multi")
+            size += len(o.content or b"")
+        if size > MAX_MULTI_BYTES:
+            raise TooLargeError("the Multi's contents are %d bytes, at most %d allowed" % (size, MAX_MULTI_BYTES),
+                                op="multi")
+        ctx = _ctx.CallCtx(timeout, cancel)
+        req = _wire.ttypes.MultiRequest(session=self.id, compares=[_wire.compare_to_wire(c) for c in compares],
+                                        ops=[_wire.op_to_wire(o) for o in ops])
+        path = ops[0].path
+        with self._changing(*[o.path for o in ops if o.kind != Op.DELETE]), \
+                self._changing(*[o.path for o in ops if o.kind == Op.DELETE], tree=True):
+            r = self._call("multi", path, ONCE, lambda c: c.fs.Multi(req), rid_req=req, ctx=ctx)
+        if r.succeeded is None:
+            raise ProtocolError("Multi reply lacks succeeded", op="multi", path=path)
+        if not r.succeeded:
+            if r.failed_compare is None or not 0 <= r.failed_compare < len(compares):
+                raise ProtocolError("Multi reply names no compare that failed (%r)" % (r.failed_compare,),
+                                    op="multi", path=path)
+            return MultiResult(succeeded=False, failed_compare=r.failed_compare, stats=())
+        stats = tuple(_wire.stat(x) for x in (r.stats or ()))
+        if len(stats) != len(ops):
+            raise ProtocolError("Multi reply has %d stats for %d ops" % (len(stats), len(ops)), op="multi", path=path)
+        return MultiResult(succeeded=True, failed_compare=-1, stats=stats)
 
     @contextlib.contextmanager
-    def lock(self, path, *, shared=False, timeout=None, lock_delay=None):
+    def lock(self, path, *, shared=False, timeout=None, lock_delay=None, cancel=None):
         """Hold the lock of the file path (created if missing; its parent must
         exist) for the body of a with statement::
 
@@ -849,15 +991,16 @@ class Session:
 
         Exclusive by default, shared with shared=True. timeout: seconds to
         wait for the lock (None: as long as it takes; TimedOutError when it
-        passes). lock_delay: see Handle.acquire. Yields a HeldLock. On exit
+        passes). lock_delay: see Handle.acquire. cancel: a Cancel token
+        that ends the wait (CallCancelledError). Yields a HeldLock. On exit
         the lock is released and the handle closed; if the body raised, a
         failure to release is logged and the body's exception propagates.
         A release that finds the session expired raises SessionExpiredError:
         the lock may have been lost while the body ran. (A holder that must
         know at once should watch on_jeopardy.)"""
-        h = self.open(path, create=CreateMode.OPEN_OR_CREATE)
+        h = self.open(path, create=CreateMode.OPEN_OR_CREATE, cancel=cancel)
         try:
-            seq = h.acquire(shared=shared, timeout=timeout, lock_delay=lock_delay)
+            seq = h.acquire(shared=shared, timeout=timeout, lock_delay=lock_delay, cancel=cancel)
         except BaseException:
             _quietly(h.close, "close after a failed acquire")  # also ends a pending Acquire
             raise

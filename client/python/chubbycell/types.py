@@ -10,14 +10,16 @@ is imported: an IDL that disagrees fails the import rather than a call.
 import dataclasses
 import enum
 import math
+import typing
 
 __all__ = [
     "ErrorCode", "LockMode", "NodeKind", "OpenMode", "CreateMode", "EventKind", "SessionState",
     "LockInfo", "ACLNames", "Stat", "DirEntry", "Sequencer", "Event", "MasterInfo", "ReplicaInfo",
-    "CellStatus", "validate_path", "validate_addr", "parse_addrs",
+    "CellStatus", "Identity", "Compare", "Op", "MultiResult", "validate_path", "validate_addr", "parse_addrs",
     "MAX_CONTENT_BYTES", "MAX_NAME_BYTES", "MAX_PATH_BYTES", "MAX_PATH_DEPTH",
     "MAX_CLIENT_NAME_BYTES", "MAX_LOCK_DELAY_MS", "DEFAULT_LOCK_DELAY_MS", "MAX_ACQUIRE_WAIT_MS",
-    "MAX_TIMESTAMPS_PER_CALL", "EVENT_MASK_FILE_CONTENTS_MODIFIED", "EVENT_MASK_CHILD_ADDED",
+    "MAX_TIMESTAMPS_PER_CALL", "MAX_MULTI_COMPARES", "MAX_MULTI_OPS", "MAX_MULTI_BYTES",
+    "EVENT_MASK_FILE_CONTENTS_MODIFIED", "EVENT_MASK_CHILD_ADDED",
     "EVENT_MASK_CHILD_REMOVED", "EVENT_MASK_CHILD_MODIFIED", "EVENT_MASK_LOCK_ACQUIRED",
     "EVENT_MASK_CONFLICTING_LOCK_REQUEST", "EVENT_MASK_HANDLE_INVALID", "EVENT_MASK_ALL",
 ]
@@ -32,6 +34,9 @@ MAX_LOCK_DELAY_MS = 60000
 DEFAULT_LOCK_DELAY_MS = 15000
 MAX_ACQUIRE_WAIT_MS = 600000
 MAX_TIMESTAMPS_PER_CALL = 1000000
+MAX_MULTI_COMPARES = 64
+MAX_MULTI_OPS = 64
+MAX_MULTI_BYTES = 1048576
 
 # Bits of Session.open's event_mask: the bit of kind k is 1 << (k - 1).
 EVENT_MASK_FILE_CONTENTS_MODIFIED = 1
@@ -134,10 +139,24 @@ class LockInfo:
 
 @dataclasses.dataclass(frozen=True)
 class ACLNames:
-    """A node's three ACL names (files in /acl; "" grants the right to everybody)."""
-    read_acl: str
-    write_acl: str
-    change_acl: str
+    """A node's three ACL names: each names a file in /acl listing the
+    principals that have the right ("" grants it to everybody; a name whose
+    file is missing, to nobody). read_acl: Open, reads, listings, events,
+    CheckSequencer; write_acl: writes, locks, and on a directory creating
+    and deleting entries; change_acl: SetACL. Pass one to Handle.set_acl;
+    Stat.acl carries the node's."""
+    read_acl: str = ""
+    write_acl: str = ""
+    change_acl: str = ""
+
+    def __post_init__(self):
+        for name in ("read_acl", "write_acl", "change_acl"):
+            v = getattr(self, name)
+            if not isinstance(v, str):
+                from .errors import InvalidArgumentError
+                raise InvalidArgumentError("ACLNames.%s must be a str, not %s" % (name, type(v).__name__))
+            if v:
+                _check_name("ACLNames.%s" % name, v)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +268,109 @@ class Event:
     lost_from: "int | None" = None
 
 
+class Identity(typing.NamedTuple):
+    """Whom the cell takes this client for (Cell.who_am_i): its principal
+    (its certificate's common name; "anonymous" without one) and whether the
+    call came over TLS. A tuple (principal, tls)."""
+    principal: str
+    tls: bool
+
+
+class Compare:
+    """One condition of a Multi (Session.multi), checked against the cell's
+    state when the Multi is applied. Make them with the class methods."""
+
+    __slots__ = ("path", "kind", "value")
+
+    EXISTS, NOT_EXISTS, CONTENT_GENERATION, INSTANCE = 1, 2, 3, 4
+
+    def __init__(self, path, kind, value=None):
+        self.path, self.kind, self.value = validate_path(path), kind, value
+
+    @classmethod
+    def exists(cls, path):
+        """Holds if path exists."""
+        return cls(path, cls.EXISTS)
+
+    @classmethod
+    def not_exists(cls, path):
+        """Holds if path does not exist."""
+        return cls(path, cls.NOT_EXISTS)
+
+    @classmethod
+    def generation(cls, path, gen):
+        """Holds if path exists with content generation gen."""
+        return cls(path, cls.CONTENT_GENERATION, _check_int("generation", gen))
+
+    @classmethod
+    def instance(cls, path, inst):
+        """Holds if path exists as instance inst (not deleted and created anew since)."""
+        return cls(path, cls.INSTANCE, _check_int("instance", inst))
+
+    def __repr__(self):
+        return "Compare(%r, %d, %r)" % (self.path, self.kind, self.value)
+
+
+class Op:
+    """One change of a Multi (Session.multi); each has the rights, events
+    and semantics of the single call it stands for. Make them with the
+    class methods."""
+
+    __slots__ = ("kind", "path", "content", "directory", "ephemeral", "recursive", "expected_generation")
+
+    CREATE, SET_CONTENTS, DELETE = 1, 2, 3
+
+    def __init__(self, kind, path, content=None, directory=False, ephemeral=False, recursive=False,
+                 expected_generation=None):
+        self.kind, self.path = kind, validate_path(path)
+        self.content = None if content is None else check_content("content", content)
+        self.directory, self.ephemeral, self.recursive = directory, ephemeral, recursive
+        self.expected_generation = expected_generation
+
+    @classmethod
+    def create(cls, path, content=b"", *, ephemeral=False):
+        """Create the file path with content (ExistsError if present; its
+        parent must exist). ephemeral: owned by the Multi's session, deleted
+        when it ends."""
+        return cls(cls.CREATE, path, content, ephemeral=check_flag("ephemeral", ephemeral))
+
+    @classmethod
+    def mkdir(cls, path):
+        """Create the directory path (its parent must exist)."""
+        return cls(cls.CREATE, path, directory=True)
+
+    @classmethod
+    def set(cls, path, content, *, if_generation=None):
+        """Replace the file's content; with if_generation only if its content
+        generation is that (else the whole Multi fails with
+        GenerationMismatchError)."""
+        if if_generation is not None:
+            _check_int("if_generation", if_generation)
+        return cls(cls.SET_CONTENTS, path, content, expected_generation=if_generation)
+
+    @classmethod
+    def delete(cls, path, *, recursive=False):
+        """Delete the node (a non-empty directory only when recursive)."""
+        return cls(cls.DELETE, path, recursive=check_flag("recursive", recursive))
+
+    def __repr__(self):
+        return "Op(%d, %r)" % (self.kind, self.path)
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiResult:
+    """A Multi's answer. succeeded: every compare held and every op was
+    applied; else failed_compare is the index of the first compare that did
+    not hold (and nothing changed). stats: when succeeded, each op's node
+    after it (a delete's: before it), in the order of the ops."""
+    succeeded: bool
+    failed_compare: int
+    stats: tuple
+
+    def __bool__(self):
+        return self.succeeded
+
+
 @dataclasses.dataclass(frozen=True)
 class MasterInfo:
     """Cell.get_master's answer: the master's address, epoch and id, and the
@@ -289,6 +411,24 @@ def _truncate(s, n=80):
 
 
 _NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _check_name(what, name):
+    """Check that name is one path component (as validate_path's)."""
+    from .errors import InvalidArgumentError
+    try:
+        validate_path("/" + name)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError("%s %r is not a valid name: %s" % (what, _truncate(name), e.message)) from None
+    if "/" in name:
+        raise InvalidArgumentError("%s %r is not one name: it has a slash" % (what, _truncate(name)))
+
+
+def _check_int(name, v):
+    from .errors import InvalidArgumentError
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise InvalidArgumentError("%s must be a non-negative int, not %r" % (name, v))
+    return v
 
 
 def validate_path(p):

@@ -2,7 +2,7 @@
 lines: this script prints what it has done, the Go side does what only it
 can (stop a master, restart a cell) and says so on stdin.
 
-usage: drive.py failover|restart   (the cell in CHUBBY_CELL)
+usage: drive.py failover|restart|remove ID   (the cell in CHUBBY_CELL)
 
 failover (a 3-replica cell whose failover outlasts the session lease):
   hold a session, a lock and a handle watching a file; print "LOCKED
@@ -11,13 +11,20 @@ failover (a 3-replica cell whose failover outlasts the session lease):
   wait for jeopardy, master-changed and safe in that order, and check that
   the session never expired, kept its lock (its handle's sequencer is the
   same, the cell says it is valid, another session cannot take it) and
-  goes on working (the write, its event, another write); print "OK ...";
+  goes on working (the write, its event, another write), and that a file
+  it cached before the failover is read anew after another session changed
+  it under the new master; print "OK ...";
   on "DONE" (the Go side checked the lock too) close the session.
 restart (a one-replica cell): the same lock; print "LOCKED"; once the Go
-  side stopped the cell, wait for jeopardy (a write made now waits) and
-  print "JEOPARDY"; on "RESTARTED" (a new master on the same data) wait for
-  safe (after master-changed), check the lock and the waiting write; print
-  "OK".
+  side stopped the cell, wait for jeopardy (a read with timeout= raises
+  DeadlineExceededError; a write made now waits) and print "JEOPARDY"; on
+  "RESTARTED" (a new master on the same data) wait for safe (after
+  master-changed), check the lock and the waiting write; print "OK".
+remove ID (a 3-replica cell whose replica ID the Go side stopped): remove
+  it from the configuration (retried while the master answers
+  UNAVAILABLE), check that the Cell's replica list follows, that removing
+  it again is NOT_FOUND and a malformed id INVALID_ARGUMENT, and that the
+  cell goes on working; print "OK <index>".
 
 Every wait is bounded; any failure raises, which prints a traceback and
 exits non-zero.
@@ -104,6 +111,11 @@ def failover():
     seq = h.try_acquire()
     data = s.open("/failover-data", mode=cc.OpenMode.READ_WRITE, create=cc.CreateMode.OPEN_OR_CREATE,
                   event_mask=cc.EVENT_MASK_FILE_CONTENTS_MODIFIED)
+    cached = s.open("/failover-cached", mode=cc.OpenMode.READ_WRITE, create=cc.CreateMode.OPEN_OR_CREATE)
+    cached.write(b"before the failover")
+    hits = s.cache_stats().hits
+    check(cached.read() == b"before the failover" and cached.read() == b"before the failover", "cached")
+    check(s.cache_stats().hits > hits, "served from the cache before the failover")
     epoch0 = s.epoch
     say("LOCKED", seq)
     check(read_line(60).startswith("STOPPED"), "expected STOPPED")
@@ -123,6 +135,9 @@ def failover():
     check(ev is not None, "the write's event arrived from the new master")
     st2 = data.write(b"and more")
     check(st2.content_generation == st.content_generation + 1, "writes go on")
+    with cc.Cell() as c2, c2.session() as other:
+        other.open("/failover-cached", mode=cc.OpenMode.READ_WRITE).write(b"changed after the failover")
+    check(cached.read() == b"changed after the failover", "no stale cached read after the failover")
     say("OK epoch %d->%d events %s" % (epoch0, s.epoch, w.log))
     check(read_line(60).startswith("DONE"), "expected DONE")
     s.close()
@@ -140,6 +155,14 @@ def restart():
     w.wait_for("jeopardy", 20)  # the Go side stops the cell now
     check(s.state == cc.SessionState.JEOPARDY, "state %s in jeopardy" % s.state)
     check(s.lease_remaining() == 0, "no lease left in jeopardy")
+    t0 = time.monotonic()
+    try:
+        h.stat(timeout=0.5)
+    except cc.DeadlineExceededError:
+        pass
+    else:
+        raise AssertionError("a read in jeopardy with timeout=0.5 succeeded")
+    check(time.monotonic() - t0 < 10, "the timeout ended the wait in jeopardy, not the grace period")
     result = []
     writer = threading.Thread(target=lambda: result.append(h.write(b"written in jeopardy")))
     writer.start()
@@ -160,5 +183,44 @@ def restart():
     cell.close()
 
 
+def remove(rid):
+    with cc.Cell() as cell, cell.session() as s:
+        cell.get_master()
+        before = sorted(cell.replicas)
+        check(len(before) == 3, "three replicas known: %s" % before)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                index = cell.remove_member(rid, timeout=10)
+                break
+            except cc.UnavailableError as e:
+                check(time.monotonic() < deadline and not e.message.startswith("outcome unknown"),
+                      "remove_member(%s): %s" % (rid, e))
+                time.sleep(0.1)
+        check(index > 0, "the change's log index %d" % index)
+        deadline = time.monotonic() + 30
+        while len(cell.replicas) != 2:
+            check(time.monotonic() < deadline, "the replica list still %s" % cell.replicas)
+            cell.get_master()
+            time.sleep(0.1)
+        try:
+            cell.remove_member(rid)
+        except cc.NotFoundError:
+            pass
+        else:
+            raise AssertionError("removing a removed replica succeeded")
+        try:
+            cell.remove_member("x")
+        except cc.InvalidArgumentError:
+            pass
+        else:
+            raise AssertionError("removing a malformed id succeeded")
+        s.create_file("/after-remove", b"ok")
+        say("OK %d %s" % (index, ",".join(sorted(cell.replicas))))
+
+
 if __name__ == "__main__":
-    {"failover": failover, "restart": restart}[sys.argv[1]]()
+    if sys.argv[1] == "remove":
+        remove(sys.argv[2])
+    else:
+        {"failover": failover, "restart": restart}[sys.argv[1]]()
