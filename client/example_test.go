@@ -27,6 +27,10 @@ func Example() {
 	}
 	defer s.Close(ctx)
 
+	// A file's parent directory must exist.
+	if _, err := s.Mkdir(ctx, "/service", client.MkdirOptions{Parents: true}); err != nil {
+		log.Fatal(err)
+	}
 	h, err := s.Open(ctx, "/service/leader", client.OpenOptions{
 		Mode:   chubby.OpenMode_READ_WRITE,
 		Create: chubby.CreateMode_OPEN_OR_CREATE,
