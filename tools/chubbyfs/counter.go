@@ -17,7 +17,8 @@ func (a *app) counterCommand() *cobra.Command {
 ways (recipe.SequenceIDs, recipe.CASCounter):
 
   next PATH        the next number of directory PATH's sequential-name
-                   counter: increasing, never repeated, not dense
+                   counter plus one: from 1, increasing, never
+                   repeated, not dense
   next --cas PATH  the file PATH's number plus one, written by
                    compare-and-set: 1, 2, 3, ... without gaps`,
 		Args: anyArgs,
@@ -39,7 +40,9 @@ func (a *app) counterNextCommand() *cobra.Command {
 Without --cas, PATH is a directory (made, with its parents, if missing):
 next creates a file PATH/id- with a sequential name, takes the number the
 cell appended (the directory's counter, from 0, only growing: every
-sequential name made in PATH takes one) and deletes the file.
+sequential name made in PATH takes one), deletes the file and prints that
+number plus one: 1, 2, ... so that both kinds of id start at 1 (and 0 is
+never an id).
 
 With --cas, PATH is a counter file (made holding 0 if missing; its parent
 directory must exist) holding a decimal number: next adds 1 by
@@ -47,7 +50,7 @@ compare-and-set on the file's content generation, retrying when another
 caller added first, and prints the new value: 1, 2, 3, ... with no gaps
 (unless a call fails midway).
 
-Either count starts again if PATH is deleted.`,
+Either count starts again from 1 if PATH is deleted.`,
 		Example: `  chubbyfs counter next /ids/jobs
   chubbyfs counter next --cas /ids/build-number`,
 		Args: anyArgs,
