@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +40,20 @@ func TestACLCommands(t *testing.T) {
 	want(t, as("admin", "", "mkdir", "/team-a"), exitOK, "", "")
 	want(t, as("admin", "", "acl", "set", "/team-a", "--read", "", "--write", "team-a"), exitOK, "acl_generation: 1", "")
 	want(t, as("admin", "", "acl", "get", "/team-a"), exitOK, "write:          team-a", "")
+	var set, got aclJSON
+	if res := as("admin", "", "acl", "set", "--json", "/team-a", "--read", ""); res.code != exitOK || json.Unmarshal([]byte(res.stdout), &set) != nil {
+		t.Fatalf("acl set --json: %+v", res)
+	}
+	if res := as("admin", "", "acl", "get", "--json", "/team-a"); res.code != exitOK || json.Unmarshal([]byte(res.stdout), &got) != nil {
+		t.Fatalf("acl get --json: %+v", res)
+	}
+	if set != got || set.Path != "/team-a" || set.Read != "" || set.Write != "team-a" || set.ChangeACL == "" || set.ACLGeneration != 2 {
+		t.Errorf("acl set --json = %+v, acl get --json = %+v", set, got)
+	}
+	var who whoamiJSON
+	if res := as("bob", "", "whoami", "--json"); res.code != exitOK || json.Unmarshal([]byte(res.stdout), &who) != nil || who != (whoamiJSON{Principal: "bob", TLS: true}) {
+		t.Errorf("whoami --json as bob: %+v", res)
+	}
 	want(t, as("bob", "hi", "write", "/team-a/notes"), exitOK, "", "")
 	want(t, as("bob", "", "cat", "/team-a/notes"), exitOK, "hi", "")
 	want(t, as("carol", "", "cat", "/team-a/notes"), exitOK, "hi", "")

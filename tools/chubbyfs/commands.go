@@ -18,9 +18,9 @@ import (
 )
 
 func (a *app) lsCommand() *cobra.Command {
-	var long bool
+	var long, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls [-l] [PATH]",
+		Use:   "ls [-l] [--json] [PATH]",
 		Short: "list a directory (default /)",
 		Long: `ls lists the children of the directory PATH (default /), one name a line,
 sorted. For a file it prints the file's name.
@@ -28,7 +28,11 @@ sorted. For a file it prints the file's name.
 With -l, each line shows: kind (d directory, - file) and e for ephemeral,
 size (bytes; for a directory, its number of children), content generation,
 lock state (- free, E exclusive, S<n> shared by n holders, +<n>w waiting,
-delay while in lock-delay), modification time (UTC) and name.`,
+delay while in lock-delay), modification time (UTC) and name.
+
+With --json it prints one JSON array, for scripts, an object per child
+(sorted by name): {"name", and the fields of stat --json: "path", "kind",
+"instance", "content_generation", ..., "lock": {...}}; -l changes nothing.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -51,6 +55,13 @@ delay while in lock-delay), modification time (UTC) and name.`,
 				} else if entries, err = h.ReadDir(ctx); err != nil {
 					return refused("ls", p, err)
 				}
+				if asJSON {
+					out := []lsEntryJSON{}
+					for _, e := range entries {
+						out = append(out, lsEntryJSON{Name: e.GetName(), statJSON: toStatJSON(entryPath(p, e), e.GetStat())})
+					}
+					return a.writeJSON(out)
+				}
 				if !long {
 					for _, e := range entries {
 						fmt.Fprintln(a.stdout, e.GetName())
@@ -67,7 +78,17 @@ delay while in lock-delay), modification time (UTC) and name.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&long, "long", "l", false, "long form: kind, size, generation, lock, time, name (default: names only)")
+	jsonFlag(cmd, &asJSON, "one JSON array")
 	return cmd
+}
+
+// entryPath is the path of e, listed by ls of p: the path its Stat names
+// (the cell fills it in), else p's child.
+func entryPath(p string, e *chubby.DirEntry) string {
+	if sp := e.GetStat().GetPath(); sp != "" {
+		return sp
+	}
+	return path.Join(p, e.GetName())
 }
 
 func kindFlags(st *chubby.Stat) string {
@@ -132,12 +153,16 @@ func msTime(ms int64) string {
 }
 
 func (a *app) statCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "stat PATH",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stat [--json] PATH",
 		Short: "show a node's metadata",
 		Long: `stat prints the metadata of the node at PATH, a "field: value" line each:
 kind, instance (differs for a re-created node), content and lock
-generations, checksum, size, times, ephemeral owner and lock state.`,
+generations, checksum, size, times, ephemeral owner and lock state.
+
+With --json it prints the same as one JSON object, for scripts:
+` + statJSONHelp + `.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := pathArg(cmd, args)
@@ -155,11 +180,16 @@ generations, checksum, size, times, ephemeral owner and lock state.`,
 				if err != nil {
 					return refused("stat", p, err)
 				}
+				if asJSON {
+					return a.writeJSON(toStatJSON(p, st))
+				}
 				printStat(a.stdout, st)
 				return nil
 			})
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object")
+	return cmd
 }
 
 func printStat(w io.Writer, st *chubby.Stat) {
@@ -185,11 +215,20 @@ func printStat(w io.Writer, st *chubby.Stat) {
 }
 
 func (a *app) catCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "cat PATH",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "cat [--json] PATH",
 		Short: "print a file's content",
-		Long:  `cat writes the content of the file at PATH to standard output, as is.`,
-		Args:  anyArgs,
+		Long: `cat writes the content of the file at PATH to standard output, as is.
+
+With --json it prints one JSON object instead, for scripts: {"path",
+"content_generation", "size" (bytes), "utf8", "data"}. Content is bytes:
+when they are valid UTF-8, utf8 is true and data is the content as a
+string; otherwise utf8 is false and data is the content in standard
+base64 (RFC 4648, with padding).`,
+		Example: `  chubbyfs cat /config/app/settings
+  chubbyfs cat --json /config/app/settings | jq -r 'select(.utf8) | .data'`,
+		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := pathArg(cmd, args)
 			if err != nil {
@@ -202,9 +241,12 @@ func (a *app) catCommand() *cobra.Command {
 				if err != nil {
 					return refused("cat", p, err)
 				}
-				data, _, err := h.GetContentsAndStat(ctx)
+				data, st, err := h.GetContentsAndStat(ctx)
 				if err != nil {
 					return refused("cat", p, err)
+				}
+				if asJSON {
+					return a.writeJSON(toCatJSON(p, data, st))
 				}
 				if _, err := a.stdout.Write(data); err != nil {
 					return refused("cat", p, fmt.Errorf("writing output: %w", err))
@@ -213,6 +255,8 @@ func (a *app) catCommand() *cobra.Command {
 			})
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object (content as UTF-8 text or base64)")
+	return cmd
 }
 
 func (a *app) writeCommand() *cobra.Command {
@@ -358,9 +402,9 @@ with -r, together with everything below it.`,
 }
 
 func (a *app) touchCommand() *cobra.Command {
-	var ephemeral, sequential bool
+	var ephemeral, sequential, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "touch [--ephemeral] [--sequential] PATH",
+		Use:   "touch [--ephemeral] [--sequential] [--json] PATH",
 		Short: "create an empty file if it is missing",
 		Long: `touch creates an empty file at PATH if nothing is there; an existing node
 is left as it is. Its parent directory must exist.
@@ -373,7 +417,10 @@ deleted and made again).
 
 With --ephemeral the new file belongs to this command's session, so it is
 deleted as soon as chubbyfs exits: ephemeral files are for programs that
-hold a session (use the client library), and this flag is mostly for tests.`,
+hold a session (use the client library), and this flag is mostly for tests.
+
+With --json it prints one JSON object, for scripts: {"path" (the path
+made, or PATH), "created" (false: PATH was there already)}.`,
 		Example: `  chubbyfs touch /config/app/ready
   chubbyfs touch --sequential /jobs/job-     # prints /jobs/job-0000000000, then ...01`,
 		Args: anyArgs,
@@ -393,10 +440,16 @@ hold a session (use the client library), and this flag is mostly for tests.`,
 				if err != nil {
 					return refused("touch", p, err)
 				}
-				if sequential {
+				if err := h.Close(ctx); err != nil {
+					return refused("touch", p, err)
+				}
+				switch {
+				case asJSON:
+					return a.writeJSON(touchJSON{Path: h.Path(), Created: h.Created()})
+				case sequential:
 					fmt.Fprintln(a.stdout, h.Path())
 				}
-				return refusedOrNil("touch", p, h.Close(ctx))
+				return nil
 			})
 		},
 	}
@@ -404,7 +457,14 @@ hold a session (use the client library), and this flag is mostly for tests.`,
 		"create the file ephemeral: deleted when this command's session ends, i.e. when chubbyfs exits (default: permanent)")
 	cmd.Flags().BoolVar(&sequential, "sequential", false,
 		"always create, appending the parent directory's 10-digit counter to the name, and print the path made (default: off)")
+	jsonFlag(cmd, &asJSON, "one JSON object: the path and whether it was created")
 	return cmd
+}
+
+// touchJSON is touch --json's output.
+type touchJSON struct {
+	Path    string `json:"path"`
+	Created bool   `json:"created"`
 }
 
 func refusedOrNil(op, path string, err error) error {
@@ -426,13 +486,16 @@ printable form is chubby-seq:v1:<E|S>:<lock_generation>:<instance>:<path>
 			return usagef("sequencer needs a sub-command: check")
 		},
 	}
+	var asJSON bool
 	check := &cobra.Command{
-		Use:   "check SEQ",
+		Use:   "check [--json] SEQ",
 		Short: "ask the cell whether a sequencer is still valid",
 		Long: `check asks the cell whether the sequencer SEQ (its printable form, as in
 CHUBBY_SEQUENCER) still names a held lock. It prints "valid" and exits 0,
 or prints "not valid: <reason>" and exits 1. A malformed SEQ is a usage
-error (exit 2). It needs no session.`,
+error (exit 2). With --json it prints one JSON object instead, for
+scripts: {"valid", "reason" ("" when valid)}, with the same exit status.
+It needs no session.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -453,16 +516,30 @@ error (exit 2). It needs no session.`,
 			if err != nil {
 				return refused("sequencer check", "", err)
 			}
-			if !valid {
+			if asJSON {
+				if err := a.writeJSON(sequencerJSON{Valid: valid, Reason: reason}); err != nil {
+					return err
+				}
+			} else if valid {
+				fmt.Fprintln(a.stdout, "valid")
+			} else {
 				fmt.Fprintf(a.stdout, "not valid: %s\n", reason)
+			}
+			if !valid {
 				return &exitError{code: exitRefused}
 			}
-			fmt.Fprintln(a.stdout, "valid")
 			return nil
 		},
 	}
+	jsonFlag(check, &asJSON, "one JSON object")
 	seq.AddCommand(check)
 	return seq
+}
+
+// sequencerJSON is sequencer check --json's output.
+type sequencerJSON struct {
+	Valid  bool   `json:"valid"`
+	Reason string `json:"reason"`
 }
 
 // statusJSON is status --json's output: the CellStatus with roles as names.

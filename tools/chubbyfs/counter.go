@@ -31,9 +31,9 @@ ways (recipe.SequenceIDs, recipe.CASCounter):
 }
 
 func (a *app) counterNextCommand() *cobra.Command {
-	var cas bool
+	var cas, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "next [--cas] PATH",
+		Use:   "next [--cas] [--json] PATH",
 		Short: "print a new unique id",
 		Long: `next prints a new id, a decimal number, that no other caller gets.
 
@@ -50,7 +50,8 @@ compare-and-set on the file's content generation, retrying when another
 caller added first, and prints the new value: 1, 2, 3, ... with no gaps
 (unless a call fails midway).
 
-Either count starts again from 1 if PATH is deleted.`,
+Either count starts again from 1 if PATH is deleted. With --json it prints
+one JSON object instead, for scripts: {"path", "id"}.`,
 		Example: `  chubbyfs counter next /ids/jobs
   chubbyfs counter next --cas /ids/build-number`,
 		Args: anyArgs,
@@ -83,11 +84,21 @@ Either count starts again from 1 if PATH is deleted.`,
 				if err != nil {
 					return refused("counter next", p, err)
 				}
+				if asJSON {
+					return a.writeJSON(counterJSON{Path: p, ID: id})
+				}
 				fmt.Fprintln(a.stdout, id)
 				return nil
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&cas, "cas", false, "PATH is a counter file, added to by compare-and-set: dense ids (default: PATH is a directory, ids from its sequential names)")
+	jsonFlag(cmd, &asJSON, "one JSON object")
 	return cmd
+}
+
+// counterJSON is counter next --json's output.
+type counterJSON struct {
+	Path string `json:"path"`
+	ID   int64  `json:"id"`
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/version"
 )
 
 func main() {
@@ -136,7 +137,12 @@ held, ...), could not be reached, or a lock wait timed out; 2 usage error
 (bad flags or arguments, malformed path or sequencer); 3 the outcome of a
 change is unknown (members remove: proposed, not known committed; check
 with members). lock exits with the status of the command it ran, or 1
-when the lock was lost while it ran (see lock --help).`,
+when the lock was lost while it ran (see lock --help).
+
+Every command that prints takes --json: one JSON value on standard output
+instead of text (each command's --help gives its shape; those that run
+until stopped print one object a line). Errors stay text on standard
+error, with the same exit status.`,
 		Example: `  chubbyd dev &                      # a local cell on 127.0.0.1:7000
   chubbyfs mkdir -p /config/app
   echo 'db=10.0.0.5' | chubbyfs write /config/app/settings
@@ -147,14 +153,19 @@ when the lock was lost while it ran (see lock --help).`,
   chubbyfs counter next --cas /config/app/build    # 1, 2, 3, ...
   chubbyfs watch /config/app                       # prints changes as they happen
   chubbyfs status
-  chubbyfs members                                 # the cell's voters, learners and spares`,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+  chubbyfs members                                 # the cell's voters, learners and spares
+  source <(chubbyfs completion bash)               # tab completion (also zsh, fish, powershell)`,
+		Version:       version.Read().Line("chubbyfs"),
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usagef("missing command")
 		},
 	}
+	// --version prints the one line of version.Info.Line; cobra's own
+	// completion command (bash, zsh, fish, powershell) stays enabled.
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().BoolP("version", "v", false, "print the version, the commit built from and the Go version, and exit")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return usagef("%v", err)
 	})
@@ -173,6 +184,19 @@ when the lock was lost while it ran (see lock --help).`,
 		a.aclCommand(), a.whoamiCommand(), a.tsCommand(), a.txnCommand(),
 		a.registryCommand(), a.counterCommand(),
 	)
+	// cobra's completion command, made now rather than at Execute so that
+	// a missing or unknown shell is a usage error (exit 2), not its help.
+	// It takes its output as it is made: set it first.
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.RunE = func(*cobra.Command, []string) error {
+				return usagef("completion needs a shell: bash, zsh, fish or powershell")
+			}
+		}
+	}
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)
 	quiet = func(c *cobra.Command) {

@@ -138,12 +138,29 @@ func TestHelpListsFlagsWithDefaults(t *testing.T) {
 		"status":  {"--json", "default: text"},
 		"members": {"--json", "default: text", "remove", "MEMBERSHIP", "LAST CONTACT", "pending_config"},
 		"watch":   {"--events string", `(default "all")`, "--json", "--count int", "handle-invalid", "master-changed"},
+		"cat":     {"--json", "base64", `"utf8"`},
+		"stat":    {"--json", `"content_generation"`},
 	} {
 		r := chubbyfs(t, nil, "", cmd, "--help")
 		for _, f := range flags {
 			if r.code != 0 || !strings.Contains(r.stdout, f) {
 				t.Errorf("%s --help lacks %q:\n%s", cmd, f, r.stdout)
 			}
+		}
+	}
+}
+
+// TestEveryPrintingCommandHasJSON: each command that prints to standard
+// output has --json, with the shape in its --help.
+func TestEveryPrintingCommandHasJSON(t *testing.T) {
+	for _, cmd := range [][]string{
+		{"ls"}, {"stat"}, {"cat"}, {"touch"}, {"sequencer", "check"}, {"status"}, {"members"}, {"members", "remove"},
+		{"acl", "get"}, {"acl", "set"}, {"whoami"}, {"ts"}, {"txn"}, {"counter", "next"}, {"watch"},
+		{"lock", "show"}, {"election", "show"}, {"election", "follow"}, {"registry", "list"}, {"registry", "watch"},
+	} {
+		r := chubbyfs(t, nil, "", append(cmd, "--help")...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "--json") || !strings.Contains(r.stdout, `{"`) {
+			t.Errorf("%s --help lacks --json or its shape:\n%s", strings.Join(cmd, " "), r.stdout)
 		}
 	}
 }

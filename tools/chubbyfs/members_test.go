@@ -110,10 +110,10 @@ func TestMembers(t *testing.T) {
 	// (NOT_MASTER leads to the master).
 	victim := (mi + 2) % 3
 	id := strconv.Itoa(victim + 1)
-	r = at(t, servers[victim].Addr(), "", "members", "remove", id)
-	want(t, r, exitOK, "removed replica "+id+": configuration change at log index ", "")
-	if !strings.HasSuffix(r.stdout, " committed\n") {
-		t.Errorf("members remove says %q; want it to say the change committed", r.stdout)
+	var removed removeJSON
+	jsonOf(t, servers[victim].Addr(), "", exitOK, &removed, "members", "remove", "--json", id)
+	if removed.ID != id || removed.LogIndex <= 0 {
+		t.Errorf("members remove --json %s = %+v", id, removed)
 	}
 	// A voter change takes the cell through a view change: wait for the
 	// new configuration under a master.
@@ -149,6 +149,14 @@ func TestMembers(t *testing.T) {
 	want(t, at(t, addr, "", "members", "remove", "99"), exitRefused, "",
 		"chubbyfs: members remove 99: not found: replica 99 is not in the configuration")
 	want(t, at(t, addr, "", "members", "remove", id), exitRefused, "", "members remove "+id+": not found")
+
+	// Down to one voter, the master: the text form says the change committed.
+	second := strconv.Itoa((mi+1)%3 + 1)
+	r = at(t, servers[mi].Addr(), "", "members", "remove", second)
+	want(t, r, exitOK, "removed replica "+second+": configuration change at log index ", "")
+	if !strings.HasSuffix(r.stdout, " committed\n") {
+		t.Errorf("members remove says %q; want it to say the change committed", r.stdout)
+	}
 }
 
 // TestMembersOneReplica: a one-replica cell is one voter, the master.
