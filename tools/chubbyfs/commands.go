@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
@@ -587,11 +588,17 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "show the cell's replicas, master, epoch and counts",
 		Long: `status shows the cell: its replicas and their roles, which one is master,
 the master's epoch, and counts of sessions, nodes, handles and held locks.
+The epoch is one number that packs two, shown after it: the epoch of the
+cell's configuration (raised by each voter change) and the view within it
+(raised by each view change, i.e. each new master). A replica's COMMITTED
+is "-" when the replica that answered does not know it (it reports only
+its own; members shows how far each is behind the master).
+
 With --json it prints the same as one JSON object, for scripts:
-{"cell", "master_id", "master_address", "epoch", "replicas": [{"id",
-"address", "role", "committed_op"}], "sessions", "nodes", "handles",
-"locks_held", "committed_op", "uptime_ms", "version", "security"}. It needs no
-session.`,
+{"cell", "master_id", "master_address", "epoch" (the packed number),
+"replicas": [{"id", "address", "role", "committed_op" (-1: not
+reported)}], "sessions", "nodes", "handles", "locks_held", "committed_op",
+"uptime_ms", "version", "security"}. It needs no session.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 {
@@ -618,7 +625,7 @@ session.`,
 
 func printStatus(w io.Writer, st *chubby.CellStatus) {
 	fmt.Fprintf(w, "cell:       %s\n", st.GetCell())
-	fmt.Fprintf(w, "master:     %s at %s, epoch %d\n", st.GetMasterId(), st.GetMasterAddress(), st.GetEpoch())
+	fmt.Fprintf(w, "master:     %s at %s, epoch %s\n", st.GetMasterId(), st.GetMasterAddress(), epochText(st.GetEpoch()))
 	fmt.Fprintf(w, "version:    %s, up %v, committed op %d\n", st.GetVersion(),
 		(time.Duration(st.GetUptimeMs()) * time.Millisecond).Round(time.Second), st.GetCommittedOp())
 	fmt.Fprintf(w, "sessions:   %d   nodes: %d   handles: %d   locks held: %d\n",
@@ -629,11 +636,29 @@ func printStatus(w io.Writer, st *chubby.CellStatus) {
 	fmt.Fprintln(w, "replicas:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tADDRESS\tROLE\tCOMMITTED")
+	unknown := false
 	for _, r := range st.GetReplicas() {
 		role := strings.ToLower(r.GetRole().String())
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.GetId(), r.GetAddress(), role, r.GetCommittedOp())
+		committed := strconv.FormatInt(r.GetCommittedOp(), 10)
+		if r.GetCommittedOp() < 0 {
+			committed, unknown = "-", true
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.GetId(), r.GetAddress(), role, committed)
 	}
 	tw.Flush()
+	if unknown {
+		fmt.Fprintln(w, "  (COMMITTED -: not reported; the replica that answered knows only its own. members shows how far each is behind the master.)")
+	}
+}
+
+// epochText shows a master epoch with the two numbers it packs (see
+// master.EpochParts): "17179869189 (configuration epoch 4, view 4)".
+func epochText(epoch int64) string {
+	config, view, ok := master.EpochParts(epoch)
+	if !ok {
+		return strconv.FormatInt(epoch, 10) + " (no master)"
+	}
+	return fmt.Sprintf("%d (configuration epoch %d, view %d)", epoch, config, view)
 }
 
 // releaseContext gives clean-up calls a bound of their own, so that they

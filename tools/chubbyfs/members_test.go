@@ -181,7 +181,7 @@ func TestPrintMembers(t *testing.T) {
 		decisions = append(decisions, "decision "+strconv.Itoa(i))
 	}
 	epoch, pending, target := int64(4), int64(77), int32(5)
-	st := &chubby.CellStatus{Cell: "c", MasterId: "1", MasterAddress: "a:1", Epoch: 9,
+	st := &chubby.CellStatus{Cell: "c", MasterId: "1", MasterAddress: "a:1", Epoch: 4<<32 + 5,
 		ConfigEpoch: &epoch, PendingConfig: &pending, TargetSize: &target, Decisions: decisions,
 		Replicas: []*chubby.ReplicaStatus{
 			{Id: "1", Address: "a:1", Role: chubby.ReplicaRole_MASTER, Membership: str("voter"), PeerAddress: str("a:2"),
@@ -195,6 +195,7 @@ func TestPrintMembers(t *testing.T) {
 	printMembers(&b, st)
 	out := squeeze(result{stdout: b.String()}).stdout
 	for _, s := range []string{
+		"master: 1 at a:1, epoch 17179869189 (configuration epoch 4, view 4)",
 		"configuration: epoch 4, pending change at log index 77, target size 5",
 		"1 a:1 a:2 voter MASTER alive 0 0s ago",
 		"2 b:1 b:2 learner REPLICA suspect 120 never",
@@ -247,5 +248,40 @@ func TestRemoveFailedExitStatus(t *testing.T) {
 		if err := removeFailed("3", tc.err); !errors.As(err, &ee) || ee.code != tc.code || !strings.Contains(ee.msg, tc.msg) {
 			t.Errorf("%s: removeFailed = %v; want exit %d with %q", tc.name, err, tc.code, tc.msg)
 		}
+	}
+}
+
+// TestPrintStatus: status shows the epoch's two parts, and "-" with a
+// legend for a committed op the answering replica does not know.
+func TestPrintStatus(t *testing.T) {
+	st := &chubby.CellStatus{Cell: "c", MasterId: "2", MasterAddress: "b:1", Epoch: 17179869189, Version: "0.1.0",
+		CommittedOp: 42, Replicas: []*chubby.ReplicaStatus{
+			{Id: "1", Address: "a:1", Role: chubby.ReplicaRole_REPLICA, CommittedOp: -1},
+			{Id: "2", Address: "b:1", Role: chubby.ReplicaRole_MASTER, CommittedOp: 42},
+		}}
+	var b strings.Builder
+	printStatus(&b, st)
+	out := squeeze(result{stdout: b.String()}).stdout
+	for _, s := range []string{
+		"master: 2 at b:1, epoch 17179869189 (configuration epoch 4, view 4)",
+		"1 a:1 replica -\n", "2 b:1 master 42\n", "(COMMITTED -: not reported;",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("status lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "-1") {
+		t.Errorf("status shows -1:\n%s", out)
+	}
+	// watch's master-changed line splits the epoch too.
+	if l := (watchLine{Time: "t", Kind: "master-changed", Path: "/", Epoch: 17179869189}).text(); !strings.HasSuffix(l, " epoch=17179869189 (configuration epoch 4, view 4)") {
+		t.Errorf("watch line %q", l)
+	}
+	// Every committed op known: no legend. No master: said so.
+	st.Replicas, st.Epoch = st.Replicas[1:], 0
+	b.Reset()
+	printStatus(&b, st)
+	if out := b.String(); strings.Contains(out, "not reported") || !strings.Contains(out, "epoch 0 (no master)") {
+		t.Errorf("status of one known replica and no master:\n%s", out)
 	}
 }
