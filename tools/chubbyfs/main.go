@@ -58,13 +58,20 @@ type app struct {
 	timeout time.Duration // --timeout
 
 	tlsCA, tlsCert, tlsKey string // --tls-*
+
+	// addrs and useTLS are what connect dialled, for diagnose.
+	addrs  []string
+	useTLS bool
 }
 
 // exitError carries the exit status a command ends with and the message to
-// print (none when msg is empty).
+// print (none when msg is empty). A refusal also carries the failure
+// behind it and what it was ("<op> [<path>]"), for run to diagnose.
 type exitError struct {
-	code int
-	msg  string
+	code   int
+	msg    string
+	cause  error
+	prefix string
 }
 
 func (e *exitError) Error() string { return e.msg }
@@ -81,10 +88,11 @@ func refused(op, path string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		reason = "timed out (see --timeout)"
 	}
-	if path == "" {
-		return &exitError{code: exitRefused, msg: op + ": " + reason}
+	prefix := op
+	if path != "" {
+		prefix += " " + path
 	}
-	return &exitError{code: exitRefused, msg: op + " " + path + ": " + reason}
+	return &exitError{code: exitRefused, msg: prefix + ": " + reason, cause: err, prefix: prefix}
 }
 
 // run executes one chubbyfs command line and returns its exit status. It is
@@ -108,6 +116,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
+		switch found, replaces := diagnose(ctx, ee.cause, a.addrs, a.useTLS); {
+		case found == "" || ee.prefix == "":
+		case replaces:
+			ee.msg = ee.prefix + ": " + found
+		default:
+			ee.msg += " (" + found + ")"
+		}
 		if ee.msg != "" {
 			fmt.Fprintf(stderr, "chubbyfs: %s\n", ee.msg)
 		}
@@ -240,6 +255,7 @@ func (a *app) connect(ctx context.Context) (*client.Client, error) {
 		return nil, usagef("%v", err)
 	}
 	cfg.TLS = tc
+	a.addrs, a.useTLS = cfg.Addrs, tc != nil
 	c, err := client.Connect(ctx, cfg)
 	if err != nil {
 		return nil, usagef("%v", err)
