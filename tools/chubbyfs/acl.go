@@ -64,7 +64,8 @@ grants it to nobody. New nodes get their parent's names.
   chubbyfs acl get /team-a
   chubbyfs write /acl/team-a <<< 'alice'
   chubbyfs acl set /team-a --write team-a --change-acl admin`,
-		Args: anyArgs,
+		Args:              anyArgs,
+		ValidArgsFunction: cobra.NoFileCompletions, // get or set: no PATH here
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usagef("acl needs get or set")
 		},

@@ -441,16 +441,16 @@ made, or PATH), "created" (false: PATH was there already)}.`,
 				if err != nil {
 					return refused("touch", p, err)
 				}
-				if err := h.Close(ctx); err != nil {
-					return refused("touch", p, err)
-				}
+				// Said before the close, which may fail after the node was made.
 				switch {
 				case asJSON:
-					return a.writeJSON(touchJSON{Path: h.Path(), Created: h.Created()})
+					if err := a.writeJSON(touchJSON{Path: h.Path(), Created: h.Created()}); err != nil {
+						return err
+					}
 				case sequential:
 					fmt.Fprintln(a.stdout, h.Path())
 				}
-				return nil
+				return refusedOrNil("touch", p, h.Close(ctx))
 			})
 		},
 	}

@@ -208,3 +208,42 @@ func TestCompletion(t *testing.T) {
 	want(t, chubbyfs(t, nil, "", "completion", "tcsh"), exitUsage, "", "Run 'chubbyfs completion --help'")
 	want(t, chubbyfs(t, nil, "", "completion"), exitUsage, "", "completion needs a shell")
 }
+
+// TestPathCompletion: TAB on a PATH lists the cell's children of the
+// directory typed so far, directories with a "/" to go on into them.
+func TestPathCompletion(t *testing.T) {
+	addr := startCell(t)
+	want(t, at(t, addr, "", "mkdir", "-p", "/cpl/dir"), exitOK, "", "")
+	want(t, at(t, addr, "", "write", "/cpl/file", "x"), exitOK, "", "")
+	want(t, at(t, addr, "", "write", "/cpl/other", "x"), exitOK, "", "")
+	complete := func(args ...string) string {
+		t.Helper()
+		r := chubbyfs(t, nil, "", append([]string{"__complete", "--cell", addr}, args...)...)
+		if r.code != exitOK {
+			t.Fatalf("__complete %q: %+v", args, r)
+		}
+		return r.stdout
+	}
+	// Directive 6: no file completion, no space after a directory.
+	if got := complete("cat", "/cpl/"); got != "/cpl/dir/\n/cpl/file\n/cpl/other\n:6\n" {
+		t.Errorf("cat /cpl/<TAB> = %q", got)
+	}
+	if got := complete("ls", "/cpl/f"); got != "/cpl/file\n:4\n" {
+		t.Errorf("ls /cpl/f<TAB> = %q", got)
+	}
+	if got := complete("stat", "/c"); got != "/cpl/\n:6\n" {
+		t.Errorf("stat /c<TAB> = %q", got)
+	}
+	if got := complete("cat", "/cpl/file", ""); got != ":4\n" {
+		t.Errorf("cat /cpl/file <TAB> = %q, want nothing", got)
+	}
+	if got := complete("lock", "/cpl/file", ""); got != ":0\n" {
+		t.Errorf("lock /cpl/file <TAB> = %q, want the shell's own (files)", got)
+	}
+	if got := complete("cat", "/nowhere/"); got != ":4\n" {
+		t.Errorf("cat /nowhere/<TAB> = %q, want nothing", got)
+	}
+	if got := complete("acl", ""); !strings.HasPrefix(got, "get\t") || strings.Contains(got, "/cpl") {
+		t.Errorf("acl <TAB> = %q, want get and set only", got)
+	}
+}

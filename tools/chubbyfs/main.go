@@ -169,7 +169,7 @@ error, with the same exit status.`,
   chubbyfs watch /config/app                       # prints changes as they happen
   chubbyfs status
   chubbyfs members                                 # the cell's voters, learners and spares
-  source <(chubbyfs completion bash)               # tab completion (also zsh, fish, powershell)`,
+  source <(chubbyfs completion bash)               # TAB completes commands, flags, the cell's paths`,
 		Version:       version.Read().Line("chubbyfs"),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -212,6 +212,7 @@ error, with the same exit status.`,
 			}
 		}
 	}
+	a.addPathCompletion(root)
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)
 	quiet = func(c *cobra.Command) {
