@@ -14,6 +14,13 @@ import (
 // Number is this source tree's release number.
 const Number = "0.1.0"
 
+// commit and modified stand in for vcs.revision and vcs.modified when the
+// go command recorded none (it records none with -buildvcs=false, and
+// none in a git worktree): build.sh sets them with
+//
+//	-ldflags "-X github.com/chubbygo/chubby/version.commit=REV -X github.com/chubbygo/chubby/version.modified=true|false"
+var commit, modified string
+
 // Info describes the running binary.
 type Info struct {
 	// Version is "v" + Number.
@@ -23,7 +30,8 @@ type Info struct {
 	// information.
 	Module string
 	// Commit is the VCS revision the binary was built from, "" when the
-	// build did not record one (go test, -buildvcs=false, no checkout).
+	// build did not record one (go test, -buildvcs=false or a git worktree
+	// without build.sh's -ldflags, no checkout).
 	Commit string
 	// Modified says the checkout had uncommitted changes.
 	Modified bool
@@ -33,7 +41,7 @@ type Info struct {
 
 // Read returns the running binary's Info.
 func Read() Info {
-	info := Info{Version: "v" + Number, GoVersion: runtime.Version()}
+	info := Info{Version: "v" + Number, GoVersion: runtime.Version(), Commit: commit, Modified: modified == "true"}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return info

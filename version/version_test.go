@@ -32,3 +32,17 @@ func TestRead(t *testing.T) {
 		t.Errorf("Read() = %+v", i)
 	}
 }
+
+// TestReadLinkerCommit: build.sh's -ldflags commit stands in for the VCS
+// stamp a test binary (like a worktree build) lacks.
+func TestReadLinkerCommit(t *testing.T) {
+	saved, savedMod := commit, modified
+	t.Cleanup(func() { commit, modified = saved, savedMod })
+	commit, modified = "0123456789abcdef0123", "true"
+	if i := Read(); i.Commit != commit || !i.Modified {
+		t.Errorf("Read() = %+v, want commit %s, modified", i, commit)
+	}
+	if l := Read().Line("chubbyd"); l != "chubbyd v"+Number+" (commit 0123456789ab, modified) "+runtime.Version() {
+		t.Errorf("Line = %q", l)
+	}
+}
