@@ -12,6 +12,11 @@
 // unknown (`members remove`: proposed, not known committed). `lock` exits
 // with the status of the command it ran, or 1 when the lock was lost while
 // it ran. Every flag is listed, with its default, by --help.
+//
+// Every command that prints takes --json (its shape is in its --help);
+// --version prints the release, commit and Go version; `chubbyfs
+// completion SHELL` prints a completion script whose PATH completion asks
+// the cell.
 package main
 
 import (
