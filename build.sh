@@ -78,7 +78,14 @@ gen_apachethrift() {
 
 build() {
 	mkdir -p bin
-	go build -o bin/ ./tools/chubbyd ./tools/chubbyfs
+	# --version names the commit: the go command records it itself, but
+	# not with -buildvcs=false nor in a git worktree, so pass it too.
+	local ldflags=() rev modified=false
+	if rev=$(git rev-parse HEAD 2>/dev/null); then
+		[ -z "$(git status --porcelain 2>/dev/null)" ] || modified=true
+		ldflags=(-ldflags "-X $MODULE/version.commit=$rev -X $MODULE/version.modified=$modified")
+	fi
+	go build "${ldflags[@]}" -o bin/ ./tools/chubbyd ./tools/chubbyfs
 	echo "built: bin/chubbyd bin/chubbyfs"
 }
 

@@ -28,10 +28,12 @@ import (
 	"github.com/chubbygo/chubby/replica/vr"
 	"github.com/chubbygo/chubby/rpc"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/version"
 )
 
-// Version is reported by GetStatus.
-const Version = "0.1.0"
+// Version is reported by GetStatus: the release number of package version,
+// which chubbyd --version and chubbyfs --version print too.
+const Version = version.Number
 
 // commitTimeout bounds how long a handler waits for its command to be
 // durable and applied; past it the caller hears UNAVAILABLE (the command

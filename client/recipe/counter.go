@@ -21,9 +21,11 @@ import (
 //   - SequenceIDs takes them from a directory's sequential-name counter:
 //     each Next creates a file dir/PREFIX with a sequential name (the
 //     cell appends a 10-digit counter that belongs to the directory and
-//     only grows) and deletes it again at once. The ids increase, but
-//     are not dense: every sequential name made in the directory, by any
-//     prefix, takes a number. Two calls per id (one with Keep).
+//     only grows) and deletes it again at once. The id is that counter
+//     plus one, so ids start at 1 as CASCounter's do and 0 is never an
+//     id. The ids increase, but are not dense: every sequential name made
+//     in the directory, by any prefix, takes a number. Two calls per id
+//     (one with Keep).
 //   - CASCounter keeps the value in a file's content and adds by
 //     compare-and-set on the content generation, retrying on
 //     GENERATION_MISMATCH: a dense sequence 1, 2, 3... and Add(n) for a
@@ -39,7 +41,7 @@ import (
 // a duplicate. A master failover is invisible: the retried write is
 // applied once and answered with its first answer. Deleting the
 // directory (SequenceIDs) or the file (CASCounter) starts the count
-// again from 0: ids are unique only while it lives.
+// again from 1: ids are unique only while it lives.
 
 // SequenceIDs hands out ids from the sequential-name counter of a
 // directory. Safe for concurrent use.
@@ -56,7 +58,8 @@ type SequenceOptions struct {
 	Prefix string
 	// Keep keeps each id's file (permanent, empty) instead of deleting it:
 	// one call per id, and a record of the ids handed out, but the
-	// directory grows by one entry per id, up to the cell's limit.
+	// directory grows by one entry per id, up to the cell's limit. The
+	// file of id N is named for the counter, N-1 (PREFIX0000000000 for 1).
 	Keep bool
 }
 
@@ -84,8 +87,8 @@ func NewSequenceIDs(s *client.Session, dir string, opts SequenceOptions) (*Seque
 	return &SequenceIDs{s: s, base: path.Join(dir, opts.Prefix), keep: opts.Keep}, nil
 }
 
-// Next returns a new id (≥ 0): the number the cell gave the sequential
-// file it created.
+// Next returns a new id (≥ 1): one more than the number the cell gave the
+// sequential file it created.
 func (q *SequenceIDs) Next(ctx context.Context) (int64, error) {
 	st, err := q.s.CreateFile(ctx, q.base, nil, client.CreateOptions{Sequential: true, MakeParents: true})
 	if err != nil {
@@ -113,7 +116,7 @@ func (q *SequenceIDs) parse(p string) (int64, error) {
 	if err != nil || id < 0 {
 		return 0, fmt.Errorf("sequence ids: the cell made %q: %q is not a counter", p, digits)
 	}
-	return id, nil
+	return id + 1, nil
 }
 
 // CASCounter is a counter in a file's content (decimal ASCII; an empty

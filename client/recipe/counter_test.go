@@ -100,14 +100,14 @@ func TestSequenceIDs(t *testing.T) {
 	}
 	ctx := coordCtx(t, 20*time.Second)
 	first, err := kept.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || first != 1 {
+		t.Fatalf("the first id of a new directory is %d (%v), want 1", first, err)
 	}
 	second, err := kept.Next(ctx)
 	if err != nil || second <= first {
 		t.Fatalf("ids %d then %d (%v)", first, second, err)
 	}
-	h, err := s.Open(ctx, fmt.Sprintf("/ids/kept/job-%010d", second), client.OpenOptions{})
+	h, err := s.Open(ctx, fmt.Sprintf("/ids/kept/job-%010d", second-1), client.OpenOptions{}) // named for the counter
 	if err != nil {
 		t.Fatalf("the kept id's file: %v", err)
 	}

@@ -174,6 +174,10 @@ const (
 // EpochOf returns the epoch a view number belongs to.
 func EpochOf(view uint64) uint64 { return epochOf(view) }
 
+// ViewCounter returns a view's counter within its epoch (the view number's
+// low bits): the view is EpochOf(view)<<32 + ViewCounter(view).
+func ViewCounter(view uint64) uint64 { return view & viewCounterMask }
+
 // firstView is the first view of c's epoch: its primary is c.Proposer (the
 // proposer, or the successor it named) when that is a voter of c, else
 // c's first voter.

@@ -28,6 +28,7 @@ import (
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/rpc"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/version"
 )
 
 func main() {
@@ -63,9 +64,12 @@ file system for small data, over Thrift RPC (Kitex), durable in Badger.
 
 Start a local cell with no set-up:   chubbyd dev
 Then talk to it:                     chubbyfs --cell 127.0.0.1:7000 status`,
+		Version:       version.Read().Line("chubbyd"),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n") // version.Info.Line's one line
+	root.Flags().BoolP("version", "v", false, "print the version, the commit built from and the Go version, and exit")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetArgs(args)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
+	"github.com/chubbygo/chubby/version"
 )
 
 func TestMain(m *testing.M) {
@@ -192,6 +195,29 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if code := run([]string{"--help"}, &out, &errb); code != 0 {
 		t.Errorf("--help exit %d", code)
+	}
+}
+
+// TestVersionFlag: chubbyd --version (and -v) prints one line, the one
+// version.Info.Line makes, with the release number the cell reports.
+func TestVersionFlag(t *testing.T) {
+	wantLine := version.Read().Line("chubbyd") + "\n"
+	if !strings.HasPrefix(wantLine, "chubbyd v"+cell.Version+" (commit ") || !strings.HasSuffix(wantLine, ") "+runtime.Version()+"\n") {
+		t.Fatalf("version line %q lacks the cell's version %s or %s", wantLine, cell.Version, runtime.Version())
+	}
+	for _, flag := range []string{"--version", "-v"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{flag}, &out, &errb); code != 0 || out.String() != wantLine || errb.Len() != 0 {
+			t.Errorf("chubbyd %s: exit %d, stdout %q, stderr %q; want %q", flag, code, out.String(), errb.String(), wantLine)
+		}
+	}
+}
+
+// TestCompletion: chubbyd completion bash prints a completion script.
+func TestCompletion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"completion", "bash"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "__start_chubbyd") {
+		t.Errorf("chubbyd completion bash: exit %d, %d bytes, stderr %q", code, out.Len(), errb.String())
 	}
 }
 

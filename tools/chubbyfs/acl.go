@@ -10,12 +10,15 @@ import (
 )
 
 func (a *app) whoamiCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "whoami",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "whoami [--json]",
 		Short: "show the principal the cell takes this client for",
 		Long: `whoami prints the principal every ACL check of this client's sessions
 uses — the common name of its certificate (--tls-cert or $CHUBBY_TLS_CERT),
-or "anonymous" without one — and whether the connection is TLS.`,
+or "anonymous" without one — and whether the connection is TLS. With
+--json it prints one JSON object instead, for scripts: {"principal",
+"tls"}.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 {
@@ -26,6 +29,9 @@ or "anonymous" without one — and whether the connection is TLS.`,
 				if err != nil {
 					return refused("whoami", "", err)
 				}
+				if asJSON {
+					return a.writeJSON(whoamiJSON{Principal: id.Principal, TLS: id.TLS})
+				}
 				link := "plaintext (the cell runs without TLS)"
 				if id.TLS {
 					link = "mutual TLS"
@@ -35,6 +41,14 @@ or "anonymous" without one — and whether the connection is TLS.`,
 			})
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object")
+	return cmd
+}
+
+// whoamiJSON is whoami --json's output.
+type whoamiJSON struct {
+	Principal string `json:"principal"`
+	TLS       bool   `json:"tls"`
 }
 
 func (a *app) aclCommand() *cobra.Command {
@@ -50,7 +64,8 @@ grants it to nobody. New nodes get their parent's names.
   chubbyfs acl get /team-a
   chubbyfs write /acl/team-a <<< 'alice'
   chubbyfs acl set /team-a --write team-a --change-acl admin`,
-		Args: anyArgs,
+		Args:              anyArgs,
+		ValidArgsFunction: cobra.NoFileCompletions, // get or set: no PATH here
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usagef("acl needs get or set")
 		},
@@ -60,10 +75,14 @@ grants it to nobody. New nodes get their parent's names.
 }
 
 func (a *app) aclGetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "get PATH",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get [--json] PATH",
 		Short: "print a node's ACL names and acl_generation",
-		Args:  anyArgs,
+		Long: `acl get prints the ACL names of the node at PATH (read, write,
+change_acl) and its acl_generation. With --json it prints one JSON object
+instead, for scripts: ` + aclJSONHelp + `.`,
+		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := pathArg(cmd, args)
 			if err != nil {
@@ -77,6 +96,9 @@ func (a *app) aclGetCommand() *cobra.Command {
 					return refused("acl get", p, err)
 				}
 				st := h.Stat() // as Open found it: no second call
+				if asJSON {
+					return a.writeJSON(toACLJSON(p, st))
+				}
 				acl := client.ACLOf(st)
 				fmt.Fprintf(a.stdout, "read:           %s\nwrite:          %s\nchange_acl:     %s\nacl_generation: %d\n",
 					aclName(acl.Read), aclName(acl.Write), aclName(acl.ChangeACL), st.GetAclGeneration())
@@ -84,7 +106,13 @@ func (a *app) aclGetCommand() *cobra.Command {
 			})
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object")
+	return cmd
 }
+
+// aclJSONHelp is the shape of aclJSON, for --help texts.
+const aclJSONHelp = `{"path", "read", "write", "change_acl" (each an ACL file
+name in /acl; "": everybody), "acl_generation"}`
 
 // aclName shows an ACL name, or what an empty one means.
 func aclName(n string) string {
@@ -97,12 +125,15 @@ func aclName(n string) string {
 func (a *app) aclSetCommand() *cobra.Command {
 	var read, write, change string
 	var ifGen int64
+	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "set PATH [--read NAME] [--write NAME] [--change-acl NAME] [--if-generation G]",
+		Use:   "set PATH [--read NAME] [--write NAME] [--change-acl NAME] [--if-generation G] [--json]",
 		Short: "change a node's ACL names (the others stay)",
 		Long: `acl set replaces the ACL names given and keeps the others. It needs the
 node's change_acl right. --if-generation makes it a compare-and-swap on the
-node's acl_generation. Give a name as "" to grant a right to everybody.`,
+node's acl_generation. Give a name as "" to grant a right to everybody.
+It prints the new acl_generation; with --json, one JSON object with the
+node's names as set, as acl get --json does: ` + aclJSONHelp + `.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := pathArg(cmd, args)
@@ -139,6 +170,10 @@ node's acl_generation. Give a name as "" to grant a right to everybody.`,
 				if err != nil {
 					return refused("acl set", p, err)
 				}
+				if asJSON {
+					return a.writeJSON(aclJSON{Path: p, Read: acl.Read, Write: acl.Write, ChangeACL: acl.ChangeACL,
+						ACLGeneration: st.GetAclGeneration()})
+				}
 				fmt.Fprintf(a.stdout, "acl_generation: %d\n", st.GetAclGeneration())
 				return nil
 			})
@@ -148,5 +183,6 @@ node's acl_generation. Give a name as "" to grant a right to everybody.`,
 	cmd.Flags().StringVar(&write, "write", "", "ACL file name for the write right")
 	cmd.Flags().StringVar(&change, "change-acl", "", "ACL file name for the change_acl right")
 	cmd.Flags().Int64Var(&ifGen, "if-generation", 0, "only if the node's acl_generation is still this")
+	jsonFlag(cmd, &asJSON, "one JSON object")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +40,20 @@ func TestACLCommands(t *testing.T) {
 	want(t, as("admin", "", "mkdir", "/team-a"), exitOK, "", "")
 	want(t, as("admin", "", "acl", "set", "/team-a", "--read", "", "--write", "team-a"), exitOK, "acl_generation: 1", "")
 	want(t, as("admin", "", "acl", "get", "/team-a"), exitOK, "write:          team-a", "")
+	var set, got aclJSON
+	if res := as("admin", "", "acl", "set", "--json", "/team-a", "--read", ""); res.code != exitOK || json.Unmarshal([]byte(res.stdout), &set) != nil {
+		t.Fatalf("acl set --json: %+v", res)
+	}
+	if res := as("admin", "", "acl", "get", "--json", "/team-a"); res.code != exitOK || json.Unmarshal([]byte(res.stdout), &got) != nil {
+		t.Fatalf("acl get --json: %+v", res)
+	}
+	if set != got || set.Path != "/team-a" || set.Read != "" || set.Write != "team-a" || set.ChangeACL == "" || set.ACLGeneration != 2 {
+		t.Errorf("acl set --json = %+v, acl get --json = %+v", set, got)
+	}
+	var who whoamiJSON
+	if res := as("bob", "", "whoami", "--json"); res.code != exitOK || json.Unmarshal([]byte(res.stdout), &who) != nil || who != (whoamiJSON{Principal: "bob", TLS: true}) {
+		t.Errorf("whoami --json as bob: %+v", res)
+	}
 	want(t, as("bob", "hi", "write", "/team-a/notes"), exitOK, "", "")
 	want(t, as("bob", "", "cat", "/team-a/notes"), exitOK, "hi", "")
 	want(t, as("carol", "", "cat", "/team-a/notes"), exitOK, "hi", "")
@@ -48,10 +63,10 @@ func TestACLCommands(t *testing.T) {
 	want(t, as("admin", "", "acl", "set", "/team-a", "--read", "", "--if-generation", "7"), exitRefused, "", "")
 	// A typo in an ACL file is refused rather than locking everyone out.
 	want(t, as("admin", "not a principal\n", "write", "/acl/team-a"), exitRefused, "", "line 1")
-	// Without TLS flags the client speaks plaintext, which a TLS cell refuses.
-	if res := at(t, c.Addr, "", "--timeout", "2s", "whoami"); res.code == exitOK {
-		t.Fatalf("plaintext whoami against a TLS cell: %+v", res)
-	}
+	// Without TLS flags the client speaks plaintext, which a TLS cell
+	// refuses; chubbyfs finds the cell speaks TLS and says what to give.
+	want(t, at(t, c.Addr, "", "whoami"), exitRefused, "",
+		"chubbyfs: whoami: the cell speaks TLS (at "+c.Addr+"): give --tls-ca (or $CHUBBY_TLS_CA)")
 }
 
 // TestTimestampsCommand: ts prints increasing timestamps; bad counts are
@@ -78,4 +93,15 @@ func TestTimestampsCommand(t *testing.T) {
 	}
 	want(t, at(t, c.Addr, "", "ts", "0"), exitUsage, "", "N must be")
 	want(t, at(t, c.Addr, "", "ts", "x"), exitUsage, "", "N must be")
+}
+
+// TestTLSToPlaintextCell: a client given --tls-ca talking to a plaintext
+// cell hears that the cell does not speak TLS, not "get connection error:
+// EOF".
+func TestTLSToPlaintextCell(t *testing.T) {
+	pki := tlstest.NewPKI(t, "cell")
+	c := celltest.Start(t, celltest.Options{})
+	f := pki.Files(t, "bob", tlstest.Client)
+	r := chubbyfs(t, nil, "", "--cell", c.Addr, "--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key, "whoami")
+	want(t, r, exitRefused, "", "chubbyfs: whoami: the cell does not speak TLS (at "+c.Addr+"): leave out --tls-ca and $CHUBBY_TLS_CA\n")
 }

@@ -13,14 +13,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
 func (a *app) lsCommand() *cobra.Command {
-	var long bool
+	var long, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls [-l] [PATH]",
+		Use:   "ls [-l] [--json] [PATH]",
 		Short: "list a directory (default /)",
 		Long: `ls lists the children of the directory PATH (default /), one name a line,
 sorted. For a file it prints the file's name.
@@ -28,7 +29,11 @@ sorted. For a file it prints the file's name.
 With -l, each line shows: kind (d directory, - file) and e for ephemeral,
 size (bytes; for a directory, its number of children), content generation,
 lock state (- free, E exclusive, S<n> shared by n holders, +<n>w waiting,
-delay while in lock-delay), modification time (UTC) and name.`,
+delay while in lock-delay), modification time (UTC) and name.
+
+With --json it prints one JSON array, for scripts, an object per child
+(sorted by name): {"name", and the fields of stat --json: "path", "kind",
+"instance", "content_generation", ..., "lock": {...}}; -l changes nothing.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -51,6 +56,13 @@ delay while in lock-delay), modification time (UTC) and name.`,
 				} else if entries, err = h.ReadDir(ctx); err != nil {
 					return refused("ls", p, err)
 				}
+				if asJSON {
+					out := []lsEntryJSON{}
+					for _, e := range entries {
+						out = append(out, lsEntryJSON{Name: e.GetName(), statJSON: toStatJSON(entryPath(p, e), e.GetStat())})
+					}
+					return a.writeJSON(out)
+				}
 				if !long {
 					for _, e := range entries {
 						fmt.Fprintln(a.stdout, e.GetName())
@@ -67,7 +79,17 @@ delay while in lock-delay), modification time (UTC) and name.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&long, "long", "l", false, "long form: kind, size, generation, lock, time, name (default: names only)")
+	jsonFlag(cmd, &asJSON, "one JSON array")
 	return cmd
+}
+
+// entryPath is the path of e, listed by ls of p: the path its Stat names
+// (the cell fills it in), else p's child.
+func entryPath(p string, e *chubby.DirEntry) string {
+	if sp := e.GetStat().GetPath(); sp != "" {
+		return sp
+	}
+	return path.Join(p, e.GetName())
 }
 
 func kindFlags(st *chubby.Stat) string {
@@ -132,12 +154,16 @@ func msTime(ms int64) string {
 }
 
 func (a *app) statCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "stat PATH",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stat [--json] PATH",
 		Short: "show a node's metadata",
 		Long: `stat prints the metadata of the node at PATH, a "field: value" line each:
 kind, instance (differs for a re-created node), content and lock
-generations, checksum, size, times, ephemeral owner and lock state.`,
+generations, checksum, size, times, ephemeral owner and lock state.
+
+With --json it prints the same as one JSON object, for scripts:
+` + statJSONHelp + `.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := pathArg(cmd, args)
@@ -155,11 +181,16 @@ generations, checksum, size, times, ephemeral owner and lock state.`,
 				if err != nil {
 					return refused("stat", p, err)
 				}
+				if asJSON {
+					return a.writeJSON(toStatJSON(p, st))
+				}
 				printStat(a.stdout, st)
 				return nil
 			})
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object")
+	return cmd
 }
 
 func printStat(w io.Writer, st *chubby.Stat) {
@@ -185,11 +216,20 @@ func printStat(w io.Writer, st *chubby.Stat) {
 }
 
 func (a *app) catCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "cat PATH",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "cat [--json] PATH",
 		Short: "print a file's content",
-		Long:  `cat writes the content of the file at PATH to standard output, as is.`,
-		Args:  anyArgs,
+		Long: `cat writes the content of the file at PATH to standard output, as is.
+
+With --json it prints one JSON object instead, for scripts: {"path",
+"content_generation", "size" (bytes), "utf8", "data"}. Content is bytes:
+when they are valid UTF-8, utf8 is true and data is the content as a
+string; otherwise utf8 is false and data is the content in standard
+base64 (RFC 4648, with padding).`,
+		Example: `  chubbyfs cat /config/app/settings
+  chubbyfs cat --json /config/app/settings | jq -r 'select(.utf8) | .data'`,
+		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := pathArg(cmd, args)
 			if err != nil {
@@ -202,9 +242,12 @@ func (a *app) catCommand() *cobra.Command {
 				if err != nil {
 					return refused("cat", p, err)
 				}
-				data, _, err := h.GetContentsAndStat(ctx)
+				data, st, err := h.GetContentsAndStat(ctx)
 				if err != nil {
 					return refused("cat", p, err)
+				}
+				if asJSON {
+					return a.writeJSON(toCatJSON(p, data, st))
 				}
 				if _, err := a.stdout.Write(data); err != nil {
 					return refused("cat", p, fmt.Errorf("writing output: %w", err))
@@ -213,6 +256,8 @@ func (a *app) catCommand() *cobra.Command {
 			})
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object (content as UTF-8 text or base64)")
+	return cmd
 }
 
 func (a *app) writeCommand() *cobra.Command {
@@ -358,9 +403,9 @@ with -r, together with everything below it.`,
 }
 
 func (a *app) touchCommand() *cobra.Command {
-	var ephemeral, sequential bool
+	var ephemeral, sequential, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "touch [--ephemeral] [--sequential] PATH",
+		Use:   "touch [--ephemeral] [--sequential] [--json] PATH",
 		Short: "create an empty file if it is missing",
 		Long: `touch creates an empty file at PATH if nothing is there; an existing node
 is left as it is. Its parent directory must exist.
@@ -373,7 +418,10 @@ deleted and made again).
 
 With --ephemeral the new file belongs to this command's session, so it is
 deleted as soon as chubbyfs exits: ephemeral files are for programs that
-hold a session (use the client library), and this flag is mostly for tests.`,
+hold a session (use the client library), and this flag is mostly for tests.
+
+With --json it prints one JSON object, for scripts: {"path" (the path
+made, or PATH), "created" (false: PATH was there already)}.`,
 		Example: `  chubbyfs touch /config/app/ready
   chubbyfs touch --sequential /jobs/job-     # prints /jobs/job-0000000000, then ...01`,
 		Args: anyArgs,
@@ -393,7 +441,13 @@ hold a session (use the client library), and this flag is mostly for tests.`,
 				if err != nil {
 					return refused("touch", p, err)
 				}
-				if sequential {
+				// Said before the close, which may fail after the node was made.
+				switch {
+				case asJSON:
+					if err := a.writeJSON(touchJSON{Path: h.Path(), Created: h.Created()}); err != nil {
+						return err
+					}
+				case sequential:
 					fmt.Fprintln(a.stdout, h.Path())
 				}
 				return refusedOrNil("touch", p, h.Close(ctx))
@@ -404,7 +458,14 @@ hold a session (use the client library), and this flag is mostly for tests.`,
 		"create the file ephemeral: deleted when this command's session ends, i.e. when chubbyfs exits (default: permanent)")
 	cmd.Flags().BoolVar(&sequential, "sequential", false,
 		"always create, appending the parent directory's 10-digit counter to the name, and print the path made (default: off)")
+	jsonFlag(cmd, &asJSON, "one JSON object: the path and whether it was created")
 	return cmd
+}
+
+// touchJSON is touch --json's output.
+type touchJSON struct {
+	Path    string `json:"path"`
+	Created bool   `json:"created"`
 }
 
 func refusedOrNil(op, path string, err error) error {
@@ -426,13 +487,16 @@ printable form is chubby-seq:v1:<E|S>:<lock_generation>:<instance>:<path>
 			return usagef("sequencer needs a sub-command: check")
 		},
 	}
+	var asJSON bool
 	check := &cobra.Command{
-		Use:   "check SEQ",
+		Use:   "check [--json] SEQ",
 		Short: "ask the cell whether a sequencer is still valid",
 		Long: `check asks the cell whether the sequencer SEQ (its printable form, as in
 CHUBBY_SEQUENCER) still names a held lock. It prints "valid" and exits 0,
 or prints "not valid: <reason>" and exits 1. A malformed SEQ is a usage
-error (exit 2). It needs no session.`,
+error (exit 2). With --json it prints one JSON object instead, for
+scripts: {"valid", "reason" ("" when valid)}, with the same exit status.
+It needs no session.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -453,16 +517,30 @@ error (exit 2). It needs no session.`,
 			if err != nil {
 				return refused("sequencer check", "", err)
 			}
-			if !valid {
+			if asJSON {
+				if err := a.writeJSON(sequencerJSON{Valid: valid, Reason: reason}); err != nil {
+					return err
+				}
+			} else if valid {
+				fmt.Fprintln(a.stdout, "valid")
+			} else {
 				fmt.Fprintf(a.stdout, "not valid: %s\n", reason)
+			}
+			if !valid {
 				return &exitError{code: exitRefused}
 			}
-			fmt.Fprintln(a.stdout, "valid")
 			return nil
 		},
 	}
+	jsonFlag(check, &asJSON, "one JSON object")
 	seq.AddCommand(check)
 	return seq
+}
+
+// sequencerJSON is sequencer check --json's output.
+type sequencerJSON struct {
+	Valid  bool   `json:"valid"`
+	Reason string `json:"reason"`
 }
 
 // statusJSON is status --json's output: the CellStatus with roles as names.
@@ -510,11 +588,17 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "show the cell's replicas, master, epoch and counts",
 		Long: `status shows the cell: its replicas and their roles, which one is master,
 the master's epoch, and counts of sessions, nodes, handles and held locks.
+The epoch is one number that packs two, shown after it: the epoch of the
+cell's configuration (raised by each voter change) and the view within it
+(raised by each view change, i.e. each new master). A replica's COMMITTED
+is "-" when the replica that answered does not know it (it reports only
+its own; members shows how far each is behind the master).
+
 With --json it prints the same as one JSON object, for scripts:
-{"cell", "master_id", "master_address", "epoch", "replicas": [{"id",
-"address", "role", "committed_op"}], "sessions", "nodes", "handles",
-"locks_held", "committed_op", "uptime_ms", "version", "security"}. It needs no
-session.`,
+{"cell", "master_id", "master_address", "epoch" (the packed number),
+"replicas": [{"id", "address", "role", "committed_op" (-1: not
+reported)}], "sessions", "nodes", "handles", "locks_held", "committed_op",
+"uptime_ms", "version", "security"}. It needs no session.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 {
@@ -541,7 +625,7 @@ session.`,
 
 func printStatus(w io.Writer, st *chubby.CellStatus) {
 	fmt.Fprintf(w, "cell:       %s\n", st.GetCell())
-	fmt.Fprintf(w, "master:     %s at %s, epoch %d\n", st.GetMasterId(), st.GetMasterAddress(), st.GetEpoch())
+	fmt.Fprintf(w, "master:     %s at %s, epoch %s\n", st.GetMasterId(), st.GetMasterAddress(), epochText(st.GetEpoch()))
 	fmt.Fprintf(w, "version:    %s, up %v, committed op %d\n", st.GetVersion(),
 		(time.Duration(st.GetUptimeMs()) * time.Millisecond).Round(time.Second), st.GetCommittedOp())
 	fmt.Fprintf(w, "sessions:   %d   nodes: %d   handles: %d   locks held: %d\n",
@@ -552,11 +636,29 @@ func printStatus(w io.Writer, st *chubby.CellStatus) {
 	fmt.Fprintln(w, "replicas:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tADDRESS\tROLE\tCOMMITTED")
+	unknown := false
 	for _, r := range st.GetReplicas() {
 		role := strings.ToLower(r.GetRole().String())
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.GetId(), r.GetAddress(), role, r.GetCommittedOp())
+		committed := strconv.FormatInt(r.GetCommittedOp(), 10)
+		if r.GetCommittedOp() < 0 {
+			committed, unknown = "-", true
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.GetId(), r.GetAddress(), role, committed)
 	}
 	tw.Flush()
+	if unknown {
+		fmt.Fprintln(w, "  (COMMITTED -: not reported; the replica that answered knows only its own. members shows how far each is behind the master.)")
+	}
+}
+
+// epochText shows a master epoch with the two numbers it packs (see
+// master.EpochParts): "17179869189 (configuration epoch 4, view 4)".
+func epochText(epoch int64) string {
+	config, view, ok := master.EpochParts(epoch)
+	if !ok {
+		return strconv.FormatInt(epoch, 10) + " (no master)"
+	}
+	return fmt.Sprintf("%d (configuration epoch %d, view %d)", epoch, config, view)
 }
 
 // releaseContext gives clean-up calls a bound of their own, so that they

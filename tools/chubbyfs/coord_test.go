@@ -186,13 +186,21 @@ func waitOutput(t *testing.T, buf *syncBuffer, line string) {
 
 // TestCounterCommand: counter next gives increasing ids from a
 // directory's sequential names, and with --cas 1, 2, 3... from a file,
-// also to concurrent callers.
+// also to concurrent callers; both start at 1.
 func TestCounterCommand(t *testing.T) {
 	addr := startCell(t)
-	want(t, at(t, addr, "", "counter", "next", "/ids/seq"), exitOK, "0\n", "")
-	want(t, at(t, addr, "", "counter", "next", "/ids/seq"), exitOK, "1\n", "")
+	r := at(t, addr, "", "counter", "next", "/ids/seq")
+	if r.code != exitOK || r.stdout != "1\n" {
+		t.Fatalf("the first counter next = %+v, want 1", r)
+	}
+	r = at(t, addr, "", "counter", "next", "/ids/seq")
+	if r.code != exitOK || r.stdout != "2\n" {
+		t.Fatalf("the second counter next = %+v, want 2", r)
+	}
 	want(t, at(t, addr, "", "ls", "/ids/seq"), exitOK, "", "") // the files are gone
-	want(t, at(t, addr, "", "counter", "next", "--cas", "/ids/n"), exitOK, "1\n", "")
+	if r := at(t, addr, "", "counter", "next", "--cas", "/ids/n"); r.code != exitOK || r.stdout != "1\n" {
+		t.Fatalf("the first counter next --cas = %+v, want 1", r)
+	}
 	var wg sync.WaitGroup
 	results := make([]result, 6)
 	for i := range results {

@@ -17,7 +17,8 @@ func (a *app) counterCommand() *cobra.Command {
 ways (recipe.SequenceIDs, recipe.CASCounter):
 
   next PATH        the next number of directory PATH's sequential-name
-                   counter: increasing, never repeated, not dense
+                   counter plus one: from 1, increasing, never
+                   repeated, not dense
   next --cas PATH  the file PATH's number plus one, written by
                    compare-and-set: 1, 2, 3, ... without gaps`,
 		Args: anyArgs,
@@ -30,16 +31,18 @@ ways (recipe.SequenceIDs, recipe.CASCounter):
 }
 
 func (a *app) counterNextCommand() *cobra.Command {
-	var cas bool
+	var cas, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "next [--cas] PATH",
+		Use:   "next [--cas] [--json] PATH",
 		Short: "print a new unique id",
 		Long: `next prints a new id, a decimal number, that no other caller gets.
 
 Without --cas, PATH is a directory (made, with its parents, if missing):
 next creates a file PATH/id- with a sequential name, takes the number the
 cell appended (the directory's counter, from 0, only growing: every
-sequential name made in PATH takes one) and deletes the file.
+sequential name made in PATH takes one), deletes the file and prints that
+number plus one: 1, 2, ... so that both kinds of id start at 1 (and 0 is
+never an id).
 
 With --cas, PATH is a counter file (made holding 0 if missing; its parent
 directory must exist) holding a decimal number: next adds 1 by
@@ -47,7 +50,8 @@ compare-and-set on the file's content generation, retrying when another
 caller added first, and prints the new value: 1, 2, 3, ... with no gaps
 (unless a call fails midway).
 
-Either count starts again if PATH is deleted.`,
+Either count starts again from 1 if PATH is deleted. With --json it prints
+one JSON object instead, for scripts: {"path", "id"}.`,
 		Example: `  chubbyfs counter next /ids/jobs
   chubbyfs counter next --cas /ids/build-number`,
 		Args: anyArgs,
@@ -80,11 +84,21 @@ Either count starts again if PATH is deleted.`,
 				if err != nil {
 					return refused("counter next", p, err)
 				}
+				if asJSON {
+					return a.writeJSON(counterJSON{Path: p, ID: id})
+				}
 				fmt.Fprintln(a.stdout, id)
 				return nil
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&cas, "cas", false, "PATH is a counter file, added to by compare-and-set: dense ids (default: PATH is a directory, ids from its sequential names)")
+	jsonFlag(cmd, &asJSON, "one JSON object")
 	return cmd
+}
+
+// counterJSON is counter next --json's output.
+type counterJSON struct {
+	Path string `json:"path"`
+	ID   int64  `json:"id"`
 }

@@ -126,8 +126,9 @@ With --json: {"path", "leader", "last", "lock_generation",
 
 func (a *app) electionFollowCommand() *cobra.Command {
 	var count int
+	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "follow [--count N] PATH",
+		Use:   "follow [--count N] [--json] PATH",
 		Short: "print each new leader of the election file PATH",
 		Long: `follow prints the current leader of the election file PATH (if any), then
 one line for each new leader as its address is written, learnt from the
@@ -135,6 +136,10 @@ file's events (contents written, lock acquired); a dead leader's address
 left in the file is not taken for the next leader's:
 
   leader ADDR generation=N
+
+With --json each line is a JSON object instead, for scripts, shaped as
+election show --json's: {"path", "leader", "lock_generation",
+"candidates_waiting", "delay_remaining_ms"} (as the leader was found).
 
 It runs until Ctrl-C (exit 0), until --count lines were printed (exit 0),
 until PATH is deleted (exit 0) or until the session is lost (exit 1). The
@@ -150,16 +155,17 @@ global --timeout bounds only connecting and opening PATH.`,
 			if count < 0 {
 				return usagef("election follow: --count must not be negative")
 			}
-			return a.follow(cmd.Context(), p, count)
+			return a.follow(cmd.Context(), p, count, asJSON)
 		},
 	}
 	cmd.Flags().IntVar(&count, "count", 0, "exit after this many lines (0: run until Ctrl-C)")
+	jsonFlag(cmd, &asJSON, "one JSON object a line")
 	return cmd
 }
 
 // follow prints the leader of p and every new one until ctx ends, a
 // signal, count lines, or p is deleted.
-func (a *app) follow(ctx context.Context, p string, count int) error {
+func (a *app) follow(ctx context.Context, p string, count int, asJSON bool) error {
 	return a.withLongSession(ctx, "election follow", p, func(ctx, setupCtx context.Context, s *client.Session) error {
 		e, err := recipe.NewElection(s, p)
 		if err != nil {
@@ -170,13 +176,13 @@ func (a *app) follow(ctx context.Context, p string, count int) error {
 			return refused("election follow", p, err)
 		}
 		fmt.Fprintf(a.stderr, "chubbyfs: following %s; Ctrl-C to stop\n", p)
-		return a.printLeaders(ctx, s, obs, p, count)
+		return a.printLeaders(ctx, s, obs, p, count, asJSON)
 	})
 }
 
 // printLeaders prints each new leader obs reports until ctx ends, count
 // lines, the file goes, or the session does.
-func (a *app) printLeaders(ctx context.Context, s *client.Session, obs *recipe.LeaderObserver, p string, count int) error {
+func (a *app) printLeaders(ctx context.Context, s *client.Session, obs *recipe.LeaderObserver, p string, count int, asJSON bool) error {
 	var last recipe.LeaderInfo
 	for printed := 0; count == 0 || printed < count; {
 		info, err := obs.Next(ctx)
@@ -192,7 +198,13 @@ func (a *app) printLeaders(ctx context.Context, s *client.Session, obs *recipe.L
 			continue
 		}
 		last = info
-		fmt.Fprintf(a.stdout, "leader %s generation=%d\n", info.Address, info.LockGeneration)
+		if asJSON {
+			if err := a.writeJSON(toLeaderState(p, info)); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(a.stdout, "leader %s generation=%d\n", info.Address, info.LockGeneration)
+		}
 		printed++
 	}
 	return nil

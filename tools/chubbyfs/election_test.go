@@ -164,6 +164,11 @@ func TestElectionCampaign(t *testing.T) {
 		t.Fatalf("follow printed %q", got)
 	}
 	want(t, at(t, addr, "", "election", "show", "/election/db"), exitOK, "leader: 10.0.0.2:80 (lock generation 2", "")
+	var now leaderState
+	jsonOf(t, addr, "", exitOK, &now, "election", "follow", "--json", "--count", "1", "/election/db")
+	if now.Path != "/election/db" || now.Leader != "10.0.0.2:80" || now.LockGeneration != 2 {
+		t.Errorf("election follow --json = %+v", now)
+	}
 
 	touch(t, stop2)
 	want(t, finished(t, second), exitOK, "", "")

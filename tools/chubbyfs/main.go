@@ -12,6 +12,11 @@
 // unknown (`members remove`: proposed, not known committed). `lock` exits
 // with the status of the command it ran, or 1 when the lock was lost while
 // it ran. Every flag is listed, with its default, by --help.
+//
+// Every command that prints takes --json (its shape is in its --help);
+// --version prints the release, commit and Go version; `chubbyfs
+// completion SHELL` prints a completion script whose PATH completion asks
+// the cell.
 package main
 
 import (
@@ -27,6 +32,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/chubbygo/chubby/client"
+	"github.com/chubbygo/chubby/version"
 )
 
 func main() {
@@ -57,13 +63,20 @@ type app struct {
 	timeout time.Duration // --timeout
 
 	tlsCA, tlsCert, tlsKey string // --tls-*
+
+	// addrs and useTLS are what connect dialled, for diagnose.
+	addrs  []string
+	useTLS bool
 }
 
 // exitError carries the exit status a command ends with and the message to
-// print (none when msg is empty).
+// print (none when msg is empty). A refusal also carries the failure
+// behind it and what it was ("<op> [<path>]"), for run to diagnose.
 type exitError struct {
-	code int
-	msg  string
+	code   int
+	msg    string
+	cause  error
+	prefix string
 }
 
 func (e *exitError) Error() string { return e.msg }
@@ -80,10 +93,11 @@ func refused(op, path string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		reason = "timed out (see --timeout)"
 	}
-	if path == "" {
-		return &exitError{code: exitRefused, msg: op + ": " + reason}
+	prefix := op
+	if path != "" {
+		prefix += " " + path
 	}
-	return &exitError{code: exitRefused, msg: op + " " + path + ": " + reason}
+	return &exitError{code: exitRefused, msg: prefix + ": " + reason, cause: err, prefix: prefix}
 }
 
 // run executes one chubbyfs command line and returns its exit status. It is
@@ -107,6 +121,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
+		switch found, replaces := diagnose(ctx, ee.cause, a.addrs, a.useTLS); {
+		case found == "" || ee.prefix == "":
+		case replaces:
+			ee.msg = ee.prefix + ": " + found
+		default:
+			ee.msg += " (" + found + ")"
+		}
 		if ee.msg != "" {
 			fmt.Fprintf(stderr, "chubbyfs: %s\n", ee.msg)
 		}
@@ -136,7 +157,12 @@ held, ...), could not be reached, or a lock wait timed out; 2 usage error
 (bad flags or arguments, malformed path or sequencer); 3 the outcome of a
 change is unknown (members remove: proposed, not known committed; check
 with members). lock exits with the status of the command it ran, or 1
-when the lock was lost while it ran (see lock --help).`,
+when the lock was lost while it ran (see lock --help).
+
+Every command that prints takes --json: one JSON value on standard output
+instead of text (each command's --help gives its shape; those that run
+until stopped print one object a line). Errors stay text on standard
+error, with the same exit status.`,
 		Example: `  chubbyd dev &                      # a local cell on 127.0.0.1:7000
   chubbyfs mkdir -p /config/app
   echo 'db=10.0.0.5' | chubbyfs write /config/app/settings
@@ -147,14 +173,19 @@ when the lock was lost while it ran (see lock --help).`,
   chubbyfs counter next --cas /config/app/build    # 1, 2, 3, ...
   chubbyfs watch /config/app                       # prints changes as they happen
   chubbyfs status
-  chubbyfs members                                 # the cell's voters, learners and spares`,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+  chubbyfs members                                 # the cell's voters, learners and spares
+  source <(chubbyfs completion bash)               # TAB completes commands, flags, the cell's paths`,
+		Version:       version.Read().Line("chubbyfs"),
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usagef("missing command")
 		},
 	}
+	// --version prints the one line of version.Info.Line; cobra's own
+	// completion command (bash, zsh, fish, powershell) stays enabled.
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().BoolP("version", "v", false, "print the version, the commit built from and the Go version, and exit")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return usagef("%v", err)
 	})
@@ -173,6 +204,20 @@ when the lock was lost while it ran (see lock --help).`,
 		a.aclCommand(), a.whoamiCommand(), a.tsCommand(), a.txnCommand(),
 		a.registryCommand(), a.counterCommand(),
 	)
+	// cobra's completion command, made now rather than at Execute so that
+	// a missing or unknown shell is a usage error (exit 2), not its help.
+	// It takes its output as it is made: set it first.
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.RunE = func(*cobra.Command, []string) error {
+				return usagef("completion needs a shell: bash, zsh, fish or powershell")
+			}
+		}
+	}
+	a.addPathCompletion(root)
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)
 	quiet = func(c *cobra.Command) {
@@ -216,6 +261,7 @@ func (a *app) connect(ctx context.Context) (*client.Client, error) {
 		return nil, usagef("%v", err)
 	}
 	cfg.TLS = tc
+	a.addrs, a.useTLS = cfg.Addrs, tc != nil
 	c, err := client.Connect(ctx, cfg)
 	if err != nil {
 		return nil, usagef("%v", err)

@@ -107,17 +107,23 @@ func TestUsageErrors(t *testing.T) {
 	want(t, r, exitUsage, "", "CHUBBY_CELL")
 }
 
+// TestUnreachableCell: a cell where nothing listens is reported as such,
+// not in the transport's words ("connection has been closed by peer").
 func TestUnreachableCell(t *testing.T) {
 	dead := celltest.FreeAddr(t)
 	start := time.Now()
 	r := at(t, dead, "", "cat", "/a")
-	want(t, r, exitRefused, "", "chubbyfs: cat /a: cannot reach the cell at "+dead)
+	want(t, r, exitRefused, "", "chubbyfs: cat /a: cannot reach the cell: nothing listens at "+dead+"\n")
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("took %v to give up", d)
 	}
-	// CHUBBY_CELL is used when --cell is absent.
-	r = chubbyfs(t, map[string]string{"CHUBBY_CELL": dead}, "", "status")
-	want(t, r, exitRefused, "", "cannot reach the cell at "+dead)
+	// CHUBBY_CELL is used when --cell is absent; every address is named.
+	dead2 := celltest.FreeAddr(t)
+	r = chubbyfs(t, map[string]string{"CHUBBY_CELL": dead + "," + dead2}, "", "status")
+	want(t, r, exitRefused, "", "chubbyfs: status: cannot reach the cell: nothing listens at "+dead+", "+dead2+"\n")
+	if strings.Contains(r.stderr, "closed by peer") {
+		t.Errorf("stderr %q repeats the transport's words", r.stderr)
+	}
 }
 
 func TestHelpListsFlagsWithDefaults(t *testing.T) {
@@ -138,12 +144,29 @@ func TestHelpListsFlagsWithDefaults(t *testing.T) {
 		"status":  {"--json", "default: text"},
 		"members": {"--json", "default: text", "remove", "MEMBERSHIP", "LAST CONTACT", "pending_config"},
 		"watch":   {"--events string", `(default "all")`, "--json", "--count int", "handle-invalid", "master-changed"},
+		"cat":     {"--json", "base64", `"utf8"`},
+		"stat":    {"--json", `"content_generation"`},
 	} {
 		r := chubbyfs(t, nil, "", cmd, "--help")
 		for _, f := range flags {
 			if r.code != 0 || !strings.Contains(r.stdout, f) {
 				t.Errorf("%s --help lacks %q:\n%s", cmd, f, r.stdout)
 			}
+		}
+	}
+}
+
+// TestEveryPrintingCommandHasJSON: each command that prints to standard
+// output has --json, with the shape in its --help.
+func TestEveryPrintingCommandHasJSON(t *testing.T) {
+	for _, cmd := range [][]string{
+		{"ls"}, {"stat"}, {"cat"}, {"touch"}, {"sequencer", "check"}, {"status"}, {"members"}, {"members", "remove"},
+		{"acl", "get"}, {"acl", "set"}, {"whoami"}, {"ts"}, {"txn"}, {"counter", "next"}, {"watch"},
+		{"lock", "show"}, {"election", "show"}, {"election", "follow"}, {"registry", "list"}, {"registry", "watch"},
+	} {
+		r := chubbyfs(t, nil, "", append(cmd, "--help")...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "--json") || !strings.Contains(r.stdout, `{"`) {
+			t.Errorf("%s --help lacks --json or its shape:\n%s", strings.Join(cmd, " "), r.stdout)
 		}
 	}
 }

@@ -73,7 +73,7 @@ func printMembers(w io.Writer, st *chubby.CellStatus) {
 		pending = fmt.Sprintf("at log index %d", p)
 	}
 	fmt.Fprintf(w, "cell:           %s\n", st.GetCell())
-	fmt.Fprintf(w, "master:         %s at %s, epoch %d\n", st.GetMasterId(), st.GetMasterAddress(), st.GetEpoch())
+	fmt.Fprintf(w, "master:         %s at %s, epoch %s\n", st.GetMasterId(), st.GetMasterAddress(), epochText(st.GetEpoch()))
 	fmt.Fprintf(w, "configuration:  epoch %d, pending change %s, target size %d\n",
 		st.GetConfigEpoch(), pending, st.GetTargetSize())
 	fmt.Fprintln(w, "members:")
@@ -190,8 +190,9 @@ last_contact_ms -1 for never. It needs no session.`,
 }
 
 func (a *app) membersRemoveCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "remove ID",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "remove [--json] ID",
 		Short: "take a replica out of the cell's configuration",
 		Long: `remove asks the master to take the replica ID (as members shows it) out
 of the cell's configuration, and prints the log index of the configuration
@@ -206,7 +207,11 @@ found"), another change in progress or this one lost in a view change
 ("unavailable": retry shortly), no master. 3 outcome unknown: the change
 was proposed but is not known committed (the master was cut off from the
 others, or the answer was lost); it may still take effect: check with
-chubbyfs members.`,
+chubbyfs members.
+
+With --json, a removal that committed prints one JSON object instead, for
+scripts: {"id", "log_index"}; failures are reported on standard error as
+without it.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -227,10 +232,21 @@ chubbyfs members.`,
 			if err != nil {
 				return removeFailed(id, err)
 			}
+			if asJSON {
+				return a.writeJSON(removeJSON{ID: id, LogIndex: index})
+			}
 			fmt.Fprintf(a.stdout, "removed replica %s: configuration change at log index %d committed\n", id, index)
 			return nil
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object")
+	return cmd
+}
+
+// removeJSON is members remove --json's output: the committed change.
+type removeJSON struct {
+	ID       string `json:"id"`
+	LogIndex int64  `json:"log_index"`
 }
 
 // outcomeUnknownPrefix starts the message of the cell's answer to a

@@ -110,10 +110,10 @@ func TestMembers(t *testing.T) {
 	// (NOT_MASTER leads to the master).
 	victim := (mi + 2) % 3
 	id := strconv.Itoa(victim + 1)
-	r = at(t, servers[victim].Addr(), "", "members", "remove", id)
-	want(t, r, exitOK, "removed replica "+id+": configuration change at log index ", "")
-	if !strings.HasSuffix(r.stdout, " committed\n") {
-		t.Errorf("members remove says %q; want it to say the change committed", r.stdout)
+	var removed removeJSON
+	jsonOf(t, servers[victim].Addr(), "", exitOK, &removed, "members", "remove", "--json", id)
+	if removed.ID != id || removed.LogIndex <= 0 {
+		t.Errorf("members remove --json %s = %+v", id, removed)
 	}
 	// A voter change takes the cell through a view change: wait for the
 	// new configuration under a master.
@@ -149,6 +149,14 @@ func TestMembers(t *testing.T) {
 	want(t, at(t, addr, "", "members", "remove", "99"), exitRefused, "",
 		"chubbyfs: members remove 99: not found: replica 99 is not in the configuration")
 	want(t, at(t, addr, "", "members", "remove", id), exitRefused, "", "members remove "+id+": not found")
+
+	// Down to one voter, the master: the text form says the change committed.
+	second := strconv.Itoa((mi+1)%3 + 1)
+	r = at(t, servers[mi].Addr(), "", "members", "remove", second)
+	want(t, r, exitOK, "removed replica "+second+": configuration change at log index ", "")
+	if !strings.HasSuffix(r.stdout, " committed\n") {
+		t.Errorf("members remove says %q; want it to say the change committed", r.stdout)
+	}
 }
 
 // TestMembersOneReplica: a one-replica cell is one voter, the master.
@@ -173,7 +181,7 @@ func TestPrintMembers(t *testing.T) {
 		decisions = append(decisions, "decision "+strconv.Itoa(i))
 	}
 	epoch, pending, target := int64(4), int64(77), int32(5)
-	st := &chubby.CellStatus{Cell: "c", MasterId: "1", MasterAddress: "a:1", Epoch: 9,
+	st := &chubby.CellStatus{Cell: "c", MasterId: "1", MasterAddress: "a:1", Epoch: 4<<32 + 5,
 		ConfigEpoch: &epoch, PendingConfig: &pending, TargetSize: &target, Decisions: decisions,
 		Replicas: []*chubby.ReplicaStatus{
 			{Id: "1", Address: "a:1", Role: chubby.ReplicaRole_MASTER, Membership: str("voter"), PeerAddress: str("a:2"),
@@ -187,6 +195,7 @@ func TestPrintMembers(t *testing.T) {
 	printMembers(&b, st)
 	out := squeeze(result{stdout: b.String()}).stdout
 	for _, s := range []string{
+		"master: 1 at a:1, epoch 17179869189 (configuration epoch 4, view 4)",
 		"configuration: epoch 4, pending change at log index 77, target size 5",
 		"1 a:1 a:2 voter MASTER alive 0 0s ago",
 		"2 b:1 b:2 learner REPLICA suspect 120 never",
@@ -239,5 +248,40 @@ func TestRemoveFailedExitStatus(t *testing.T) {
 		if err := removeFailed("3", tc.err); !errors.As(err, &ee) || ee.code != tc.code || !strings.Contains(ee.msg, tc.msg) {
 			t.Errorf("%s: removeFailed = %v; want exit %d with %q", tc.name, err, tc.code, tc.msg)
 		}
+	}
+}
+
+// TestPrintStatus: status shows the epoch's two parts, and "-" with a
+// legend for a committed op the answering replica does not know.
+func TestPrintStatus(t *testing.T) {
+	st := &chubby.CellStatus{Cell: "c", MasterId: "2", MasterAddress: "b:1", Epoch: 17179869189, Version: "0.1.0",
+		CommittedOp: 42, Replicas: []*chubby.ReplicaStatus{
+			{Id: "1", Address: "a:1", Role: chubby.ReplicaRole_REPLICA, CommittedOp: -1},
+			{Id: "2", Address: "b:1", Role: chubby.ReplicaRole_MASTER, CommittedOp: 42},
+		}}
+	var b strings.Builder
+	printStatus(&b, st)
+	out := squeeze(result{stdout: b.String()}).stdout
+	for _, s := range []string{
+		"master: 2 at b:1, epoch 17179869189 (configuration epoch 4, view 4)",
+		"1 a:1 replica -\n", "2 b:1 master 42\n", "(COMMITTED -: not reported;",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("status lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "-1") {
+		t.Errorf("status shows -1:\n%s", out)
+	}
+	// watch's master-changed line splits the epoch too.
+	if l := (watchLine{Time: "t", Kind: "master-changed", Path: "/", Epoch: 17179869189}).text(); !strings.HasSuffix(l, " epoch=17179869189 (configuration epoch 4, view 4)") {
+		t.Errorf("watch line %q", l)
+	}
+	// Every committed op known: no legend. No master: said so.
+	st.Replicas, st.Epoch = st.Replicas[1:], 0
+	b.Reset()
+	printStatus(&b, st)
+	if out := b.String(); strings.Contains(out, "not reported") || !strings.Contains(out, "epoch 0 (no master)") {
+		t.Errorf("status of one known replica and no master:\n%s", out)
 	}
 }

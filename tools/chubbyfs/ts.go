@@ -12,14 +12,17 @@ import (
 )
 
 func (a *app) tsCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "ts [N]",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ts [--json] [N]",
 		Short: "print N timestamps from the cell's oracle (default 1)",
 		Long: `ts asks the cell's timestamp oracle for N strictly increasing timestamps
 (1..1000000, default 1) and prints them one per line. Each is larger than
 every timestamp the cell handed out before the command started, to anyone,
 across failovers and restarts; none is handed out twice. They are counters,
-not clock readings. It needs no session.`,
+not clock readings. They are consecutive: first, first+1, ... first+N-1.
+With --json it prints one JSON object instead, for scripts: {"first",
+"last", "count"}. It needs no session.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n := 1
@@ -38,6 +41,9 @@ not clock readings. It needs no session.`,
 				if err != nil {
 					return refused("ts", "", err)
 				}
+				if asJSON {
+					return a.writeJSON(tsJSON{First: first, Last: first + int64(n) - 1, Count: n})
+				}
 				w := bufio.NewWriter(a.stdout)
 				for i := range int64(n) {
 					fmt.Fprintln(w, first+i)
@@ -46,4 +52,13 @@ not clock readings. It needs no session.`,
 			})
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object: the first and last timestamp and their count")
+	return cmd
+}
+
+// tsJSON is ts --json's output: the timestamps first..last.
+type tsJSON struct {
+	First int64 `json:"first"`
+	Last  int64 `json:"last"`
+	Count int   `json:"count"`
 }

@@ -14,8 +14,9 @@ import (
 )
 
 func (a *app) txnCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "txn < SCRIPT",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "txn [--json] < SCRIPT",
 		Short: "check conditions, then apply creates, writes and deletes, all or nothing",
 		Long: `txn reads a small script from standard input and sends it to the cell as
 one atomic multi-operation: if every condition holds, every change is
@@ -36,7 +37,12 @@ a comment; CONTENT is the rest of the line):
 
 Exit 0: applied (one line per change: the path and its new content
 generation); 1: a condition did not hold (it names the line) or the cell
-refused a change (nothing was applied either way); 2: a bad script.`,
+refused a change (nothing was applied either way); 2: a bad script.
+
+With --json, an applied txn prints one JSON object instead, for scripts:
+{"changes": [{"op" (create, mkdir, write, delete, ...), "path",
+"content_generation"}]}, in the script's order; failures are reported on
+standard error as without it.`,
 		Args: anyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 {
@@ -57,6 +63,14 @@ refused a change (nothing was applied either way); 2: a bad script.`,
 					return &exitError{code: exitRefused, msg: fmt.Sprintf("txn: condition on line %d does not hold: %s (nothing applied)",
 						lines[r.FailedCompare], describeCmp(cmps[r.FailedCompare]))}
 				}
+				if asJSON {
+					out := txnJSON{Changes: []txnChangeJSON{}}
+					for i, op := range ops {
+						out.Changes = append(out.Changes, txnChangeJSON{Op: strings.ToLower(op.Kind.String()), Path: op.Path,
+							ContentGeneration: r.Stats[i].GetContentGeneration()})
+					}
+					return a.writeJSON(out)
+				}
 				for i, op := range ops {
 					fmt.Fprintf(a.stdout, "%s %s generation=%d\n", strings.ToLower(op.Kind.String()), op.Path, r.Stats[i].GetContentGeneration())
 				}
@@ -64,6 +78,19 @@ refused a change (nothing was applied either way); 2: a bad script.`,
 			})
 		},
 	}
+	jsonFlag(cmd, &asJSON, "one JSON object")
+	return cmd
+}
+
+// txnJSON is txn --json's output: the changes applied.
+type txnJSON struct {
+	Changes []txnChangeJSON `json:"changes"`
+}
+
+type txnChangeJSON struct {
+	Op                string `json:"op"`
+	Path              string `json:"path"`
+	ContentGeneration int64  `json:"content_generation"`
 }
 
 // parseTxn reads a txn script: its compares, its ops, and the line of each

@@ -111,7 +111,7 @@ func (l watchLine) text() string {
 		fmt.Fprintf(&b, " lost=%d (re-read)", l.Lost)
 	}
 	if l.Epoch != 0 {
-		fmt.Fprintf(&b, " epoch=%d", l.Epoch)
+		fmt.Fprintf(&b, " epoch=%s", epochText(l.Epoch))
 	}
 	return b.String()
 }
