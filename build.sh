@@ -83,7 +83,7 @@ build() {
 	local ldflags=() rev modified=false
 	if rev=$(git rev-parse HEAD 2>/dev/null); then
 		[ -z "$(git status --porcelain 2>/dev/null)" ] || modified=true
-		ldflags=(-ldflags "-X $MODULE/version.commit=$rev -X $MODULE/version.modified=$modified")
+		ldflags=(-ldflags "-X $MODULE/cell/version.commit=$rev -X $MODULE/cell/version.modified=$modified")
 	fi
 	go build "${ldflags[@]}" -o bin/ ./tools/chubbyd ./tools/chubbyfs
 	echo "built: bin/chubbyd bin/chubbyfs"

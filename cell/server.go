@@ -20,6 +20,7 @@ import (
 
 	"github.com/chubbygo/chubby/cell/discovery"
 	"github.com/chubbygo/chubby/cell/master"
+	"github.com/chubbygo/chubby/cell/version"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
@@ -28,7 +29,6 @@ import (
 	"github.com/chubbygo/chubby/replica/vr"
 	"github.com/chubbygo/chubby/rpc"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
-	"github.com/chubbygo/chubby/version"
 )
 
 // Version is reported by GetStatus: the release number of package version,

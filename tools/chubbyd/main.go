@@ -25,10 +25,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/cell/version"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/rpc"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
-	"github.com/chubbygo/chubby/version"
 )
 
 func main() {

@@ -20,9 +20,9 @@ import (
 	"github.com/cloudwego/kitex/pkg/klog"
 
 	"github.com/chubbygo/chubby/cell"
+	"github.com/chubbygo/chubby/cell/version"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/chubby/combineservice"
-	"github.com/chubbygo/chubby/version"
 )
 
 func TestMain(m *testing.M) {

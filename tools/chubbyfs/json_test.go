@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chubbygo/chubby/version"
+	"github.com/chubbygo/chubby/cell/version"
 )
 
 // jsonOf runs the CLI against addr, wants exit code and parses its

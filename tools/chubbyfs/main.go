@@ -31,8 +31,8 @@ import (
 	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/spf13/cobra"
 
+	"github.com/chubbygo/chubby/cell/version"
 	"github.com/chubbygo/chubby/client"
-	"github.com/chubbygo/chubby/version"
 )
 
 func main() {

@@ -18,7 +18,7 @@ const Number = "0.1.0"
 // go command recorded none (it records none with -buildvcs=false, and
 // none in a git worktree): build.sh sets them with
 //
-//	-ldflags "-X github.com/chubbygo/chubby/version.commit=REV -X github.com/chubbygo/chubby/version.modified=true|false"
+//	-ldflags "-X github.com/chubbygo/chubby/cell/version.commit=REV -X github.com/chubbygo/chubby/cell/version.modified=true|false"
 var commit, modified string
 
 // Info describes the running binary.
