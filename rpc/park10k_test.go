@@ -91,7 +91,8 @@ func parkClientMain() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	// Longer than the parent waits for the calls to park and then to end.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
 	var (
@@ -187,8 +188,10 @@ func TestTenThousandParkedCalls(t *testing.T) {
 			t.Fatalf("client child exited early (%v) with %d calls parked\nstdout: %s\nstderr: %s", err, h.now.Load(), &stdout, &stderr)
 		case <-time.After(10 * time.Millisecond):
 		}
-		if time.Since(start) > 40*time.Second {
-			t.Fatalf("only %d of %d calls parked after 40s", h.now.Load(), n)
+		// A bound on progress, not a speed check (the log line below
+		// reports the time): a shared machine under load took over 40 s.
+		if time.Since(start) > 3*time.Minute {
+			t.Fatalf("only %d of %d calls parked after 3 min", h.now.Load(), n)
 		}
 	}
 	parkedIn := time.Since(start)
@@ -205,8 +208,8 @@ func TestTenThousandParkedCalls(t *testing.T) {
 	var err error
 	select {
 	case err = <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("client child did not finish within 30s of the resolutions")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("client child did not finish within 2 min of the resolutions")
 	}
 	resolvedIn := time.Since(start)
 	var rep childReport

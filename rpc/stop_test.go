@@ -328,7 +328,8 @@ func startTCPEcho(t *testing.T) string {
 
 // framedEcho makes one Echo call as a plain framed Thrift client and waits
 // for the reply (any reply: it shows the server serves), retrying for up to
-// 5 s while the server starts.
+// 30 s while the server starts (the first servers of a test binary, eight
+// at once under -race on a loaded machine, took more than 5 s).
 func framedEcho(addr, msg string) error {
 	args := rpctest.NewEchoEchoArgs()
 	args.Msg = msg
@@ -336,7 +337,7 @@ func framedEcho(addr, msg string) error {
 	args.FastWrite(body)
 	req := framedCall("Echo", body)
 
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := func() error {
 			c, err := net.DialTimeout("tcp", addr, time.Second)
