@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -130,6 +131,7 @@ type pageView struct {
 	MasterID      string
 	MasterAddress string
 	Epoch         int64
+	EpochParts    string // "configuration epoch E, view V": what Epoch packs; "" if none
 	CommittedOp   int64
 	Sessions      int64
 	Nodes         int64
@@ -183,6 +185,9 @@ func newPageView(st *chubby.CellStatus, self string) pageView {
 		Handles: st.Handles, LocksHeld: st.LocksHeld, Version: st.Version,
 		Security: st.GetSecurity(), Plaintext: strings.HasPrefix(st.GetSecurity(), "PLAINTEXT"),
 		Uptime: (time.Duration(st.UptimeMs) * time.Millisecond).Round(time.Second).String(),
+	}
+	if ce, view, ok := master.EpochParts(st.Epoch); ok {
+		v.EpochParts = fmt.Sprintf("configuration epoch %d, view %d", ce, view)
 	}
 	if st.ConfigEpoch != nil {
 		v.ConfigEpoch = strconv.FormatInt(*st.ConfigEpoch, 10)
@@ -316,7 +321,7 @@ footer{margin-top:2em;color:#777;font-size:.9em}
 <h2>Cell</h2>
 <table class="kv">
 <tr><th>Master</th><td>{{if .MasterID}}{{.MasterID}} ({{.MasterAddress}}){{else}}<span class="none">unknown</span>{{end}}</td></tr>
-<tr><th>Master epoch</th><td class="num">{{.Epoch}}</td></tr>
+<tr><th>Master epoch</th><td class="num">{{.Epoch}}{{if .EpochParts}} <span class="none">({{.EpochParts}})</span>{{end}}</td></tr>
 <tr><th>Committed op</th><td class="num">{{.CommittedOp}}</td></tr>
 <tr><th>Sessions</th><td class="num">{{.Sessions}}</td></tr>
 <tr><th>Nodes</th><td class="num">{{.Nodes}}</td></tr>

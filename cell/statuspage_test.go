@@ -20,7 +20,7 @@ func ptr[T any](v T) *T { return &v }
 // of the page.
 func threeMembers() *chubby.CellStatus {
 	return &chubby.CellStatus{
-		Cell: `<script>alert("cell")</script>`, MasterId: "1", MasterAddress: "10.0.0.1:7000", Epoch: 7,
+		Cell: `<script>alert("cell")</script>`, MasterId: "1", MasterAddress: "10.0.0.1:7000", Epoch: 4<<32 + 5,
 		Sessions: 3, Nodes: 12, Handles: 4, LocksHeld: 2, CommittedOp: 991, UptimeMs: 93_500, Version: "v-test",
 		ConfigEpoch: ptr[int64](4), PendingConfig: ptr[int64](0), TargetSize: ptr[int32](3),
 		Decisions: []string{
@@ -71,7 +71,7 @@ func TestStatusPageRender(t *testing.T) {
 		`<meta http-equiv="refresh" content="2">`,
 		`&lt;script&gt;alert(&#34;cell&#34;)&lt;/script&gt;`, // the cell name, escaped
 		`the master`, "10.0.0.1:7000", "10.0.0.1:7001",
-		`<td class="num">7</td>`, `<td class="num">991</td>`, `<td class="num">12</td>`, "1m34s", "v-test",
+		`<td class="num">17179869189 <span class="none">(configuration epoch 4, view 4)</span></td>`, `<td class="num">991</td>`, `<td class="num">12</td>`, "1m34s", "v-test",
 		`<td class="num">4</td>`, "<td>none</td>", "3 voters", "1 voter, 1 learner; 1 spare",
 		`<td class="num">40</td>`, "none since this master took over", "0 ms ago",
 		`&#34;&gt;&lt;script&gt;alert(3)&lt;/script&gt;`, // a peer address, escaped
