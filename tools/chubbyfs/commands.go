@@ -594,6 +594,10 @@ cell's configuration (raised by each voter change) and the view within it
 is "-" when the replica that answered does not know it (it reports only
 its own; members shows how far each is behind the master).
 
+Exit status 0 when the cell has a master, 1 when the replica that answered
+knows none (a cell electing one, or a replica not yet added to a cell:
+members shows its membership) or none answered.
+
 With --json it prints the same as one JSON object, for scripts:
 {"cell", "master_id", "master_address", "epoch" (the packed number),
 "replicas": [{"id", "address", "role", "committed_op" (-1: not
@@ -612,9 +616,15 @@ reported)}], "sessions", "nodes", "handles", "locks_held", "committed_op",
 				if asJSON {
 					enc := json.NewEncoder(a.stdout)
 					enc.SetIndent("", "  ")
-					return enc.Encode(toStatusJSON(st))
+					if err := enc.Encode(toStatusJSON(st)); err != nil {
+						return err
+					}
+				} else {
+					printStatus(a.stdout, st)
 				}
-				printStatus(a.stdout, st)
+				if st.GetMasterAddress() == "" {
+					return &exitError{code: exitRefused}
+				}
 				return nil
 			})
 		},
@@ -625,7 +635,7 @@ reported)}], "sessions", "nodes", "handles", "locks_held", "committed_op",
 
 func printStatus(w io.Writer, st *chubby.CellStatus) {
 	fmt.Fprintf(w, "cell:       %s\n", st.GetCell())
-	fmt.Fprintf(w, "master:     %s at %s, epoch %s\n", st.GetMasterId(), st.GetMasterAddress(), epochText(st.GetEpoch()))
+	fmt.Fprintf(w, "master:     %s\n", masterText(st))
 	fmt.Fprintf(w, "version:    %s, up %v, committed op %d\n", st.GetVersion(),
 		(time.Duration(st.GetUptimeMs()) * time.Millisecond).Round(time.Second), st.GetCommittedOp())
 	fmt.Fprintf(w, "sessions:   %d   nodes: %d   handles: %d   locks held: %d\n",
@@ -649,6 +659,15 @@ func printStatus(w io.Writer, st *chubby.CellStatus) {
 	if unknown {
 		fmt.Fprintln(w, "  (COMMITTED -: not reported; the replica that answered knows only its own. members shows how far each is behind the master.)")
 	}
+}
+
+// masterText says which replica is master, at which address and epoch,
+// or that the replica that answered knows none.
+func masterText(st *chubby.CellStatus) string {
+	if st.GetMasterAddress() == "" {
+		return "none known to the replica that answered (a cell electing one, or a replica not yet added to a cell: chubbyfs members shows its membership)"
+	}
+	return fmt.Sprintf("%s at %s, epoch %s", st.GetMasterId(), st.GetMasterAddress(), epochText(st.GetEpoch()))
 }
 
 // epochText shows a master epoch with the two numbers it packs (see

@@ -73,7 +73,7 @@ func printMembers(w io.Writer, st *chubby.CellStatus) {
 		pending = fmt.Sprintf("at log index %d", p)
 	}
 	fmt.Fprintf(w, "cell:           %s\n", st.GetCell())
-	fmt.Fprintf(w, "master:         %s at %s, epoch %s\n", st.GetMasterId(), st.GetMasterAddress(), epochText(st.GetEpoch()))
+	fmt.Fprintf(w, "master:         %s\n", masterText(st))
 	fmt.Fprintf(w, "configuration:  epoch %d, pending change %s, target size %d\n",
 		st.GetConfigEpoch(), pending, st.GetTargetSize())
 	fmt.Fprintln(w, "members:")

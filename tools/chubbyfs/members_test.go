@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -283,5 +286,37 @@ func TestPrintStatus(t *testing.T) {
 	printStatus(&b, st)
 	if out := b.String(); strings.Contains(out, "not reported") || !strings.Contains(out, "epoch 0 (no master)") {
 		t.Errorf("status of one known replica and no master:\n%s", out)
+	}
+}
+
+// TestStatusOfASpare: status of a replica that no cell has added yet says
+// it knows no master and exits 1 (it said "master:  at , epoch 0" and
+// exited 0).
+func TestStatusOfASpare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a replica")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cell.New(cell.Config{Cell: "spare-test", Listener: ln, PeerListener: pl, GossipListen: "127.0.0.1:0",
+		Join: []string{"127.0.0.1:1"}, DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background()) }()
+	t.Cleanup(func() { s.Stop(); <-done })
+	r := at(t, s.Addr(), "", "status")
+	if r.code != exitRefused || !strings.Contains(r.stdout, "master:     none known") {
+		t.Fatalf("status of a spare: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := at(t, s.Addr(), "", "status", "--json"); r.code != exitRefused || !strings.Contains(r.stdout, `"master_address": ""`) {
+		t.Fatalf("status --json of a spare: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
