@@ -107,7 +107,7 @@ func parkClientMain() int {
 			defer wg.Done()
 			key, want := fmt.Sprint("k", i), fmt.Sprint("v", i)
 			for attempt := 0; ; attempt++ {
-				v, err := c.Park(ctx, key, 45_000)
+				v, err := c.Park(ctx, key, 300_000) // parked until the parent resolves it (within its 3 min + 2 min)
 				// A refused or timed-out dial never reached the server:
 				// try again (the listen backlog can overflow under a
 				// burst of connects).
