@@ -95,6 +95,7 @@ struct Command {
     4: required Op op
     5: optional i64 seq_floor            // RequestID.floor, 1..seq: the session's requests below it are finished, their answers may be forgotten; unset: seq
     6: optional string principal         // CreateSession only: who the caller is, from its certificate (the master sets it; unset: anonymous)
+    7: optional i32 version              // the command encoding's format version (fs.CommandVersion); unset: 1. A replica refuses a newer one
 }
 
 struct Result {
@@ -169,7 +170,7 @@ struct SnapHandle {
 }
 
 struct Snapshot {
-    1: required i32 version              // 3 (2: before events; still read)
+    1: required i32 version              // 3 (2: before events; still read); fs.SnapshotVersion
     2: required i64 now_ms               // the state's clock: the latest command time applied
     3: required i64 next_session         // id counters: the next id handed out
     4: required i64 next_handle

@@ -205,6 +205,14 @@
 // unless its log grew to four snapshot intervals, so the chunks it reads
 // and the entries the receiver needs next stay.
 //
+// # Format versions
+//
+// The data directory has a layout version (LayoutVersion, the m/layout
+// record); OpenStorage refuses a newer one (LayoutError) before it reads
+// or changes anything. The entries' contents are the state machine's to
+// version: ReplicatedConfig.CheckEntry sees every command entry on disk
+// before anything is restored.
+//
 // # Master lease
 //
 // Every HeartbeatInterval the primary starts a lease round (a stamp,

@@ -81,7 +81,8 @@ type DriverConfig struct {
 	// them up again as after a failover. It must not call back into the
 	// driver.
 	OnRole func(view uint64, primary bool)
-	// OnFail, if set, is told once when the disk fails; the driver has
+	// OnFail, if set, is told once when the disk fails (or the state
+	// machine halts: ErrHalted); the driver has
 	// then answered every proposal and does nothing more.
 	OnFail func(err error)
 	// OnApply, if set, is told of every committed entry (configuration
@@ -685,6 +686,10 @@ func (d *Driver) apply(committed []vr.Entry) {
 		var v any
 		if e.Type == vr.EntryCommand {
 			v = d.sm.Apply(e.Index, e.Data)
+			if h, ok := v.(Halt); ok {
+				d.fail(fmt.Errorf("%w: entry %d: %w", ErrHalted, e.Index, h.Err))
+				return
+			}
 		}
 		d.applied = e.Index
 		if d.cfg.OnApply != nil {
@@ -750,7 +755,8 @@ func (d *Driver) finishSnapshot(res SnapshotResult) {
 	d.cfg.Logger.Info("snapshot saved", "index", res.Meta.Index, "bytes", res.Bytes)
 }
 
-// fail stops the driver: the disk failed (fail-stop, as etcd does on a
+// fail stops the driver: the disk failed, or the state machine cannot
+// apply a committed entry (Halt) (fail-stop, as etcd does on a
 // failed fsync). Every proposal is answered; the replica stops being the
 // primary at once.
 func (d *Driver) fail(err error) {
@@ -758,7 +764,11 @@ func (d *Driver) fail(err error) {
 		return
 	}
 	d.err = err
-	d.cfg.Logger.Error("replica stops: its disk failed", "err", err)
+	if errors.Is(err, ErrHalted) {
+		d.cfg.Logger.Error("replica stops: it cannot apply a committed entry", "err", err)
+	} else {
+		d.cfg.Logger.Error("replica stops: its disk failed", "err", err)
+	}
 	d.failPending(d.stoppedErr())
 	if d.primary {
 		d.primary = false

@@ -78,6 +78,11 @@ type ReplicatedConfig struct {
 	// Join starts a replica with nothing on disk and no Members as a
 	// learner-to-be of an existing cell (vr.Config.Join).
 	Join bool
+	// CheckEntry, if set, is given every command entry of the log on disk
+	// before anything is restored; an error refuses the start (the
+	// state machine checks that it can read them: a log written by a
+	// newer release is refused before any of it is applied).
+	CheckEntry func(index uint64, data []byte) error
 }
 
 // NotMasterError says this replica is not the normal primary; Primary is
@@ -185,6 +190,16 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 	p, app, err := st.loadVR()
 	if err != nil {
 		return nil, fmt.Errorf("load replica state: %w", err)
+	}
+	if cfg.CheckEntry != nil {
+		for _, e := range p.Entries {
+			if e.Type != vr.EntryCommand {
+				continue
+			}
+			if err := cfg.CheckEntry(e.Index, e.Data); err != nil {
+				return nil, fmt.Errorf("log entry %d: %w", e.Index, err)
+			}
+		}
 	}
 	core := cfg.Core
 	core.ID = cfg.ID

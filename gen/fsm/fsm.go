@@ -317,6 +317,7 @@ type Command struct {
 	Op        *Op               `thrift:"op,4,required" frugal:"4,required,Op" json:"op"`
 	SeqFloor  *int64            `thrift:"seq_floor,5,optional" frugal:"5,optional,i64" json:"seq_floor,omitempty"`
 	Principal *string           `thrift:"principal,6,optional" frugal:"6,optional,string" json:"principal,omitempty"`
+	Version   *int32            `thrift:"version,7,optional" frugal:"7,optional,i32" json:"version,omitempty"`
 }
 
 func NewCommand() *Command {
@@ -374,6 +375,15 @@ func (p *Command) GetPrincipal() (v string) {
 	}
 	return *p.Principal
 }
+
+var Command_Version_DEFAULT int32
+
+func (p *Command) GetVersion() (v int32) {
+	if !p.IsSetVersion() {
+		return Command_Version_DEFAULT
+	}
+	return *p.Version
+}
 func (p *Command) SetTimeMs(val int64) {
 	p.TimeMs = val
 }
@@ -391,6 +401,9 @@ func (p *Command) SetSeqFloor(val *int64) {
 }
 func (p *Command) SetPrincipal(val *string) {
 	p.Principal = val
+}
+func (p *Command) SetVersion(val *int32) {
+	p.Version = val
 }
 
 func (p *Command) IsSetSession() bool {
@@ -413,6 +426,10 @@ func (p *Command) IsSetPrincipal() bool {
 	return p.Principal != nil
 }
 
+func (p *Command) IsSetVersion() bool {
+	return p.Version != nil
+}
+
 func (p *Command) String() string {
 	if p == nil {
 		return "<nil>"
@@ -427,6 +444,7 @@ var fieldIDToName_Command = map[int16]string{
 	4: "op",
 	5: "seq_floor",
 	6: "principal",
+	7: "version",
 }
 
 type Result_ struct {
