@@ -180,3 +180,22 @@ struct Snapshot {
     8: required list<SnapHandle> handles      // ascending by id
     9: optional i64 timestamps_reserved       // the oracle's high-water mark (unset: 0)
 }
+
+// ---------------------------------------------------------------------------
+// Backup: a file written by chubbyfs snapshot save and read by chubbyd
+// restore. It is the 8 bytes "CHUBBYBK", a 4-byte big-endian length, that
+// many bytes of Thrift binary BackupHeader, then exactly length bytes of
+// the snapshot as the master's disk stores it (the replication protocol's
+// envelope, then the fs Snapshot), and nothing after.
+
+struct BackupHeader {
+    1: required string cell              // the name of the cell it was saved from
+    2: required i64 index                // the log index the snapshot was taken at
+    3: required i64 length               // bytes of snapshot after the header
+    4: required i64 checksum             // their CRC-32C
+    5: required i32 snapshot_version     // Snapshot.version of the fs snapshot inside
+    6: required i32 layout_version       // the saving replica's data directory format (replica.LayoutVersion)
+    7: required i32 command_version      // the saving replica's log entry format (fs.CommandVersion)
+    8: required i64 saved_unix_ms        // when the save began, by the saving tool's clock
+    9: required string master_id         // the replica that served it
+}

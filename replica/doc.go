@@ -205,6 +205,12 @@
 // unless its log grew to four snapshot intervals, so the chunks it reads
 // and the entries the receiver needs next stay.
 //
+// A backup reads the stored snapshot the same way: Replicated.SnapshotNow
+// has the driver take one at once (RequestSnapshot: the same capture,
+// encode and store as a periodic one), and ReadSnapshotChunk reads it from
+// the disk chunk by chunk, each read keeping it for BackupPin from
+// periodic replacement (SnapshotPinned).
+//
 // # Format versions
 //
 // The data directory has a layout version (LayoutVersion, the m/layout

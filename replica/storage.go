@@ -127,6 +127,13 @@ func (s *Storage) checkLayout() error {
 	return nil
 }
 
+// ErrNoSnapshot: the snapshot asked for is not the one stored (a newer
+// one replaced it, or there is none).
+var ErrNoSnapshot = errors.New("replica storage: no such snapshot")
+
+// ErrNoChunk: a chunk number past the snapshot's last chunk.
+var ErrNoChunk = errors.New("replica storage: no such snapshot chunk")
+
 // ErrCorrupt reports stored data that fails its checks.
 var ErrCorrupt = errors.New("replica storage: corrupt data")
 
@@ -829,10 +836,10 @@ func (s *Storage) ReadSnapshotChunk(index uint64, n uint32) (data []byte, info C
 			return err
 		}
 		if rec.Chunks == 0 || rec.Index != index {
-			return fmt.Errorf("no snapshot at %d (the current one is at %d)", index, rec.Index)
+			return fmt.Errorf("%w at %d (the current one is at %d)", ErrNoSnapshot, index, rec.Index)
 		}
 		if n >= rec.Chunks {
-			return fmt.Errorf("snapshot %d has %d chunks, not %d", index, rec.Chunks, n+1)
+			return fmt.Errorf("%w: snapshot %d has %d chunks, not %d", ErrNoChunk, index, rec.Chunks, n+1)
 		}
 		item, err := txn.Get(rec.key(n))
 		if err != nil {

@@ -207,3 +207,12 @@ func (s *Storage) loadVRSnapshot(index uint64) ([]byte, error) {
 	_, app, err := decodeSnapshot(idx, blob)
 	return app, err
 }
+
+// DecodeStoredSnapshot splits a snapshot as Storage stores it (and as
+// Replicated.ReadSnapshotChunk reads it: the protocol's envelope, then the
+// state machine's bytes) taken at index into its metadata and the state
+// machine's bytes. b may be a prefix that holds the whole envelope (the
+// first chunk): the state machine's bytes are then a prefix too.
+func DecodeStoredSnapshot(index uint64, b []byte) (vr.SnapshotMeta, []byte, error) {
+	return decodeSnapshot(index, b)
+}

@@ -1242,6 +1242,107 @@ var fieldIDToName_Snapshot = map[int16]string{
 	9: "timestamps_reserved",
 }
 
+type BackupHeader struct {
+	Cell            string `thrift:"cell,1,required" frugal:"1,required,string" json:"cell"`
+	Index           int64  `thrift:"index,2,required" frugal:"2,required,i64" json:"index"`
+	Length          int64  `thrift:"length,3,required" frugal:"3,required,i64" json:"length"`
+	Checksum        int64  `thrift:"checksum,4,required" frugal:"4,required,i64" json:"checksum"`
+	SnapshotVersion int32  `thrift:"snapshot_version,5,required" frugal:"5,required,i32" json:"snapshot_version"`
+	LayoutVersion   int32  `thrift:"layout_version,6,required" frugal:"6,required,i32" json:"layout_version"`
+	CommandVersion  int32  `thrift:"command_version,7,required" frugal:"7,required,i32" json:"command_version"`
+	SavedUnixMs     int64  `thrift:"saved_unix_ms,8,required" frugal:"8,required,i64" json:"saved_unix_ms"`
+	MasterId        string `thrift:"master_id,9,required" frugal:"9,required,string" json:"master_id"`
+}
+
+func NewBackupHeader() *BackupHeader {
+	return &BackupHeader{}
+}
+
+func (p *BackupHeader) InitDefault() {
+}
+
+func (p *BackupHeader) GetCell() (v string) {
+	return p.Cell
+}
+
+func (p *BackupHeader) GetIndex() (v int64) {
+	return p.Index
+}
+
+func (p *BackupHeader) GetLength() (v int64) {
+	return p.Length
+}
+
+func (p *BackupHeader) GetChecksum() (v int64) {
+	return p.Checksum
+}
+
+func (p *BackupHeader) GetSnapshotVersion() (v int32) {
+	return p.SnapshotVersion
+}
+
+func (p *BackupHeader) GetLayoutVersion() (v int32) {
+	return p.LayoutVersion
+}
+
+func (p *BackupHeader) GetCommandVersion() (v int32) {
+	return p.CommandVersion
+}
+
+func (p *BackupHeader) GetSavedUnixMs() (v int64) {
+	return p.SavedUnixMs
+}
+
+func (p *BackupHeader) GetMasterId() (v string) {
+	return p.MasterId
+}
+func (p *BackupHeader) SetCell(val string) {
+	p.Cell = val
+}
+func (p *BackupHeader) SetIndex(val int64) {
+	p.Index = val
+}
+func (p *BackupHeader) SetLength(val int64) {
+	p.Length = val
+}
+func (p *BackupHeader) SetChecksum(val int64) {
+	p.Checksum = val
+}
+func (p *BackupHeader) SetSnapshotVersion(val int32) {
+	p.SnapshotVersion = val
+}
+func (p *BackupHeader) SetLayoutVersion(val int32) {
+	p.LayoutVersion = val
+}
+func (p *BackupHeader) SetCommandVersion(val int32) {
+	p.CommandVersion = val
+}
+func (p *BackupHeader) SetSavedUnixMs(val int64) {
+	p.SavedUnixMs = val
+}
+func (p *BackupHeader) SetMasterId(val string) {
+	p.MasterId = val
+}
+
+func (p *BackupHeader) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("BackupHeader(%+v)", *p)
+}
+
+var fieldIDToName_BackupHeader = map[int16]string{
+	1: "cell",
+	2: "index",
+	3: "length",
+	4: "checksum",
+	5: "snapshot_version",
+	6: "layout_version",
+	7: "command_version",
+	8: "saved_unix_ms",
+	9: "master_id",
+}
+
 type Op struct {
 	CreateSession     *chubby.CreateSessionRequest `thrift:"create_session,1,optional" frugal:"1,optional,chubby.CreateSessionRequest" json:"create_session,omitempty"`
 	EndSession        *EndSession                  `thrift:"end_session,2,optional" frugal:"2,optional,EndSession" json:"end_session,omitempty"`

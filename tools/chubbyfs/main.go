@@ -1,8 +1,8 @@
 // Command chubbyfs is the command-line tool for people to use a Chubby lock
 // cell: list, read and write its files, make directories, hold a lock while
 // a command runs (like flock), watch a file or directory's events, check
-// sequencers, show the cell's status and membership, and remove a replica
-// from the cell's configuration.
+// sequencers, show the cell's status and membership, remove a replica
+// from the cell's configuration, and back the cell up (snapshot save).
 //
 //	chubbyfs [--cell ADDRS] [--timeout D] COMMAND [flags] ARGS
 //
@@ -171,7 +171,7 @@ when the lock was lost while it ran (see lock --help).`,
 		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommandWithShow(), a.electionCommand(),
 		a.watchCommand(), a.sequencerCommand(), a.statusCommand(), a.membersCommand(),
 		a.aclCommand(), a.whoamiCommand(), a.tsCommand(), a.txnCommand(),
-		a.registryCommand(), a.counterCommand(),
+		a.registryCommand(), a.counterCommand(), a.snapshotCommand(),
 	)
 	// The Use lines already show each command's flags.
 	var quiet func(*cobra.Command)
