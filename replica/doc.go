@@ -209,7 +209,8 @@
 // has the driver take one at once (RequestSnapshot: the same capture,
 // encode and store as a periodic one), and ReadSnapshotChunk reads it from
 // the disk chunk by chunk, each read keeping it for BackupPin from
-// periodic replacement (SnapshotPinned).
+// periodic replacement (SnapshotPinned). Seed writes a snapshot into
+// empty storage as the committed state of a new cell (chubbyd restore).
 //
 // # Format versions
 //
