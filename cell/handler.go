@@ -843,6 +843,29 @@ func (h *handler) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequ
 	return &chubby.RemoveMemberResponse{Index: int64(i)}, nil
 }
 
+// SnapshotRead serves a backup (cell/backup.go). It reveals every file,
+// so it needs what the cell's administration needs: change_acl on "/".
+func (h *handler) SnapshotRead(ctx context.Context, req *chubby.SnapshotReadRequest) (*chubby.SnapshotReadResponse, error) {
+	if req == nil {
+		return nil, missing("request")
+	}
+	if req.Index < 0 || req.Chunk < 0 || req.Index == 0 && req.Chunk != 0 {
+		return nil, invalid("index %d, chunk %d: want index 0 and chunk 0 to start, or a snapshot's index and a chunk >= 0", req.Index, req.Chunk)
+	}
+	who, err := h.s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.s.m.read(func(st *fs.State) { err = st.Allowed(who, "/", fs.ChangeACLRight) })
+	if err != nil {
+		return nil, err
+	}
+	if err := h.s.serveCheck(); err != nil {
+		return nil, err
+	}
+	return h.s.snapshotRead(ctx, uint64(req.Index), uint32(req.Chunk))
+}
+
 // Multi validates what it can at the edge (counts, sizes, paths; fs checks
 // everything again) and proposes the request as one command.
 func (h *handler) Multi(ctx context.Context, req *chubby.MultiRequest) (*chubby.MultiResponse, error) {

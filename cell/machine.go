@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
+	"github.com/chubbygo/chubby/replica"
 	"github.com/chubbygo/chubby/rpc"
 )
 
@@ -72,8 +74,16 @@ func (m *machine) Apply(index uint64, entry []byte) any {
 	m.mu.Unlock()
 	m.sh.apply(entry)
 	if err != nil {
-		// Only entries this process encoded reach the log, so this is a
-		// bug or a corrupt disk; the state is unchanged either way.
+		var fe *fs.FormatError
+		if errors.As(err, &fe) {
+			// Written by a newer release (its master): this replica
+			// cannot apply it, and going on without it would diverge
+			// from the replicas that did. The state is unchanged.
+			return replica.Halt{Err: err}
+		}
+		// Otherwise only entries this process encoded reach the log, so
+		// this is a bug or a corrupt disk; the state is unchanged either
+		// way.
 		return &fsm.Result_{Err: fs.Errorf(chubby.ErrorCode_INTERNAL, "undecodable log entry %d: %v", index, err)}
 	}
 	m.dispatch(fx)

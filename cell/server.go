@@ -308,6 +308,9 @@ func (s *Server) startLog(members vr.Members, peerAddrs map[uint64]string) error
 		OnRole:        s.roleChanged,
 		OnConfig:      s.onConfig,
 		Join:          cfg.join,
+		// A log entry of a newer format than this release applies is
+		// refused before anything is applied.
+		CheckEntry: func(_ uint64, b []byte) error { return fs.CheckCommand(b) },
 	})
 	if err != nil {
 		return fmt.Errorf("start log: %w", err)
@@ -458,6 +461,14 @@ func (s *Server) Serve(ctx context.Context) error {
 		// is nobody's primary; answer every parked call and exit, so
 		// that the cell fails over as after a crash. Restarting on the
 		// same data directory recovers what is on disk.
+		if errors.Is(s.log.Err(), replica.ErrHalted) {
+			// A committed entry of a newer format (a newer release's
+			// master): it stops rather than diverge, and refuses to
+			// start again until upgraded.
+			err = s.log.Err()
+			s.cfg.Logger.Error("replica stops: its log holds an entry it cannot apply; upgrade it to the release that wrote it", "err", err)
+			break
+		}
 		err = fmt.Errorf("%w: %w", ErrDiskFailed, s.log.Err())
 		s.cfg.Logger.Error("replica stops: its disk failed; restart it once the disk is healthy", "err", s.log.Err())
 	}
@@ -525,7 +536,8 @@ func (s *Server) closeAll() {
 	failed := false
 	if s.log != nil {
 		s.log.Close()
-		failed = s.log.Err() != nil
+		// A halt (an entry it cannot apply) leaves the disk sound.
+		failed = s.log.Err() != nil && !errors.Is(s.log.Err(), replica.ErrHalted)
 	}
 	if s.m != nil {
 		s.m.close() // after the log: nothing applies any more

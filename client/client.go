@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/cloudwego/kitex/client/callopt"
 
@@ -224,6 +225,29 @@ func (c *Client) RemoveMemberAsync(ctx context.Context, id string) *rpc.Future[i
 		return r.GetIndex(), nil
 	})
 }
+
+// SnapshotRead reads one chunk of a backup from the master (the cell's
+// SnapshotRead; package cell/backup's Save drives it): index 0 (with
+// chunk 0) asks the master to store a snapshot of its state now and
+// answers its first chunk, then chunks 1.. of that index follow. It
+// needs change_acl on "/". A read, retried on the current master; the
+// first call may wait for the snapshot to be stored, so it is given
+// SnapshotStoreTimeout on top of CallTimeout.
+func (c *Client) SnapshotRead(ctx context.Context, index int64, chunk int32) (*chubby.SnapshotReadResponse, error) {
+	timeout := c.cfg.CallTimeout
+	if index == 0 {
+		timeout += SnapshotStoreTimeout
+	}
+	return call(ctx, c, callSpec{op: "snapshot-read", class: retrySafe, timeout: timeout},
+		func(ctx context.Context, o ...callopt.Option) (*chubby.SnapshotReadResponse, error) {
+			return c.kc.SnapshotRead(ctx, &chubby.SnapshotReadRequest{Index: index, Chunk: chunk}, o...)
+		})
+}
+
+// SnapshotStoreTimeout is what SnapshotRead's first call may wait, beyond
+// CallTimeout, for the master to encode and store its state (about a
+// second per 100 MB here).
+const SnapshotStoreTimeout = 5 * time.Minute
 
 // SequencerCheck is the cell's verdict on a sequencer.
 type SequencerCheck struct {

@@ -7,7 +7,7 @@
 //   - A [Client] reaches one cell ([Connect]; addresses from [Config.Addrs],
 //     else CHUBBY_CELL, else 127.0.0.1:7000). Calls that need no session
 //     live on it: [Client.Status], [Client.GetMaster], [Client.CheckSequencer],
-//     [Client.RemoveMember].
+//     [Client.RemoveMember], [Client.SnapshotRead] (a backup: package cell/backup).
 //   - A [Session] ([Client.NewSession]) holds locks, owns ephemeral nodes and
 //     opens handles. A goroutine keeps it alive: it sends one KeepAlive at a
 //     time, which the master parks until shortly before the lease would end;

@@ -15,11 +15,15 @@ func EncodeCommand(c *fsm.Command) []byte {
 }
 
 // DecodeCommand decodes a command encoded by EncodeCommand. Trailing bytes
-// are an error. Decoding checks the wire format and required fields only;
-// Apply validates the content.
+// are an error, and so is a command of a newer format version than
+// CommandVersion (a *FormatError). Decoding checks the wire format and
+// required fields only; Apply validates the content.
 func DecodeCommand(b []byte) (*fsm.Command, error) {
 	c := fsm.NewCommand()
 	if err := fastRead(b, c, commandSchema); err != nil {
+		return nil, fmt.Errorf("fs: decode command: %w", err)
+	}
+	if err := checkCommandVersion(c.Version); err != nil {
 		return nil, fmt.Errorf("fs: decode command: %w", err)
 	}
 	return c, nil

@@ -557,4 +557,13 @@
 // when it is not Anonymous, so a cell without ACLs encodes to the bytes it
 // did before them; Restore validates both and rebuilds what it derives
 // from the ACL files.
+//
+// # Format versions
+//
+// A snapshot carries its version (SnapshotVersion) and a command may
+// carry one (fsm.Command.version, unset: CommandVersion 1). Restore and
+// DecodeCommand refuse a newer version than this release reads with a
+// *FormatError naming both, so an older release never applies, or
+// misreads, what a newer one wrote; CheckCommand lets a replica check its
+// whole log before it starts.
 package fs

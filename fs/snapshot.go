@@ -195,8 +195,8 @@ func restore(snap *fsm.Snapshot, l Limits) (*State, error) {
 // restoreHeader checks the snapshot's version, clock and id counters and
 // returns the empty state they start.
 func restoreHeader(snap *fsm.Snapshot, l Limits) (*State, error) {
-	if snap.Version != snapshotVersion && snap.Version != 2 {
-		return nil, fmt.Errorf("snapshot version %d, want %d (or 2)", snap.Version, snapshotVersion)
+	if err := checkSnapshotVersion(snap.Version); err != nil {
+		return nil, err
 	}
 	if snap.NowMs < 0 || snap.NowMs > MaxTimeMs {
 		return nil, fmt.Errorf("now_ms %d out of range", snap.NowMs)

@@ -8,7 +8,7 @@
 //   FileSystem  Open, Close, GetContentsAndStat, GetStat, ReadDir, SetContents,
 //               Delete, Mkdir, CreateFile, SetACL, Multi
 //   Lock        Acquire, TryAcquire, Release, GetSequencer, CheckSequencer
-//   Cell        GetMaster, GetStatus, RemoveMember, WhoAmI
+//   Cell        GetMaster, GetStatus, RemoveMember, WhoAmI, SnapshotRead
 //   Oracle      GetTimestamps
 //
 // Every call that fails throws ChubbyError with a code. A refused call changes
@@ -645,6 +645,33 @@ struct RemoveMemberResponse {
     1: required i64 index
 }
 
+// SnapshotRead reads a backup of the cell (chubbyfs snapshot save): a
+// snapshot of the whole state the master stores on its disk, in chunks.
+struct SnapshotReadRequest {
+    // index 0 starts a backup: the master stores a snapshot of its state
+    // as it is now (as it does every few thousand commands, off its loop)
+    // and answers with chunk 0 of it. Then the caller asks for chunks
+    // 1..chunks-1 of that index. The master keeps the snapshot while
+    // reads come at least every 30 s (unless another backup starts, or
+    // its log grows to four snapshot intervals meanwhile).
+    1: required i64 index
+    2: required i32 chunk
+}
+
+struct SnapshotReadResponse {
+    1: required string cell
+    2: required i64 index      // the log index the snapshot was taken at
+    3: required i32 chunks     // how many chunks it has
+    4: required i64 length     // its length in bytes, all chunks
+    5: required i64 checksum   // CRC-32C of the whole snapshot
+    6: required i32 chunk      // this chunk's number
+    7: required binary data    // this chunk (at most 1 MiB)
+    8: required i32 snapshot_version // the fs snapshot's format version (fsm.Snapshot.version); in chunk 0 only (0 in the others)
+    9: required i32 layout_version   // the master's data directory format version
+    10: required i32 command_version  // the master's log entry format version
+    11: required string master_id
+}
+
 service Cell {
     // GetMaster names the master. During a view change a replica holds the
     // answer until it knows the new master, at most 200 ms (then
@@ -667,6 +694,14 @@ service Cell {
     RemoveMemberResponse RemoveMember(1: RemoveMemberRequest req) throws (1: ChubbyError err)
     // WhoAmI says which principal the cell takes the caller for.
     WhoAmIResponse WhoAmI() throws (1: ChubbyError err)
+    // SnapshotRead reads a chunk of a backup (see SnapshotReadRequest).
+    // It reveals every file, so it needs change_acl on "/" (as
+    // RemoveMember). Answered by the master only. Errors: NOT_FOUND when
+    // the snapshot of that index is gone (replaced after 30 s without a
+    // read, or another master answers now: start again with index 0),
+    // INVALID_ARGUMENT (a chunk out of range), PERMISSION_DENIED,
+    // NOT_MASTER, UNAVAILABLE.
+    SnapshotReadResponse SnapshotRead(1: SnapshotReadRequest req) throws (1: ChubbyError err)
 }
 
 // ---------------------------------------------------------------------------

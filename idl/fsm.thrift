@@ -95,6 +95,7 @@ struct Command {
     4: required Op op
     5: optional i64 seq_floor            // RequestID.floor, 1..seq: the session's requests below it are finished, their answers may be forgotten; unset: seq
     6: optional string principal         // CreateSession only: who the caller is, from its certificate (the master sets it; unset: anonymous)
+    7: optional i32 version              // the command encoding's format version (fs.CommandVersion); unset: 1. A replica refuses a newer one
 }
 
 struct Result {
@@ -169,7 +170,7 @@ struct SnapHandle {
 }
 
 struct Snapshot {
-    1: required i32 version              // 3 (2: before events; still read)
+    1: required i32 version              // 3 (2: before events; still read); fs.SnapshotVersion
     2: required i64 now_ms               // the state's clock: the latest command time applied
     3: required i64 next_session         // id counters: the next id handed out
     4: required i64 next_handle
@@ -178,4 +179,23 @@ struct Snapshot {
     7: required list<SnapSession> sessions    // ascending by id
     8: required list<SnapHandle> handles      // ascending by id
     9: optional i64 timestamps_reserved       // the oracle's high-water mark (unset: 0)
+}
+
+// ---------------------------------------------------------------------------
+// Backup: a file written by chubbyfs snapshot save and read by chubbyd
+// restore. It is the 8 bytes "CHUBBYBK", a 4-byte big-endian length, that
+// many bytes of Thrift binary BackupHeader, then exactly length bytes of
+// the snapshot as the master's disk stores it (the replication protocol's
+// envelope, then the fs Snapshot), and nothing after.
+
+struct BackupHeader {
+    1: required string cell              // the name of the cell it was saved from
+    2: required i64 index                // the log index the snapshot was taken at
+    3: required i64 length               // bytes of snapshot after the header
+    4: required i64 checksum             // their CRC-32C
+    5: required i32 snapshot_version     // Snapshot.version of the fs snapshot inside
+    6: required i32 layout_version       // the saving replica's data directory format (replica.LayoutVersion)
+    7: required i32 command_version      // the saving replica's log entry format (fs.CommandVersion)
+    8: required i64 saved_unix_ms        // when the save began, by the saving tool's clock
+    9: required string master_id         // the replica that served it
 }

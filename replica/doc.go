@@ -205,6 +205,21 @@
 // unless its log grew to four snapshot intervals, so the chunks it reads
 // and the entries the receiver needs next stay.
 //
+// A backup reads the stored snapshot the same way: Replicated.SnapshotNow
+// has the driver take one at once (RequestSnapshot: the same capture,
+// encode and store as a periodic one), and ReadSnapshotChunk reads it from
+// the disk chunk by chunk, each read keeping it for BackupPin from
+// periodic replacement (SnapshotPinned). Seed writes a snapshot into
+// empty storage as the committed state of a new cell (chubbyd restore).
+//
+// # Format versions
+//
+// The data directory has a layout version (LayoutVersion, the m/layout
+// record); OpenStorage refuses a newer one (LayoutError) before it reads
+// or changes anything. The entries' contents are the state machine's to
+// version: ReplicatedConfig.CheckEntry sees every command entry on disk
+// before anything is restored.
+//
 // # Master lease
 //
 // Every HeartbeatInterval the primary starts a lease round (a stamp,

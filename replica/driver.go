@@ -49,6 +49,9 @@ type Driver struct {
 	snapLate   *SnapshotResult // a save that finished while a Ready was out
 	snapRetry  int64           // after a failed save, not before this (driver clock)
 	snapDue    uint64
+	// snapWaiters asked for a snapshot of the state as it was when they
+	// asked (RequestSnapshot); they are answered once one is stored.
+	snapWaiters []snapWaiter
 
 	out   map[uint64]*outgoing // snapshot transfers sent, by receiver
 	in    *incoming            // the snapshot transfer received
@@ -81,7 +84,8 @@ type DriverConfig struct {
 	// them up again as after a failover. It must not call back into the
 	// driver.
 	OnRole func(view uint64, primary bool)
-	// OnFail, if set, is told once when the disk fails; the driver has
+	// OnFail, if set, is told once when the disk fails (or the state
+	// machine halts: ErrHalted); the driver has
 	// then answered every proposal and does nothing more.
 	OnFail func(err error)
 	// OnApply, if set, is told of every committed entry (configuration
@@ -96,6 +100,11 @@ type DriverConfig struct {
 	// Driver.PeerGone as an input. Without it, a dead primary is found by
 	// silence alone (vr.Config.ViewChangeTimeout).
 	CheckPeer func(id uint64)
+	// SnapshotPinned, if set, says whether the stored snapshot is being
+	// read (a backup streams it): while it is, no periodic snapshot
+	// replaces it unless the log has grown to four intervals. A snapshot
+	// asked for (RequestSnapshot) is taken all the same.
+	SnapshotPinned func() bool
 	// SnapshotWindow bounds the chunks of a snapshot transfer in flight
 	// to one receiver. Default 8 (2 MiB of Storage's chunks).
 	SnapshotWindow int
@@ -469,7 +478,10 @@ func notMaster(self uint64, info vr.Info) *NotMasterError {
 
 // Stop answers every proposal in flight with ErrStopped (the replica is
 // shutting down).
-func (d *Driver) Stop() { d.failPending(ErrStopped) }
+func (d *Driver) Stop() {
+	d.failPending(ErrStopped)
+	d.answerSnapWaiters(ErrStopped)
+}
 
 func (d *Driver) stoppedErr() error {
 	if d.err != nil {
@@ -641,6 +653,7 @@ func (d *Driver) restore(s *vr.Snapshot) bool {
 	}
 	d.snapshot, d.applied = meta.Index, meta.Index
 	d.failPendingUpTo(meta.Index, ErrUnknownOutcome)
+	d.answerSnapWaiters(nil)
 	return true
 }
 
@@ -685,6 +698,10 @@ func (d *Driver) apply(committed []vr.Entry) {
 		var v any
 		if e.Type == vr.EntryCommand {
 			v = d.sm.Apply(e.Index, e.Data)
+			if h, ok := v.(Halt); ok {
+				d.fail(fmt.Errorf("%w: entry %d: %w", ErrHalted, e.Index, h.Err))
+				return
+			}
 		}
 		d.applied = e.Index
 		if d.cfg.OnApply != nil {
@@ -704,12 +721,63 @@ func (d *Driver) apply(committed []vr.Entry) {
 // snapshotDue reports whether a snapshot should be taken now.
 func (d *Driver) snapshotDue() bool {
 	behind := d.applied - d.snapshot
-	if d.snapSaving || behind < d.snapDue || d.clock() < d.snapRetry {
+	if d.snapSaving || d.clock() < d.snapRetry {
 		return false
 	}
-	// A transfer reads the stored snapshot; the log it leaves grows
-	// meanwhile, up to a bound.
-	return !d.sendingSnapshot() || behind >= 4*d.snapDue
+	if len(d.snapWaiters) > 0 && behind > 0 && !d.sendingSnapshot() {
+		return true // asked for (a transfer finishes first)
+	}
+	if behind < d.snapDue {
+		return false
+	}
+	// A transfer, or a backup, reads the stored snapshot; the log it
+	// leaves grows meanwhile, up to a bound.
+	pinned := d.sendingSnapshot() || d.cfg.SnapshotPinned != nil && d.cfg.SnapshotPinned()
+	return !pinned || behind >= 4*d.snapDue
+}
+
+// snapWaiter is a RequestSnapshot waiting for a snapshot at need or later.
+type snapWaiter struct {
+	need uint64
+	done func(index uint64, err error)
+}
+
+// RequestSnapshot asks for a snapshot of the state as it is now, stored
+// like the periodic ones (captured between two Applies, encoded and
+// stored off the loop), and calls done, on the loop, with the index of
+// the stored snapshot that holds at least everything applied now, or an
+// error (the save failed, the driver stopped). A snapshot already stored
+// at the applied index answers at once.
+func (d *Driver) RequestSnapshot(done func(index uint64, err error)) {
+	if d.err != nil {
+		done(0, d.stoppedErr())
+		return
+	}
+	if d.snapshot > 0 && d.snapshot >= d.applied {
+		done(d.snapshot, nil)
+		return
+	}
+	defer d.timed(d.clock())
+	d.snapWaiters = append(d.snapWaiters, snapWaiter{need: d.applied, done: done})
+	d.run()
+}
+
+// answerSnapWaiters answers the waiters that the stored snapshot serves,
+// and every one with err when it is set.
+func (d *Driver) answerSnapWaiters(err error) {
+	keep := d.snapWaiters[:0]
+	for _, w := range d.snapWaiters {
+		switch {
+		case err != nil:
+			w.done(0, err)
+		case d.snapshot > 0 && d.snapshot >= w.need:
+			w.done(d.snapshot, nil)
+		default:
+			keep = append(keep, w)
+		}
+	}
+	clear(d.snapWaiters[len(keep):])
+	d.snapWaiters = keep
 }
 
 // takeSnapshot serializes the state machine at the applied index (on
@@ -722,6 +790,7 @@ func (d *Driver) takeSnapshot() {
 	if err != nil {
 		d.cfg.Logger.Warn("snapshot skipped", "index", d.applied, "err", err)
 		d.snapRetry = d.clock() + d.cfg.SnapshotRetry
+		d.answerSnapWaiters(fmt.Errorf("snapshot at %d: %w", d.applied, err))
 		return
 	}
 	data := d.sm.Snapshot()
@@ -740,17 +809,21 @@ func (d *Driver) finishSnapshot(res SnapshotResult) {
 	if res.Err != nil {
 		d.snapRetry = d.clock() + d.cfg.SnapshotRetry
 		d.cfg.Logger.Error("snapshot failed", "index", res.Meta.Index, "err", res.Err)
+		d.answerSnapWaiters(fmt.Errorf("snapshot at %d: %w", res.Meta.Index, res.Err))
 		return
 	}
 	if err := d.node.Compact(res.Meta); err != nil {
 		d.cfg.Logger.Error("compact failed", "index", res.Meta.Index, "err", err)
+		d.answerSnapWaiters(fmt.Errorf("snapshot at %d: compact: %w", res.Meta.Index, err))
 		return
 	}
 	d.snapshot = max(d.snapshot, res.Meta.Index)
 	d.cfg.Logger.Info("snapshot saved", "index", res.Meta.Index, "bytes", res.Bytes)
+	d.answerSnapWaiters(nil)
 }
 
-// fail stops the driver: the disk failed (fail-stop, as etcd does on a
+// fail stops the driver: the disk failed, or the state machine cannot
+// apply a committed entry (Halt) (fail-stop, as etcd does on a
 // failed fsync). Every proposal is answered; the replica stops being the
 // primary at once.
 func (d *Driver) fail(err error) {
@@ -758,8 +831,13 @@ func (d *Driver) fail(err error) {
 		return
 	}
 	d.err = err
-	d.cfg.Logger.Error("replica stops: its disk failed", "err", err)
+	if errors.Is(err, ErrHalted) {
+		d.cfg.Logger.Error("replica stops: it cannot apply a committed entry", "err", err)
+	} else {
+		d.cfg.Logger.Error("replica stops: its disk failed", "err", err)
+	}
 	d.failPending(d.stoppedErr())
+	d.answerSnapWaiters(d.stoppedErr())
 	if d.primary {
 		d.primary = false
 		if d.cfg.OnRole != nil {

@@ -80,6 +80,11 @@ type ReplicatedConfig struct {
 	// Join starts a replica with nothing on disk and no Members as a
 	// learner-to-be of an existing cell (vr.Config.Join).
 	Join bool
+	// CheckEntry, if set, is given every command entry of the log on disk
+	// before anything is restored; an error refuses the start (the
+	// state machine checks that it can read them: a log written by a
+	// newer release is refused before any of it is applied).
+	CheckEntry func(index uint64, data []byte) error
 }
 
 // NotMasterError says this replica is not the normal primary; Primary is
@@ -156,6 +161,9 @@ type Replicated struct {
 	configTold bool
 	renewed    chan struct{} // closed when readUntil next moves forward
 	failed     chan struct{} // closed when the disk failed
+	// pinUntil (driver clock, ns): a backup read the stored snapshot
+	// lately, so no periodic snapshot replaces it before then.
+	pinUntil atomic.Int64
 }
 
 // inbound is a batch of messages from a peer and what to call once it is
@@ -187,6 +195,16 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 	p, app, err := st.loadVR()
 	if err != nil {
 		return nil, fmt.Errorf("load replica state: %w", err)
+	}
+	if cfg.CheckEntry != nil {
+		for _, e := range p.Entries {
+			if e.Type != vr.EntryCommand {
+				continue
+			}
+			if err := cfg.CheckEntry(e.Index, e.Data); err != nil {
+				return nil, fmt.Errorf("log entry %d: %w", e.Index, err)
+			}
+		}
 	}
 	core := cfg.Core
 	core.ID = cfg.ID
@@ -235,8 +253,9 @@ func StartReplicated(st *Storage, sm StateMachine, tr Transport, cfg ReplicatedC
 	}
 	d, err := NewDriver(core, p, app, sm, r.disk, tr, r.now, DriverConfig{
 		ID: cfg.ID, SnapshotEvery: cfg.SnapshotEvery, Logger: log,
-		CheckPeer: checkPeer,
-		OnRole:    r.roleChanged,
+		CheckPeer:      checkPeer,
+		SnapshotPinned: func() bool { return r.now() < r.pinUntil.Load() },
+		OnRole:         r.roleChanged,
 		OnFail: func(err error) {
 			r.mu.Lock()
 			r.err = err
@@ -636,6 +655,55 @@ func (r *Replicated) call(ctx context.Context, f func(d *Driver)) error {
 	}
 	<-done
 	return nil
+}
+
+// BackupPin is how long a read of the stored snapshot (SnapshotNow,
+// ReadSnapshotChunk) keeps it from being replaced by a periodic one, so
+// that a backup that reads chunk after chunk finds them all.
+const BackupPin = 30 * time.Second
+
+// SnapshotNow stores a snapshot of the state as it is now, as the
+// periodic ones are (the state machine captures it between two Applies
+// and encodes it off the loop, the disk stores it off the loop), and
+// returns its description; a snapshot already stored at the applied index
+// is used as it is. It is kept for BackupPin, and for BackupPin after each
+// ReadSnapshotChunk: a backup reads it from the disk chunk by chunk, and
+// the replica does not serialize its state for it.
+func (r *Replicated) SnapshotNow(ctx context.Context) (ChunkInfo, error) {
+	r.pinUntil.Store(r.now() + int64(BackupPin))
+	type result struct {
+		index uint64
+		err   error
+	}
+	ch := make(chan result, 1)
+	if err := r.call(ctx, func(d *Driver) {
+		d.RequestSnapshot(func(index uint64, err error) { ch <- result{index, err} })
+	}); err != nil {
+		return ChunkInfo{}, err
+	}
+	var res result
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return ChunkInfo{}, ctx.Err()
+	case <-r.done:
+		return ChunkInfo{}, r.stoppedErr()
+	}
+	if res.err != nil {
+		return ChunkInfo{}, res.err
+	}
+	_, info, err := r.ReadSnapshotChunk(res.index, 0)
+	return info, err
+}
+
+// ReadSnapshotChunk returns chunk n of the stored snapshot, which must be
+// the one at index (else an error wrapping ErrNoSnapshot), read from the
+// disk off the loop, and keeps the snapshot for BackupPin more. The bytes
+// are the snapshot as stored: the protocol's envelope, then the state
+// machine's snapshot (DecodeStoredSnapshot).
+func (r *Replicated) ReadSnapshotChunk(index uint64, n uint32) ([]byte, ChunkInfo, error) {
+	r.pinUntil.Store(r.now() + int64(BackupPin))
+	return r.disk.st.ReadSnapshotChunk(index, n)
 }
 
 // ProposeConfig proposes a configuration change on the primary

@@ -37,6 +37,7 @@ import (
 //	m/snapshot                index, chunk count, length, CRC of the current snapshot
 //	                          (and 't' when its chunks are under t/: installed as received)
 //	m/staged                  the snapshot being received: what it is, chunks stored, CRC so far
+//	m/layout                  the directory's format version (LayoutVersion), in decimal
 //	m/<name>                  metadata (the hard state, written with the log in persistReady)
 type Storage struct {
 	db  *badger.DB
@@ -81,6 +82,57 @@ var (
 	keyStagePrefix = []byte("t/")
 	keyStageMeta   = []byte("m/staged")
 )
+
+// LayoutVersion is the format version of the data directory this release
+// writes and the newest it opens: the keys above and the encodings of
+// their values (vrstore.go). A directory from before versions has no
+// m/layout record and is version 1 as it stands; OpenStorage records the
+// version in every directory it opens. A directory of a newer version is
+// refused (LayoutError) before anything in it is read or changed.
+const LayoutVersion = 1
+
+// metaLayout is the metadata name of the layout version record.
+const metaLayout = "layout"
+
+// LayoutError is OpenStorage's refusal of a data directory whose format
+// version this release does not open.
+type LayoutError struct {
+	Found, Newest int
+}
+
+func (e *LayoutError) Error() string {
+	return fmt.Sprintf("data directory format version %d is newer than version %d, the newest this chubbyd opens: "+
+		"it was written by a newer release; run that release (or a later one)", e.Found, e.Newest)
+}
+
+// checkLayout refuses a directory of a newer layout and records the
+// version in one that has none.
+func (s *Storage) checkLayout() error {
+	b, err := s.GetMeta(metaLayout)
+	if err != nil {
+		return &OpenError{Dir: s.dir, Reason: "cannot read its format version", Err: err, Action: keepDirAction}
+	}
+	if b == nil {
+		return s.SetMeta(metaLayout, []byte(strconv.Itoa(LayoutVersion)))
+	}
+	v, err := strconv.Atoi(string(b))
+	if err != nil || v < 1 {
+		return &OpenError{Dir: s.dir, Reason: fmt.Sprintf("its format version record %q is not a version", b), Err: ErrCorrupt,
+			Action: "OpenStorage changed nothing. " + keepDirAction}
+	}
+	if v > LayoutVersion {
+		return &OpenError{Dir: s.dir, Reason: "refused", Err: &LayoutError{Found: v, Newest: LayoutVersion},
+			Action: "OpenStorage changed nothing"}
+	}
+	return nil
+}
+
+// ErrNoSnapshot: the snapshot asked for is not the one stored (a newer
+// one replaced it, or there is none).
+var ErrNoSnapshot = errors.New("replica storage: no such snapshot")
+
+// ErrNoChunk: a chunk number past the snapshot's last chunk.
+var ErrNoChunk = errors.New("replica storage: no such snapshot chunk")
 
 // ErrCorrupt reports stored data that fails its checks.
 var ErrCorrupt = errors.New("replica storage: corrupt data")
@@ -134,6 +186,10 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 			Action: "OpenStorage changed nothing but the leftovers it logged. " + keepDirAction}
 	}
 	s := &Storage{db: db, log: o.Logger, dir: dir}
+	if err := s.checkLayout(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -780,10 +836,10 @@ func (s *Storage) ReadSnapshotChunk(index uint64, n uint32) (data []byte, info C
 			return err
 		}
 		if rec.Chunks == 0 || rec.Index != index {
-			return fmt.Errorf("no snapshot at %d (the current one is at %d)", index, rec.Index)
+			return fmt.Errorf("%w at %d (the current one is at %d)", ErrNoSnapshot, index, rec.Index)
 		}
 		if n >= rec.Chunks {
-			return fmt.Errorf("snapshot %d has %d chunks, not %d", index, rec.Chunks, n+1)
+			return fmt.Errorf("%w: snapshot %d has %d chunks, not %d", ErrNoChunk, index, rec.Chunks, n+1)
 		}
 		item, err := txn.Get(rec.key(n))
 		if err != nil {

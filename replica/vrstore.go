@@ -207,3 +207,45 @@ func (s *Storage) loadVRSnapshot(index uint64) ([]byte, error) {
 	_, app, err := decodeSnapshot(idx, blob)
 	return app, err
 }
+
+// DecodeStoredSnapshot splits a snapshot as Storage stores it (and as
+// Replicated.ReadSnapshotChunk reads it: the protocol's envelope, then the
+// state machine's bytes) taken at index into its metadata and the state
+// machine's bytes. b may be a prefix that holds the whole envelope (the
+// first chunk): the state machine's bytes are then a prefix too.
+func DecodeStoredSnapshot(index uint64, b []byte) (vr.SnapshotMeta, []byte, error) {
+	return decodeSnapshot(index, b)
+}
+
+// ErrNotEmpty: Seed was given storage that holds a log, a snapshot or a
+// hard state.
+var ErrNotEmpty = errors.New("replica storage: not empty")
+
+// Seed makes empty storage hold the state machine's snapshot app as the
+// state after index, under the configuration of meta (its Index is
+// index, its View 0), committed: a replica started on it begins in view 0
+// with nothing in its log after the snapshot, as every replica of a new
+// cell seeded from the same snapshot and configuration does. (chubbyd
+// restore seeds every replica of a cell from one backup this way.)
+func Seed(st *Storage, meta vr.SnapshotMeta, app []byte) error {
+	empty, err := st.Empty()
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return ErrNotEmpty
+	}
+	if meta.Index == 0 || meta.View != 0 {
+		return fmt.Errorf("seed: snapshot at index %d, view %d: want an index and view 0", meta.Index, meta.View)
+	}
+	if err := meta.Members.Validate(); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	if err := st.installSnapshot(meta, app); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	if err := st.persistReady(0, nil, &vr.HardState{Commit: meta.Index}, true); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	return nil
+}

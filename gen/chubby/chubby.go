@@ -3863,6 +3863,163 @@ var fieldIDToName_RemoveMemberResponse = map[int16]string{
 	1: "index",
 }
 
+type SnapshotReadRequest struct {
+	Index int64 `thrift:"index,1,required" frugal:"1,required,i64" json:"index"`
+	Chunk int32 `thrift:"chunk,2,required" frugal:"2,required,i32" json:"chunk"`
+}
+
+func NewSnapshotReadRequest() *SnapshotReadRequest {
+	return &SnapshotReadRequest{}
+}
+
+func (p *SnapshotReadRequest) InitDefault() {
+}
+
+func (p *SnapshotReadRequest) GetIndex() (v int64) {
+	return p.Index
+}
+
+func (p *SnapshotReadRequest) GetChunk() (v int32) {
+	return p.Chunk
+}
+func (p *SnapshotReadRequest) SetIndex(val int64) {
+	p.Index = val
+}
+func (p *SnapshotReadRequest) SetChunk(val int32) {
+	p.Chunk = val
+}
+
+func (p *SnapshotReadRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapshotReadRequest(%+v)", *p)
+}
+
+var fieldIDToName_SnapshotReadRequest = map[int16]string{
+	1: "index",
+	2: "chunk",
+}
+
+type SnapshotReadResponse struct {
+	Cell            string `thrift:"cell,1,required" frugal:"1,required,string" json:"cell"`
+	Index           int64  `thrift:"index,2,required" frugal:"2,required,i64" json:"index"`
+	Chunks          int32  `thrift:"chunks,3,required" frugal:"3,required,i32" json:"chunks"`
+	Length          int64  `thrift:"length,4,required" frugal:"4,required,i64" json:"length"`
+	Checksum        int64  `thrift:"checksum,5,required" frugal:"5,required,i64" json:"checksum"`
+	Chunk           int32  `thrift:"chunk,6,required" frugal:"6,required,i32" json:"chunk"`
+	Data            []byte `thrift:"data,7,required" frugal:"7,required,binary" json:"data"`
+	SnapshotVersion int32  `thrift:"snapshot_version,8,required" frugal:"8,required,i32" json:"snapshot_version"`
+	LayoutVersion   int32  `thrift:"layout_version,9,required" frugal:"9,required,i32" json:"layout_version"`
+	CommandVersion  int32  `thrift:"command_version,10,required" frugal:"10,required,i32" json:"command_version"`
+	MasterId        string `thrift:"master_id,11,required" frugal:"11,required,string" json:"master_id"`
+}
+
+func NewSnapshotReadResponse() *SnapshotReadResponse {
+	return &SnapshotReadResponse{}
+}
+
+func (p *SnapshotReadResponse) InitDefault() {
+}
+
+func (p *SnapshotReadResponse) GetCell() (v string) {
+	return p.Cell
+}
+
+func (p *SnapshotReadResponse) GetIndex() (v int64) {
+	return p.Index
+}
+
+func (p *SnapshotReadResponse) GetChunks() (v int32) {
+	return p.Chunks
+}
+
+func (p *SnapshotReadResponse) GetLength() (v int64) {
+	return p.Length
+}
+
+func (p *SnapshotReadResponse) GetChecksum() (v int64) {
+	return p.Checksum
+}
+
+func (p *SnapshotReadResponse) GetChunk() (v int32) {
+	return p.Chunk
+}
+
+func (p *SnapshotReadResponse) GetData() (v []byte) {
+	return p.Data
+}
+
+func (p *SnapshotReadResponse) GetSnapshotVersion() (v int32) {
+	return p.SnapshotVersion
+}
+
+func (p *SnapshotReadResponse) GetLayoutVersion() (v int32) {
+	return p.LayoutVersion
+}
+
+func (p *SnapshotReadResponse) GetCommandVersion() (v int32) {
+	return p.CommandVersion
+}
+
+func (p *SnapshotReadResponse) GetMasterId() (v string) {
+	return p.MasterId
+}
+func (p *SnapshotReadResponse) SetCell(val string) {
+	p.Cell = val
+}
+func (p *SnapshotReadResponse) SetIndex(val int64) {
+	p.Index = val
+}
+func (p *SnapshotReadResponse) SetChunks(val int32) {
+	p.Chunks = val
+}
+func (p *SnapshotReadResponse) SetLength(val int64) {
+	p.Length = val
+}
+func (p *SnapshotReadResponse) SetChecksum(val int64) {
+	p.Checksum = val
+}
+func (p *SnapshotReadResponse) SetChunk(val int32) {
+	p.Chunk = val
+}
+func (p *SnapshotReadResponse) SetData(val []byte) {
+	p.Data = val
+}
+func (p *SnapshotReadResponse) SetSnapshotVersion(val int32) {
+	p.SnapshotVersion = val
+}
+func (p *SnapshotReadResponse) SetLayoutVersion(val int32) {
+	p.LayoutVersion = val
+}
+func (p *SnapshotReadResponse) SetCommandVersion(val int32) {
+	p.CommandVersion = val
+}
+func (p *SnapshotReadResponse) SetMasterId(val string) {
+	p.MasterId = val
+}
+
+func (p *SnapshotReadResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapshotReadResponse(%+v)", *p)
+}
+
+var fieldIDToName_SnapshotReadResponse = map[int16]string{
+	1:  "cell",
+	2:  "index",
+	3:  "chunks",
+	4:  "length",
+	5:  "checksum",
+	6:  "chunk",
+	7:  "data",
+	8:  "snapshot_version",
+	9:  "layout_version",
+	10: "command_version",
+	11: "master_id",
+}
+
 type GetTimestampsRequest struct {
 	Count int32 `thrift:"count,1,required" frugal:"1,required,i32" json:"count"`
 }
@@ -5782,6 +5939,8 @@ type Cell interface {
 	RemoveMember(ctx context.Context, req *RemoveMemberRequest) (r *RemoveMemberResponse, err error)
 
 	WhoAmI(ctx context.Context) (r *WhoAmIResponse, err error)
+
+	SnapshotRead(ctx context.Context, req *SnapshotReadRequest) (r *SnapshotReadResponse, err error)
 }
 
 type CellGetMasterArgs struct {
@@ -6118,6 +6277,100 @@ func (p *CellWhoAmIResult) String() string {
 }
 
 var fieldIDToName_CellWhoAmIResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type CellSnapshotReadArgs struct {
+	Req *SnapshotReadRequest `thrift:"req,1" frugal:"1,default,SnapshotReadRequest" json:"req"`
+}
+
+func NewCellSnapshotReadArgs() *CellSnapshotReadArgs {
+	return &CellSnapshotReadArgs{}
+}
+
+func (p *CellSnapshotReadArgs) InitDefault() {
+}
+
+var CellSnapshotReadArgs_Req_DEFAULT *SnapshotReadRequest
+
+func (p *CellSnapshotReadArgs) GetReq() (v *SnapshotReadRequest) {
+	if !p.IsSetReq() {
+		return CellSnapshotReadArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *CellSnapshotReadArgs) SetReq(val *SnapshotReadRequest) {
+	p.Req = val
+}
+
+func (p *CellSnapshotReadArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *CellSnapshotReadArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CellSnapshotReadArgs(%+v)", *p)
+}
+
+var fieldIDToName_CellSnapshotReadArgs = map[int16]string{
+	1: "req",
+}
+
+type CellSnapshotReadResult struct {
+	Success *SnapshotReadResponse `thrift:"success,0,optional" frugal:"0,optional,SnapshotReadResponse" json:"success,omitempty"`
+	Err     *ChubbyError          `thrift:"err,1,optional" frugal:"1,optional,ChubbyError" json:"err,omitempty"`
+}
+
+func NewCellSnapshotReadResult() *CellSnapshotReadResult {
+	return &CellSnapshotReadResult{}
+}
+
+func (p *CellSnapshotReadResult) InitDefault() {
+}
+
+var CellSnapshotReadResult_Success_DEFAULT *SnapshotReadResponse
+
+func (p *CellSnapshotReadResult) GetSuccess() (v *SnapshotReadResponse) {
+	if !p.IsSetSuccess() {
+		return CellSnapshotReadResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var CellSnapshotReadResult_Err_DEFAULT *ChubbyError
+
+func (p *CellSnapshotReadResult) GetErr() (v *ChubbyError) {
+	if !p.IsSetErr() {
+		return CellSnapshotReadResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *CellSnapshotReadResult) SetSuccess(x interface{}) {
+	p.Success = x.(*SnapshotReadResponse)
+}
+func (p *CellSnapshotReadResult) SetErr(val *ChubbyError) {
+	p.Err = val
+}
+
+func (p *CellSnapshotReadResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *CellSnapshotReadResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *CellSnapshotReadResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CellSnapshotReadResult(%+v)", *p)
+}
+
+var fieldIDToName_CellSnapshotReadResult = map[int16]string{
 	0: "success",
 	1: "err",
 }

@@ -317,6 +317,7 @@ type Command struct {
 	Op        *Op               `thrift:"op,4,required" frugal:"4,required,Op" json:"op"`
 	SeqFloor  *int64            `thrift:"seq_floor,5,optional" frugal:"5,optional,i64" json:"seq_floor,omitempty"`
 	Principal *string           `thrift:"principal,6,optional" frugal:"6,optional,string" json:"principal,omitempty"`
+	Version   *int32            `thrift:"version,7,optional" frugal:"7,optional,i32" json:"version,omitempty"`
 }
 
 func NewCommand() *Command {
@@ -374,6 +375,15 @@ func (p *Command) GetPrincipal() (v string) {
 	}
 	return *p.Principal
 }
+
+var Command_Version_DEFAULT int32
+
+func (p *Command) GetVersion() (v int32) {
+	if !p.IsSetVersion() {
+		return Command_Version_DEFAULT
+	}
+	return *p.Version
+}
 func (p *Command) SetTimeMs(val int64) {
 	p.TimeMs = val
 }
@@ -391,6 +401,9 @@ func (p *Command) SetSeqFloor(val *int64) {
 }
 func (p *Command) SetPrincipal(val *string) {
 	p.Principal = val
+}
+func (p *Command) SetVersion(val *int32) {
+	p.Version = val
 }
 
 func (p *Command) IsSetSession() bool {
@@ -413,6 +426,10 @@ func (p *Command) IsSetPrincipal() bool {
 	return p.Principal != nil
 }
 
+func (p *Command) IsSetVersion() bool {
+	return p.Version != nil
+}
+
 func (p *Command) String() string {
 	if p == nil {
 		return "<nil>"
@@ -427,6 +444,7 @@ var fieldIDToName_Command = map[int16]string{
 	4: "op",
 	5: "seq_floor",
 	6: "principal",
+	7: "version",
 }
 
 type Result_ struct {
@@ -1222,6 +1240,107 @@ var fieldIDToName_Snapshot = map[int16]string{
 	7: "sessions",
 	8: "handles",
 	9: "timestamps_reserved",
+}
+
+type BackupHeader struct {
+	Cell            string `thrift:"cell,1,required" frugal:"1,required,string" json:"cell"`
+	Index           int64  `thrift:"index,2,required" frugal:"2,required,i64" json:"index"`
+	Length          int64  `thrift:"length,3,required" frugal:"3,required,i64" json:"length"`
+	Checksum        int64  `thrift:"checksum,4,required" frugal:"4,required,i64" json:"checksum"`
+	SnapshotVersion int32  `thrift:"snapshot_version,5,required" frugal:"5,required,i32" json:"snapshot_version"`
+	LayoutVersion   int32  `thrift:"layout_version,6,required" frugal:"6,required,i32" json:"layout_version"`
+	CommandVersion  int32  `thrift:"command_version,7,required" frugal:"7,required,i32" json:"command_version"`
+	SavedUnixMs     int64  `thrift:"saved_unix_ms,8,required" frugal:"8,required,i64" json:"saved_unix_ms"`
+	MasterId        string `thrift:"master_id,9,required" frugal:"9,required,string" json:"master_id"`
+}
+
+func NewBackupHeader() *BackupHeader {
+	return &BackupHeader{}
+}
+
+func (p *BackupHeader) InitDefault() {
+}
+
+func (p *BackupHeader) GetCell() (v string) {
+	return p.Cell
+}
+
+func (p *BackupHeader) GetIndex() (v int64) {
+	return p.Index
+}
+
+func (p *BackupHeader) GetLength() (v int64) {
+	return p.Length
+}
+
+func (p *BackupHeader) GetChecksum() (v int64) {
+	return p.Checksum
+}
+
+func (p *BackupHeader) GetSnapshotVersion() (v int32) {
+	return p.SnapshotVersion
+}
+
+func (p *BackupHeader) GetLayoutVersion() (v int32) {
+	return p.LayoutVersion
+}
+
+func (p *BackupHeader) GetCommandVersion() (v int32) {
+	return p.CommandVersion
+}
+
+func (p *BackupHeader) GetSavedUnixMs() (v int64) {
+	return p.SavedUnixMs
+}
+
+func (p *BackupHeader) GetMasterId() (v string) {
+	return p.MasterId
+}
+func (p *BackupHeader) SetCell(val string) {
+	p.Cell = val
+}
+func (p *BackupHeader) SetIndex(val int64) {
+	p.Index = val
+}
+func (p *BackupHeader) SetLength(val int64) {
+	p.Length = val
+}
+func (p *BackupHeader) SetChecksum(val int64) {
+	p.Checksum = val
+}
+func (p *BackupHeader) SetSnapshotVersion(val int32) {
+	p.SnapshotVersion = val
+}
+func (p *BackupHeader) SetLayoutVersion(val int32) {
+	p.LayoutVersion = val
+}
+func (p *BackupHeader) SetCommandVersion(val int32) {
+	p.CommandVersion = val
+}
+func (p *BackupHeader) SetSavedUnixMs(val int64) {
+	p.SavedUnixMs = val
+}
+func (p *BackupHeader) SetMasterId(val string) {
+	p.MasterId = val
+}
+
+func (p *BackupHeader) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("BackupHeader(%+v)", *p)
+}
+
+var fieldIDToName_BackupHeader = map[int16]string{
+	1: "cell",
+	2: "index",
+	3: "length",
+	4: "checksum",
+	5: "snapshot_version",
+	6: "layout_version",
+	7: "command_version",
+	8: "saved_unix_ms",
+	9: "master_id",
 }
 
 type Op struct {

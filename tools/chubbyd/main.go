@@ -2,6 +2,7 @@
 //
 //	chubbyd dev                 a local one-replica cell, no set-up (data in ./chubby-data)
 //	chubbyd serve --data DIR    one replica with explicit settings
+//	chubbyd restore FILE --data DIR   seed a new replica's data directory from a backup
 //
 // Every flag is listed, with its default, by --help.
 package main
@@ -118,7 +119,7 @@ new cell must be given the same --peers.`,
 		},
 	}
 	addFlags(serveCmd, srv, "", "")
-	root.AddCommand(devCmd, serveCmd)
+	root.AddCommand(devCmd, serveCmd, restoreCommand(stdout, stderr))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

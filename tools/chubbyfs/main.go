@@ -1,8 +1,8 @@
 // Command chubbyfs is the command-line tool for people to use a Chubby lock
 // cell: list, read and write its files, make directories, hold a lock while
 // a command runs (like flock), watch a file or directory's events, check
-// sequencers, show the cell's status and membership, and remove a replica
-// from the cell's configuration.
+// sequencers, show the cell's status and membership, remove a replica
+// from the cell's configuration, and back the cell up (snapshot save).
 //
 //	chubbyfs [--cell ADDRS] [--timeout D] COMMAND [flags] ARGS
 //
@@ -202,7 +202,7 @@ error, with the same exit status.`,
 		a.mkdirCommand(), a.rmCommand(), a.touchCommand(), a.lockCommandWithShow(), a.electionCommand(),
 		a.watchCommand(), a.sequencerCommand(), a.statusCommand(), a.membersCommand(),
 		a.aclCommand(), a.whoamiCommand(), a.tsCommand(), a.txnCommand(),
-		a.registryCommand(), a.counterCommand(),
+		a.registryCommand(), a.counterCommand(), a.snapshotCommand(),
 	)
 	// cobra's completion command, made now rather than at Execute so that
 	// a missing or unknown shell is a usage error (exit 2), not its help.

@@ -13826,6 +13826,779 @@ func (p *RemoveMemberResponse) String() string {
 }
 
 // Attributes:
+//   - Index
+//   - Chunk
+type SnapshotReadRequest struct {
+	Index int64 `thrift:"index,1,required" db:"index" json:"index"`
+	Chunk int32 `thrift:"chunk,2,required" db:"chunk" json:"chunk"`
+}
+
+func NewSnapshotReadRequest() *SnapshotReadRequest {
+	return &SnapshotReadRequest{}
+}
+
+func (p *SnapshotReadRequest) GetIndex() int64 {
+	return p.Index
+}
+
+func (p *SnapshotReadRequest) GetChunk() int32 {
+	return p.Chunk
+}
+func (p *SnapshotReadRequest) Read(ctx context.Context, iprot thrift.TProtocol) error {
+	if _, err := iprot.ReadStructBegin(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read error: ", p), err)
+	}
+
+	var issetIndex bool = false
+	var issetChunk bool = false
+
+	for {
+		_, fieldTypeId, fieldId, err := iprot.ReadFieldBegin(ctx)
+		if err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T field %d read error: ", p, fieldId), err)
+		}
+		if fieldTypeId == thrift.STOP {
+			break
+		}
+		switch fieldId {
+		case 1:
+			if fieldTypeId == thrift.I64 {
+				if err := p.ReadField1(ctx, iprot); err != nil {
+					return err
+				}
+				issetIndex = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 2:
+			if fieldTypeId == thrift.I32 {
+				if err := p.ReadField2(ctx, iprot); err != nil {
+					return err
+				}
+				issetChunk = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		default:
+			if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+				return err
+			}
+		}
+		if err := iprot.ReadFieldEnd(ctx); err != nil {
+			return err
+		}
+	}
+	if err := iprot.ReadStructEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read struct end error: ", p), err)
+	}
+	if !issetIndex {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Index is not set"))
+	}
+	if !issetChunk {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Chunk is not set"))
+	}
+	return nil
+}
+
+func (p *SnapshotReadRequest) ReadField1(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI64(ctx); err != nil {
+		return thrift.PrependError("error reading field 1: ", err)
+	} else {
+		p.Index = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadRequest) ReadField2(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI32(ctx); err != nil {
+		return thrift.PrependError("error reading field 2: ", err)
+	} else {
+		p.Chunk = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadRequest) Write(ctx context.Context, oprot thrift.TProtocol) error {
+	if err := oprot.WriteStructBegin(ctx, "SnapshotReadRequest"); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write struct begin error: ", p), err)
+	}
+	if p != nil {
+		if err := p.writeField1(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField2(ctx, oprot); err != nil {
+			return err
+		}
+	}
+	if err := oprot.WriteFieldStop(ctx); err != nil {
+		return thrift.PrependError("write field stop error: ", err)
+	}
+	if err := oprot.WriteStructEnd(ctx); err != nil {
+		return thrift.PrependError("write struct stop error: ", err)
+	}
+	return nil
+}
+
+func (p *SnapshotReadRequest) writeField1(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "index", thrift.I64, 1); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 1:index: ", p), err)
+	}
+	if err := oprot.WriteI64(ctx, int64(p.Index)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.index (1) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 1:index: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadRequest) writeField2(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "chunk", thrift.I32, 2); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 2:chunk: ", p), err)
+	}
+	if err := oprot.WriteI32(ctx, int32(p.Chunk)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.chunk (2) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 2:chunk: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadRequest) Equals(other *SnapshotReadRequest) bool {
+	if p == other {
+		return true
+	} else if p == nil || other == nil {
+		return false
+	}
+	if p.Index != other.Index {
+		return false
+	}
+	if p.Chunk != other.Chunk {
+		return false
+	}
+	return true
+}
+
+func (p *SnapshotReadRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapshotReadRequest(%+v)", *p)
+}
+
+// Attributes:
+//   - Cell
+//   - Index
+//   - Chunks
+//   - Length
+//   - Checksum
+//   - Chunk
+//   - Data
+//   - SnapshotVersion
+//   - LayoutVersion
+//   - CommandVersion
+//   - MasterID
+type SnapshotReadResponse struct {
+	Cell            string `thrift:"cell,1,required" db:"cell" json:"cell"`
+	Index           int64  `thrift:"index,2,required" db:"index" json:"index"`
+	Chunks          int32  `thrift:"chunks,3,required" db:"chunks" json:"chunks"`
+	Length          int64  `thrift:"length,4,required" db:"length" json:"length"`
+	Checksum        int64  `thrift:"checksum,5,required" db:"checksum" json:"checksum"`
+	Chunk           int32  `thrift:"chunk,6,required" db:"chunk" json:"chunk"`
+	Data            []byte `thrift:"data,7,required" db:"data" json:"data"`
+	SnapshotVersion int32  `thrift:"snapshot_version,8,required" db:"snapshot_version" json:"snapshot_version"`
+	LayoutVersion   int32  `thrift:"layout_version,9,required" db:"layout_version" json:"layout_version"`
+	CommandVersion  int32  `thrift:"command_version,10,required" db:"command_version" json:"command_version"`
+	MasterID        string `thrift:"master_id,11,required" db:"master_id" json:"master_id"`
+}
+
+func NewSnapshotReadResponse() *SnapshotReadResponse {
+	return &SnapshotReadResponse{}
+}
+
+func (p *SnapshotReadResponse) GetCell() string {
+	return p.Cell
+}
+
+func (p *SnapshotReadResponse) GetIndex() int64 {
+	return p.Index
+}
+
+func (p *SnapshotReadResponse) GetChunks() int32 {
+	return p.Chunks
+}
+
+func (p *SnapshotReadResponse) GetLength() int64 {
+	return p.Length
+}
+
+func (p *SnapshotReadResponse) GetChecksum() int64 {
+	return p.Checksum
+}
+
+func (p *SnapshotReadResponse) GetChunk() int32 {
+	return p.Chunk
+}
+
+func (p *SnapshotReadResponse) GetData() []byte {
+	return p.Data
+}
+
+func (p *SnapshotReadResponse) GetSnapshotVersion() int32 {
+	return p.SnapshotVersion
+}
+
+func (p *SnapshotReadResponse) GetLayoutVersion() int32 {
+	return p.LayoutVersion
+}
+
+func (p *SnapshotReadResponse) GetCommandVersion() int32 {
+	return p.CommandVersion
+}
+
+func (p *SnapshotReadResponse) GetMasterID() string {
+	return p.MasterID
+}
+func (p *SnapshotReadResponse) Read(ctx context.Context, iprot thrift.TProtocol) error {
+	if _, err := iprot.ReadStructBegin(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read error: ", p), err)
+	}
+
+	var issetCell bool = false
+	var issetIndex bool = false
+	var issetChunks bool = false
+	var issetLength bool = false
+	var issetChecksum bool = false
+	var issetChunk bool = false
+	var issetData bool = false
+	var issetSnapshotVersion bool = false
+	var issetLayoutVersion bool = false
+	var issetCommandVersion bool = false
+	var issetMasterID bool = false
+
+	for {
+		_, fieldTypeId, fieldId, err := iprot.ReadFieldBegin(ctx)
+		if err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T field %d read error: ", p, fieldId), err)
+		}
+		if fieldTypeId == thrift.STOP {
+			break
+		}
+		switch fieldId {
+		case 1:
+			if fieldTypeId == thrift.STRING {
+				if err := p.ReadField1(ctx, iprot); err != nil {
+					return err
+				}
+				issetCell = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 2:
+			if fieldTypeId == thrift.I64 {
+				if err := p.ReadField2(ctx, iprot); err != nil {
+					return err
+				}
+				issetIndex = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 3:
+			if fieldTypeId == thrift.I32 {
+				if err := p.ReadField3(ctx, iprot); err != nil {
+					return err
+				}
+				issetChunks = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 4:
+			if fieldTypeId == thrift.I64 {
+				if err := p.ReadField4(ctx, iprot); err != nil {
+					return err
+				}
+				issetLength = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 5:
+			if fieldTypeId == thrift.I64 {
+				if err := p.ReadField5(ctx, iprot); err != nil {
+					return err
+				}
+				issetChecksum = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 6:
+			if fieldTypeId == thrift.I32 {
+				if err := p.ReadField6(ctx, iprot); err != nil {
+					return err
+				}
+				issetChunk = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 7:
+			if fieldTypeId == thrift.STRING {
+				if err := p.ReadField7(ctx, iprot); err != nil {
+					return err
+				}
+				issetData = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 8:
+			if fieldTypeId == thrift.I32 {
+				if err := p.ReadField8(ctx, iprot); err != nil {
+					return err
+				}
+				issetSnapshotVersion = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 9:
+			if fieldTypeId == thrift.I32 {
+				if err := p.ReadField9(ctx, iprot); err != nil {
+					return err
+				}
+				issetLayoutVersion = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 10:
+			if fieldTypeId == thrift.I32 {
+				if err := p.ReadField10(ctx, iprot); err != nil {
+					return err
+				}
+				issetCommandVersion = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 11:
+			if fieldTypeId == thrift.STRING {
+				if err := p.ReadField11(ctx, iprot); err != nil {
+					return err
+				}
+				issetMasterID = true
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		default:
+			if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+				return err
+			}
+		}
+		if err := iprot.ReadFieldEnd(ctx); err != nil {
+			return err
+		}
+	}
+	if err := iprot.ReadStructEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read struct end error: ", p), err)
+	}
+	if !issetCell {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Cell is not set"))
+	}
+	if !issetIndex {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Index is not set"))
+	}
+	if !issetChunks {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Chunks is not set"))
+	}
+	if !issetLength {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Length is not set"))
+	}
+	if !issetChecksum {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Checksum is not set"))
+	}
+	if !issetChunk {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Chunk is not set"))
+	}
+	if !issetData {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field Data is not set"))
+	}
+	if !issetSnapshotVersion {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field SnapshotVersion is not set"))
+	}
+	if !issetLayoutVersion {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field LayoutVersion is not set"))
+	}
+	if !issetCommandVersion {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field CommandVersion is not set"))
+	}
+	if !issetMasterID {
+		return thrift.NewTProtocolExceptionWithType(thrift.INVALID_DATA, fmt.Errorf("Required field MasterID is not set"))
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField1(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadString(ctx); err != nil {
+		return thrift.PrependError("error reading field 1: ", err)
+	} else {
+		p.Cell = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField2(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI64(ctx); err != nil {
+		return thrift.PrependError("error reading field 2: ", err)
+	} else {
+		p.Index = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField3(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI32(ctx); err != nil {
+		return thrift.PrependError("error reading field 3: ", err)
+	} else {
+		p.Chunks = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField4(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI64(ctx); err != nil {
+		return thrift.PrependError("error reading field 4: ", err)
+	} else {
+		p.Length = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField5(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI64(ctx); err != nil {
+		return thrift.PrependError("error reading field 5: ", err)
+	} else {
+		p.Checksum = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField6(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI32(ctx); err != nil {
+		return thrift.PrependError("error reading field 6: ", err)
+	} else {
+		p.Chunk = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField7(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadBinary(ctx); err != nil {
+		return thrift.PrependError("error reading field 7: ", err)
+	} else {
+		p.Data = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField8(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI32(ctx); err != nil {
+		return thrift.PrependError("error reading field 8: ", err)
+	} else {
+		p.SnapshotVersion = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField9(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI32(ctx); err != nil {
+		return thrift.PrependError("error reading field 9: ", err)
+	} else {
+		p.LayoutVersion = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField10(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadI32(ctx); err != nil {
+		return thrift.PrependError("error reading field 10: ", err)
+	} else {
+		p.CommandVersion = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) ReadField11(ctx context.Context, iprot thrift.TProtocol) error {
+	if v, err := iprot.ReadString(ctx); err != nil {
+		return thrift.PrependError("error reading field 11: ", err)
+	} else {
+		p.MasterID = v
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) Write(ctx context.Context, oprot thrift.TProtocol) error {
+	if err := oprot.WriteStructBegin(ctx, "SnapshotReadResponse"); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write struct begin error: ", p), err)
+	}
+	if p != nil {
+		if err := p.writeField1(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField2(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField3(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField4(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField5(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField6(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField7(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField8(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField9(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField10(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField11(ctx, oprot); err != nil {
+			return err
+		}
+	}
+	if err := oprot.WriteFieldStop(ctx); err != nil {
+		return thrift.PrependError("write field stop error: ", err)
+	}
+	if err := oprot.WriteStructEnd(ctx); err != nil {
+		return thrift.PrependError("write struct stop error: ", err)
+	}
+	return nil
+}
+
+func (p *SnapshotReadResponse) writeField1(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "cell", thrift.STRING, 1); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 1:cell: ", p), err)
+	}
+	if err := oprot.WriteString(ctx, string(p.Cell)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.cell (1) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 1:cell: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField2(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "index", thrift.I64, 2); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 2:index: ", p), err)
+	}
+	if err := oprot.WriteI64(ctx, int64(p.Index)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.index (2) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 2:index: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField3(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "chunks", thrift.I32, 3); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 3:chunks: ", p), err)
+	}
+	if err := oprot.WriteI32(ctx, int32(p.Chunks)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.chunks (3) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 3:chunks: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField4(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "length", thrift.I64, 4); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 4:length: ", p), err)
+	}
+	if err := oprot.WriteI64(ctx, int64(p.Length)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.length (4) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 4:length: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField5(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "checksum", thrift.I64, 5); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 5:checksum: ", p), err)
+	}
+	if err := oprot.WriteI64(ctx, int64(p.Checksum)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.checksum (5) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 5:checksum: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField6(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "chunk", thrift.I32, 6); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 6:chunk: ", p), err)
+	}
+	if err := oprot.WriteI32(ctx, int32(p.Chunk)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.chunk (6) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 6:chunk: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField7(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "data", thrift.STRING, 7); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 7:data: ", p), err)
+	}
+	if err := oprot.WriteBinary(ctx, p.Data); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.data (7) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 7:data: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField8(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "snapshot_version", thrift.I32, 8); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 8:snapshot_version: ", p), err)
+	}
+	if err := oprot.WriteI32(ctx, int32(p.SnapshotVersion)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.snapshot_version (8) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 8:snapshot_version: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField9(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "layout_version", thrift.I32, 9); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 9:layout_version: ", p), err)
+	}
+	if err := oprot.WriteI32(ctx, int32(p.LayoutVersion)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.layout_version (9) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 9:layout_version: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField10(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "command_version", thrift.I32, 10); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 10:command_version: ", p), err)
+	}
+	if err := oprot.WriteI32(ctx, int32(p.CommandVersion)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.command_version (10) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 10:command_version: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) writeField11(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "master_id", thrift.STRING, 11); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 11:master_id: ", p), err)
+	}
+	if err := oprot.WriteString(ctx, string(p.MasterID)); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T.master_id (11) field write error: ", p), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 11:master_id: ", p), err)
+	}
+	return err
+}
+
+func (p *SnapshotReadResponse) Equals(other *SnapshotReadResponse) bool {
+	if p == other {
+		return true
+	} else if p == nil || other == nil {
+		return false
+	}
+	if p.Cell != other.Cell {
+		return false
+	}
+	if p.Index != other.Index {
+		return false
+	}
+	if p.Chunks != other.Chunks {
+		return false
+	}
+	if p.Length != other.Length {
+		return false
+	}
+	if p.Checksum != other.Checksum {
+		return false
+	}
+	if p.Chunk != other.Chunk {
+		return false
+	}
+	if bytes.Compare(p.Data, other.Data) != 0 {
+		return false
+	}
+	if p.SnapshotVersion != other.SnapshotVersion {
+		return false
+	}
+	if p.LayoutVersion != other.LayoutVersion {
+		return false
+	}
+	if p.CommandVersion != other.CommandVersion {
+		return false
+	}
+	if p.MasterID != other.MasterID {
+		return false
+	}
+	return true
+}
+
+func (p *SnapshotReadResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("SnapshotReadResponse(%+v)", *p)
+}
+
+// Attributes:
 //   - Count
 type GetTimestampsRequest struct {
 	Count int32 `thrift:"count,1,required" db:"count" json:"count"`
@@ -21583,6 +22356,9 @@ type Cell interface {
 	//  - Req
 	RemoveMember(ctx context.Context, req *RemoveMemberRequest) (_r *RemoveMemberResponse, _err error)
 	WhoAmI(ctx context.Context) (_r *WhoAmIResponse, _err error)
+	// Parameters:
+	//  - Req
+	SnapshotRead(ctx context.Context, req *SnapshotReadRequest) (_r *SnapshotReadResponse, _err error)
 }
 
 type CellClient struct {
@@ -21706,6 +22482,29 @@ func (p *CellClient) WhoAmI(ctx context.Context) (_r *WhoAmIResponse, _err error
 	return nil, thrift.NewTApplicationException(thrift.MISSING_RESULT, "WhoAmI failed: unknown result")
 }
 
+// Parameters:
+//   - Req
+func (p *CellClient) SnapshotRead(ctx context.Context, req *SnapshotReadRequest) (_r *SnapshotReadResponse, _err error) {
+	var _args154 CellSnapshotReadArgs
+	_args154.Req = req
+	var _result156 CellSnapshotReadResult
+	var _meta155 thrift.ResponseMeta
+	_meta155, _err = p.Client_().Call(ctx, "SnapshotRead", &_args154, &_result156)
+	p.SetLastResponseMeta_(_meta155)
+	if _err != nil {
+		return
+	}
+	switch {
+	case _result156.Err != nil:
+		return _r, _result156.Err
+	}
+
+	if _ret157 := _result156.GetSuccess(); _ret157 != nil {
+		return _ret157, nil
+	}
+	return nil, thrift.NewTApplicationException(thrift.MISSING_RESULT, "SnapshotRead failed: unknown result")
+}
+
 type CellProcessor struct {
 	processorMap map[string]thrift.TProcessorFunction
 	handler      Cell
@@ -21726,12 +22525,13 @@ func (p *CellProcessor) ProcessorMap() map[string]thrift.TProcessorFunction {
 
 func NewCellProcessor(handler Cell) *CellProcessor {
 
-	self154 := &CellProcessor{handler: handler, processorMap: make(map[string]thrift.TProcessorFunction)}
-	self154.processorMap["GetMaster"] = &cellProcessorGetMaster{handler: handler}
-	self154.processorMap["GetStatus"] = &cellProcessorGetStatus{handler: handler}
-	self154.processorMap["RemoveMember"] = &cellProcessorRemoveMember{handler: handler}
-	self154.processorMap["WhoAmI"] = &cellProcessorWhoAmI{handler: handler}
-	return self154
+	self158 := &CellProcessor{handler: handler, processorMap: make(map[string]thrift.TProcessorFunction)}
+	self158.processorMap["GetMaster"] = &cellProcessorGetMaster{handler: handler}
+	self158.processorMap["GetStatus"] = &cellProcessorGetStatus{handler: handler}
+	self158.processorMap["RemoveMember"] = &cellProcessorRemoveMember{handler: handler}
+	self158.processorMap["WhoAmI"] = &cellProcessorWhoAmI{handler: handler}
+	self158.processorMap["SnapshotRead"] = &cellProcessorSnapshotRead{handler: handler}
+	return self158
 }
 
 func (p *CellProcessor) Process(ctx context.Context, iprot, oprot thrift.TProtocol) (success bool, err thrift.TException) {
@@ -21744,12 +22544,12 @@ func (p *CellProcessor) Process(ctx context.Context, iprot, oprot thrift.TProtoc
 	}
 	iprot.Skip(ctx, thrift.STRUCT)
 	iprot.ReadMessageEnd(ctx)
-	x155 := thrift.NewTApplicationException(thrift.UNKNOWN_METHOD, "Unknown function "+name)
+	x159 := thrift.NewTApplicationException(thrift.UNKNOWN_METHOD, "Unknown function "+name)
 	oprot.WriteMessageBegin(ctx, name, thrift.EXCEPTION, seqId)
-	x155.Write(ctx, oprot)
+	x159.Write(ctx, oprot)
 	oprot.WriteMessageEnd(ctx)
 	oprot.Flush(ctx)
-	return false, x155
+	return false, x159
 
 }
 
@@ -21758,7 +22558,7 @@ type cellProcessorGetMaster struct {
 }
 
 func (p *cellProcessorGetMaster) Process(ctx context.Context, seqId int32, iprot, oprot thrift.TProtocol) (success bool, err thrift.TException) {
-	var _write_err156 error
+	var _write_err160 error
 	args := CellGetMasterArgs{}
 	if err2 := args.Read(ctx, iprot); err2 != nil {
 		iprot.ReadMessageEnd(ctx)
@@ -21808,21 +22608,21 @@ func (p *cellProcessorGetMaster) Process(ctx context.Context, seqId int32, iprot
 			if errors.Is(err2, thrift.ErrAbandonRequest) {
 				return false, thrift.WrapTException(err2)
 			}
-			_exc157 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing GetMaster: "+err2.Error())
+			_exc161 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing GetMaster: "+err2.Error())
 			if err2 := oprot.WriteMessageBegin(ctx, "GetMaster", thrift.EXCEPTION, seqId); err2 != nil {
-				_write_err156 = thrift.WrapTException(err2)
+				_write_err160 = thrift.WrapTException(err2)
 			}
-			if err2 := _exc157.Write(ctx, oprot); _write_err156 == nil && err2 != nil {
-				_write_err156 = thrift.WrapTException(err2)
+			if err2 := _exc161.Write(ctx, oprot); _write_err160 == nil && err2 != nil {
+				_write_err160 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.WriteMessageEnd(ctx); _write_err156 == nil && err2 != nil {
-				_write_err156 = thrift.WrapTException(err2)
+			if err2 := oprot.WriteMessageEnd(ctx); _write_err160 == nil && err2 != nil {
+				_write_err160 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.Flush(ctx); _write_err156 == nil && err2 != nil {
-				_write_err156 = thrift.WrapTException(err2)
+			if err2 := oprot.Flush(ctx); _write_err160 == nil && err2 != nil {
+				_write_err160 = thrift.WrapTException(err2)
 			}
-			if _write_err156 != nil {
-				return false, thrift.WrapTException(_write_err156)
+			if _write_err160 != nil {
+				return false, thrift.WrapTException(_write_err160)
 			}
 			return true, err
 		}
@@ -21831,19 +22631,19 @@ func (p *cellProcessorGetMaster) Process(ctx context.Context, seqId int32, iprot
 	}
 	tickerCancel()
 	if err2 := oprot.WriteMessageBegin(ctx, "GetMaster", thrift.REPLY, seqId); err2 != nil {
-		_write_err156 = thrift.WrapTException(err2)
+		_write_err160 = thrift.WrapTException(err2)
 	}
-	if err2 := result.Write(ctx, oprot); _write_err156 == nil && err2 != nil {
-		_write_err156 = thrift.WrapTException(err2)
+	if err2 := result.Write(ctx, oprot); _write_err160 == nil && err2 != nil {
+		_write_err160 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.WriteMessageEnd(ctx); _write_err156 == nil && err2 != nil {
-		_write_err156 = thrift.WrapTException(err2)
+	if err2 := oprot.WriteMessageEnd(ctx); _write_err160 == nil && err2 != nil {
+		_write_err160 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.Flush(ctx); _write_err156 == nil && err2 != nil {
-		_write_err156 = thrift.WrapTException(err2)
+	if err2 := oprot.Flush(ctx); _write_err160 == nil && err2 != nil {
+		_write_err160 = thrift.WrapTException(err2)
 	}
-	if _write_err156 != nil {
-		return false, thrift.WrapTException(_write_err156)
+	if _write_err160 != nil {
+		return false, thrift.WrapTException(_write_err160)
 	}
 	return true, err
 }
@@ -21853,7 +22653,7 @@ type cellProcessorGetStatus struct {
 }
 
 func (p *cellProcessorGetStatus) Process(ctx context.Context, seqId int32, iprot, oprot thrift.TProtocol) (success bool, err thrift.TException) {
-	var _write_err158 error
+	var _write_err162 error
 	args := CellGetStatusArgs{}
 	if err2 := args.Read(ctx, iprot); err2 != nil {
 		iprot.ReadMessageEnd(ctx)
@@ -21903,21 +22703,21 @@ func (p *cellProcessorGetStatus) Process(ctx context.Context, seqId int32, iprot
 			if errors.Is(err2, thrift.ErrAbandonRequest) {
 				return false, thrift.WrapTException(err2)
 			}
-			_exc159 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing GetStatus: "+err2.Error())
+			_exc163 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing GetStatus: "+err2.Error())
 			if err2 := oprot.WriteMessageBegin(ctx, "GetStatus", thrift.EXCEPTION, seqId); err2 != nil {
-				_write_err158 = thrift.WrapTException(err2)
+				_write_err162 = thrift.WrapTException(err2)
 			}
-			if err2 := _exc159.Write(ctx, oprot); _write_err158 == nil && err2 != nil {
-				_write_err158 = thrift.WrapTException(err2)
+			if err2 := _exc163.Write(ctx, oprot); _write_err162 == nil && err2 != nil {
+				_write_err162 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.WriteMessageEnd(ctx); _write_err158 == nil && err2 != nil {
-				_write_err158 = thrift.WrapTException(err2)
+			if err2 := oprot.WriteMessageEnd(ctx); _write_err162 == nil && err2 != nil {
+				_write_err162 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.Flush(ctx); _write_err158 == nil && err2 != nil {
-				_write_err158 = thrift.WrapTException(err2)
+			if err2 := oprot.Flush(ctx); _write_err162 == nil && err2 != nil {
+				_write_err162 = thrift.WrapTException(err2)
 			}
-			if _write_err158 != nil {
-				return false, thrift.WrapTException(_write_err158)
+			if _write_err162 != nil {
+				return false, thrift.WrapTException(_write_err162)
 			}
 			return true, err
 		}
@@ -21926,19 +22726,19 @@ func (p *cellProcessorGetStatus) Process(ctx context.Context, seqId int32, iprot
 	}
 	tickerCancel()
 	if err2 := oprot.WriteMessageBegin(ctx, "GetStatus", thrift.REPLY, seqId); err2 != nil {
-		_write_err158 = thrift.WrapTException(err2)
+		_write_err162 = thrift.WrapTException(err2)
 	}
-	if err2 := result.Write(ctx, oprot); _write_err158 == nil && err2 != nil {
-		_write_err158 = thrift.WrapTException(err2)
+	if err2 := result.Write(ctx, oprot); _write_err162 == nil && err2 != nil {
+		_write_err162 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.WriteMessageEnd(ctx); _write_err158 == nil && err2 != nil {
-		_write_err158 = thrift.WrapTException(err2)
+	if err2 := oprot.WriteMessageEnd(ctx); _write_err162 == nil && err2 != nil {
+		_write_err162 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.Flush(ctx); _write_err158 == nil && err2 != nil {
-		_write_err158 = thrift.WrapTException(err2)
+	if err2 := oprot.Flush(ctx); _write_err162 == nil && err2 != nil {
+		_write_err162 = thrift.WrapTException(err2)
 	}
-	if _write_err158 != nil {
-		return false, thrift.WrapTException(_write_err158)
+	if _write_err162 != nil {
+		return false, thrift.WrapTException(_write_err162)
 	}
 	return true, err
 }
@@ -21948,7 +22748,7 @@ type cellProcessorRemoveMember struct {
 }
 
 func (p *cellProcessorRemoveMember) Process(ctx context.Context, seqId int32, iprot, oprot thrift.TProtocol) (success bool, err thrift.TException) {
-	var _write_err160 error
+	var _write_err164 error
 	args := CellRemoveMemberArgs{}
 	if err2 := args.Read(ctx, iprot); err2 != nil {
 		iprot.ReadMessageEnd(ctx)
@@ -21998,21 +22798,21 @@ func (p *cellProcessorRemoveMember) Process(ctx context.Context, seqId int32, ip
 			if errors.Is(err2, thrift.ErrAbandonRequest) {
 				return false, thrift.WrapTException(err2)
 			}
-			_exc161 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing RemoveMember: "+err2.Error())
+			_exc165 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing RemoveMember: "+err2.Error())
 			if err2 := oprot.WriteMessageBegin(ctx, "RemoveMember", thrift.EXCEPTION, seqId); err2 != nil {
-				_write_err160 = thrift.WrapTException(err2)
+				_write_err164 = thrift.WrapTException(err2)
 			}
-			if err2 := _exc161.Write(ctx, oprot); _write_err160 == nil && err2 != nil {
-				_write_err160 = thrift.WrapTException(err2)
+			if err2 := _exc165.Write(ctx, oprot); _write_err164 == nil && err2 != nil {
+				_write_err164 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.WriteMessageEnd(ctx); _write_err160 == nil && err2 != nil {
-				_write_err160 = thrift.WrapTException(err2)
+			if err2 := oprot.WriteMessageEnd(ctx); _write_err164 == nil && err2 != nil {
+				_write_err164 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.Flush(ctx); _write_err160 == nil && err2 != nil {
-				_write_err160 = thrift.WrapTException(err2)
+			if err2 := oprot.Flush(ctx); _write_err164 == nil && err2 != nil {
+				_write_err164 = thrift.WrapTException(err2)
 			}
-			if _write_err160 != nil {
-				return false, thrift.WrapTException(_write_err160)
+			if _write_err164 != nil {
+				return false, thrift.WrapTException(_write_err164)
 			}
 			return true, err
 		}
@@ -22021,19 +22821,19 @@ func (p *cellProcessorRemoveMember) Process(ctx context.Context, seqId int32, ip
 	}
 	tickerCancel()
 	if err2 := oprot.WriteMessageBegin(ctx, "RemoveMember", thrift.REPLY, seqId); err2 != nil {
-		_write_err160 = thrift.WrapTException(err2)
+		_write_err164 = thrift.WrapTException(err2)
 	}
-	if err2 := result.Write(ctx, oprot); _write_err160 == nil && err2 != nil {
-		_write_err160 = thrift.WrapTException(err2)
+	if err2 := result.Write(ctx, oprot); _write_err164 == nil && err2 != nil {
+		_write_err164 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.WriteMessageEnd(ctx); _write_err160 == nil && err2 != nil {
-		_write_err160 = thrift.WrapTException(err2)
+	if err2 := oprot.WriteMessageEnd(ctx); _write_err164 == nil && err2 != nil {
+		_write_err164 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.Flush(ctx); _write_err160 == nil && err2 != nil {
-		_write_err160 = thrift.WrapTException(err2)
+	if err2 := oprot.Flush(ctx); _write_err164 == nil && err2 != nil {
+		_write_err164 = thrift.WrapTException(err2)
 	}
-	if _write_err160 != nil {
-		return false, thrift.WrapTException(_write_err160)
+	if _write_err164 != nil {
+		return false, thrift.WrapTException(_write_err164)
 	}
 	return true, err
 }
@@ -22043,7 +22843,7 @@ type cellProcessorWhoAmI struct {
 }
 
 func (p *cellProcessorWhoAmI) Process(ctx context.Context, seqId int32, iprot, oprot thrift.TProtocol) (success bool, err thrift.TException) {
-	var _write_err162 error
+	var _write_err166 error
 	args := CellWhoAmIArgs{}
 	if err2 := args.Read(ctx, iprot); err2 != nil {
 		iprot.ReadMessageEnd(ctx)
@@ -22093,21 +22893,21 @@ func (p *cellProcessorWhoAmI) Process(ctx context.Context, seqId int32, iprot, o
 			if errors.Is(err2, thrift.ErrAbandonRequest) {
 				return false, thrift.WrapTException(err2)
 			}
-			_exc163 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing WhoAmI: "+err2.Error())
+			_exc167 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing WhoAmI: "+err2.Error())
 			if err2 := oprot.WriteMessageBegin(ctx, "WhoAmI", thrift.EXCEPTION, seqId); err2 != nil {
-				_write_err162 = thrift.WrapTException(err2)
+				_write_err166 = thrift.WrapTException(err2)
 			}
-			if err2 := _exc163.Write(ctx, oprot); _write_err162 == nil && err2 != nil {
-				_write_err162 = thrift.WrapTException(err2)
+			if err2 := _exc167.Write(ctx, oprot); _write_err166 == nil && err2 != nil {
+				_write_err166 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.WriteMessageEnd(ctx); _write_err162 == nil && err2 != nil {
-				_write_err162 = thrift.WrapTException(err2)
+			if err2 := oprot.WriteMessageEnd(ctx); _write_err166 == nil && err2 != nil {
+				_write_err166 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.Flush(ctx); _write_err162 == nil && err2 != nil {
-				_write_err162 = thrift.WrapTException(err2)
+			if err2 := oprot.Flush(ctx); _write_err166 == nil && err2 != nil {
+				_write_err166 = thrift.WrapTException(err2)
 			}
-			if _write_err162 != nil {
-				return false, thrift.WrapTException(_write_err162)
+			if _write_err166 != nil {
+				return false, thrift.WrapTException(_write_err166)
 			}
 			return true, err
 		}
@@ -22116,19 +22916,114 @@ func (p *cellProcessorWhoAmI) Process(ctx context.Context, seqId int32, iprot, o
 	}
 	tickerCancel()
 	if err2 := oprot.WriteMessageBegin(ctx, "WhoAmI", thrift.REPLY, seqId); err2 != nil {
-		_write_err162 = thrift.WrapTException(err2)
+		_write_err166 = thrift.WrapTException(err2)
 	}
-	if err2 := result.Write(ctx, oprot); _write_err162 == nil && err2 != nil {
-		_write_err162 = thrift.WrapTException(err2)
+	if err2 := result.Write(ctx, oprot); _write_err166 == nil && err2 != nil {
+		_write_err166 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.WriteMessageEnd(ctx); _write_err162 == nil && err2 != nil {
-		_write_err162 = thrift.WrapTException(err2)
+	if err2 := oprot.WriteMessageEnd(ctx); _write_err166 == nil && err2 != nil {
+		_write_err166 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.Flush(ctx); _write_err162 == nil && err2 != nil {
-		_write_err162 = thrift.WrapTException(err2)
+	if err2 := oprot.Flush(ctx); _write_err166 == nil && err2 != nil {
+		_write_err166 = thrift.WrapTException(err2)
 	}
-	if _write_err162 != nil {
-		return false, thrift.WrapTException(_write_err162)
+	if _write_err166 != nil {
+		return false, thrift.WrapTException(_write_err166)
+	}
+	return true, err
+}
+
+type cellProcessorSnapshotRead struct {
+	handler Cell
+}
+
+func (p *cellProcessorSnapshotRead) Process(ctx context.Context, seqId int32, iprot, oprot thrift.TProtocol) (success bool, err thrift.TException) {
+	var _write_err168 error
+	args := CellSnapshotReadArgs{}
+	if err2 := args.Read(ctx, iprot); err2 != nil {
+		iprot.ReadMessageEnd(ctx)
+		x := thrift.NewTApplicationException(thrift.PROTOCOL_ERROR, err2.Error())
+		oprot.WriteMessageBegin(ctx, "SnapshotRead", thrift.EXCEPTION, seqId)
+		x.Write(ctx, oprot)
+		oprot.WriteMessageEnd(ctx)
+		oprot.Flush(ctx)
+		return false, thrift.WrapTException(err2)
+	}
+	iprot.ReadMessageEnd(ctx)
+
+	tickerCancel := func() {}
+	// Start a goroutine to do server side connectivity check.
+	if thrift.ServerConnectivityCheckInterval > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		var tickerCtx context.Context
+		tickerCtx, tickerCancel = context.WithCancel(context.Background())
+		defer tickerCancel()
+		go func(ctx context.Context, cancel context.CancelFunc) {
+			ticker := time.NewTicker(thrift.ServerConnectivityCheckInterval)
+			defer ticker.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-ticker.C:
+					if !iprot.Transport().IsOpen() {
+						cancel()
+						return
+					}
+				}
+			}
+		}(tickerCtx, cancel)
+	}
+
+	result := CellSnapshotReadResult{}
+	if retval, err2 := p.handler.SnapshotRead(ctx, args.Req); err2 != nil {
+		tickerCancel()
+		err = thrift.WrapTException(err2)
+		switch v := err2.(type) {
+		case *ChubbyError:
+			result.Err = v
+		default:
+			if errors.Is(err2, thrift.ErrAbandonRequest) {
+				return false, thrift.WrapTException(err2)
+			}
+			_exc169 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing SnapshotRead: "+err2.Error())
+			if err2 := oprot.WriteMessageBegin(ctx, "SnapshotRead", thrift.EXCEPTION, seqId); err2 != nil {
+				_write_err168 = thrift.WrapTException(err2)
+			}
+			if err2 := _exc169.Write(ctx, oprot); _write_err168 == nil && err2 != nil {
+				_write_err168 = thrift.WrapTException(err2)
+			}
+			if err2 := oprot.WriteMessageEnd(ctx); _write_err168 == nil && err2 != nil {
+				_write_err168 = thrift.WrapTException(err2)
+			}
+			if err2 := oprot.Flush(ctx); _write_err168 == nil && err2 != nil {
+				_write_err168 = thrift.WrapTException(err2)
+			}
+			if _write_err168 != nil {
+				return false, thrift.WrapTException(_write_err168)
+			}
+			return true, err
+		}
+	} else {
+		result.Success = retval
+	}
+	tickerCancel()
+	if err2 := oprot.WriteMessageBegin(ctx, "SnapshotRead", thrift.REPLY, seqId); err2 != nil {
+		_write_err168 = thrift.WrapTException(err2)
+	}
+	if err2 := result.Write(ctx, oprot); _write_err168 == nil && err2 != nil {
+		_write_err168 = thrift.WrapTException(err2)
+	}
+	if err2 := oprot.WriteMessageEnd(ctx); _write_err168 == nil && err2 != nil {
+		_write_err168 = thrift.WrapTException(err2)
+	}
+	if err2 := oprot.Flush(ctx); _write_err168 == nil && err2 != nil {
+		_write_err168 = thrift.WrapTException(err2)
+	}
+	if _write_err168 != nil {
+		return false, thrift.WrapTException(_write_err168)
 	}
 	return true, err
 }
@@ -23099,6 +23994,273 @@ func (p *CellWhoAmIResult) String() string {
 	return fmt.Sprintf("CellWhoAmIResult(%+v)", *p)
 }
 
+// Attributes:
+//   - Req
+type CellSnapshotReadArgs struct {
+	Req *SnapshotReadRequest `thrift:"req,1" db:"req" json:"req"`
+}
+
+func NewCellSnapshotReadArgs() *CellSnapshotReadArgs {
+	return &CellSnapshotReadArgs{}
+}
+
+var CellSnapshotReadArgs_Req_DEFAULT *SnapshotReadRequest
+
+func (p *CellSnapshotReadArgs) GetReq() *SnapshotReadRequest {
+	if !p.IsSetReq() {
+		return CellSnapshotReadArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *CellSnapshotReadArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *CellSnapshotReadArgs) Read(ctx context.Context, iprot thrift.TProtocol) error {
+	if _, err := iprot.ReadStructBegin(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read error: ", p), err)
+	}
+
+	for {
+		_, fieldTypeId, fieldId, err := iprot.ReadFieldBegin(ctx)
+		if err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T field %d read error: ", p, fieldId), err)
+		}
+		if fieldTypeId == thrift.STOP {
+			break
+		}
+		switch fieldId {
+		case 1:
+			if fieldTypeId == thrift.STRUCT {
+				if err := p.ReadField1(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		default:
+			if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+				return err
+			}
+		}
+		if err := iprot.ReadFieldEnd(ctx); err != nil {
+			return err
+		}
+	}
+	if err := iprot.ReadStructEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read struct end error: ", p), err)
+	}
+	return nil
+}
+
+func (p *CellSnapshotReadArgs) ReadField1(ctx context.Context, iprot thrift.TProtocol) error {
+	p.Req = &SnapshotReadRequest{}
+	if err := p.Req.Read(ctx, iprot); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T error reading struct: ", p.Req), err)
+	}
+	return nil
+}
+
+func (p *CellSnapshotReadArgs) Write(ctx context.Context, oprot thrift.TProtocol) error {
+	if err := oprot.WriteStructBegin(ctx, "SnapshotRead_args"); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write struct begin error: ", p), err)
+	}
+	if p != nil {
+		if err := p.writeField1(ctx, oprot); err != nil {
+			return err
+		}
+	}
+	if err := oprot.WriteFieldStop(ctx); err != nil {
+		return thrift.PrependError("write field stop error: ", err)
+	}
+	if err := oprot.WriteStructEnd(ctx); err != nil {
+		return thrift.PrependError("write struct stop error: ", err)
+	}
+	return nil
+}
+
+func (p *CellSnapshotReadArgs) writeField1(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if err := oprot.WriteFieldBegin(ctx, "req", thrift.STRUCT, 1); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field begin error 1:req: ", p), err)
+	}
+	if err := p.Req.Write(ctx, oprot); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T error writing struct: ", p.Req), err)
+	}
+	if err := oprot.WriteFieldEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write field end error 1:req: ", p), err)
+	}
+	return err
+}
+
+func (p *CellSnapshotReadArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CellSnapshotReadArgs(%+v)", *p)
+}
+
+// Attributes:
+//   - Success
+//   - Err
+type CellSnapshotReadResult struct {
+	Success *SnapshotReadResponse `thrift:"success,0" db:"success" json:"success,omitempty"`
+	Err     *ChubbyError          `thrift:"err,1" db:"err" json:"err,omitempty"`
+}
+
+func NewCellSnapshotReadResult() *CellSnapshotReadResult {
+	return &CellSnapshotReadResult{}
+}
+
+var CellSnapshotReadResult_Success_DEFAULT *SnapshotReadResponse
+
+func (p *CellSnapshotReadResult) GetSuccess() *SnapshotReadResponse {
+	if !p.IsSetSuccess() {
+		return CellSnapshotReadResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var CellSnapshotReadResult_Err_DEFAULT *ChubbyError
+
+func (p *CellSnapshotReadResult) GetErr() *ChubbyError {
+	if !p.IsSetErr() {
+		return CellSnapshotReadResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *CellSnapshotReadResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *CellSnapshotReadResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *CellSnapshotReadResult) Read(ctx context.Context, iprot thrift.TProtocol) error {
+	if _, err := iprot.ReadStructBegin(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read error: ", p), err)
+	}
+
+	for {
+		_, fieldTypeId, fieldId, err := iprot.ReadFieldBegin(ctx)
+		if err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T field %d read error: ", p, fieldId), err)
+		}
+		if fieldTypeId == thrift.STOP {
+			break
+		}
+		switch fieldId {
+		case 0:
+			if fieldTypeId == thrift.STRUCT {
+				if err := p.ReadField0(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		case 1:
+			if fieldTypeId == thrift.STRUCT {
+				if err := p.ReadField1(ctx, iprot); err != nil {
+					return err
+				}
+			} else {
+				if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+					return err
+				}
+			}
+		default:
+			if err := iprot.Skip(ctx, fieldTypeId); err != nil {
+				return err
+			}
+		}
+		if err := iprot.ReadFieldEnd(ctx); err != nil {
+			return err
+		}
+	}
+	if err := iprot.ReadStructEnd(ctx); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T read struct end error: ", p), err)
+	}
+	return nil
+}
+
+func (p *CellSnapshotReadResult) ReadField0(ctx context.Context, iprot thrift.TProtocol) error {
+	p.Success = &SnapshotReadResponse{}
+	if err := p.Success.Read(ctx, iprot); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T error reading struct: ", p.Success), err)
+	}
+	return nil
+}
+
+func (p *CellSnapshotReadResult) ReadField1(ctx context.Context, iprot thrift.TProtocol) error {
+	p.Err = &ChubbyError{}
+	if err := p.Err.Read(ctx, iprot); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T error reading struct: ", p.Err), err)
+	}
+	return nil
+}
+
+func (p *CellSnapshotReadResult) Write(ctx context.Context, oprot thrift.TProtocol) error {
+	if err := oprot.WriteStructBegin(ctx, "SnapshotRead_result"); err != nil {
+		return thrift.PrependError(fmt.Sprintf("%T write struct begin error: ", p), err)
+	}
+	if p != nil {
+		if err := p.writeField0(ctx, oprot); err != nil {
+			return err
+		}
+		if err := p.writeField1(ctx, oprot); err != nil {
+			return err
+		}
+	}
+	if err := oprot.WriteFieldStop(ctx); err != nil {
+		return thrift.PrependError("write field stop error: ", err)
+	}
+	if err := oprot.WriteStructEnd(ctx); err != nil {
+		return thrift.PrependError("write struct stop error: ", err)
+	}
+	return nil
+}
+
+func (p *CellSnapshotReadResult) writeField0(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if p.IsSetSuccess() {
+		if err := oprot.WriteFieldBegin(ctx, "success", thrift.STRUCT, 0); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field begin error 0:success: ", p), err)
+		}
+		if err := p.Success.Write(ctx, oprot); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T error writing struct: ", p.Success), err)
+		}
+		if err := oprot.WriteFieldEnd(ctx); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field end error 0:success: ", p), err)
+		}
+	}
+	return err
+}
+
+func (p *CellSnapshotReadResult) writeField1(ctx context.Context, oprot thrift.TProtocol) (err error) {
+	if p.IsSetErr() {
+		if err := oprot.WriteFieldBegin(ctx, "err", thrift.STRUCT, 1); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field begin error 1:err: ", p), err)
+		}
+		if err := p.Err.Write(ctx, oprot); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T error writing struct: ", p.Err), err)
+		}
+		if err := oprot.WriteFieldEnd(ctx); err != nil {
+			return thrift.PrependError(fmt.Sprintf("%T write field end error 1:err: ", p), err)
+		}
+	}
+	return err
+}
+
+func (p *CellSnapshotReadResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CellSnapshotReadResult(%+v)", *p)
+}
+
 type Oracle interface {
 	// Parameters:
 	//  - Req
@@ -23143,22 +24305,22 @@ func (p *OracleClient) SetLastResponseMeta_(meta thrift.ResponseMeta) {
 // Parameters:
 //   - Req
 func (p *OracleClient) GetTimestamps(ctx context.Context, req *GetTimestampsRequest) (_r *GetTimestampsResponse, _err error) {
-	var _args164 OracleGetTimestampsArgs
-	_args164.Req = req
-	var _result166 OracleGetTimestampsResult
-	var _meta165 thrift.ResponseMeta
-	_meta165, _err = p.Client_().Call(ctx, "GetTimestamps", &_args164, &_result166)
-	p.SetLastResponseMeta_(_meta165)
+	var _args170 OracleGetTimestampsArgs
+	_args170.Req = req
+	var _result172 OracleGetTimestampsResult
+	var _meta171 thrift.ResponseMeta
+	_meta171, _err = p.Client_().Call(ctx, "GetTimestamps", &_args170, &_result172)
+	p.SetLastResponseMeta_(_meta171)
 	if _err != nil {
 		return
 	}
 	switch {
-	case _result166.Err != nil:
-		return _r, _result166.Err
+	case _result172.Err != nil:
+		return _r, _result172.Err
 	}
 
-	if _ret167 := _result166.GetSuccess(); _ret167 != nil {
-		return _ret167, nil
+	if _ret173 := _result172.GetSuccess(); _ret173 != nil {
+		return _ret173, nil
 	}
 	return nil, thrift.NewTApplicationException(thrift.MISSING_RESULT, "GetTimestamps failed: unknown result")
 }
@@ -23183,9 +24345,9 @@ func (p *OracleProcessor) ProcessorMap() map[string]thrift.TProcessorFunction {
 
 func NewOracleProcessor(handler Oracle) *OracleProcessor {
 
-	self168 := &OracleProcessor{handler: handler, processorMap: make(map[string]thrift.TProcessorFunction)}
-	self168.processorMap["GetTimestamps"] = &oracleProcessorGetTimestamps{handler: handler}
-	return self168
+	self174 := &OracleProcessor{handler: handler, processorMap: make(map[string]thrift.TProcessorFunction)}
+	self174.processorMap["GetTimestamps"] = &oracleProcessorGetTimestamps{handler: handler}
+	return self174
 }
 
 func (p *OracleProcessor) Process(ctx context.Context, iprot, oprot thrift.TProtocol) (success bool, err thrift.TException) {
@@ -23198,12 +24360,12 @@ func (p *OracleProcessor) Process(ctx context.Context, iprot, oprot thrift.TProt
 	}
 	iprot.Skip(ctx, thrift.STRUCT)
 	iprot.ReadMessageEnd(ctx)
-	x169 := thrift.NewTApplicationException(thrift.UNKNOWN_METHOD, "Unknown function "+name)
+	x175 := thrift.NewTApplicationException(thrift.UNKNOWN_METHOD, "Unknown function "+name)
 	oprot.WriteMessageBegin(ctx, name, thrift.EXCEPTION, seqId)
-	x169.Write(ctx, oprot)
+	x175.Write(ctx, oprot)
 	oprot.WriteMessageEnd(ctx)
 	oprot.Flush(ctx)
-	return false, x169
+	return false, x175
 
 }
 
@@ -23212,7 +24374,7 @@ type oracleProcessorGetTimestamps struct {
 }
 
 func (p *oracleProcessorGetTimestamps) Process(ctx context.Context, seqId int32, iprot, oprot thrift.TProtocol) (success bool, err thrift.TException) {
-	var _write_err170 error
+	var _write_err176 error
 	args := OracleGetTimestampsArgs{}
 	if err2 := args.Read(ctx, iprot); err2 != nil {
 		iprot.ReadMessageEnd(ctx)
@@ -23262,21 +24424,21 @@ func (p *oracleProcessorGetTimestamps) Process(ctx context.Context, seqId int32,
 			if errors.Is(err2, thrift.ErrAbandonRequest) {
 				return false, thrift.WrapTException(err2)
 			}
-			_exc171 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing GetTimestamps: "+err2.Error())
+			_exc177 := thrift.NewTApplicationException(thrift.INTERNAL_ERROR, "Internal error processing GetTimestamps: "+err2.Error())
 			if err2 := oprot.WriteMessageBegin(ctx, "GetTimestamps", thrift.EXCEPTION, seqId); err2 != nil {
-				_write_err170 = thrift.WrapTException(err2)
+				_write_err176 = thrift.WrapTException(err2)
 			}
-			if err2 := _exc171.Write(ctx, oprot); _write_err170 == nil && err2 != nil {
-				_write_err170 = thrift.WrapTException(err2)
+			if err2 := _exc177.Write(ctx, oprot); _write_err176 == nil && err2 != nil {
+				_write_err176 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.WriteMessageEnd(ctx); _write_err170 == nil && err2 != nil {
-				_write_err170 = thrift.WrapTException(err2)
+			if err2 := oprot.WriteMessageEnd(ctx); _write_err176 == nil && err2 != nil {
+				_write_err176 = thrift.WrapTException(err2)
 			}
-			if err2 := oprot.Flush(ctx); _write_err170 == nil && err2 != nil {
-				_write_err170 = thrift.WrapTException(err2)
+			if err2 := oprot.Flush(ctx); _write_err176 == nil && err2 != nil {
+				_write_err176 = thrift.WrapTException(err2)
 			}
-			if _write_err170 != nil {
-				return false, thrift.WrapTException(_write_err170)
+			if _write_err176 != nil {
+				return false, thrift.WrapTException(_write_err176)
 			}
 			return true, err
 		}
@@ -23285,19 +24447,19 @@ func (p *oracleProcessorGetTimestamps) Process(ctx context.Context, seqId int32,
 	}
 	tickerCancel()
 	if err2 := oprot.WriteMessageBegin(ctx, "GetTimestamps", thrift.REPLY, seqId); err2 != nil {
-		_write_err170 = thrift.WrapTException(err2)
+		_write_err176 = thrift.WrapTException(err2)
 	}
-	if err2 := result.Write(ctx, oprot); _write_err170 == nil && err2 != nil {
-		_write_err170 = thrift.WrapTException(err2)
+	if err2 := result.Write(ctx, oprot); _write_err176 == nil && err2 != nil {
+		_write_err176 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.WriteMessageEnd(ctx); _write_err170 == nil && err2 != nil {
-		_write_err170 = thrift.WrapTException(err2)
+	if err2 := oprot.WriteMessageEnd(ctx); _write_err176 == nil && err2 != nil {
+		_write_err176 = thrift.WrapTException(err2)
 	}
-	if err2 := oprot.Flush(ctx); _write_err170 == nil && err2 != nil {
-		_write_err170 = thrift.WrapTException(err2)
+	if err2 := oprot.Flush(ctx); _write_err176 == nil && err2 != nil {
+		_write_err176 = thrift.WrapTException(err2)
 	}
-	if _write_err170 != nil {
-		return false, thrift.WrapTException(_write_err170)
+	if _write_err176 != nil {
+		return false, thrift.WrapTException(_write_err176)
 	}
 	return true, err
 }

@@ -15,6 +15,7 @@ type Client interface {
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
 	RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error)
 	WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error)
+	SnapshotRead(ctx context.Context, req *chubby.SnapshotReadRequest, callOptions ...callopt.Option) (r *chubby.SnapshotReadResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -64,4 +65,9 @@ func (p *kCellClient) RemoveMember(ctx context.Context, req *chubby.RemoveMember
 func (p *kCellClient) WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.WhoAmI(ctx)
+}
+
+func (p *kCellClient) SnapshotRead(ctx context.Context, req *chubby.SnapshotReadRequest, callOptions ...callopt.Option) (r *chubby.SnapshotReadResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.SnapshotRead(ctx, req)
 }

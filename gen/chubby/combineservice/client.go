@@ -34,6 +34,7 @@ type Client interface {
 	GetStatus(ctx context.Context, callOptions ...callopt.Option) (r *chubby.CellStatus, err error)
 	RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest, callOptions ...callopt.Option) (r *chubby.RemoveMemberResponse, err error)
 	WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error)
+	SnapshotRead(ctx context.Context, req *chubby.SnapshotReadRequest, callOptions ...callopt.Option) (r *chubby.SnapshotReadResponse, err error)
 	GetTimestamps(ctx context.Context, req *chubby.GetTimestampsRequest, callOptions ...callopt.Option) (r *chubby.GetTimestampsResponse, err error)
 }
 
@@ -179,6 +180,11 @@ func (p *kCombineServiceClient) RemoveMember(ctx context.Context, req *chubby.Re
 func (p *kCombineServiceClient) WhoAmI(ctx context.Context, callOptions ...callopt.Option) (r *chubby.WhoAmIResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.WhoAmI(ctx)
+}
+
+func (p *kCombineServiceClient) SnapshotRead(ctx context.Context, req *chubby.SnapshotReadRequest, callOptions ...callopt.Option) (r *chubby.SnapshotReadResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.SnapshotRead(ctx, req)
 }
 
 func (p *kCombineServiceClient) GetTimestamps(ctx context.Context, req *chubby.GetTimestampsRequest, callOptions ...callopt.Option) (r *chubby.GetTimestampsResponse, err error) {

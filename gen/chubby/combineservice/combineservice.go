@@ -182,6 +182,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"SnapshotRead": kitex.NewMethodInfo(
+		snapshotReadHandler,
+		newCellSnapshotReadArgs,
+		newCellSnapshotReadResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 	"GetTimestamps": kitex.NewMethodInfo(
 		getTimestampsHandler,
 		newOracleGetTimestampsArgs,
@@ -805,6 +812,30 @@ func newCellWhoAmIResult() interface{} {
 	return chubby.NewCellWhoAmIResult()
 }
 
+func snapshotReadHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*chubby.CellSnapshotReadArgs)
+	realResult := result.(*chubby.CellSnapshotReadResult)
+	success, err := handler.(chubby.Cell).SnapshotRead(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *chubby.ChubbyError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newCellSnapshotReadArgs() interface{} {
+	return chubby.NewCellSnapshotReadArgs()
+}
+
+func newCellSnapshotReadResult() interface{} {
+	return chubby.NewCellSnapshotReadResult()
+}
+
 func getTimestampsHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
 	realArg := arg.(*chubby.OracleGetTimestampsArgs)
 	realResult := result.(*chubby.OracleGetTimestampsResult)
@@ -1150,6 +1181,20 @@ func (p *kClient) WhoAmI(ctx context.Context) (r *chubby.WhoAmIResponse, err err
 	var _args chubby.CellWhoAmIArgs
 	var _result chubby.CellWhoAmIResult
 	if err = p.c.Call(ctx, "WhoAmI", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) SnapshotRead(ctx context.Context, req *chubby.SnapshotReadRequest) (r *chubby.SnapshotReadResponse, err error) {
+	var _args chubby.CellSnapshotReadArgs
+	_args.Req = req
+	var _result chubby.CellSnapshotReadResult
+	if err = p.c.Call(ctx, "SnapshotRead", &_args, &_result); err != nil {
 		return
 	}
 	switch {

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/chubbygo/chubby/cell/backup"
+)
+
+// saveAttempts is how many times snapshot save starts over when the
+// snapshot it reads is replaced on the master (a new master answers).
+const saveAttempts = 3
+
+func (a *app) snapshotCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot save FILE",
+		Short: "back up the cell: save a snapshot of its whole state to a file",
+		Args:  anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("snapshot wants a sub-command: save FILE")
+		},
+	}
+	cmd.AddCommand(a.snapshotSaveCommand())
+	return cmd
+}
+
+func (a *app) snapshotSaveCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "save FILE",
+		Short: "save a snapshot of the cell's whole state to FILE",
+		Long: `save asks the master for a snapshot of the cell's state as it is now and
+writes it to FILE: every node with its contents, metadata, generations and
+ACL names, the locks, the sessions, and the timestamp oracle's mark, under
+a header naming the cell, the log index of the snapshot, its format
+versions, its length and CRC-32C. chubbyd restore seeds the data
+directories of a new cell from FILE.
+
+The master stores the snapshot as it stores its periodic ones (off its
+loop: the cell goes on serving), then sends it from its disk in chunks;
+on a terminal the progress is shown on stderr. The file is written as
+FILE.partial and renamed to FILE once it is complete, checked (length,
+CRC-32C) and synced; an existing FILE is replaced only then. It needs
+change_acl on "/" where the cell has ACLs (the file reveals every file's
+contents) and no session. If another master takes over midway, save
+starts again (up to 3 times).
+
+The global --timeout bounds the whole save only when it is given: the
+default 30 s is too short for a big cell.
+
+Exit status: 0 saved; 1 refused (permission, no master) or failed (the
+file could not be written, the snapshot was replaced 3 times).`,
+		Example: `  chubbyfs snapshot save /backups/chubby-$(date +%F).snap
+  chubbyd restore /backups/chubby-2026-12-04.snap --data /var/lib/chubby-restored`,
+		Args: anyArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("snapshot save wants exactly one FILE, got %d arguments", len(args))
+			}
+			ctx := cmd.Context()
+			if cmd.Flags().Changed("timeout") {
+				var cancel func()
+				ctx, cancel = a.commandContext(ctx)
+				defer cancel()
+			}
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			file := args[0]
+			progress := a.progress()
+			start := time.Now()
+			for attempt := 1; ; attempt++ {
+				h, err := saveTo(file, func(w io.Writer) (int64, int64, error) {
+					h, err := backup.Save(ctx, c.SnapshotRead, w, progress)
+					if err != nil {
+						return 0, 0, err
+					}
+					return h.Index, h.Length, nil
+				})
+				if progress != nil {
+					fmt.Fprintln(a.stderr)
+				}
+				if errors.Is(err, backup.ErrReplaced) && attempt < saveAttempts {
+					fmt.Fprintf(a.stderr, "chubbyfs: snapshot save: %v; starting again\n", err)
+					continue
+				}
+				if err != nil {
+					return refused("snapshot save", file, err)
+				}
+				fmt.Fprintf(a.stdout, "saved the snapshot at log index %d (%d bytes) to %s in %v\n",
+					h.index, h.length, file, time.Since(start).Round(time.Millisecond))
+				return nil
+			}
+		},
+	}
+}
+
+type saved struct{ index, length int64 }
+
+// saveTo writes FILE.partial with write, syncs it and renames it to file.
+func saveTo(file string, write func(io.Writer) (index, length int64, err error)) (saved, error) {
+	tmp := file + ".partial"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return saved{}, err
+	}
+	index, length, err := write(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, file)
+	}
+	if err == nil {
+		// The rename is durable once the directory is.
+		if d, derr := os.Open(filepath.Dir(file)); derr == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return saved{}, err
+	}
+	return saved{index, length}, nil
+}
+
+// progress returns a progress line writer for stderr when it is a
+// terminal, nil otherwise.
+func (a *app) progress() backup.Progress {
+	f, ok := a.stderr.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return func(done, total int64) {
+		pct := 100.0
+		if total > 0 {
+			pct = float64(done) * 100 / float64(total)
+		}
+		fmt.Fprintf(a.stderr, "\rsaving snapshot: %.1f of %.1f MiB (%.0f%%)", float64(done)/(1<<20), float64(total)/(1<<20), pct)
+	}
+}
