@@ -20,6 +20,8 @@ import (
 
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/cell/celltest"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
 // TestJavaClient builds the Java client (javac is slow: once for every
@@ -67,6 +69,37 @@ func TestJavaClient(t *testing.T) {
 		ex.Expect("releasing /java-example (still held: true)", 30*time.Second)
 		if code := ex.Wait(10 * time.Second); code != 0 {
 			t.Fatalf("LockExample exited %d after %q", code, held)
+		}
+	})
+
+	t.Run("features", func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		p := jr.start(t, "features", c.Addr)
+		p.Expect("PASS", 90*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest features exited %d", code)
+		}
+	})
+
+	t.Run("tls", func(t *testing.T) {
+		// A cell with mutual TLS and ACLs whose administrator is "admin";
+		// the Java process is admin through CHUBBY_TLS_* (as the Go
+		// client reads them) and bob through bob's files.
+		pki := tlstest.NewPKI(t, "cell")
+		replica := pki.Files(t, "replica-1", tlstest.Both)
+		admin := pki.Files(t, "admin", tlstest.Client)
+		pki.Files(t, "bob", tlstest.Client)
+		other := tlstest.NewPKI(t, "other-cell")
+		r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: replica.Cert, Key: replica.Key, CA: replica.CA}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second, TLS: r, Admin: "admin"})
+		env := []string{"CHUBBY_TLS_CA=" + admin.CA, "CHUBBY_TLS_CERT=" + admin.Cert, "CHUBBY_TLS_KEY=" + admin.Key}
+		p := jr.startEnv(t, env, "tls", "io.chubby.cell.CellTest", "tls", c.Addr, pki.Dir, other.CAFile())
+		p.Expect("PASS", 90*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest tls exited %d", code)
 		}
 	})
 
@@ -159,10 +192,17 @@ func (j *jvm) start(t *testing.T, mode string, args ...string) *proc {
 // output is logged line by line as it is read (Expect).
 func (j *jvm) startMain(t *testing.T, name, main string, args ...string) *proc {
 	t.Helper()
+	return j.startEnv(t, nil, name, main, args...)
+}
+
+// startEnv is startMain with env added to the test's environment.
+func (j *jvm) startEnv(t *testing.T, env []string, name, main string, args ...string) *proc {
+	t.Helper()
 	// A quick start matters more than peak speed: C1 only, serial GC.
 	cmd := exec.Command(j.java, append([]string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k",
 		"-cp", j.cp, main}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

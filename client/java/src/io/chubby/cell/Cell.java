@@ -1,6 +1,7 @@
 package io.chubby.cell;
 
 import chubby.ErrorCode;
+import chubby.chubbyConstants;
 import java.util.ArrayList;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -114,6 +115,9 @@ public final class Cell implements AutoCloseable {
         }
         CellOptions o = options.copy();
         o.validate();
+        if (o.tls == null) {
+            o.tls = Tls.fromEnv();
+        }
         if (addrs == null || addrs.isEmpty()) {
             throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "connect", null, "no replica addresses");
         }
@@ -220,6 +224,60 @@ public final class Cell implements AutoCloseable {
         chubby.CheckSequencerResponse r = call("check-sequencer", seq.path(), Retry.SAFE, opts.callTimeoutMs(),
                 c -> c.lock.CheckSequencer(req));
         return new SequencerCheck(r.isValid(), r.getReason() == null ? "" : r.getReason());
+    }
+
+    /**
+     * Returns one timestamp from the cell's oracle ({@link #timestamps(int)}
+     * with n = 1).
+     *
+     * @return the timestamp, above 0
+     * @throws ChubbyException the call's failure
+     */
+    public long timestamp() throws ChubbyException {
+        return timestamps(1);
+    }
+
+    /**
+     * Returns n strictly increasing timestamps from the cell's oracle
+     * (GetTimestamps): first .. first+n-1, each larger than every timestamp
+     * the cell handed out before this call began, to anyone, across
+     * failovers and restarts. They are counters, not clock readings. The call
+     * is resent like a read (a lost reply only skips timestamps). Each call
+     * is one GetTimestamps: unlike the Go client, concurrent calls are not
+     * batched into one.
+     *
+     * @param n how many, 1 .. MAX_TIMESTAMPS_PER_CALL
+     * @return the first of them
+     * @throws ChubbyException INVALID_ARGUMENT for n out of range, TRANSPORT
+     *     for an answer that does not match the request, or the call's failure
+     */
+    public long timestamps(int n) throws ChubbyException {
+        if (n < 1 || n > chubbyConstants.MAX_TIMESTAMPS_PER_CALL) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "timestamps", null,
+                    "count " + n + " outside [1, " + chubbyConstants.MAX_TIMESTAMPS_PER_CALL + "]");
+        }
+        chubby.GetTimestampsRequest req = new chubby.GetTimestampsRequest(n);
+        chubby.GetTimestampsResponse r = call("timestamps", null, Retry.SAFE, opts.callTimeoutMs(),
+                c -> c.oracle.GetTimestamps(req));
+        if (r.getCount() != n || r.getFirst() < 1) {
+            throw new ChubbyException(ChubbyException.Kind.TRANSPORT, null, "timestamps", null,
+                    "the cell answered " + r.getCount() + " timestamps from " + r.getFirst() + ", not " + n,
+                    null, null, null, false);
+        }
+        return r.getFirst();
+    }
+
+    /**
+     * Asks the cell which principal it takes this client for (WhoAmI): the
+     * one every ACL check of its sessions uses. Resent like a read.
+     *
+     * @return the principal ("anonymous" without a client certificate) and
+     *     whether the connection is TLS
+     * @throws ChubbyException the call's failure
+     */
+    public Identity whoAmI() throws ChubbyException {
+        chubby.WhoAmIResponse r = call("whoami", null, Retry.SAFE, opts.callTimeoutMs(), c -> c.cell.WhoAmI());
+        return new Identity(r.getPrincipal() == null ? "" : r.getPrincipal(), r.isTls());
     }
 
     /**

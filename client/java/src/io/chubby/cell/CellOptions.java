@@ -25,6 +25,7 @@ public final class CellOptions {
     String clientName = "java-" + ProcessHandle.current().pid();
     Transport transport = Transport.FRAMED;
     boolean lazy;
+    javax.net.ssl.SSLContext tls;
 
     /** Options with the defaults: see each setter. */
     public CellOptions() {}
@@ -37,6 +38,7 @@ public final class CellOptions {
         o.clientName = clientName;
         o.transport = transport;
         o.lazy = lazy;
+        o.tls = tls;
         return o;
     }
 
@@ -113,6 +115,23 @@ public final class CellOptions {
      */
     public CellOptions lazy(boolean lazy) {
         this.lazy = lazy;
+        return this;
+    }
+
+    /**
+     * Speak mutual TLS to the cell's client port with ctx (see {@link Tls}:
+     * {@link Tls#fromFiles} makes one from PEM files). Default null:
+     * {@link Cell#connect} then builds one from the environment variables
+     * the Go client reads (CHUBBY_TLS_CA, CHUBBY_TLS_CERT, CHUBBY_TLS_KEY,
+     * CHUBBY_TLS_SERVER_NAME; {@link Tls#fromEnv()}), and without
+     * CHUBBY_TLS_CA it speaks plaintext, for a cell started without TLS.
+     * Only TLS 1.3 is offered, as the cell accepts nothing older.
+     *
+     * @param ctx the TLS context, or null for the default
+     * @return this
+     */
+    public CellOptions tls(javax.net.ssl.SSLContext ctx) {
+        tls = ctx;
         return this;
     }
 

@@ -290,6 +290,47 @@ public final class Handle implements AutoCloseable {
     }
 
     /**
+     * Replaces the node's ACL names (SetACL; the session's principal needs
+     * the node's change_acl right) and returns the new metadata, whose
+     * aclGeneration went up by one. With expectedGeneration it is a
+     * compare-and-swap on the aclGeneration: GENERATION_MISMATCH otherwise,
+     * and nothing changes. It is exactly-once, like {@link #write(byte[])}.
+     *
+     * @param acl the new names (each one path component, or "" for everybody)
+     * @param expectedGeneration the aclGeneration the node must have, or null for none
+     * @return the new metadata
+     * @throws ChubbyException INVALID_ARGUMENT for a malformed name,
+     *     PERMISSION_DENIED, GENERATION_MISMATCH, HANDLE_INVALID, ...
+     */
+    public Stat setAcl(Acl acl, Long expectedGeneration) throws ChubbyException {
+        checkAcl("set-acl", path(), acl);
+        chubby.SetACLRequest req = new chubby.SetACLRequest(h, acl.toWire());
+        if (expectedGeneration != null) {
+            req.setExpected_acl_generation(expectedGeneration);
+        }
+        Stat st = Stat.fromWire(s.call("set-acl", path(), Cell.Retry.ONCE, timeout(), req::setRid,
+                c -> c.fs.SetACL(req)));
+        return remember(st, st);
+    }
+
+    static void checkAcl(String op, String path, Acl acl) throws ChubbyException {
+        if (acl == null) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, op, path, "acl is null");
+        }
+        String[][] names = {{"read", acl.read()}, {"write", acl.write()}, {"changeAcl", acl.changeAcl()}};
+        for (String[] n : names) {
+            if (n[1] == null) {
+                throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, op, path, "acl " + n[0] + " is null");
+            }
+            String why = n[1].isEmpty() ? null : Check.pathProblem("/" + n[1]);
+            if (why != null || n[1].indexOf('/') >= 0) {
+                throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, op, path, "acl " + n[0] + " "
+                        + Check.quote(n[1]) + " is not a name (one path component: the file /acl/NAME)");
+            }
+        }
+    }
+
+    /**
      * Deletes the node (the handle must be READ_WRITE); a non-empty
      * directory only when recursive.
      *

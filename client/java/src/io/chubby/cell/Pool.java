@@ -1,5 +1,8 @@
 package io.chubby.cell;
 
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.util.ArrayDeque;
 import java.util.HashMap;
@@ -7,6 +10,8 @@ import java.util.Iterator;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
 import org.apache.thrift.TConfiguration;
 import org.apache.thrift.TException;
 import org.apache.thrift.protocol.TBinaryProtocol;
@@ -69,9 +74,17 @@ final class Pool {
 
         Conn(String addr, CellOptions o) throws TTransportException {
             this.addr = addr;
-            sock = new TSocket(new TConfiguration(), Check.host(addr), Check.port(addr), o.callTimeoutMs(), o.connectTimeoutMs());
+            if (o.tls == null) {
+                sock = new TSocket(new TConfiguration(), Check.host(addr), Check.port(addr), o.callTimeoutMs(), o.connectTimeoutMs());
+                sock.open();
+            } else {
+                sock = new TSocket(tlsSocket(addr, o));
+                sock.setSocketTimeout(o.callTimeoutMs());
+            }
             trans = o.transport == CellOptions.Transport.FRAMED ? new TFramedTransport(sock) : sock;
-            trans.open();
+            if (!trans.isOpen()) {
+                trans.open();
+            }
             // Strict binary, as the cell speaks it.
             TBinaryProtocol proto = new TBinaryProtocol(trans, true, true);
             session = new chubby.Session.Client(proto);
@@ -83,6 +96,35 @@ final class Pool {
 
         void close() {
             trans.close();
+        }
+
+        /**
+         * A TLS 1.3 connection to addr, its handshake done: connect and
+         * handshake are each bounded by the connect timeout.
+         */
+        private static Socket tlsSocket(String addr, CellOptions o) throws TTransportException {
+            String host = Check.host(addr);
+            int port = Check.port(addr);
+            Socket raw = new Socket();
+            try {
+                raw.setTcpNoDelay(true);
+                raw.connect(new InetSocketAddress(host, port), o.connectTimeoutMs());
+                raw.setSoTimeout(o.connectTimeoutMs());
+                SSLSocket ssl = (SSLSocket) o.tls.getSocketFactory().createSocket(raw, host, port, true);
+                SSLParameters p = ssl.getSSLParameters();
+                p.setProtocols(new String[] {"TLSv1.3"});
+                ssl.setSSLParameters(p);
+                ssl.startHandshake();
+                return ssl;
+            } catch (IOException | RuntimeException e) {
+                try {
+                    raw.close();
+                } catch (IOException ignored) {
+                    // closing what failed: nothing more to do
+                }
+                throw new TTransportException(TTransportException.NOT_OPEN,
+                        "TLS to " + addr + ": " + e.getMessage(), e);
+            }
         }
     }
 

@@ -381,6 +381,73 @@ public final class Session implements AutoCloseable {
     }
 
     /**
+     * Checks cmps and, if every one holds, applies ops in order, all or
+     * nothing, as one command of the cell (Multi): a compare that does not
+     * hold is an answer ({@link MultiResult#succeeded()} false, naming it),
+     * an op that cannot be applied is an error naming its index, and either
+     * way nothing changed. Later ops see the effects of earlier ones (a
+     * directory, then a file in it). It is exactly-once, like
+     * {@link Handle#write(byte[])}.
+     *
+     * @param cmps the conditions (at most MAX_MULTI_COMPARES; may be empty)
+     * @param ops the changes (at most MAX_MULTI_OPS; contents together at most MAX_MULTI_BYTES)
+     * @return whether it was applied, and the nodes' metadata
+     * @throws ChubbyException INVALID_ARGUMENT or TOO_LARGE for bad input,
+     *     the refusing op's error (EXISTS, NOT_FOUND, PERMISSION_DENIED, ...),
+     *     or the call's failure
+     */
+    public MultiResult multi(List<Cmp> cmps, List<Op> ops) throws ChubbyException {
+        if (cmps == null || ops == null) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "multi", null,
+                    (cmps == null ? "compares" : "ops") + " are null");
+        }
+        if (cmps.size() > chubbyConstants.MAX_MULTI_COMPARES || ops.size() > chubbyConstants.MAX_MULTI_OPS) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "multi", null, cmps.size() + " compares and "
+                    + ops.size() + " ops, at most " + chubbyConstants.MAX_MULTI_COMPARES + " and "
+                    + chubbyConstants.MAX_MULTI_OPS + " allowed");
+        }
+        List<chubby.Compare> wc = new ArrayList<>(cmps.size());
+        for (int i = 0; i < cmps.size(); i++) {
+            Cmp c = cmps.get(i);
+            if (c == null) {
+                throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "multi", null, "compare " + i + " is null");
+            }
+            Check.path("multi", c.path());
+            wc.add(c.toWire());
+        }
+        List<chubby.MultiOp> wo = new ArrayList<>(ops.size());
+        long total = 0;
+        for (int i = 0; i < ops.size(); i++) {
+            Op o = ops.get(i);
+            if (o == null) {
+                throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "multi", null, "op " + i + " is null");
+            }
+            Check.path("multi", o.path());
+            if (o.contentBytes() > chubbyConstants.MAX_CONTENT_BYTES) {
+                throw ChubbyException.local(ErrorCode.TOO_LARGE, "multi", o.path(), "op " + i + ": content of "
+                        + o.contentBytes() + " bytes, at most " + chubbyConstants.MAX_CONTENT_BYTES + " allowed");
+            }
+            total += o.contentBytes();
+            wo.add(o.toWire());
+        }
+        if (total > chubbyConstants.MAX_MULTI_BYTES) {
+            throw ChubbyException.local(ErrorCode.TOO_LARGE, "multi", null, "contents of " + total
+                    + " bytes together, at most " + chubbyConstants.MAX_MULTI_BYTES + " allowed");
+        }
+        chubby.MultiRequest req = new chubby.MultiRequest(id, wc, wo);
+        String path = ops.isEmpty() ? null : ops.get(0).path();
+        chubby.MultiResponse r = call("multi", path, Cell.Retry.ONCE, cell.opts.callTimeoutMs(), req::setRid,
+                c -> c.fs.Multi(req));
+        List<Stat> stats = new ArrayList<>();
+        if (r.isSucceeded() && r.getStats() != null) {
+            for (chubby.Stat st : r.getStats()) {
+                stats.add(Stat.fromWire(st));
+            }
+        }
+        return new MultiResult(r.isSucceeded(), r.isSucceeded() ? -1 : r.getFailed_compare(), List.copyOf(stats));
+    }
+
+    /**
      * Takes the exclusive lock of the node at path (creating the file if it
      * is missing), waiting for it up to MAX_ACQUIRE_WAIT_MS (10 min), with
      * the cell's default lock-delay. Use it with try-with-resources:

@@ -31,6 +31,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  *
  * <pre>
  * CellTest basic ADDR                    file ops, locks, events, errors, exactly-once (one replica)
+ * CellTest features ADDR                 the oracle, whoAmI, Multi, SetACL (one plaintext replica)
+ * CellTest tls ADDR DIR OTHERCA          mutual TLS and ACLs (a TLS cell whose admin is the principal
+ *                                        CHUBBY_TLS_* names; DIR holds ca.crt, bob.crt, bob.key)
  * CellTest notmaster NONMASTER MASTER    NOT_MASTER following (a replicated cell)
  * CellTest failover ADDR...              a lock and calls across a failover (prints LOCKED, reads STOPPED)
  * CellTest jeopardy ADDR                 jeopardy, safe again, expired (prints READY and JEOPARDY, reads
@@ -45,7 +48,7 @@ public final class CellTest {
     private static final BufferedReader STDIN = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
 
     /** A check failed. */
-    private static final class Failed extends RuntimeException {
+    static final class Failed extends RuntimeException {
         private static final long serialVersionUID = 1L;
 
         Failed(String what) {
@@ -54,11 +57,11 @@ public final class CellTest {
     }
 
     /** A call that should fail. */
-    private interface Call {
+    interface Call {
         void run() throws Exception;
     }
 
-    private static void check(boolean cond, String what) {
+    static void check(boolean cond, String what) {
         if (!cond) {
             throw new Failed(what);
         }
@@ -66,7 +69,7 @@ public final class CellTest {
     }
 
     /** Checks that c fails with a ChubbyException of kind and code (code null: any). */
-    private static ChubbyException fails(ChubbyException.Kind kind, ErrorCode code, String what, Call c) throws Exception {
+    static ChubbyException fails(ChubbyException.Kind kind, ErrorCode code, String what, Call c) throws Exception {
         try {
             c.run();
         } catch (ChubbyException e) {
@@ -77,11 +80,11 @@ public final class CellTest {
         throw new Failed(what + ": the call succeeded");
     }
 
-    private static byte[] bytes(String s) {
+    static byte[] bytes(String s) {
         return s.getBytes(StandardCharsets.UTF_8);
     }
 
-    private static String line(String want) throws Exception {
+    static String line(String want) throws Exception {
         String l = STDIN.readLine();
         if (l == null || !l.startsWith(want)) {
             throw new Failed("wanted a line starting with " + want + " on stdin, got " + l);
@@ -96,13 +99,15 @@ public final class CellTest {
      */
     public static void main(String[] args) {
         if (args.length < 2) {
-            System.err.println("usage: CellTest basic|notmaster|failover|jeopardy|holder|waiter ARGS...");
+            System.err.println("usage: CellTest basic|features|tls|notmaster|failover|jeopardy|holder|waiter ARGS...");
             System.exit(2);
         }
         List<String> rest = Arrays.asList(args).subList(1, args.length);
         try {
             switch (args[0]) {
                 case "basic" -> basic(List.of(rest.get(0)));
+                case "features" -> Features.plain(List.of(rest.get(0)));
+                case "tls" -> Features.tls(rest.get(0), java.nio.file.Path.of(rest.get(1)), java.nio.file.Path.of(rest.get(2)));
                 case "notmaster" -> notMaster(rest.get(0), rest.get(1));
                 case "failover" -> failover(rest);
                 case "jeopardy" -> jeopardy(List.of(rest.get(0)));
@@ -501,6 +506,7 @@ public final class CellTest {
             Handle w = s.open("/java-failover-data", OpenOptions.readWrite().create(CreateMode.OPEN_OR_CREATE));
             long epoch0 = s.epoch();
             String master0 = cell.currentMaster();
+            long ts0 = cell.timestamps(100);
 
             // A writer that goes on through the failover: compare-and-swap
             // writes, each expecting the generation the last one produced, so
@@ -540,6 +546,8 @@ public final class CellTest {
             // new master may park for most of a lease).
             Stat st = w.stat();
             check(st != null && s.error() == null, "a call after the failover succeeds; the session lives");
+            long ts1 = cell.timestamp();
+            check(ts1 > ts0 + 99, "a timestamp from the new master (" + ts1 + ") is above the old one's (" + ts0 + "..+99)");
             List<SessionEvent> seen = await(evs, SessionEvent.Kind.MASTER_CHANGED, Duration.ofSeconds(10));
             if (seen.stream().anyMatch(ev -> ev.kind() == SessionEvent.Kind.JEOPARDY)) {
                 // The failover outlasted the local lease: the reply that

@@ -1,0 +1,272 @@
+package io.chubby.cell;
+
+import static io.chubby.cell.CellTest.bytes;
+import static io.chubby.cell.CellTest.check;
+import static io.chubby.cell.CellTest.fails;
+
+import chubby.CreateMode;
+import chubby.ErrorCode;
+import chubby.chubbyConstants;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * CellTest's scenarios of the calls that came with issue 26: the oracle,
+ * WhoAmI, Multi, ACLs and TLS.
+ */
+final class Features {
+    private Features() {}
+
+    /** The oracle, WhoAmI, Multi and SetACL on a plaintext cell without ACLs. */
+    static void plain(List<String> addrs) throws Exception {
+        try (Cell cell = Cell.connect(addrs)) {
+            oracle(cell);
+            Identity id = cell.whoAmI();
+            check(id.principal().equals("anonymous") && !id.tls(), "whoAmI on a plaintext cell: " + id);
+            try (Session s = cell.newSession()) {
+                multi(cell, s);
+                aclOpenCell(s);
+            }
+        }
+    }
+
+    static void oracle(Cell cell) throws Exception {
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "timestamps(0)", () -> cell.timestamps(0));
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "timestamps over the limit",
+                () -> cell.timestamps(chubbyConstants.MAX_TIMESTAMPS_PER_CALL + 1));
+        long a = cell.timestamp();
+        long b = cell.timestamps(10);
+        long c = cell.timestamp();
+        check(a > 0 && b > a && c >= b + 10, "timestamps increase: " + a + ", " + b + "..+9, " + c);
+
+        // Concurrent takers never share a timestamp, and each one's own
+        // timestamps increase.
+        ConcurrentHashMap<Long, Boolean> seen = new ConcurrentHashMap<>();
+        CopyOnWriteArrayList<String> errs = new CopyOnWriteArrayList<>();
+        List<Thread> ts = new ArrayList<>();
+        for (int t = 0; t < 4; t++) {
+            Thread th = new Thread(() -> {
+                long last = 0;
+                for (int i = 0; i < 50; i++) {
+                    try {
+                        long first = cell.timestamps(3);
+                        for (long x = first; x < first + 3; x++) {
+                            if (seen.putIfAbsent(x, true) != null) {
+                                errs.add("timestamp " + x + " handed out twice");
+                            }
+                        }
+                        if (first <= last) {
+                            errs.add("timestamp " + first + " after " + last);
+                        }
+                        last = first + 2;
+                    } catch (ChubbyException e) {
+                        errs.add(e.getMessage());
+                    }
+                }
+            });
+            th.start();
+            ts.add(th);
+        }
+        for (Thread th : ts) {
+            th.join(60_000);
+        }
+        check(errs.isEmpty() && seen.size() == 600, "4 threads × 50 calls × 3: 600 distinct timestamps " + errs);
+        check(cell.timestamp() > c + 600, "and a later one is above them all");
+    }
+
+    static void multi(Cell cell, Session s) throws Exception {
+        // Bad input is refused before anything is sent.
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "multi with null ops", () -> s.multi(List.of(), null));
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "multi with a bad path",
+                () -> s.multi(List.of(), List.of(Op.create("no-slash", null))));
+        List<Op> many = new ArrayList<>();
+        for (int i = 0; i <= chubbyConstants.MAX_MULTI_OPS; i++) {
+            many.add(Op.create("/m" + i, null));
+        }
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "multi with too many ops", () -> s.multi(List.of(), many));
+        byte[] big = new byte[chubbyConstants.MAX_CONTENT_BYTES];
+        List<Op> heavy = new ArrayList<>();
+        for (int i = 0; i < 5; i++) {
+            heavy.add(Op.create("/heavy" + i, big));
+        }
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.TOO_LARGE, "multi over MAX_MULTI_BYTES", () -> s.multi(List.of(), heavy));
+
+        // A directory, then a file in it (later ops see earlier ones), all at once.
+        MultiResult r = s.multi(List.of(Cmp.notExists("/jm")),
+                List.of(Op.mkdir("/jm"), Op.create("/jm/a", bytes("a1")), Op.create("/jm/b", bytes("b1"))));
+        check(r.succeeded() && r.failedCompare() == -1 && r.stats().size() == 3 && r.stats().get(0).isDirectory()
+                && r.stats().get(1).path().equals("/jm/a"), "multi: mkdir and two creates applied: " + r);
+        long genA = r.stats().get(1).contentGeneration();
+        long instB = r.stats().get(2).instance();
+
+        // A compare that does not hold: an answer naming it; nothing applied.
+        r = s.multi(List.of(Cmp.exists("/jm"), Cmp.generation("/jm/a", genA + 7)),
+                List.of(Op.set("/jm/a", bytes("a2")), Op.delete("/jm/b", false)));
+        check(!r.succeeded() && r.failedCompare() == 1 && r.stats().isEmpty(), "a compare that fails: index 1, not applied");
+        try (Handle a = s.open("/jm/a"); Handle b = s.open("/jm/b")) {
+            check(a.read().text().equals("a1") && b.stat() != null, "and nothing changed");
+        }
+
+        // An op that cannot be applied refuses the whole request.
+        ChubbyException e = fails(ChubbyException.Kind.CELL, ErrorCode.EXISTS, "multi whose second op finds its node",
+                () -> s.multi(List.of(), List.of(Op.set("/jm/a", bytes("a3")), Op.create("/jm/b", null))));
+        check(e.reason().startsWith("op 1:"), "the error names the op: " + e.reason());
+        try (Handle a = s.open("/jm/a")) {
+            check(a.read().text().equals("a1"), "and the first op was not applied");
+        }
+
+        // Compares that hold: compare-and-swap over two files at once.
+        r = s.multi(List.of(Cmp.generation("/jm/a", genA), Cmp.instance("/jm/b", instB)),
+                List.of(Op.setIf("/jm/a", bytes("a2"), genA), Op.delete("/jm/b", false), Op.createEphemeral("/jm/e", null)));
+        check(r.succeeded() && r.stats().get(0).contentGeneration() == genA + 1 && r.stats().get(2).ephemeral(),
+                "compare-and-swap of two files and an ephemeral create: applied");
+        fails(ChubbyException.Kind.CELL, ErrorCode.NOT_FOUND, "the deleted file is gone", () -> s.open("/jm/b"));
+
+        // Exactly-once: a Multi whose reply was lost is resent and applied once
+        // (a second CREATE would be EXISTS, a second setIf a mismatch).
+        AtomicBoolean armed = new AtomicBoolean(true);
+        AtomicInteger dropped = new AtomicInteger();
+        Cell.dropReply = op -> {
+            if (op.equals("multi") && armed.getAndSet(false)) {
+                dropped.incrementAndGet();
+                return true;
+            }
+            return false;
+        };
+        try {
+            r = s.multi(List.of(), List.of(Op.create("/jm/once", null), Op.setIf("/jm/a", bytes("a3"), genA + 1)));
+        } finally {
+            Cell.dropReply = null;
+        }
+        check(dropped.get() == 1 && r.succeeded() && r.stats().get(1).contentGeneration() == genA + 2,
+                "a Multi whose reply was lost: resent, applied once");
+        s.multi(List.of(), List.of(Op.delete("/jm", true)));
+        fails(ChubbyException.Kind.CELL, ErrorCode.NOT_FOUND, "a recursive delete in a Multi", () -> s.open("/jm"));
+    }
+
+    /** SetACL on a cell without ACLs: names are set and compared, every right still granted. */
+    static void aclOpenCell(Session s) throws Exception {
+        try (Handle h = s.open("/jacl", OpenOptions.readWrite().create(CreateMode.OPEN_OR_CREATE))) {
+            Stat st = h.stat();
+            check(st.acl().equals(Acl.OPEN), "a new node on a cell without ACLs names none: " + st.acl());
+            fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "an ACL name with a slash",
+                    () -> h.setAcl(new Acl("a/b", "", ""), null));
+            fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "a null ACL", () -> h.setAcl(null, null));
+            Stat after = h.setAcl(new Acl("", "writers", ""), st.aclGeneration());
+            check(after.aclGeneration() == st.aclGeneration() + 1 && after.acl().write().equals("writers"),
+                    "setAcl with the right generation: acl_generation +1, names set");
+            check(h.stat().acl().equals(new Acl("", "writers", "")), "and a stat shows them");
+            fails(ChubbyException.Kind.CELL, ErrorCode.GENERATION_MISMATCH, "setAcl with a stale generation",
+                    () -> h.setAcl(Acl.OPEN, st.aclGeneration()));
+            h.setAcl(Acl.OPEN, null);
+            h.delete();
+        }
+    }
+
+    // ------------------------------------------------------------------
+
+    /**
+     * Mutual TLS against a cell with ACLs whose administrator is "admin":
+     * the environment names admin's certificate; dir holds ca.crt and
+     * bob.crt/.key of the same CA, other the CA file of another CA.
+     */
+    static void tls(String addr, Path dir, Path otherCA) throws Exception {
+        Path ca = dir.resolve("ca.crt");
+        List<String> addrs = List.of(addr);
+        CellOptions quick = new CellOptions().callTimeout(java.time.Duration.ofSeconds(5));
+
+        // Files that cannot be used are refused at once, naming why.
+        Path scratch = Files.createTempDirectory("chubby-java-tls");
+        Path sec1 = scratch.resolve("old.key");
+        Files.writeString(sec1, "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n", StandardCharsets.US_ASCII);
+        ChubbyException e = fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "a SEC1 EC key",
+                () -> Tls.fromFiles(ca, dir.resolve("bob.crt"), sec1, null));
+        check(e.getMessage().contains("openssl pkcs8 -topk8"), "the error says how to convert it");
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "a key that is not the certificate's",
+                () -> Tls.fromFiles(ca, dir.resolve("bob.crt"), dir.resolve("admin.key"), null));
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "a certificate without its key",
+                () -> Tls.fromFiles(ca, dir.resolve("bob.crt"), null, null));
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "a missing CA file",
+                () -> Tls.fromFiles(scratch.resolve("none.crt"), null, null, null));
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "a CA file without certificates",
+                () -> Tls.fromFiles(sec1, null, null, null));
+        check(Tls.fromEnv(k -> null) == null, "no CHUBBY_TLS_CA: plaintext");
+        fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "CHUBBY_TLS_CERT without CHUBBY_TLS_CA",
+                () -> Tls.fromEnv(k -> k.equals(Tls.ENV_CERT) ? "x.crt" : null));
+
+        // A replica whose certificate another CA signed is not the cell.
+        fails(ChubbyException.Kind.UNREACHABLE, null, "a cell whose certificate our CA did not sign",
+                () -> Cell.connect(addrs, quick.copy().tls(Tls.fromFiles(otherCA, null, null, null))));
+        // A required server name the replica's certificate lacks.
+        fails(ChubbyException.Kind.UNREACHABLE, null, "a server name the certificate does not carry",
+                () -> Cell.connect(addrs, quick.copy().tls(Tls.fromFiles(ca, null, null, "db.example"))));
+
+        // The environment (CHUBBY_TLS_*, as the Go client reads it) names admin.
+        try (Cell admin = Cell.connect(addrs, quick);
+                Cell bob = Cell.connect(addrs, quick.copy().tls(Tls.fromFiles(ca, dir.resolve("bob.crt"), dir.resolve("bob.key"), "localhost")));
+                Cell anon = Cell.connect(addrs, quick.copy().tls(Tls.fromFiles(ca, null, null, "127.0.0.1")))) {
+            check(admin.whoAmI().equals(new Identity("admin", true)), "whoAmI from CHUBBY_TLS_*: admin over TLS");
+            check(bob.whoAmI().equals(new Identity("bob", true)), "whoAmI with bob's files (server name localhost): bob");
+            check(anon.whoAmI().equals(new Identity("anonymous", true)), "whoAmI without a certificate: anonymous over TLS");
+            oracle(admin);
+            try (Session as = admin.newSession(); Session bs = bob.newSession(); Session ns = anon.newSession()) {
+                acl(as, bs, ns);
+            }
+        }
+    }
+
+    /** ACLs enforced: admin grants every certificate read on /pub, nobody else write. */
+    static void acl(Session admin, Session bob, Session anon) throws Exception {
+        // The cell names admin once its master has initialised the ACLs.
+        Stat root = null;
+        for (int i = 0; i < 200; i++) {
+            try (Handle r = admin.open("/")) {
+                root = r.stat();
+                if (root.acl().changeAcl().equals("admin")) {
+                    break;
+                }
+            }
+            Thread.sleep(50);
+        }
+        check(root != null && root.acl().equals(new Acl("admin", "admin", "admin")), "/ is admin's: " + (root == null ? null : root.acl()));
+        fails(ChubbyException.Kind.CELL, ErrorCode.PERMISSION_DENIED, "bob may not read /", () -> bob.open("/"));
+
+        admin.createFile("/acl/everyone", bytes("*\n"), false);
+        admin.mkdir("/pub", false);
+        try (Handle pub = admin.open("/pub", OpenOptions.readWrite())) {
+            Stat st = pub.setAcl(new Acl("everyone", "admin", "admin"), null);
+            check(st.acl().read().equals("everyone"), "admin sets /pub's read ACL to everyone");
+        }
+        admin.createFile("/pub/f", bytes("hello"), false);
+        try (Handle f = bob.open("/pub/f")) {
+            check(f.read().text().equals("hello") && f.lastStat().acl().read().equals("everyone"),
+                    "bob reads /pub/f (it got its parent's names)");
+            fails(ChubbyException.Kind.CELL, ErrorCode.PERMISSION_DENIED, "bob may not change its ACL",
+                    () -> f.setAcl(Acl.OPEN, null));
+        }
+        fails(ChubbyException.Kind.CELL, ErrorCode.PERMISSION_DENIED, "bob may not open it for writing",
+                () -> bob.open("/pub/f", OpenOptions.readWrite()));
+        fails(ChubbyException.Kind.CELL, ErrorCode.PERMISSION_DENIED, "bob may not create in /pub",
+                () -> bob.createFile("/pub/g", null, false));
+        fails(ChubbyException.Kind.CELL, ErrorCode.PERMISSION_DENIED, "nor through a Multi",
+                () -> bob.multi(List.of(), List.of(Op.set("/pub/f", bytes("mine")))));
+        fails(ChubbyException.Kind.CELL, ErrorCode.PERMISSION_DENIED, "anonymous is not every certificate (*)",
+                () -> anon.open("/pub/f"));
+
+        try (Handle f = admin.open("/pub/f", OpenOptions.readWrite())) {
+            long g = f.stat().aclGeneration();
+            fails(ChubbyException.Kind.CELL, ErrorCode.GENERATION_MISMATCH, "setAcl with a stale generation",
+                    () -> f.setAcl(new Acl("admin", "admin", "admin"), g + 1));
+            f.setAcl(new Acl("admin", "admin", "admin"), g);
+        }
+        fails(ChubbyException.Kind.CELL, ErrorCode.PERMISSION_DENIED, "after admin takes the read right back, bob may not read",
+                () -> bob.open("/pub/f"));
+    }
+}
