@@ -417,6 +417,10 @@ public final class Handle implements AutoCloseable {
         checkLockArgs("acquire", path(), mode, lockDelay);
         checkWait("acquire", path(), wait);
         long waitMs = ceilMs(wait);
+        Scope sc = Scope.current();
+        if (sc != null) {
+            waitMs = Math.max(1, Math.min(waitMs, sc.leftMs())); // the cell gives up by the deadline itself
+        }
         chubby.AcquireRequest req = new chubby.AcquireRequest(h, mode, waitMs);
         if (lockDelay != null) {
             req.setLock_delay_ms(ceilMs(lockDelay));

@@ -69,6 +69,7 @@ final class Pool {
         final chubby.Lock.Client lock;
         final chubby.Cell.Client cell;
         final chubby.Oracle.Client oracle;
+        final Socket raw; // the TCP socket under the transport (under TLS, if any)
         boolean reused; // handed out before: a failure may just mean the server dropped it while idle
         long idleSince;
 
@@ -77,8 +78,11 @@ final class Pool {
             if (o.tls == null) {
                 sock = new TSocket(new TConfiguration(), Check.host(addr), Check.port(addr), o.callTimeoutMs(), o.connectTimeoutMs());
                 sock.open();
+                raw = sock.getSocket();
             } else {
-                sock = new TSocket(tlsSocket(addr, o));
+                Socket[] under = new Socket[1];
+                sock = new TSocket(tlsSocket(addr, o, under));
+                raw = under[0];
                 sock.setSocketTimeout(o.callTimeoutMs());
             }
             trans = o.transport == CellOptions.Transport.FRAMED ? new TFramedTransport(sock) : sock;
@@ -99,13 +103,28 @@ final class Pool {
         }
 
         /**
+         * Closes the TCP socket under the connection, from any thread: a
+         * read or write blocked on it fails at once (the transport's own
+         * close is not safe beside a call in flight). The call's thread then
+         * discards the connection.
+         */
+        void abort() {
+            try {
+                raw.close();
+            } catch (IOException e) {
+                // closed already: nothing more to do
+            }
+        }
+
+        /**
          * A TLS 1.3 connection to addr, its handshake done: connect and
          * handshake are each bounded by the connect timeout.
          */
-        private static Socket tlsSocket(String addr, CellOptions o) throws TTransportException {
+        private static Socket tlsSocket(String addr, CellOptions o, Socket[] under) throws TTransportException {
             String host = Check.host(addr);
             int port = Check.port(addr);
             Socket raw = new Socket();
+            under[0] = raw;
             try {
                 raw.setTcpNoDelay(true);
                 raw.connect(new InetSocketAddress(host, port), o.connectTimeoutMs());
@@ -155,6 +174,12 @@ final class Pool {
     <T> T invoke(String addr, boolean fresh, int timeoutMs, Rpc<T> fn) throws TException, Unsent, Lost {
         for (int tries = 0; ; tries++) {
             Conn c = get(addr, fresh || tries > 0);
+            Scope sc = Scope.current();
+            if (sc != null && !sc.enter(c)) { // a scope that fires aborts c: the call is abandoned
+                sc.leave(c);
+                discard(c);
+                throw new Unsent(addr, new IllegalStateException("the call was abandoned"));
+            }
             try {
                 c.sock.setSocketTimeout(timeoutMs);
                 T v = fn.call(c);
@@ -166,14 +191,22 @@ final class Pool {
             } catch (TTransportException e) {
                 discard(c);
                 boolean timeout = isTimeout(e);
-                if (c.reused && !timeout && tries == 0 && !isClosed()) {
+                boolean abandoned = sc != null && sc.firedKind() != null;
+                if (c.reused && !timeout && tries == 0 && !isClosed() && !abandoned) {
                     purge(addr); // its siblings are likely stale too
                     continue;
                 }
                 throw new Lost(addr, e, timeout);
             } catch (TException | RuntimeException e) {
                 discard(c);
+                if (sc != null && sc.firedKind() != null) {
+                    throw new Lost(addr, e, false); // the abort's echo: the caller reports the scope's error
+                }
                 throw e;
+            } finally {
+                if (sc != null) {
+                    sc.leave(c);
+                }
             }
         }
     }

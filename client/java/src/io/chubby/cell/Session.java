@@ -54,7 +54,7 @@ import org.apache.thrift.transport.TTransportException;
  * timeout passes; later calls fail at once.
  *
  * <p><b>Exactly-once.</b> Calls that change the cell (open, close, write,
- * delete, mkdir, createFile, tryAcquire, release) carry a request id: the
+ * delete, mkdir, createFile, setAcl, multi, tryAcquire, release) carry a request id: the
  * session numbers them 1, 2, 3, ... (a resend keeps its number) and tells the
  * cell the lowest number still in flight (the floor: the cell may forget the
  * answers below it). The cell applies a number at most once and answers a
@@ -72,6 +72,12 @@ import org.apache.thrift.transport.TTransportException;
  * <p>This Java client does not cache: its sessions are created without the
  * cache flag, so the cell sends them no invalidations and never waits for
  * them.
+ *
+ * <p><b>Deadlines.</b> Calls block their thread, bounded by the call
+ * timeout per attempt ({@link CellOptions#callTimeout(Duration)}); inside
+ * {@link Cell#withDeadline} or {@link Cell#async(Duration, CellCall)} they
+ * are bounded by one deadline, and {@link Cell#async(CellCall)} gives a
+ * future whose cancellation abandons the call in flight.
  *
  * <p>Thread-safe: any number of threads may use a session and its handles.
  */
@@ -703,7 +709,11 @@ public final class Session implements AutoCloseable {
         try {
             boolean needRenewal = false;
             long after = 0;
+            Scope sc = Scope.current();
             for (int round = 0; ; round++) {
+                if (sc != null) {
+                    sc.check(op, path);
+                }
                 long renewals = awaitSafe(op, path, needRenewal, after);
                 try {
                     return cell.call(op, path, cls, timeoutMs, fn);
@@ -757,6 +767,10 @@ public final class Session implements AutoCloseable {
             }
             return ll.renewals();
         } catch (InterruptedException e) {
+            Scope sc = Scope.current();
+            if (sc != null && sc.firedKind() != null) {
+                sc.check(op, path); // the scope's interrupt: its error, the flag is cleared when it ends
+            }
             Thread.currentThread().interrupt();
             throw new ChubbyException(ChubbyException.Kind.INTERRUPTED, null, op, path,
                     "interrupted while the session was in jeopardy", null, null, e, false);

@@ -269,4 +269,148 @@ final class Features {
         fails(ChubbyException.Kind.CELL, ErrorCode.PERMISSION_DENIED, "after admin takes the read right back, bob may not read",
                 () -> bob.open("/pub/f"));
     }
+
+    // ------------------------------------------------------------------
+
+    /** The time since start, in ms. */
+    private static long since(long start) {
+        return (System.nanoTime() - start) / 1_000_000;
+    }
+
+    /** Waits (bounded) for f and returns the ChubbyException it failed with, or null. */
+    private static Throwable failure(java.util.concurrent.Future<?> f, long withinMs) throws Exception {
+        try {
+            f.get(withinMs, java.util.concurrent.TimeUnit.MILLISECONDS);
+            return null;
+        } catch (java.util.concurrent.ExecutionException e) {
+            return e.getCause();
+        }
+    }
+
+    /** Deadlines and cancellation: a blocked call is abandoned, a retry loop cut short. */
+    static void deadlines(List<String> addrs) throws Exception {
+        // A server that accepts connections and never answers: a call to it
+        // blocks in its read until its 60 s timeout, unless abandoned.
+        try (java.net.ServerSocket silent = new java.net.ServerSocket(0, 50, java.net.InetAddress.getLoopbackAddress());
+                Cell mute = Cell.connect(List.of("127.0.0.1:" + silent.getLocalPort()),
+                        new CellOptions().lazy(true).callTimeout(java.time.Duration.ofSeconds(60)))) {
+            List<java.net.Socket> accepted = new CopyOnWriteArrayList<>();
+            Thread acceptor = new Thread(() -> {
+                try {
+                    while (true) {
+                        accepted.add(silent.accept());
+                    }
+                } catch (java.io.IOException e) {
+                    // closed: the test is over
+                }
+            });
+            acceptor.setDaemon(true);
+            acceptor.start();
+
+            fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "a zero deadline",
+                    () -> mute.withDeadline(java.time.Duration.ZERO, mute::getMaster));
+            check(failure(mute.async(null, mute::getMaster), 5000) instanceof ChubbyException, "async with a null timeout fails");
+
+            long start = System.nanoTime();
+            ChubbyException e = fails(ChubbyException.Kind.DEADLINE_EXCEEDED, null, "a silent replica, deadline 300 ms",
+                    () -> mute.withDeadline(java.time.Duration.ofMillis(300), mute::getMaster));
+            long took = since(start);
+            check(took < 10_000, "it gave up after " + took + " ms (the call's own timeout: 60 s)");
+            check(!Thread.currentThread().isInterrupted(), "and left the caller's thread not interrupted");
+
+            // Cancel: the blocked read ends at once, the body sees CANCELLED.
+            java.util.concurrent.CompletableFuture<ChubbyException.Kind> seen = new java.util.concurrent.CompletableFuture<>();
+            java.util.concurrent.CompletableFuture<MasterInfo> f = mute.async(() -> {
+                try {
+                    return mute.getMaster();
+                } catch (ChubbyException x) {
+                    seen.complete(x.kind());
+                    throw x;
+                }
+            });
+            int before = accepted.size();
+            for (int i = 0; i < 200 && accepted.size() == before; i++) {
+                Thread.sleep(10);
+            }
+            Thread.sleep(100); // the request is written, the read blocks
+            start = System.nanoTime();
+            check(f.cancel(true) && f.isCancelled(), "the future is cancelled");
+            ChubbyException.Kind k = seen.get(10, java.util.concurrent.TimeUnit.SECONDS);
+            took = since(start);
+            check(k == ChubbyException.Kind.CANCELLED && took < 10_000,
+                    "the cancelled call was abandoned after " + took + " ms: " + k);
+
+            // orTimeout completes the future from outside: that abandons it too.
+            java.util.concurrent.CompletableFuture<ChubbyException.Kind> seen2 = new java.util.concurrent.CompletableFuture<>();
+            start = System.nanoTime();
+            Throwable t = failure(mute.async(() -> {
+                try {
+                    return mute.getMaster();
+                } catch (ChubbyException x) {
+                    seen2.complete(x.kind());
+                    throw x;
+                }
+            }).orTimeout(300, java.util.concurrent.TimeUnit.MILLISECONDS), 20_000);
+            check(t instanceof java.util.concurrent.TimeoutException, "orTimeout: " + t);
+            k = seen2.get(10, java.util.concurrent.TimeUnit.SECONDS);
+            check(k == ChubbyException.Kind.CANCELLED, "and the call was abandoned (" + k + ") after " + since(start) + " ms");
+
+            // async with a deadline: the future fails at the deadline.
+            start = System.nanoTime();
+            t = failure(mute.async(java.time.Duration.ofMillis(300), mute::getMaster), 20_000);
+            took = since(start);
+            check(t instanceof ChubbyException && ((ChubbyException) t).kind() == ChubbyException.Kind.DEADLINE_EXCEEDED
+                    && took < 10_000, "async with a 300 ms deadline fails after " + took + " ms: " + t);
+        }
+
+        // Nobody listening: the deadline cuts the retries (6 attempts with
+        // a backoff doubling to 1 s) short.
+        int dead;
+        try (java.net.ServerSocket ss = new java.net.ServerSocket(0, 50, java.net.InetAddress.getLoopbackAddress())) {
+            dead = ss.getLocalPort();
+        }
+        try (Cell gone = Cell.connect(List.of("127.0.0.1:" + dead), new CellOptions().lazy(true))) {
+            long start = System.nanoTime();
+            fails(ChubbyException.Kind.UNREACHABLE, null, "no deadline: the retries run out", gone::getMaster);
+            long full = since(start);
+            start = System.nanoTime();
+            fails(ChubbyException.Kind.DEADLINE_EXCEEDED, null, "a 100 ms deadline",
+                    () -> gone.withDeadline(java.time.Duration.ofMillis(100), gone::getMaster));
+            long cut = since(start);
+            check(cut < full, "the deadline ended the retries after " + cut + " ms, not " + full + " ms");
+        }
+
+        // An Acquire under a deadline: its wait is cut to it, and a
+        // cancelled one ends at once; the session goes on.
+        try (Cell cell = Cell.connect(addrs); Session holder = cell.newSession(); Session s = cell.newSession()) {
+            Lock held = holder.lock("/jdl");
+            try (Handle h = s.open("/jdl")) {
+                long start = System.nanoTime();
+                try {
+                    cell.withDeadline(java.time.Duration.ofMillis(500),
+                            () -> h.acquire(chubby.LockMode.EXCLUSIVE, java.time.Duration.ofMinutes(5)));
+                    throw new CellTest.Failed("acquire of a held lock under a deadline succeeded");
+                } catch (ChubbyException x) {
+                    long took = since(start);
+                    check((x.kind() == ChubbyException.Kind.DEADLINE_EXCEEDED || x.is(ErrorCode.TIMED_OUT)) && took < 10_000,
+                            "acquire (wait 5 min) under a 500 ms deadline ends after " + took + " ms: " + x.getMessage());
+                }
+                java.util.concurrent.CompletableFuture<chubby.LockMode> seen = new java.util.concurrent.CompletableFuture<>();
+                java.util.concurrent.CompletableFuture<Sequencer> f = cell.async(() -> {
+                    try {
+                        return h.acquire(chubby.LockMode.EXCLUSIVE, java.time.Duration.ofMinutes(5));
+                    } finally {
+                        seen.complete(chubby.LockMode.EXCLUSIVE);
+                    }
+                });
+                Thread.sleep(300);
+                start = System.nanoTime();
+                f.cancel(true);
+                seen.get(10, java.util.concurrent.TimeUnit.SECONDS);
+                check(since(start) < 10_000, "a cancelled acquire (wait 5 min) ended after " + since(start) + " ms");
+                check(h.read() != null && s.error() == null, "and the session goes on");
+            }
+            held.close();
+        }
+    }
 }
