@@ -72,6 +72,28 @@ func TestJavaClient(t *testing.T) {
 		}
 	})
 
+	t.Run("quickstart", func(t *testing.T) {
+		// The README's quick start, on a fresh cell (only "/"), twice: the
+		// second run finds what the first made.
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		for _, created := range []string{"true", "false"} {
+			p := jr.startMain(t, "QuickStart", "QuickStart", c.Addr)
+			p.Expect("leading with chubby-seq:v1:E:", 30*time.Second)
+			p.Expect("timestamp ", 30*time.Second)
+			p.Expect("created /svc/config: "+created, 30*time.Second)
+			p.Expect("/svc/config: v1 (generation 1)", 30*time.Second)
+			if code := p.Wait(10 * time.Second); code != 0 {
+				t.Fatalf("QuickStart exited %d", code)
+			}
+		}
+		// And the lock example with a path whose parent is missing.
+		ex := jr.startMain(t, "LockExample", "LockExample", c.Addr, "/example/leader", "0")
+		ex.Expect("holding /example/leader with sequencer chubby-seq:v1:E:1:", 30*time.Second)
+		if code := ex.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("LockExample exited %d", code)
+		}
+	})
+
 	t.Run("features", func(t *testing.T) {
 		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
 		p := jr.start(t, "features", c.Addr)
