@@ -112,6 +112,15 @@ func TestJavaClient(t *testing.T) {
 		}
 	})
 
+	t.Run("cache", func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		p := jr.start(t, "cache", c.Addr)
+		p.Expect("PASS", 120*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest cache exited %d", code)
+		}
+	})
+
 	t.Run("tls", func(t *testing.T) {
 		// A cell with mutual TLS and ACLs whose administrator is "admin";
 		// the Java process is admin through CHUBBY_TLS_* (as the Go

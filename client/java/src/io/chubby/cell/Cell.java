@@ -169,6 +169,9 @@ public final class Cell implements AutoCloseable {
     public Session newSession() throws ChubbyException {
         long sent = System.nanoTime();
         chubby.CreateSessionRequest req = new chubby.CreateSessionRequest(opts.clientName);
+        if (opts.cache) {
+            req.setCache(true); // the master then invalidates our copies before changes
+        }
         chubby.CreateSessionResponse r = call("create-session", null, Retry.SAFE, opts.callTimeoutMs(),
                 c -> c.session.CreateSession(req));
         if (r.getLease_ms() <= 0 || r.getSession() <= 0) {

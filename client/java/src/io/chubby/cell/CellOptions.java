@@ -26,6 +26,7 @@ public final class CellOptions {
     Transport transport = Transport.FRAMED;
     boolean lazy;
     javax.net.ssl.SSLContext tls;
+    boolean cache = true;
 
     /** Options with the defaults: see each setter. */
     public CellOptions() {}
@@ -39,6 +40,7 @@ public final class CellOptions {
         o.transport = transport;
         o.lazy = lazy;
         o.tls = tls;
+        o.cache = cache;
         return o;
     }
 
@@ -132,6 +134,21 @@ public final class CellOptions {
      */
     public CellOptions tls(javax.net.ssl.SSLContext ctx) {
         tls = ctx;
+        return this;
+    }
+
+    /**
+     * Whether sessions cache file contents and Stats (default true, as the
+     * Go client): a session's reads of a node are then answered from memory
+     * while the session is safe, and the master invalidates the copy before
+     * the node changes (see {@link Session}). Off: every read is a round trip
+     * to the master.
+     *
+     * @param on whether to cache
+     * @return this
+     */
+    public CellOptions cache(boolean on) {
+        cache = on;
         return this;
     }
 

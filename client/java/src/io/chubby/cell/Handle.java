@@ -163,27 +163,52 @@ public final class Handle implements AutoCloseable {
     }
 
     /**
-     * Reads the file's content and metadata in one call.
+     * Reads the file's content and metadata in one call, answered from the
+     * session's cache when it holds them (see {@link Session}: a cached read
+     * is never stale).
      *
      * @return the content and metadata
      * @throws ChubbyException IS_DIRECTORY, HANDLE_INVALID, ...
      */
     public Contents read() throws ChubbyException {
+        Cache cache = s.cache;
+        if (cache != null && s.state() == SessionState.SAFE) {
+            Contents hit = cache.file(path(), h.getInstance(), true);
+            if (hit != null) {
+                return remember(hit, hit.stat());
+            }
+        }
         chubby.HandleRequest req = req();
+        long gen = 0;
+        if (cache != null) {
+            gen = cache.generation();
+            req.setCache(true);
+        }
         chubby.GetContentsAndStatResponse r = s.call("read", path(), Cell.Retry.SAFE, timeout(), null,
                 c -> c.fs.GetContentsAndStat(req));
         Stat st = Stat.fromWire(r.getStat());
-        byte[] b = r.getContent();
-        return remember(new Contents(b == null ? new byte[0] : b, st), st);
+        byte[] b = r.getContent() == null ? new byte[0] : r.getContent();
+        if (cache != null && r.isCacheable()) {
+            cache.fill(path(), h.getInstance(), gen, b, st);
+        }
+        return remember(new Contents(b, st), st);
     }
 
     /**
-     * Reads the node's metadata.
+     * Reads the node's metadata (from the session's cache when a read put it
+     * there).
      *
      * @return the metadata
      * @throws ChubbyException HANDLE_INVALID, ...
      */
     public Stat stat() throws ChubbyException {
+        Cache cache = s.cache;
+        if (cache != null && s.state() == SessionState.SAFE) {
+            Contents hit = cache.file(path(), h.getInstance(), false);
+            if (hit != null) {
+                return remember(hit.stat(), hit.stat());
+            }
+        }
         chubby.HandleRequest req = req();
         Stat st = Stat.fromWire(s.call("stat", path(), Cell.Retry.SAFE, timeout(), null, c -> c.fs.GetStat(req)));
         return remember(st, st);

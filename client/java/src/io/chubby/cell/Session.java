@@ -69,9 +69,17 @@ import org.apache.thrift.transport.TTransportException;
  * again what was not acknowledged; the session delivers each event once, in
  * order (by {@link Event#seq()}).
  *
- * <p>This Java client does not cache: its sessions are created without the
- * cache flag, so the cell sends them no invalidations and never waits for
- * them.
+ * <p><b>Cache.</b> Unless {@link CellOptions#cache(boolean)} turns it off, a
+ * session caches file contents and Stats ({@link Handle#read()},
+ * {@link Handle#stat()}; not directory listings): it is created with the
+ * cache flag, so the master registers it as a cacher of what it reads and,
+ * before a change to such a node commits, sends it an invalidation on a
+ * KeepAlive reply and waits until the next KeepAlive acknowledges it (or the
+ * lease has run out). A cached read is therefore never stale. The cache is
+ * used only while the session is safe and flushed in jeopardy, when the
+ * master changes and when the session ends; a reply is cached only if no
+ * invalidation arrived while it was in flight, and the session's own
+ * changes drop its copies before and after they are sent.
  *
  * <p><b>Deadlines.</b> Calls block their thread, bounded by the call
  * timeout per attempt ({@link CellOptions#callTimeout(Duration)}); inside
@@ -93,6 +101,8 @@ public final class Session implements AutoCloseable {
     static final int EARLY_EVENT_BUFFER = 1024;
 
     final Cell cell;
+    /** The session's cache, or null when the options turned it off. */
+    final Cache cache;
     private final long id;
     private final long graceNanos;
 
@@ -124,6 +134,7 @@ public final class Session implements AutoCloseable {
 
     Session(Cell cell, long id, long sent, long leaseMs, long epoch) {
         this.cell = cell;
+        this.cache = cell.opts.cache ? new Cache() : null;
         this.id = id;
         this.graceNanos = cell.opts.gracePeriod.toNanos();
         this.ll = new LocalLease(sent, leaseMs * 1_000_000L, epoch, graceNanos);
@@ -441,9 +452,21 @@ public final class Session implements AutoCloseable {
                     + " bytes together, at most " + chubbyConstants.MAX_MULTI_BYTES + " allowed");
         }
         chubby.MultiRequest req = new chubby.MultiRequest(id, wc, wo);
+        Runnable drop = () -> {
+            if (cache != null) {
+                for (Op o : ops) {
+                    dropCached(o.kind() == chubby.MultiOpKind.DELETE ? "delete" : "multi", o.path());
+                }
+            }
+        };
+        drop.run();
         String path = ops.isEmpty() ? null : ops.get(0).path();
-        chubby.MultiResponse r = call("multi", path, Cell.Retry.ONCE, cell.opts.callTimeoutMs(), req::setRid,
-                c -> c.fs.Multi(req));
+        chubby.MultiResponse r;
+        try {
+            r = call("multi", path, Cell.Retry.ONCE, cell.opts.callTimeoutMs(), req::setRid, c -> c.fs.Multi(req));
+        } finally {
+            drop.run();
+        }
         List<Stat> stats = new ArrayList<>();
         if (r.isSucceeded() && r.getStats() != null) {
             for (chubby.Stat st : r.getStats()) {
@@ -640,6 +663,9 @@ public final class Session implements AutoCloseable {
             mu.unlock();
         }
         cell.removeSession(this);
+        if (cache != null) {
+            cache.flush();
+        }
         if (isExpired) {
             emit(SessionEvent.Kind.EXPIRED, epoch, e, 0);
         }
@@ -664,6 +690,9 @@ public final class Session implements AutoCloseable {
     }
 
     private void enterJeopardy() {
+        if (cache != null) {
+            cache.flush(); // the master may stop waiting for our acknowledgements at any moment now
+        }
         long epoch;
         mu.lock();
         try {
@@ -685,6 +714,9 @@ public final class Session implements AutoCloseable {
         } finally {
             mu.unlock();
         }
+        if (cache != null) {
+            cache.flush(); // a new master knows no cachers
+        }
         emit(SessionEvent.Kind.MASTER_CHANGED, epoch, null, 0);
     }
 
@@ -705,6 +737,12 @@ public final class Session implements AutoCloseable {
         if (setRid != null) {
             seq = reqSeq.incrementAndGet();
             setRid.accept(new chubby.RequestID(seq, beginRequest(seq)));
+        }
+        // Write-through: our copy of what a change touches goes now and again
+        // when it is done (the master invalidates it too).
+        boolean drops = cache != null && path != null && cls != Cell.Retry.SAFE;
+        if (drops) {
+            dropCached(op, path);
         }
         try {
             boolean needRenewal = false;
@@ -737,7 +775,28 @@ public final class Session implements AutoCloseable {
             if (seq != 0) {
                 endRequest(seq);
             }
+            if (drops) {
+                dropCached(op, path);
+            }
         }
+    }
+
+    private void dropCached(String op, String path) {
+        if (op.equals("delete")) {
+            cache.dropTree(path);
+        } else {
+            cache.drop(path);
+        }
+    }
+
+    /**
+     * The cache's counters: hits, misses, entries, invalidations (all 0
+     * when {@link CellOptions#cache(boolean)} turned it off).
+     *
+     * @return the counters
+     */
+    public CacheStats cacheStats() {
+        return cache == null ? new CacheStats(0, 0, 0, 0) : cache.stats();
     }
 
     /**
@@ -967,6 +1026,10 @@ public final class Session implements AutoCloseable {
         long acked = acked();
         if (acked > 0) {
             item.setAcked_event(acked); // what earlier replies delivered: the cell may forget it
+        }
+        long inv = cache == null ? 0 : cache.ackSeq();
+        if (inv > 0) {
+            item.setAcked_invalidation(inv); // our copies of those nodes are gone: the master may go on
         }
         chubby.KeepAliveRequest req = new chubby.KeepAliveRequest(List.of(item));
         req.setEpoch(epoch());
@@ -1222,6 +1285,9 @@ public final class Session implements AutoCloseable {
             }
             if (g.getLease_ms() <= 0 || g.getLease_ms() > 3_600_000L) {
                 return new IllegalStateException("KeepAlive reply grants a lease of " + g.getLease_ms() + " ms");
+            }
+            if (cache != null) {
+                cache.apply(g); // before the next KeepAlive, which acknowledges it
             }
             long now = System.nanoTime();
             int renewed;

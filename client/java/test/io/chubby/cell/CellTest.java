@@ -33,6 +33,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * CellTest basic ADDR                    file ops, locks, events, errors, exactly-once (one replica)
  * CellTest features ADDR                 the oracle, whoAmI, Multi, SetACL (one plaintext replica)
  * CellTest deadlines ADDR                deadlines and cancellation (one replica; a silent server of its own)
+ * CellTest cache ADDR                    the session cache: hits, invalidations, no stale read
  * CellTest tls ADDR DIR OTHERCA          mutual TLS and ACLs (a TLS cell whose admin is the principal
  *                                        CHUBBY_TLS_* names; DIR holds ca.crt, bob.crt, bob.key)
  * CellTest notmaster NONMASTER MASTER    NOT_MASTER following (a replicated cell)
@@ -100,7 +101,7 @@ public final class CellTest {
      */
     public static void main(String[] args) {
         if (args.length < 2) {
-            System.err.println("usage: CellTest basic|features|deadlines|tls|notmaster|failover|jeopardy|holder|waiter ARGS...");
+            System.err.println("usage: CellTest basic|features|deadlines|cache|tls|notmaster|failover|jeopardy|holder|waiter ARGS...");
             System.exit(2);
         }
         List<String> rest = Arrays.asList(args).subList(1, args.length);
@@ -109,6 +110,7 @@ public final class CellTest {
                 case "basic" -> basic(List.of(rest.get(0)));
                 case "features" -> Features.plain(List.of(rest.get(0)));
                 case "deadlines" -> Features.deadlines(List.of(rest.get(0)));
+                case "cache" -> Features.cache(List.of(rest.get(0)));
                 case "tls" -> Features.tls(rest.get(0), java.nio.file.Path.of(rest.get(1)), java.nio.file.Path.of(rest.get(2)));
                 case "notmaster" -> notMaster(rest.get(0), rest.get(1));
                 case "failover" -> failover(rest);

@@ -413,4 +413,88 @@ final class Features {
             held.close();
         }
     }
+
+    // ------------------------------------------------------------------
+
+    /**
+     * The cache: hits while nothing changes, and never a stale read: a
+     * write by another client returns only once the reader's copy is gone.
+     */
+    static void cache(List<String> addrs) throws Exception {
+        try (Cell rc = Cell.connect(addrs); Cell wc = Cell.connect(addrs, new CellOptions().cache(false));
+                Session reader = rc.newSession(); Session writer = wc.newSession()) {
+            writer.createFile("/jc", bytes("v0"), false);
+            try (Handle r = reader.open("/jc"); Handle w = writer.open("/jc", OpenOptions.readWrite())) {
+                CacheStats s0 = reader.cacheStats();
+                Contents c1 = r.read();
+                Contents c2 = r.read();
+                Stat st = r.stat();
+                CacheStats s1 = reader.cacheStats();
+                check(c1.text().equals("v0") && c2.text().equals("v0") && st.contentGeneration() == c1.stat().contentGeneration(),
+                        "reads and a stat of an unchanged file");
+                check(s1.misses() - s0.misses() == 1 && s1.hits() - s0.hits() == 2 && s1.entries() == 1,
+                        "the first read missed, the second and the stat hit: " + s1);
+                w.read();
+                w.read();
+                check(writer.cacheStats().equals(new CacheStats(0, 0, 0, 0)), "a session with cache(false) caches nothing");
+
+                // A write by another client: the reader's next read sees it.
+                w.write(bytes("v1"));
+                check(r.read().text().equals("v1"), "after another client's write returns, a read sees it");
+                CacheStats s2 = reader.cacheStats();
+                check(s2.invalidations() > s1.invalidations(), "the reader got an invalidation: " + s2);
+
+                // Many writes while the reader reads: a read that starts after
+                // write i returned never sees less than i (a stale hit would).
+                AtomicInteger done = new AtomicInteger();
+                AtomicBoolean stop = new AtomicBoolean();
+                CopyOnWriteArrayList<String> errs = new CopyOnWriteArrayList<>();
+                Thread wt = new Thread(() -> {
+                    try {
+                        for (int i = 1; i <= 40; i++) {
+                            w.write(bytes(Integer.toString(i)));
+                            done.set(i);
+                            Thread.sleep(20);
+                        }
+                    } catch (Exception e) {
+                        errs.add("writer: " + e);
+                    } finally {
+                        stop.set(true);
+                    }
+                });
+                wt.start();
+                long reads = 0;
+                while (!stop.get()) {
+                    int before = done.get();
+                    String v = r.read().text();
+                    int got = v.startsWith("v") ? 0 : Integer.parseInt(v);
+                    if (got < before) {
+                        errs.add("read " + got + " after write " + before + " returned");
+                    }
+                    reads++;
+                }
+                wt.join(60_000);
+                CacheStats s3 = reader.cacheStats();
+                check(errs.isEmpty(), reads + " reads beside 40 writes, none stale: " + errs);
+                check(s3.hits() > s2.hits(), "and some were hits: " + s3);
+
+                // Own writes are written through.
+                try (Handle rw = reader.open("/jc", OpenOptions.readWrite())) {
+                    r.read();
+                    rw.write(bytes("mine"));
+                    check(r.read().text().equals("mine"), "the reader's own write: its next read sees it");
+                }
+
+                // The node deleted and re-created: the old handle does not read
+                // the new node from the cache.
+                r.read();
+                w.delete();
+                writer.createFile("/jc", bytes("new"), false);
+                fails(ChubbyException.Kind.CELL, ErrorCode.HANDLE_INVALID, "a handle to the deleted instance", r::read);
+                try (Handle r2 = reader.open("/jc")) {
+                    check(r2.read().text().equals("new") && r2.read().text().equals("new"), "a new handle reads the new node");
+                }
+            }
+        }
+    }
 }
