@@ -1297,6 +1297,13 @@ public final class Session implements AutoCloseable {
                 if (err != null) {
                     return null;
                 }
+                // The local lease ran out before this reply (the loop may not
+                // have seen it yet): the master may have stopped waiting for
+                // our acknowledgements, so the cache goes before the session
+                // is safe again.
+                if (cache != null && now - ll.leaseEnd() >= 0) {
+                    cache.flush();
+                }
                 // A reply so late that its lease is already over renews
                 // nothing the client can rely on.
                 renewed = ll.renew(sent, g.getLease_ms() * 1_000_000L, now);
