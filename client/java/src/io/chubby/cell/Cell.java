@@ -309,14 +309,15 @@ public final class Cell implements AutoCloseable {
     /**
      * Runs body on this thread with every call it makes bounded by one
      * deadline, timeout from now: each attempt's socket timeout and each
-     * Acquire's wait are cut to what is left (an Acquire then fails with the
-     * cell's TIMED_OUT), no call is resent after it, and when it passes the
-     * call in flight is abandoned (its connection closed, any wait of the
-     * library interrupted) and fails with {@link ChubbyException.Kind#DEADLINE_EXCEEDED}.
-     * A call that changes the cell and was abandoned may or may not have
-     * taken effect (a later call with a request id of the same session still
-     * takes effect at most once). Deadlines nest: an inner one is bounded by
-     * the outer. The KeepAlive thread is not affected.
+     * Acquire's wait are cut to what is left, no call is resent after it,
+     * and when it passes the call in flight is abandoned (its TCP socket
+     * closed, any wait of the library interrupted) and fails with
+     * {@link ChubbyException.Kind#DEADLINE_EXCEEDED} (an Acquire whose cut
+     * wait the cell ends first: with the cell's TIMED_OUT). A call that
+     * changes the cell and was abandoned may or may not have taken effect.
+     * Deadlines nest: an inner one is bounded by the outer. The KeepAlive
+     * thread is not affected, and a connection being opened is bounded by
+     * the connect timeout, not abandoned.
      *
      * @param <T> what body returns
      * @param timeout how long the calls may take together, up to 1 hour

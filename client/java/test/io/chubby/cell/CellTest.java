@@ -20,6 +20,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The Java client's tests, run against a real cell by client/java/java_test.go
@@ -539,6 +540,32 @@ public final class CellTest {
                 }
             });
             writer.start();
+            // A caching reader in another client: a read that starts after
+            // write i returned never sees less, across the failover too (the
+            // new master knows no cachers: the reader flushes).
+            Cell rcell = Cell.connect(addrs, opts);
+            Session rs = rcell.newSession();
+            Handle rh = rs.open("/java-failover-data");
+            AtomicLong reads = new AtomicLong();
+            Thread reader = new Thread(() -> {
+                while (!stop.get()) {
+                    try {
+                        int before = written.get();
+                        long g = rh.read().stat().contentGeneration();
+                        if (g < gen0 + before) {
+                            errs.add("read generation " + g + " after write " + before + " (generation " + (gen0 + before) + ") returned");
+                        }
+                        reads.incrementAndGet();
+                        Thread.sleep(1); // hits take microseconds: leave the machine's CPUs to the cell
+                    } catch (ChubbyException e) {
+                        errs.add("read: " + e.getMessage());
+                        return;
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+            });
+            reader.start();
             Thread.sleep(200);
             System.out.println("LOCKED " + l.sequencer().format() + " master " + master0);
             System.out.flush();
@@ -569,12 +596,18 @@ public final class CellTest {
             }
             stop.set(true);
             writer.join(30_000);
-            check(errs.isEmpty(), "the writer never failed across the failover: " + errs);
+            reader.join(30_000);
+            check(errs.isEmpty(), "the writer and the caching reader never failed across the failover: " + errs);
             int n = written.get();
             Contents c = w.read();
             check(n > atStop && c.text().equals("n=" + n) && c.stat().contentGeneration() == gen0 + n,
                     n + " compare-and-swap writes, " + (n - atStop) + " after the failover, each applied once (generation "
                             + c.stat().contentGeneration() + ")");
+            CacheStats cs = rs.cacheStats();
+            check(rh.read().text().equals("n=" + n) && cs.hits() > 0 && cs.invalidations() > 0,
+                    reads.get() + " reads by the caching reader, none stale, and it reads the last write: " + cs);
+            rs.close();
+            rcell.close();
             Sequencer seq = l.sequencer();
             l.close();
             check(!cell.checkSequencer(seq).valid(), "the lock is released at the new master");
