@@ -74,6 +74,8 @@ public final class Cell implements AutoCloseable {
     final ExecutorService exec;
     /** Fires the scopes' deadlines. */
     final ScheduledExecutorService timer;
+    /** Batches the timestamps calls. */
+    final Timestamps ts = new Timestamps(this);
     private final Set<Session> sessions = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private volatile boolean closed;
 
@@ -257,9 +259,12 @@ public final class Cell implements AutoCloseable {
      * (GetTimestamps): first .. first+n-1, each larger than every timestamp
      * the cell handed out before this call began, to anyone, across
      * failovers and restarts. They are counters, not clock readings. The call
-     * is resent like a read (a lost reply only skips timestamps). Each call
-     * is one GetTimestamps: unlike the Go client, concurrent calls are not
-     * batched into one.
+     * is resent like a read (a lost reply only skips timestamps). Concurrent
+     * calls are batched, as the Go client batches them: while two
+     * GetTimestamps are in flight the others gather into one, sent when one
+     * comes back (each caller's timestamps still come from a request sent
+     * after it asked). A caller whose deadline passes, or that is
+     * cancelled, stops waiting; its share of the batch is skipped.
      *
      * @param n how many, 1 .. MAX_TIMESTAMPS_PER_CALL
      * @return the first of them
@@ -271,6 +276,11 @@ public final class Cell implements AutoCloseable {
             throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "timestamps", null,
                     "count " + n + " outside [1, " + chubbyConstants.MAX_TIMESTAMPS_PER_CALL + "]");
         }
+        return ts.take(n);
+    }
+
+    /** One GetTimestamps call of n, resent like a read (a lost reply only skips timestamps). */
+    long getTimestamps(int n) throws ChubbyException {
         chubby.GetTimestampsRequest req = new chubby.GetTimestampsRequest(n);
         chubby.GetTimestampsResponse r = call("timestamps", null, Retry.SAFE, opts.callTimeoutMs(),
                 c -> c.oracle.GetTimestamps(req));

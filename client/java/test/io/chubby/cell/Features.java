@@ -79,6 +79,33 @@ final class Features {
         }
         check(errs.isEmpty() && seen.size() == 600, "4 threads × 50 calls × 3: 600 distinct timestamps " + errs);
         check(cell.timestamp() > c + 600, "and a later one is above them all");
+
+        // Many takers at once are batched: fewer GetTimestamps than calls.
+        long calls0 = cell.ts.calls.get();
+        ConcurrentHashMap<Long, Boolean> seen8 = new ConcurrentHashMap<>();
+        List<Thread> t8 = new ArrayList<>();
+        for (int t = 0; t < 8; t++) {
+            Thread th = new Thread(() -> {
+                for (int i = 0; i < 100; i++) {
+                    try {
+                        long x = cell.timestamp();
+                        if (seen8.putIfAbsent(x, true) != null) {
+                            errs.add("timestamp " + x + " handed out twice");
+                        }
+                    } catch (ChubbyException e) {
+                        errs.add(e.getMessage());
+                    }
+                }
+            });
+            th.start();
+            t8.add(th);
+        }
+        for (Thread th : t8) {
+            th.join(60_000);
+        }
+        long calls = cell.ts.calls.get() - calls0;
+        check(errs.isEmpty() && seen8.size() == 800 && calls < 800,
+                "8 threads × 100 timestamps: 800 distinct in " + calls + " GetTimestamps calls " + errs);
     }
 
     static void multi(Cell cell, Session s) throws Exception {
@@ -354,6 +381,13 @@ final class Features {
             check(t instanceof java.util.concurrent.TimeoutException, "orTimeout: " + t);
             k = seen2.get(10, java.util.concurrent.TimeUnit.SECONDS);
             check(k == ChubbyException.Kind.CANCELLED, "and the call was abandoned (" + k + ") after " + since(start) + " ms");
+
+            // A timestamp's caller stops waiting for its batch at the deadline.
+            start = System.nanoTime();
+            fails(ChubbyException.Kind.DEADLINE_EXCEEDED, null, "a timestamp from a silent replica, deadline 300 ms",
+                    () -> mute.withDeadline(java.time.Duration.ofMillis(300), mute::timestamp));
+            took = since(start);
+            check(took < 10_000, "it gave up after " + took + " ms");
 
             // async with a deadline: the future fails at the deadline.
             start = System.nanoTime();
