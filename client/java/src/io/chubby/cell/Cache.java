@@ -5,7 +5,8 @@ import java.util.Iterator;
 import java.util.Map;
 
 /**
- * A session's cache of file contents and Stats, keyed by path. It is filled
+ * A session's cache of file contents and Stats, and of directory listings
+ * (read in one page), keyed by path. It is filled
  * only from replies the cell marked cacheable (the master then invalidates
  * the session's copy, on a KeepAlive reply, before the node changes, and
  * holds the change until the next KeepAlive acknowledges it or the
@@ -22,7 +23,10 @@ final class Cache {
 
     private record Entry(long instance, long filledNanos, byte[] content, Stat stat) {}
 
+    private record Listing(long instance, java.util.List<DirEntry> entries) {}
+
     private final Map<String, Entry> entries = new HashMap<>();
+    private final Map<String, Listing> listings = new HashMap<>();
     private long gen;
     private long acked;
     private long hits, misses, invalidations;
@@ -44,6 +48,25 @@ final class Cache {
             return;
         }
         entries.put(path, new Entry(instance, System.nanoTime(), content.clone(), st));
+    }
+
+    /** Caches a directory's complete listing read at generation g, for a handle of instance. */
+    synchronized void fillDir(String path, long instance, long g, java.util.List<DirEntry> es) {
+        if (g != gen || (listings.size() >= MAX_ENTRIES && !listings.containsKey(path))) {
+            return;
+        }
+        listings.put(path, new Listing(instance, java.util.List.copyOf(es)));
+    }
+
+    /** The cached listing of path for a handle of instance, or null (a miss). */
+    synchronized java.util.List<DirEntry> dir(String path, long instance) {
+        Listing l = listings.get(path);
+        if (l == null || l.instance != instance) {
+            misses++;
+            return null;
+        }
+        hits++;
+        return l.entries;
     }
 
     /**
@@ -74,31 +97,45 @@ final class Cache {
                 Math.max(0, st.lockDelayRemainingMs() - ageMs), st.acl());
     }
 
-    /** Forgets path (a change of this client to it). */
+    /** Forgets path and its parent's listing (a change of this client to it). */
     synchronized void drop(String path) {
         gen++;
         entries.remove(path);
+        listings.remove(path);
+        listings.remove(parentOf(path));
     }
 
-    /** Forgets path and everything under it (a delete of this client). */
+    static String parentOf(String p) {
+        int i = p.lastIndexOf('/');
+        return i <= 0 ? "/" : p.substring(0, i);
+    }
+
+    /** Forgets path, everything under it and its ancestors' listings (a delete of this client). */
     synchronized void dropTree(String path) {
         gen++;
         String prefix = path.equals("/") ? "/" : path + "/";
-        for (Iterator<String> it = entries.keySet().iterator(); it.hasNext(); ) {
-            String p = it.next();
-            if (p.equals(path) || p.startsWith(prefix)) {
-                it.remove();
+        for (Map<String, ?> m : java.util.List.of(entries, listings)) {
+            for (Iterator<String> it = m.keySet().iterator(); it.hasNext(); ) {
+                String p = it.next();
+                if (p.equals(path) || p.startsWith(prefix)) {
+                    it.remove();
+                }
             }
+        }
+        for (String p = path; !p.equals("/"); ) {
+            p = parentOf(p);
+            listings.remove(p);
         }
     }
 
     /** Forgets everything (jeopardy, a new master, the session's end). */
     synchronized void flush() {
         gen++;
-        if (!entries.isEmpty()) {
+        if (!entries.isEmpty() || !listings.isEmpty()) {
             invalidations++;
         }
         entries.clear();
+        listings.clear();
     }
 
     /**
@@ -112,6 +149,7 @@ final class Cache {
         gen++;
         if (g.isInvalidate_all()) {
             entries.clear();
+            listings.clear();
             invalidations++;
             // A flush subsumes every invalidation before it, and a new
             // master's first reply is one: its seqs may be below the old
@@ -122,6 +160,7 @@ final class Cache {
         if (g.getInvalidations() != null) {
             for (String p : g.getInvalidations()) {
                 entries.remove(p);
+                listings.remove(p);
                 invalidations++;
             }
         }
@@ -134,6 +173,6 @@ final class Cache {
     }
 
     synchronized CacheStats stats() {
-        return new CacheStats(hits, misses, entries.size(), invalidations);
+        return new CacheStats(hits, misses, entries.size() + listings.size(), invalidations);
     }
 }

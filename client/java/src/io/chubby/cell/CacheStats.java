@@ -3,9 +3,9 @@ package io.chubby.cell;
 /**
  * A session's cache counters ({@link Session#cacheStats()}).
  *
- * @param hits reads and stats answered from the cache
- * @param misses reads that went to the cell
- * @param entries nodes cached now
+ * @param hits reads, stats and listings answered from the cache
+ * @param misses reads and listings that went to the cell
+ * @param entries files and directory listings cached now
  * @param invalidations nodes invalidated and flushes received
  */
 public record CacheStats(long hits, long misses, int entries, long invalidations) {

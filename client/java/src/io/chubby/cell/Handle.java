@@ -224,18 +224,27 @@ public final class Handle implements AutoCloseable {
      * Lists the directory's children, sorted by name: all of them. A directory too big for one
      * reply is read in pages; the set of names is one snapshot (the directory's content generation
      * is the same on every page, or the listing starts again, at most {@link #READDIR_ATTEMPTS}
-     * times, then UNAVAILABLE), and each entry's Stat is as of its page.
+     * times, then UNAVAILABLE), and each entry's Stat is as of its page. A listing that fits one
+     * page is cached by the session (see {@link Session}).
      *
      * @return the children
      * @throws ChubbyException NOT_DIRECTORY, HANDLE_INVALID, ...
      */
     public List<DirEntry> readDir() throws ChubbyException {
+        Cache cache = s.cache;
+        if (cache != null && s.state() == SessionState.SAFE) {
+            List<DirEntry> hit = cache.dir(path(), h.getInstance());
+            if (hit != null) {
+                return hit;
+            }
+        }
         for (int attempt = 0; attempt < READDIR_ATTEMPTS; attempt++) {
             List<DirEntry> out = new ArrayList<>();
             Long gen = null;
             String after = null;
+            long cacheGen = cache == null ? 0 : cache.generation();
             while (true) {
-                chubby.ReadDirResponse r = readDirPage(after);
+                chubby.ReadDirResponse r = readDirPage(after, cache != null && after == null);
                 if (gen == null) {
                     gen = r.getContent_generation();
                 } else if (gen != r.getContent_generation()) {
@@ -246,7 +255,11 @@ public final class Handle implements AutoCloseable {
                     out.add(new DirEntry(d.getName(), Stat.fromWire(d.getStat())));
                 }
                 if (!r.isMore()) {
-                    return List.copyOf(out);
+                    List<DirEntry> all = List.copyOf(out);
+                    if (cache != null && after == null && r.isCacheable()) {
+                        cache.fillDir(path(), h.getInstance(), cacheGen, all); // one page: complete
+                    }
+                    return all;
                 }
                 if (es.isEmpty()) {
                     throw ChubbyException.local(ErrorCode.INTERNAL, "readdir", path(), "ReadDir page says more but holds no entry");
@@ -258,8 +271,11 @@ public final class Handle implements AutoCloseable {
                 "the directory changed during every attempt to list it; retry");
     }
 
-    private chubby.ReadDirResponse readDirPage(String after) throws ChubbyException {
+    private chubby.ReadDirResponse readDirPage(String after, boolean cache) throws ChubbyException {
         chubby.ReadDirRequest req = new chubby.ReadDirRequest(h);
+        if (cache) {
+            req.setCache(true); // only a complete listing in one page can be cacheable
+        }
         if (after != null) {
             req.setAfter(after);
         }

@@ -71,7 +71,8 @@ import org.apache.thrift.transport.TTransportException;
  *
  * <p><b>Cache.</b> Unless {@link CellOptions#cache(boolean)} turns it off, a
  * session caches file contents and Stats ({@link Handle#read()},
- * {@link Handle#stat()}; not directory listings): it is created with the
+ * {@link Handle#stat()}) and directory listings that fit one page
+ * ({@link Handle#readDir()}): it is created with the
  * cache flag, so the master registers it as a cacher of what it reads and,
  * before a change to such a node commits, sends it an invalidation on a
  * KeepAlive reply and waits until the next KeepAlive acknowledges it (or the

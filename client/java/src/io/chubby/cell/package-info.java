@@ -14,7 +14,7 @@
  * the Go client (package client) in finding the master, keeping sessions
  * (safe, jeopardy, grace period, expired), exactly-once request ids,
  * event delivery and the session cache of contents and Stats with the
- * master's invalidations (not of directory listings). Beside those: mutual
+ * master's invalidations (and of listings). Beside those: mutual
  * TLS ({@link io.chubby.cell.Tls}), ACLs and WhoAmI, Multi, the timestamp
  * oracle, and per-call deadlines and cancellation
  * ({@link io.chubby.cell.Cell#withDeadline}, {@link io.chubby.cell.Cell#async(io.chubby.cell.CellCall)}).

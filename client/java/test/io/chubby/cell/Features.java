@@ -519,6 +519,35 @@ final class Features {
                     check(r.read().text().equals("mine"), "the reader's own write: its next read sees it");
                 }
 
+                // Listings: a hit while nothing changes; another client's new
+                // child, write to a child, or delete shows at once.
+                writer.mkdir("/jcd", false);
+                writer.createFile("/jcd/a", bytes("a"), false);
+                try (Handle d = reader.open("/jcd")) {
+                    CacheStats l0 = reader.cacheStats();
+                    List<DirEntry> e1 = d.readDir();
+                    List<DirEntry> e2 = d.readDir();
+                    CacheStats l1 = reader.cacheStats();
+                    check(e1.equals(e2) && e1.size() == 1 && l1.hits() == l0.hits() + 1 && l1.misses() == l0.misses() + 1,
+                            "a listing read twice: one miss, one hit: " + l1);
+                    writer.createFile("/jcd/b", bytes("b"), false);
+                    check(d.readDir().size() == 2, "another client's new child shows in the next listing");
+                    d.readDir();
+                    try (Handle wa = writer.open("/jcd/a", OpenOptions.readWrite())) {
+                        long g = wa.write(bytes("a2")).contentGeneration();
+                        check(d.readDir().get(0).stat().contentGeneration() == g, "a child's write shows in its entry's Stat");
+                        d.readDir();
+                        wa.delete();
+                    }
+                    List<DirEntry> e3 = d.readDir();
+                    check(e3.size() == 1 && e3.get(0).name().equals("b"), "and a deleted child goes: " + e3);
+                    try (Handle own = reader.open("/jcd/b", OpenOptions.readWrite())) {
+                        d.readDir();
+                        own.delete();
+                        check(d.readDir().isEmpty(), "the reader's own delete: its next listing is empty");
+                    }
+                }
+
                 // The node deleted and re-created: the old handle does not read
                 // the new node from the cache.
                 r.read();
