@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -204,6 +205,37 @@ func TestJavaClient(t *testing.T) {
 	})
 }
 
+// spawns carries the JVMs to start to the one OS thread that starts them
+// all (spawn).
+var (
+	spawnOnce sync.Once
+	spawns    chan spawnReq
+)
+
+type spawnReq struct {
+	cmd   *exec.Cmd
+	reply chan error
+}
+
+// spawn starts cmd from an OS thread locked for the life of the test
+// binary: Linux sends the parent-death signal (Pdeathsig) when the
+// *thread* that forked the child exits, and the Go runtime may retire
+// threads, which killed a JVM in mid-scenario without a word.
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawns = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range spawns {
+				r.reply <- r.cmd.Start()
+			}
+		}()
+	})
+	reply := make(chan error, 1)
+	spawns <- spawnReq{cmd: cmd, reply: reply}
+	return <-reply
+}
+
 // jvm starts CellTest processes.
 type jvm struct {
 	java string
@@ -228,7 +260,7 @@ func (j *jvm) start(t *testing.T, mode string, args ...string) *proc {
 
 // startMain starts the Java class main with args, calling the process name
 // in the log. The JVM is in its own process group, dies with the test
-// process (Pdeathsig) and is killed, by its pid, when the test ends. Its
+// process (Pdeathsig; see spawn) and is killed, by its pid, when the test ends. Its
 // output is logged line by line as it is read (Expect).
 func (j *jvm) startMain(t *testing.T, name, main string, args ...string) *proc {
 	t.Helper()
@@ -252,7 +284,7 @@ func (j *jvm) startEnv(t *testing.T, env []string, name, main string, args ...st
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		t.Fatal(err)
 	}
 	p := &proc{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), done: make(chan struct{})}
