@@ -130,6 +130,7 @@ func TestJavaClient(t *testing.T) {
 		replica := pki.Files(t, "replica-1", tlstest.Both)
 		admin := pki.Files(t, "admin", tlstest.Client)
 		pki.Files(t, "bob", tlstest.Client)
+		pki.Files(t, "carol", tlstest.Client) // the Java test renews a copy of bob's files with carol's
 		other := tlstest.NewPKI(t, "other-cell")
 		r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: replica.Cert, Key: replica.Key, CA: replica.CA}})
 		if err != nil {

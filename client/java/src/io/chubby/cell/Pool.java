@@ -116,6 +116,17 @@ final class Pool {
             }
         }
 
+        /** Invalidates every client session ctx keeps for resumption. */
+        private static void forgetSessions(javax.net.ssl.SSLContext ctx) {
+            javax.net.ssl.SSLSessionContext sc = ctx.getClientSessionContext();
+            for (java.util.Enumeration<byte[]> ids = sc.getIds(); ids.hasMoreElements(); ) {
+                javax.net.ssl.SSLSession s = sc.getSession(ids.nextElement());
+                if (s != null) {
+                    s.invalidate();
+                }
+            }
+        }
+
         /**
          * A TLS 1.3 connection to addr, its handshake done: connect and
          * handshake are each bounded by the connect timeout.
@@ -133,7 +144,14 @@ final class Pool {
                 SSLParameters p = ssl.getSSLParameters();
                 p.setProtocols(new String[] {"TLSv1.3"});
                 ssl.setSSLParameters(p);
+                // No resumption: a resumed session would present the
+                // certificate and trust the CA of its first handshake, not
+                // the files' current ones (the Go client does not resume
+                // either). A TLS 1.3 ticket may arrive after any handshake
+                // and be cached, so the cache is emptied before each one.
+                forgetSessions(o.tls);
                 ssl.startHandshake();
+                ssl.getSession().invalidate();
                 return ssl;
             } catch (IOException | RuntimeException e) {
                 try {

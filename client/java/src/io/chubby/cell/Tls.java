@@ -29,6 +29,7 @@ import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLEngine;
 import javax.net.ssl.TrustManager;
 import javax.net.ssl.TrustManagerFactory;
+import javax.net.ssl.X509ExtendedKeyManager;
 import javax.net.ssl.X509ExtendedTrustManager;
 
 /**
@@ -43,8 +44,11 @@ import javax.net.ssl.X509ExtendedTrustManager;
  * project's test certificates write; EC, RSA and Ed25519 keys). A
  * traditional "EC PRIVATE KEY" or "RSA PRIVATE KEY" file is refused with
  * the command that converts it ({@code openssl pkcs8 -topk8 -nocrypt}).
- * Unlike the Go client, files are read once, when the context is made: a
- * certificate renewed on disk is used by the next {@link Cell#connect}.
+ * As in the Go client, the files are followed: checked for changes at most
+ * once a second, by the next handshake (a new connection), so a certificate,
+ * key or CA renewed on disk is used without a restart; a file that cannot
+ * be used (half written, a key that does not match) keeps what was read
+ * before until the next check.
  */
 public final class Tls {
     private Tls() {}
@@ -116,6 +120,20 @@ public final class Tls {
         if ((cert == null) != (key == null)) {
             throw bad("a certificate needs its key and a key its certificate (both or neither)", null);
         }
+        Source src = new Source(ca, cert, key);
+        try {
+            SSLContext ctx = SSLContext.getInstance("TLSv1.3");
+            X509ExtendedTrustManager trust = new ReloadingTrust(src);
+            ctx.init(cert == null ? null : new javax.net.ssl.KeyManager[] {new ReloadingKeys(src)},
+                    new TrustManager[] {serverName == null ? trust : new NameCheck(trust, serverName)}, null);
+            return ctx;
+        } catch (GeneralSecurityException e) {
+            throw bad(e.getMessage(), e);
+        }
+    }
+
+    /** The trust manager of the CA certificates in ca. */
+    static X509ExtendedTrustManager trustManager(Path ca) throws ChubbyException {
         try {
             List<X509Certificate> cas = certificates(ca);
             KeyStore trust = KeyStore.getInstance("PKCS12");
@@ -125,39 +143,216 @@ public final class Tls {
             }
             TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
             tmf.init(trust);
-            X509ExtendedTrustManager base = null;
             for (TrustManager t : tmf.getTrustManagers()) {
-                if (t instanceof X509ExtendedTrustManager) {
-                    base = (X509ExtendedTrustManager) t;
+                if (t instanceof X509ExtendedTrustManager x) {
+                    return x;
                 }
             }
-            if (base == null) {
-                throw bad("the JDK has no X.509 trust manager", null);
+            throw bad("the JDK has no X.509 trust manager", null);
+        } catch (GeneralSecurityException | IOException e) {
+            throw bad(ca + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** The key manager of the certificate chain in cert and its key in key. */
+    static X509ExtendedKeyManager keyManager(Path cert, Path key) throws ChubbyException {
+        try {
+            List<X509Certificate> chain = certificates(cert);
+            PrivateKey pk = privateKey(key);
+            KeyStore ks = KeyStore.getInstance("PKCS12");
+            ks.load(null, null);
+            char[] pw = new char[0];
+            try {
+                ks.setKeyEntry("client", pk, pw, chain.toArray(new X509Certificate[0]));
+            } catch (java.security.KeyStoreException e) {
+                throw bad("the key in " + key + " does not go with the certificate in " + cert + ": " + e.getMessage(), e);
             }
-            javax.net.ssl.KeyManager[] kms = null;
-            if (cert != null) {
-                List<X509Certificate> chain = certificates(cert);
-                PrivateKey pk = privateKey(key);
-                KeyStore ks = KeyStore.getInstance("PKCS12");
-                ks.load(null, null);
-                char[] pw = new char[0];
-                try {
-                    ks.setKeyEntry("client", pk, pw, chain.toArray(new X509Certificate[0]));
-                } catch (java.security.KeyStoreException e) {
-                    throw bad("the key in " + key + " does not go with the certificate in " + cert + ": " + e.getMessage(), e);
-                }
-                if (!matches(chain.get(0), pk)) {
-                    throw bad("the key in " + key + " does not match the certificate in " + cert, null);
-                }
-                KeyManagerFactory kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
-                kmf.init(ks, pw);
-                kms = kmf.getKeyManagers();
+            if (!matches(chain.get(0), pk)) {
+                throw bad("the key in " + key + " does not match the certificate in " + cert, null);
             }
-            SSLContext ctx = SSLContext.getInstance("TLSv1.3");
-            ctx.init(kms, new TrustManager[] {serverName == null ? base : new NameCheck(base, serverName)}, null);
-            return ctx;
+            KeyManagerFactory kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
+            kmf.init(ks, pw);
+            for (javax.net.ssl.KeyManager k : kmf.getKeyManagers()) {
+                if (k instanceof X509ExtendedKeyManager x) {
+                    return x;
+                }
+            }
+            throw bad("the JDK has no X.509 key manager", null);
         } catch (GeneralSecurityException | IOException e) {
             throw bad(e.getMessage(), e);
+        }
+    }
+
+    /** How often the files are checked for changes, at most. */
+    static final long CHECK_INTERVAL_NANOS = 1_000_000_000L;
+
+    /** The material of one set of files: trust, keys (null: anonymous), and the files' stamp when read. */
+    private record Material(X509ExtendedTrustManager trust, X509ExtendedKeyManager keys, List<Object> stamp) {}
+
+    /**
+     * The files of a context and what was last read from them. They are
+     * checked for changes (modification time, size, file identity) at most
+     * once per CHECK_INTERVAL_NANOS, by the handshake that comes after;
+     * changed files are read again, and a read that fails (a half-written
+     * file, a key that does not match) keeps the previous material and is
+     * tried again at the next check.
+     */
+    static final class Source {
+        private final Path ca, cert, key;
+        private volatile Material cur;
+        private long nextCheck; // guarded by this
+
+        Source(Path ca, Path cert, Path key) throws ChubbyException {
+            this.ca = ca;
+            this.cert = cert;
+            this.key = key;
+            List<Object> st = stamp();
+            cur = load(st);
+            nextCheck = System.nanoTime() + CHECK_INTERVAL_NANOS;
+        }
+
+        private List<Object> stamp() {
+            List<Object> st = new ArrayList<>();
+            for (Path p : new Path[] {ca, cert, key}) {
+                if (p == null) {
+                    continue;
+                }
+                try {
+                    java.nio.file.attribute.BasicFileAttributes a =
+                            Files.readAttributes(p, java.nio.file.attribute.BasicFileAttributes.class);
+                    st.add(List.of(a.lastModifiedTime(), a.size(), String.valueOf(a.fileKey())));
+                } catch (IOException e) {
+                    st.add("unreadable: " + e.getMessage());
+                }
+            }
+            return st;
+        }
+
+        private Material load(List<Object> st) throws ChubbyException {
+            return new Material(trustManager(ca), cert == null ? null : keyManager(cert, key), st);
+        }
+
+        /** The material now; reload, if a check is due and a file changed, first. */
+        Material fresh() {
+            synchronized (this) {
+                long now = System.nanoTime();
+                if (now - nextCheck >= 0) {
+                    nextCheck = now + CHECK_INTERVAL_NANOS;
+                    List<Object> st = stamp();
+                    if (!st.equals(cur.stamp())) {
+                        try {
+                            cur = load(st);
+                        } catch (ChubbyException e) {
+                            // keep what we had; the next check tries again
+                        }
+                    }
+                }
+            }
+            return cur;
+        }
+
+        /** The material now, without a check. */
+        Material current() {
+            return cur;
+        }
+    }
+
+    /**
+     * The key manager of a Source: the alias is chosen from fresh material
+     * (the handshake's first question), the chain and key from the same.
+     */
+    static final class ReloadingKeys extends X509ExtendedKeyManager {
+        private final Source src;
+
+        ReloadingKeys(Source src) {
+            this.src = src;
+        }
+
+        private X509ExtendedKeyManager keys(boolean fresh) {
+            return (fresh ? src.fresh() : src.current()).keys();
+        }
+
+        @Override
+        public String chooseEngineClientAlias(String[] keyType, java.security.Principal[] issuers, SSLEngine engine) {
+            return keys(true).chooseEngineClientAlias(keyType, issuers, engine);
+        }
+
+        @Override
+        public String chooseClientAlias(String[] keyType, java.security.Principal[] issuers, Socket socket) {
+            return keys(true).chooseClientAlias(keyType, issuers, socket);
+        }
+
+        @Override
+        public String[] getClientAliases(String keyType, java.security.Principal[] issuers) {
+            return keys(false).getClientAliases(keyType, issuers);
+        }
+
+        @Override
+        public String[] getServerAliases(String keyType, java.security.Principal[] issuers) {
+            return null; // a client: it serves nothing
+        }
+
+        @Override
+        public String chooseServerAlias(String keyType, java.security.Principal[] issuers, Socket socket) {
+            return null;
+        }
+
+        @Override
+        public X509Certificate[] getCertificateChain(String alias) {
+            return keys(false).getCertificateChain(alias);
+        }
+
+        @Override
+        public PrivateKey getPrivateKey(String alias) {
+            return keys(false).getPrivateKey(alias);
+        }
+    }
+
+    /** The trust manager of a Source: the CA pool current at the handshake. */
+    static final class ReloadingTrust extends X509ExtendedTrustManager {
+        private final Source src;
+
+        ReloadingTrust(Source src) {
+            this.src = src;
+        }
+
+        private X509ExtendedTrustManager trust() {
+            return src.fresh().trust();
+        }
+
+        @Override
+        public void checkServerTrusted(X509Certificate[] chain, String authType, Socket socket) throws CertificateException {
+            trust().checkServerTrusted(chain, authType, socket);
+        }
+
+        @Override
+        public void checkServerTrusted(X509Certificate[] chain, String authType, SSLEngine engine) throws CertificateException {
+            trust().checkServerTrusted(chain, authType, engine);
+        }
+
+        @Override
+        public void checkServerTrusted(X509Certificate[] chain, String authType) throws CertificateException {
+            trust().checkServerTrusted(chain, authType);
+        }
+
+        @Override
+        public void checkClientTrusted(X509Certificate[] chain, String authType, Socket socket) throws CertificateException {
+            throw new CertificateException("a client of the cell trusts no client");
+        }
+
+        @Override
+        public void checkClientTrusted(X509Certificate[] chain, String authType, SSLEngine engine) throws CertificateException {
+            throw new CertificateException("a client of the cell trusts no client");
+        }
+
+        @Override
+        public void checkClientTrusted(X509Certificate[] chain, String authType) throws CertificateException {
+            throw new CertificateException("a client of the cell trusts no client");
+        }
+
+        @Override
+        public X509Certificate[] getAcceptedIssuers() {
+            return src.current().trust().getAcceptedIssuers();
         }
     }
 

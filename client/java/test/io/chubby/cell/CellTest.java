@@ -36,7 +36,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * CellTest deadlines ADDR                deadlines and cancellation (one replica; a silent server of its own)
  * CellTest cache ADDR                    the session cache: hits, invalidations, no stale read
  * CellTest tls ADDR DIR OTHERCA          mutual TLS and ACLs (a TLS cell whose admin is the principal
- *                                        CHUBBY_TLS_* names; DIR holds ca.crt, bob.crt, bob.key)
+ *                                        CHUBBY_TLS_* names; DIR holds ca.crt, bob's and carol's .crt and .key)
  * CellTest notmaster NONMASTER MASTER    NOT_MASTER following (a replicated cell)
  * CellTest failover ADDR...              a lock and calls across a failover (prints LOCKED, reads STOPPED)
  * CellTest jeopardy ADDR                 jeopardy, safe again, expired (prints READY and JEOPARDY, reads

@@ -201,8 +201,9 @@ final class Features {
 
     /**
      * Mutual TLS against a cell with ACLs whose administrator is "admin":
-     * the environment names admin's certificate; dir holds ca.crt and
-     * bob.crt/.key of the same CA, other the CA file of another CA.
+     * the environment names admin's certificate; dir holds ca.crt,
+     * bob.crt/.key and carol.crt/.key of the same CA, other the CA file of
+     * another CA.
      */
     static void tls(String addr, Path dir, Path otherCA) throws Exception {
         Path ca = dir.resolve("ca.crt");
@@ -234,6 +235,32 @@ final class Features {
         // A required server name the replica's certificate lacks.
         fails(ChubbyException.Kind.UNREACHABLE, null, "a server name the certificate does not carry",
                 () -> Cell.connect(addrs, quick.copy().tls(Tls.fromFiles(ca, null, null, "db.example"))));
+
+        // Files renewed on disk are followed: the same context, on a new
+        // connection after the next check, presents the new certificate; a
+        // file that cannot be used keeps what was read before.
+        Path rotCrt = scratch.resolve("rot.crt"), rotKey = scratch.resolve("rot.key");
+        Files.copy(dir.resolve("bob.crt"), rotCrt);
+        Files.copy(dir.resolve("bob.key"), rotKey);
+        javax.net.ssl.SSLContext rot = Tls.fromFiles(ca, rotCrt, rotKey, null);
+        try (Cell c1 = Cell.connect(addrs, quick.copy().tls(rot))) {
+            check(c1.whoAmI().principal().equals("bob"), "a context of files holding bob's certificate: bob");
+        }
+        Files.copy(dir.resolve("carol.key"), scratch.resolve("rot.key.tmp"));
+        Files.move(scratch.resolve("rot.key.tmp"), rotKey, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+                java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+        Files.copy(dir.resolve("carol.crt"), scratch.resolve("rot.crt.tmp"));
+        Files.move(scratch.resolve("rot.crt.tmp"), rotCrt, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+                java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+        Thread.sleep(Tls.CHECK_INTERVAL_NANOS / 1_000_000 + 100);
+        try (Cell c2 = Cell.connect(addrs, quick.copy().tls(rot))) {
+            check(c2.whoAmI().principal().equals("carol"), "the files renewed as carol's: the same context is carol");
+        }
+        Files.writeString(rotKey, "half written", StandardCharsets.US_ASCII);
+        Thread.sleep(Tls.CHECK_INTERVAL_NANOS / 1_000_000 + 100);
+        try (Cell c3 = Cell.connect(addrs, quick.copy().tls(rot))) {
+            check(c3.whoAmI().principal().equals("carol"), "a key file that cannot be read: carol's material is kept");
+        }
 
         // The environment (CHUBBY_TLS_*, as the Go client reads it) names admin.
         try (Cell admin = Cell.connect(addrs, quick);
