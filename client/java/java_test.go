@@ -14,12 +14,15 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chubbygo/chubby/cell"
 	"github.com/chubbygo/chubby/cell/celltest"
+	"github.com/chubbygo/chubby/rpc/tlsconf"
+	"github.com/chubbygo/chubby/rpc/tlsconf/tlstest"
 )
 
 // TestJavaClient builds the Java client (javac is slow: once for every
@@ -67,6 +70,78 @@ func TestJavaClient(t *testing.T) {
 		ex.Expect("releasing /java-example (still held: true)", 30*time.Second)
 		if code := ex.Wait(10 * time.Second); code != 0 {
 			t.Fatalf("LockExample exited %d after %q", code, held)
+		}
+	})
+
+	t.Run("quickstart", func(t *testing.T) {
+		// The README's quick start, on a fresh cell (only "/"), twice: the
+		// second run finds what the first made.
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		for _, created := range []string{"true", "false"} {
+			p := jr.startMain(t, "QuickStart", "QuickStart", c.Addr)
+			p.Expect("leading with chubby-seq:v1:E:", 30*time.Second)
+			p.Expect("timestamp ", 30*time.Second)
+			p.Expect("created /svc/config: "+created, 30*time.Second)
+			p.Expect("/svc/config: v1 (generation 1)", 30*time.Second)
+			if code := p.Wait(10 * time.Second); code != 0 {
+				t.Fatalf("QuickStart exited %d", code)
+			}
+		}
+		// And the lock example with a path whose parent is missing.
+		ex := jr.startMain(t, "LockExample", "LockExample", c.Addr, "/example/leader", "0")
+		ex.Expect("holding /example/leader with sequencer chubby-seq:v1:E:1:", 30*time.Second)
+		if code := ex.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("LockExample exited %d", code)
+		}
+	})
+
+	t.Run("features", func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		p := jr.start(t, "features", c.Addr)
+		p.Expect("PASS", 90*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest features exited %d", code)
+		}
+	})
+
+	t.Run("deadlines", func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		p := jr.start(t, "deadlines", c.Addr)
+		p.Expect("PASS", 120*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest deadlines exited %d", code)
+		}
+	})
+
+	t.Run("cache", func(t *testing.T) {
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		p := jr.start(t, "cache", c.Addr)
+		p.Expect("PASS", 120*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest cache exited %d", code)
+		}
+	})
+
+	t.Run("tls", func(t *testing.T) {
+		// A cell with mutual TLS and ACLs whose administrator is "admin";
+		// the Java process is admin through CHUBBY_TLS_* (as the Go
+		// client reads them) and bob through bob's files.
+		pki := tlstest.NewPKI(t, "cell")
+		replica := pki.Files(t, "replica-1", tlstest.Both)
+		admin := pki.Files(t, "admin", tlstest.Client)
+		pki.Files(t, "bob", tlstest.Client)
+		pki.Files(t, "carol", tlstest.Client) // the Java test renews a copy of bob's files with carol's
+		other := tlstest.NewPKI(t, "other-cell")
+		r, err := tlsconf.New(tlsconf.Config{Files: tlsconf.Files{Cert: replica.Cert, Key: replica.Key, CA: replica.CA}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second, TLS: r, Admin: "admin"})
+		env := []string{"CHUBBY_TLS_CA=" + admin.CA, "CHUBBY_TLS_CERT=" + admin.Cert, "CHUBBY_TLS_KEY=" + admin.Key}
+		p := jr.startEnv(t, env, "tls", "io.chubby.cell.CellTest", "tls", c.Addr, pki.Dir, other.CAFile())
+		p.Expect("PASS", 90*time.Second)
+		if code := p.Wait(10 * time.Second); code != 0 {
+			t.Fatalf("CellTest tls exited %d", code)
 		}
 	})
 
@@ -131,6 +206,37 @@ func TestJavaClient(t *testing.T) {
 	})
 }
 
+// spawns carries the JVMs to start to the one OS thread that starts them
+// all (spawn).
+var (
+	spawnOnce sync.Once
+	spawns    chan spawnReq
+)
+
+type spawnReq struct {
+	cmd   *exec.Cmd
+	reply chan error
+}
+
+// spawn starts cmd from an OS thread locked for the life of the test
+// binary: Linux sends the parent-death signal (Pdeathsig) when the
+// *thread* that forked the child exits, and the Go runtime may retire
+// threads, which killed a JVM in mid-scenario without a word.
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawns = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range spawns {
+				r.reply <- r.cmd.Start()
+			}
+		}()
+	})
+	reply := make(chan error, 1)
+	spawns <- spawnReq{cmd: cmd, reply: reply}
+	return <-reply
+}
+
 // jvm starts CellTest processes.
 type jvm struct {
 	java string
@@ -155,14 +261,21 @@ func (j *jvm) start(t *testing.T, mode string, args ...string) *proc {
 
 // startMain starts the Java class main with args, calling the process name
 // in the log. The JVM is in its own process group, dies with the test
-// process (Pdeathsig) and is killed, by its pid, when the test ends. Its
+// process (Pdeathsig; see spawn) and is killed, by its pid, when the test ends. Its
 // output is logged line by line as it is read (Expect).
 func (j *jvm) startMain(t *testing.T, name, main string, args ...string) *proc {
+	t.Helper()
+	return j.startEnv(t, nil, name, main, args...)
+}
+
+// startEnv is startMain with env added to the test's environment.
+func (j *jvm) startEnv(t *testing.T, env []string, name, main string, args ...string) *proc {
 	t.Helper()
 	// A quick start matters more than peak speed: C1 only, serial GC.
 	cmd := exec.Command(j.java, append([]string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k",
 		"-cp", j.cp, main}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -172,7 +285,7 @@ func (j *jvm) startMain(t *testing.T, name, main string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		t.Fatal(err)
 	}
 	p := &proc{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), done: make(chan struct{})}

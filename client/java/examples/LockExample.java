@@ -16,7 +16,8 @@ import java.util.List;
  * </pre>
  *
  * Arguments: the cell's replica addresses (comma-separated), the lock
- * file's path, and how many seconds to hold the lock (default 30). It waits
+ * file's path (its missing parent directories are made), and how many
+ * seconds to hold the lock (default 30). It waits
  * for the lock as long as the cell allows (10 minutes), then holds it,
  * saying when the session is in jeopardy (stop acting on the lock) and safe
  * again, and releases it when the time is up.
@@ -60,6 +61,10 @@ public final class LockExample {
                     System.out.println("session expired: the lock is lost");
                 }
             });
+            int slash = path.lastIndexOf('/');
+            if (slash > 0) {
+                s.mkdir(path.substring(0, slash), true); // a fresh cell has only "/"
+            }
             System.out.println("waiting for " + path + " (master " + cell.currentMaster() + ")");
             try (Lock l = s.lock(path)) {
                 System.out.println("holding " + path + " with sequencer " + l.sequencer().format());

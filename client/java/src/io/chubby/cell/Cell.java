@@ -1,11 +1,17 @@
 package io.chubby.cell;
 
 import chubby.ErrorCode;
+import chubby.chubbyConstants;
 import java.util.ArrayList;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadLocalRandom;
@@ -66,6 +72,10 @@ public final class Cell implements AutoCloseable {
     final Pool pool;
     final Master master;
     final ExecutorService exec;
+    /** Fires the scopes' deadlines. */
+    final ScheduledExecutorService timer;
+    /** Batches the timestamps calls. */
+    final Timestamps ts = new Timestamps(this);
     private final Set<Session> sessions = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private volatile boolean closed;
 
@@ -79,6 +89,11 @@ public final class Cell implements AutoCloseable {
             return t;
         };
         this.exec = Executors.newCachedThreadPool(tf);
+        this.timer = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "chubby-cell-timer");
+            t.setDaemon(true);
+            return t;
+        });
         this.master = new Master(seeds, pool, exec);
     }
 
@@ -114,6 +129,9 @@ public final class Cell implements AutoCloseable {
         }
         CellOptions o = options.copy();
         o.validate();
+        if (o.tls == null) {
+            o.tls = Tls.fromEnv();
+        }
         if (addrs == null || addrs.isEmpty()) {
             throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "connect", null, "no replica addresses");
         }
@@ -153,6 +171,9 @@ public final class Cell implements AutoCloseable {
     public Session newSession() throws ChubbyException {
         long sent = System.nanoTime();
         chubby.CreateSessionRequest req = new chubby.CreateSessionRequest(opts.clientName);
+        if (opts.cache) {
+            req.setCache(true); // the master then invalidates our copies before changes
+        }
         chubby.CreateSessionResponse r = call("create-session", null, Retry.SAFE, opts.callTimeoutMs(),
                 c -> c.session.CreateSession(req));
         if (r.getLease_ms() <= 0 || r.getSession() <= 0) {
@@ -223,6 +244,194 @@ public final class Cell implements AutoCloseable {
     }
 
     /**
+     * Returns one timestamp from the cell's oracle ({@link #timestamps(int)}
+     * with n = 1).
+     *
+     * @return the timestamp, above 0
+     * @throws ChubbyException the call's failure
+     */
+    public long timestamp() throws ChubbyException {
+        return timestamps(1);
+    }
+
+    /**
+     * Returns n strictly increasing timestamps from the cell's oracle
+     * (GetTimestamps): first .. first+n-1, each larger than every timestamp
+     * the cell handed out before this call began, to anyone, across
+     * failovers and restarts. They are counters, not clock readings. The call
+     * is resent like a read (a lost reply only skips timestamps). Concurrent
+     * calls are batched, as the Go client batches them: while two
+     * GetTimestamps are in flight the others gather into one, sent when one
+     * comes back (each caller's timestamps still come from a request sent
+     * after it asked). A caller whose deadline passes, or that is
+     * cancelled, stops waiting; its share of the batch is skipped.
+     *
+     * @param n how many, 1 .. MAX_TIMESTAMPS_PER_CALL
+     * @return the first of them
+     * @throws ChubbyException INVALID_ARGUMENT for n out of range, TRANSPORT
+     *     for an answer that does not match the request, or the call's failure
+     */
+    public long timestamps(int n) throws ChubbyException {
+        if (n < 1 || n > chubbyConstants.MAX_TIMESTAMPS_PER_CALL) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "timestamps", null,
+                    "count " + n + " outside [1, " + chubbyConstants.MAX_TIMESTAMPS_PER_CALL + "]");
+        }
+        return ts.take(n);
+    }
+
+    /** One GetTimestamps call of n, resent like a read (a lost reply only skips timestamps). */
+    long getTimestamps(int n) throws ChubbyException {
+        chubby.GetTimestampsRequest req = new chubby.GetTimestampsRequest(n);
+        chubby.GetTimestampsResponse r = call("timestamps", null, Retry.SAFE, opts.callTimeoutMs(),
+                c -> c.oracle.GetTimestamps(req));
+        if (r.getCount() != n || r.getFirst() < 1) {
+            throw new ChubbyException(ChubbyException.Kind.TRANSPORT, null, "timestamps", null,
+                    "the cell answered " + r.getCount() + " timestamps from " + r.getFirst() + ", not " + n,
+                    null, null, null, false);
+        }
+        return r.getFirst();
+    }
+
+    /**
+     * Asks the cell which principal it takes this client for (WhoAmI): the
+     * one every ACL check of its sessions uses. Resent like a read.
+     *
+     * @return the principal ("anonymous" without a client certificate) and
+     *     whether the connection is TLS
+     * @throws ChubbyException the call's failure
+     */
+    public Identity whoAmI() throws ChubbyException {
+        chubby.WhoAmIResponse r = call("whoami", null, Retry.SAFE, opts.callTimeoutMs(), c -> c.cell.WhoAmI());
+        return new Identity(r.getPrincipal() == null ? "" : r.getPrincipal(), r.isTls());
+    }
+
+    /** Longest deadline accepted (the longest Acquire wait, and then some). */
+    static final Duration MAX_DEADLINE = Duration.ofHours(1);
+
+    private static long deadlineOf(String op, Duration d) throws ChubbyException {
+        if (d == null || d.isNegative() || d.isZero() || d.compareTo(MAX_DEADLINE) > 0) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, op, null,
+                    "deadline " + d + " outside (0, " + MAX_DEADLINE + "]");
+        }
+        return System.nanoTime() + d.toNanos();
+    }
+
+    /**
+     * Runs body on this thread with every call it makes bounded by one
+     * deadline, timeout from now: each attempt's socket timeout and each
+     * Acquire's wait are cut to what is left, no call is resent after it,
+     * and when it passes the call in flight is abandoned (its TCP socket
+     * closed, any wait of the library interrupted) and fails with
+     * {@link ChubbyException.Kind#DEADLINE_EXCEEDED} (an Acquire whose cut
+     * wait the cell ends first: with the cell's TIMED_OUT). A call that
+     * changes the cell and was abandoned may or may not have taken effect.
+     * Deadlines nest: an inner one is bounded by the outer. The KeepAlive
+     * thread is not affected, and a connection being opened is bounded by
+     * the connect timeout, not abandoned.
+     *
+     * @param <T> what body returns
+     * @param timeout how long the calls may take together, up to 1 hour
+     * @param body the calls
+     * @return body's result
+     * @throws ChubbyException DEADLINE_EXCEEDED, or a call's own failure
+     */
+    public <T> T withDeadline(Duration timeout, CellCall<T> body) throws ChubbyException {
+        long deadline = deadlineOf("deadline", timeout);
+        if (body == null) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "deadline", null, "body is null");
+        }
+        Scope sc = new Scope(Scope.current(), deadline);
+        java.util.concurrent.ScheduledFuture<?> alarm;
+        try {
+            alarm = timer.schedule(() -> sc.fire(ChubbyException.Kind.DEADLINE_EXCEEDED), timeout.toNanos(), TimeUnit.NANOSECONDS);
+        } catch (RejectedExecutionException e) {
+            throw closedError("deadline");
+        }
+        try {
+            return Scope.run(sc, body, "deadline");
+        } finally {
+            alarm.cancel(false);
+        }
+    }
+
+    /**
+     * Runs body on a thread of the library and returns its future, with no
+     * deadline (see {@link #async(Duration, CellCall)}).
+     *
+     * @param <T> what body returns
+     * @param body the calls
+     * @return the future of body's result
+     */
+    public <T> CompletableFuture<T> async(CellCall<T> body) {
+        return start(body, Long.MAX_VALUE, null);
+    }
+
+    /**
+     * Runs body on a thread of the library and returns its future; the
+     * calls body makes are bounded by a deadline, timeout from now, as in
+     * {@link #withDeadline}. The future fails with a ChubbyException:
+     * DEADLINE_EXCEEDED at the deadline, at once, even if the abandoned call
+     * takes longer to unwind. Cancelling the future (or completing it from
+     * outside, as {@link CompletableFuture#orTimeout} does) abandons the
+     * call in flight the same way, at once: its connection is closed, and the
+     * library neither resends it nor starts another. An abandoned Acquire
+     * may still be granted by the cell until its wait passes (the cell keeps
+     * the wait it queued): close the handle if it must hold nothing.
+     *
+     * @param <T> what body returns
+     * @param timeout how long the calls may take together, up to 1 hour
+     * @param body the calls
+     * @return the future of body's result; it fails with INVALID_ARGUMENT
+     *     for a bad timeout or a null body
+     */
+    public <T> CompletableFuture<T> async(Duration timeout, CellCall<T> body) {
+        long deadline;
+        try {
+            deadline = deadlineOf("async", timeout);
+        } catch (ChubbyException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        return start(body, deadline, timeout);
+    }
+
+    private <T> CompletableFuture<T> start(CellCall<T> body, long deadline, Duration timeout) {
+        if (body == null) {
+            return CompletableFuture.failedFuture(
+                    ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "async", null, "body is null"));
+        }
+        CompletableFuture<T> f = new CompletableFuture<>();
+        Scope sc = new Scope(null, deadline);
+        // Completed from outside (cancel, orTimeout, complete): abandon the
+        // call. Once body has completed it, this does nothing.
+        f.whenComplete((v, e) -> sc.fire(ChubbyException.Kind.CANCELLED));
+        try {
+            if (timeout != null) {
+                java.util.concurrent.ScheduledFuture<?> alarm = timer.schedule(() -> {
+                    sc.fire(ChubbyException.Kind.DEADLINE_EXCEEDED);
+                    f.completeExceptionally(sc.error(ChubbyException.Kind.DEADLINE_EXCEEDED, "async", null, null));
+                }, timeout.toNanos(), TimeUnit.NANOSECONDS);
+                f.whenComplete((v, e) -> alarm.cancel(false));
+            }
+            exec.execute(() -> {
+                try {
+                    T v = Scope.run(sc, body, "async");
+                    sc.done();
+                    f.complete(v);
+                } catch (ChubbyException e) {
+                    sc.done();
+                    f.completeExceptionally(e);
+                } catch (RuntimeException | Error e) {
+                    sc.done();
+                    f.completeExceptionally(e);
+                }
+            });
+        } catch (RejectedExecutionException e) {
+            f.completeExceptionally(closedError("async"));
+        }
+        return f;
+    }
+
+    /**
      * The replica calls go to now: the master, as far as this client knows.
      *
      * @return its address
@@ -261,6 +470,7 @@ public final class Cell implements AutoCloseable {
         closed = true;
         pool.close();
         exec.shutdownNow();
+        timer.shutdownNow();
     }
 
     boolean isClosed() {
@@ -291,15 +501,19 @@ public final class Cell implements AutoCloseable {
     <T> T call(String op, String path, Retry cls, int timeoutMs, Pool.Rpc<T> fn) throws ChubbyException {
         int redirects = 0;
         master.maybeRefresh();
+        Scope sc = Scope.current();
         for (int attempt = 0; ; attempt++) {
             if (closed) {
                 throw closedError(op);
+            }
+            if (sc != null) {
+                sc.check(op, path);
             }
             String addr = master.addr();
             boolean hinted = false, refused = false;
             ChubbyException cause;
             try {
-                T v = pool.invoke(addr, cls == Retry.UNSENT, timeoutMs, fn);
+                T v = pool.invoke(addr, cls == Retry.UNSENT, sc == null ? timeoutMs : sc.clampMs(timeoutMs), fn);
                 Predicate<String> drop = dropReply;
                 if (drop != null && drop.test(op)) {
                     throw new Pool.Lost(addr, new TTransportException("reply dropped by the test hook"), false);
@@ -318,6 +532,9 @@ public final class Cell implements AutoCloseable {
                 if (closed) {
                     throw closedError(op);
                 }
+                if (sc != null) {
+                    sc.check(op, path); // abandoned: neither resent nor reported as a transport failure
+                }
                 // No connection: the request never left, so any call may be resent.
                 master.unreachable(addr);
                 cause = new ChubbyException(ChubbyException.Kind.UNREACHABLE, null, op, path, e.getMessage(),
@@ -325,6 +542,9 @@ public final class Cell implements AutoCloseable {
             } catch (Pool.Lost e) {
                 if (closed) {
                     throw closedError(op);
+                }
+                if (sc != null) {
+                    sc.check(op, path); // abandoned: neither resent nor reported as a transport failure
                 }
                 cause = new ChubbyException(ChubbyException.Kind.TRANSPORT, null, op, path, e.getMessage(),
                         null, null, e.getCause(), false);
@@ -336,6 +556,9 @@ public final class Cell implements AutoCloseable {
             } catch (TException e) {
                 if (closed) {
                     throw closedError(op);
+                }
+                if (sc != null) {
+                    sc.check(op, path); // abandoned: neither resent nor reported as a transport failure
                 }
                 // A protocol or application error: not a passing failure.
                 throw new ChubbyException(ChubbyException.Kind.TRANSPORT, null, op, path, String.valueOf(e.getMessage()),
@@ -365,6 +588,9 @@ public final class Cell implements AutoCloseable {
                 }
                 master.pause(resendAt, addr, refused, known);
             } catch (InterruptedException e) {
+                if (sc != null && sc.firedKind() != null) {
+                    sc.check(op, path); // the scope's interrupt: its error, the flag is cleared when it ends
+                }
                 Thread.currentThread().interrupt();
                 throw new ChubbyException(ChubbyException.Kind.INTERRUPTED, null, op, path,
                         "interrupted while retrying: " + cause.getMessage(), null, null, e, false);

@@ -25,6 +25,8 @@ public final class CellOptions {
     String clientName = "java-" + ProcessHandle.current().pid();
     Transport transport = Transport.FRAMED;
     boolean lazy;
+    javax.net.ssl.SSLContext tls;
+    boolean cache = true;
 
     /** Options with the defaults: see each setter. */
     public CellOptions() {}
@@ -37,6 +39,8 @@ public final class CellOptions {
         o.clientName = clientName;
         o.transport = transport;
         o.lazy = lazy;
+        o.tls = tls;
+        o.cache = cache;
         return o;
     }
 
@@ -113,6 +117,38 @@ public final class CellOptions {
      */
     public CellOptions lazy(boolean lazy) {
         this.lazy = lazy;
+        return this;
+    }
+
+    /**
+     * Speak mutual TLS to the cell's client port with ctx (see {@link Tls}:
+     * {@link Tls#fromFiles} makes one from PEM files). Default null:
+     * {@link Cell#connect} then builds one from the environment variables
+     * the Go client reads (CHUBBY_TLS_CA, CHUBBY_TLS_CERT, CHUBBY_TLS_KEY,
+     * CHUBBY_TLS_SERVER_NAME; {@link Tls#fromEnv()}), and without
+     * CHUBBY_TLS_CA it speaks plaintext, for a cell started without TLS.
+     * Only TLS 1.3 is offered, as the cell accepts nothing older.
+     *
+     * @param ctx the TLS context, or null for the default
+     * @return this
+     */
+    public CellOptions tls(javax.net.ssl.SSLContext ctx) {
+        tls = ctx;
+        return this;
+    }
+
+    /**
+     * Whether sessions cache file contents and Stats (default true, as the
+     * Go client): a session's reads of a node are then answered from memory
+     * while the session is safe, and the master invalidates the copy before
+     * the node changes (see {@link Session}). Off: every read is a round trip
+     * to the master.
+     *
+     * @param on whether to cache
+     * @return this
+     */
+    public CellOptions cache(boolean on) {
+        cache = on;
         return this;
     }
 

@@ -1,6 +1,7 @@
 package io.chubby.cell;
 
 import chubby.ErrorCode;
+import java.time.Duration;
 
 /**
  * A failed call: the cell refused it (with an {@link ErrorCode}), the library
@@ -36,7 +37,19 @@ public class ChubbyException extends Exception {
          */
         TRANSPORT,
         /** The calling thread was interrupted while it waited; no code. */
-        INTERRUPTED
+        INTERRUPTED,
+        /**
+         * The call's deadline ({@link Cell#withDeadline}, {@link Cell#async(Duration, CellCall)})
+         * passed first: the call was abandoned, and a call that changes the
+         * cell may or may not have taken effect; no code.
+         */
+        DEADLINE_EXCEEDED,
+        /**
+         * The call was cancelled ({@link java.util.concurrent.Future#cancel}
+         * of a {@link Cell#async(CellCall)} future): abandoned, and a call
+         * that changes the cell may or may not have taken effect; no code.
+         */
+        CANCELLED
     }
 
     private final Kind kind;
@@ -115,7 +128,7 @@ public class ChubbyException extends Exception {
         if (path != null && !path.isEmpty()) {
             b.append(' ').append(path);
         }
-        b.append(": ").append(code != null ? codeText(code) : kind.name().toLowerCase());
+        b.append(": ").append(code != null ? codeText(code) : kind.name().toLowerCase().replace('_', ' '));
         if (!reason.isEmpty()) {
             b.append(": ").append(reason);
         }

@@ -163,27 +163,52 @@ public final class Handle implements AutoCloseable {
     }
 
     /**
-     * Reads the file's content and metadata in one call.
+     * Reads the file's content and metadata in one call, answered from the
+     * session's cache when it holds them (see {@link Session}: a cached read
+     * is never stale).
      *
      * @return the content and metadata
      * @throws ChubbyException IS_DIRECTORY, HANDLE_INVALID, ...
      */
     public Contents read() throws ChubbyException {
+        Cache cache = s.cache;
+        if (cache != null && s.state() == SessionState.SAFE) {
+            Contents hit = cache.file(path(), h.getInstance(), true);
+            if (hit != null) {
+                return remember(hit, hit.stat());
+            }
+        }
         chubby.HandleRequest req = req();
+        long gen = 0;
+        if (cache != null) {
+            gen = cache.generation();
+            req.setCache(true);
+        }
         chubby.GetContentsAndStatResponse r = s.call("read", path(), Cell.Retry.SAFE, timeout(), null,
                 c -> c.fs.GetContentsAndStat(req));
         Stat st = Stat.fromWire(r.getStat());
-        byte[] b = r.getContent();
-        return remember(new Contents(b == null ? new byte[0] : b, st), st);
+        byte[] b = r.getContent() == null ? new byte[0] : r.getContent();
+        if (cache != null && r.isCacheable()) {
+            cache.fill(path(), h.getInstance(), gen, b, st);
+        }
+        return remember(new Contents(b, st), st);
     }
 
     /**
-     * Reads the node's metadata.
+     * Reads the node's metadata (from the session's cache when a read put it
+     * there).
      *
      * @return the metadata
      * @throws ChubbyException HANDLE_INVALID, ...
      */
     public Stat stat() throws ChubbyException {
+        Cache cache = s.cache;
+        if (cache != null && s.state() == SessionState.SAFE) {
+            Contents hit = cache.file(path(), h.getInstance(), false);
+            if (hit != null) {
+                return remember(hit.stat(), hit.stat());
+            }
+        }
         chubby.HandleRequest req = req();
         Stat st = Stat.fromWire(s.call("stat", path(), Cell.Retry.SAFE, timeout(), null, c -> c.fs.GetStat(req)));
         return remember(st, st);
@@ -199,18 +224,27 @@ public final class Handle implements AutoCloseable {
      * Lists the directory's children, sorted by name: all of them. A directory too big for one
      * reply is read in pages; the set of names is one snapshot (the directory's content generation
      * is the same on every page, or the listing starts again, at most {@link #READDIR_ATTEMPTS}
-     * times, then UNAVAILABLE), and each entry's Stat is as of its page.
+     * times, then UNAVAILABLE), and each entry's Stat is as of its page. A listing that fits one
+     * page is cached by the session (see {@link Session}).
      *
      * @return the children
      * @throws ChubbyException NOT_DIRECTORY, HANDLE_INVALID, ...
      */
     public List<DirEntry> readDir() throws ChubbyException {
+        Cache cache = s.cache;
+        if (cache != null && s.state() == SessionState.SAFE) {
+            List<DirEntry> hit = cache.dir(path(), h.getInstance());
+            if (hit != null) {
+                return hit;
+            }
+        }
         for (int attempt = 0; attempt < READDIR_ATTEMPTS; attempt++) {
             List<DirEntry> out = new ArrayList<>();
             Long gen = null;
             String after = null;
+            long cacheGen = cache == null ? 0 : cache.generation();
             while (true) {
-                chubby.ReadDirResponse r = readDirPage(after);
+                chubby.ReadDirResponse r = readDirPage(after, cache != null && after == null);
                 if (gen == null) {
                     gen = r.getContent_generation();
                 } else if (gen != r.getContent_generation()) {
@@ -221,7 +255,11 @@ public final class Handle implements AutoCloseable {
                     out.add(new DirEntry(d.getName(), Stat.fromWire(d.getStat())));
                 }
                 if (!r.isMore()) {
-                    return List.copyOf(out);
+                    List<DirEntry> all = List.copyOf(out);
+                    if (cache != null && after == null && r.isCacheable()) {
+                        cache.fillDir(path(), h.getInstance(), cacheGen, all); // one page: complete
+                    }
+                    return all;
                 }
                 if (es.isEmpty()) {
                     throw ChubbyException.local(ErrorCode.INTERNAL, "readdir", path(), "ReadDir page says more but holds no entry");
@@ -233,8 +271,11 @@ public final class Handle implements AutoCloseable {
                 "the directory changed during every attempt to list it; retry");
     }
 
-    private chubby.ReadDirResponse readDirPage(String after) throws ChubbyException {
+    private chubby.ReadDirResponse readDirPage(String after, boolean cache) throws ChubbyException {
         chubby.ReadDirRequest req = new chubby.ReadDirRequest(h);
+        if (cache) {
+            req.setCache(true); // only a complete listing in one page can be cacheable
+        }
         if (after != null) {
             req.setAfter(after);
         }
@@ -287,6 +328,47 @@ public final class Handle implements AutoCloseable {
         Stat st = Stat.fromWire(s.call("write", path(), Cell.Retry.ONCE, timeout(), req::setRid,
                 c -> c.fs.SetContents(req)));
         return remember(st, st);
+    }
+
+    /**
+     * Replaces the node's ACL names (SetACL; the session's principal needs
+     * the node's change_acl right) and returns the new metadata, whose
+     * aclGeneration went up by one. With expectedGeneration it is a
+     * compare-and-swap on the aclGeneration: GENERATION_MISMATCH otherwise,
+     * and nothing changes. It is exactly-once, like {@link #write(byte[])}.
+     *
+     * @param acl the new names (each one path component, or "" for everybody)
+     * @param expectedGeneration the aclGeneration the node must have, or null for none
+     * @return the new metadata
+     * @throws ChubbyException INVALID_ARGUMENT for a malformed name,
+     *     PERMISSION_DENIED, GENERATION_MISMATCH, HANDLE_INVALID, ...
+     */
+    public Stat setAcl(Acl acl, Long expectedGeneration) throws ChubbyException {
+        checkAcl("set-acl", path(), acl);
+        chubby.SetACLRequest req = new chubby.SetACLRequest(h, acl.toWire());
+        if (expectedGeneration != null) {
+            req.setExpected_acl_generation(expectedGeneration);
+        }
+        Stat st = Stat.fromWire(s.call("set-acl", path(), Cell.Retry.ONCE, timeout(), req::setRid,
+                c -> c.fs.SetACL(req)));
+        return remember(st, st);
+    }
+
+    static void checkAcl(String op, String path, Acl acl) throws ChubbyException {
+        if (acl == null) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, op, path, "acl is null");
+        }
+        String[][] names = {{"read", acl.read()}, {"write", acl.write()}, {"changeAcl", acl.changeAcl()}};
+        for (String[] n : names) {
+            if (n[1] == null) {
+                throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, op, path, "acl " + n[0] + " is null");
+            }
+            String why = n[1].isEmpty() ? null : Check.pathProblem("/" + n[1]);
+            if (why != null || n[1].indexOf('/') >= 0) {
+                throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, op, path, "acl " + n[0] + " "
+                        + Check.quote(n[1]) + " is not a name (one path component: the file /acl/NAME)");
+            }
+        }
     }
 
     /**
@@ -376,6 +458,10 @@ public final class Handle implements AutoCloseable {
         checkLockArgs("acquire", path(), mode, lockDelay);
         checkWait("acquire", path(), wait);
         long waitMs = ceilMs(wait);
+        Scope sc = Scope.current();
+        if (sc != null) {
+            waitMs = Math.max(1, Math.min(waitMs, sc.leftMs())); // the cell gives up by the deadline itself
+        }
         chubby.AcquireRequest req = new chubby.AcquireRequest(h, mode, waitMs);
         if (lockDelay != null) {
             req.setLock_delay_ms(ceilMs(lockDelay));

@@ -1,5 +1,8 @@
 package io.chubby.cell;
 
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.util.ArrayDeque;
 import java.util.HashMap;
@@ -7,6 +10,8 @@ import java.util.Iterator;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
 import org.apache.thrift.TConfiguration;
 import org.apache.thrift.TException;
 import org.apache.thrift.protocol.TBinaryProtocol;
@@ -64,14 +69,26 @@ final class Pool {
         final chubby.Lock.Client lock;
         final chubby.Cell.Client cell;
         final chubby.Oracle.Client oracle;
+        final Socket raw; // the TCP socket under the transport (under TLS, if any)
         boolean reused; // handed out before: a failure may just mean the server dropped it while idle
         long idleSince;
 
         Conn(String addr, CellOptions o) throws TTransportException {
             this.addr = addr;
-            sock = new TSocket(new TConfiguration(), Check.host(addr), Check.port(addr), o.callTimeoutMs(), o.connectTimeoutMs());
+            if (o.tls == null) {
+                sock = new TSocket(new TConfiguration(), Check.host(addr), Check.port(addr), o.callTimeoutMs(), o.connectTimeoutMs());
+                sock.open();
+                raw = sock.getSocket();
+            } else {
+                Socket[] under = new Socket[1];
+                sock = new TSocket(tlsSocket(addr, o, under));
+                raw = under[0];
+                sock.setSocketTimeout(o.callTimeoutMs());
+            }
             trans = o.transport == CellOptions.Transport.FRAMED ? new TFramedTransport(sock) : sock;
-            trans.open();
+            if (!trans.isOpen()) {
+                trans.open();
+            }
             // Strict binary, as the cell speaks it.
             TBinaryProtocol proto = new TBinaryProtocol(trans, true, true);
             session = new chubby.Session.Client(proto);
@@ -83,6 +100,68 @@ final class Pool {
 
         void close() {
             trans.close();
+        }
+
+        /**
+         * Closes the TCP socket under the connection, from any thread: a
+         * read or write blocked on it fails at once (the transport's own
+         * close is not safe beside a call in flight). The call's thread then
+         * discards the connection.
+         */
+        void abort() {
+            try {
+                raw.close();
+            } catch (IOException e) {
+                // closed already: nothing more to do
+            }
+        }
+
+        /** Invalidates every client session ctx keeps for resumption. */
+        private static void forgetSessions(javax.net.ssl.SSLContext ctx) {
+            javax.net.ssl.SSLSessionContext sc = ctx.getClientSessionContext();
+            for (java.util.Enumeration<byte[]> ids = sc.getIds(); ids.hasMoreElements(); ) {
+                javax.net.ssl.SSLSession s = sc.getSession(ids.nextElement());
+                if (s != null) {
+                    s.invalidate();
+                }
+            }
+        }
+
+        /**
+         * A TLS 1.3 connection to addr, its handshake done: connect and
+         * handshake are each bounded by the connect timeout.
+         */
+        private static Socket tlsSocket(String addr, CellOptions o, Socket[] under) throws TTransportException {
+            String host = Check.host(addr);
+            int port = Check.port(addr);
+            Socket raw = new Socket();
+            under[0] = raw;
+            try {
+                raw.setTcpNoDelay(true);
+                raw.connect(new InetSocketAddress(host, port), o.connectTimeoutMs());
+                raw.setSoTimeout(o.connectTimeoutMs());
+                SSLSocket ssl = (SSLSocket) o.tls.getSocketFactory().createSocket(raw, host, port, true);
+                SSLParameters p = ssl.getSSLParameters();
+                p.setProtocols(new String[] {"TLSv1.3"});
+                ssl.setSSLParameters(p);
+                // No resumption: a resumed session would present the
+                // certificate and trust the CA of its first handshake, not
+                // the files' current ones (the Go client does not resume
+                // either). A TLS 1.3 ticket may arrive after any handshake
+                // and be cached, so the cache is emptied before each one.
+                forgetSessions(o.tls);
+                ssl.startHandshake();
+                ssl.getSession().invalidate();
+                return ssl;
+            } catch (IOException | RuntimeException e) {
+                try {
+                    raw.close();
+                } catch (IOException ignored) {
+                    // closing what failed: nothing more to do
+                }
+                throw new TTransportException(TTransportException.NOT_OPEN,
+                        "TLS to " + addr + ": " + e.getMessage(), e);
+            }
         }
     }
 
@@ -113,6 +192,12 @@ final class Pool {
     <T> T invoke(String addr, boolean fresh, int timeoutMs, Rpc<T> fn) throws TException, Unsent, Lost {
         for (int tries = 0; ; tries++) {
             Conn c = get(addr, fresh || tries > 0);
+            Scope sc = Scope.current();
+            if (sc != null && !sc.enter(c)) { // a scope that fires aborts c: the call is abandoned
+                sc.leave(c);
+                discard(c);
+                throw new Unsent(addr, new IllegalStateException("the call was abandoned"));
+            }
             try {
                 c.sock.setSocketTimeout(timeoutMs);
                 T v = fn.call(c);
@@ -124,14 +209,22 @@ final class Pool {
             } catch (TTransportException e) {
                 discard(c);
                 boolean timeout = isTimeout(e);
-                if (c.reused && !timeout && tries == 0 && !isClosed()) {
+                boolean abandoned = sc != null && sc.firedKind() != null;
+                if (c.reused && !timeout && tries == 0 && !isClosed() && !abandoned) {
                     purge(addr); // its siblings are likely stale too
                     continue;
                 }
                 throw new Lost(addr, e, timeout);
             } catch (TException | RuntimeException e) {
                 discard(c);
+                if (sc != null && sc.firedKind() != null) {
+                    throw new Lost(addr, e, false); // the abort's echo: the caller reports the scope's error
+                }
                 throw e;
+            } finally {
+                if (sc != null) {
+                    sc.leave(c);
+                }
             }
         }
     }

@@ -54,7 +54,7 @@ import org.apache.thrift.transport.TTransportException;
  * timeout passes; later calls fail at once.
  *
  * <p><b>Exactly-once.</b> Calls that change the cell (open, close, write,
- * delete, mkdir, createFile, tryAcquire, release) carry a request id: the
+ * delete, mkdir, createFile, setAcl, multi, tryAcquire, release) carry a request id: the
  * session numbers them 1, 2, 3, ... (a resend keeps its number) and tells the
  * cell the lowest number still in flight (the floor: the cell may forget the
  * answers below it). The cell applies a number at most once and answers a
@@ -69,9 +69,24 @@ import org.apache.thrift.transport.TTransportException;
  * again what was not acknowledged; the session delivers each event once, in
  * order (by {@link Event#seq()}).
  *
- * <p>This Java client does not cache: its sessions are created without the
- * cache flag, so the cell sends them no invalidations and never waits for
- * them.
+ * <p><b>Cache.</b> Unless {@link CellOptions#cache(boolean)} turns it off, a
+ * session caches file contents and Stats ({@link Handle#read()},
+ * {@link Handle#stat()}) and directory listings that fit one page
+ * ({@link Handle#readDir()}): it is created with the
+ * cache flag, so the master registers it as a cacher of what it reads and,
+ * before a change to such a node commits, sends it an invalidation on a
+ * KeepAlive reply and waits until the next KeepAlive acknowledges it (or the
+ * lease has run out). A cached read is therefore never stale. The cache is
+ * used only while the session is safe and flushed in jeopardy, when the
+ * master changes and when the session ends; a reply is cached only if no
+ * invalidation arrived while it was in flight, and the session's own
+ * changes drop its copies before and after they are sent.
+ *
+ * <p><b>Deadlines.</b> Calls block their thread, bounded by the call
+ * timeout per attempt ({@link CellOptions#callTimeout(Duration)}); inside
+ * {@link Cell#withDeadline} or {@link Cell#async(Duration, CellCall)} they
+ * are bounded by one deadline, and {@link Cell#async(CellCall)} gives a
+ * future whose cancellation abandons the call in flight.
  *
  * <p>Thread-safe: any number of threads may use a session and its handles.
  */
@@ -87,6 +102,8 @@ public final class Session implements AutoCloseable {
     static final int EARLY_EVENT_BUFFER = 1024;
 
     final Cell cell;
+    /** The session's cache, or null when the options turned it off. */
+    final Cache cache;
     private final long id;
     private final long graceNanos;
 
@@ -118,6 +135,7 @@ public final class Session implements AutoCloseable {
 
     Session(Cell cell, long id, long sent, long leaseMs, long epoch) {
         this.cell = cell;
+        this.cache = cell.opts.cache ? new Cache() : null;
         this.id = id;
         this.graceNanos = cell.opts.gracePeriod.toNanos();
         this.ll = new LocalLease(sent, leaseMs * 1_000_000L, epoch, graceNanos);
@@ -381,6 +399,85 @@ public final class Session implements AutoCloseable {
     }
 
     /**
+     * Checks cmps and, if every one holds, applies ops in order, all or
+     * nothing, as one command of the cell (Multi): a compare that does not
+     * hold is an answer ({@link MultiResult#succeeded()} false, naming it),
+     * an op that cannot be applied is an error naming its index, and either
+     * way nothing changed. Later ops see the effects of earlier ones (a
+     * directory, then a file in it). It is exactly-once, like
+     * {@link Handle#write(byte[])}.
+     *
+     * @param cmps the conditions (at most MAX_MULTI_COMPARES; may be empty)
+     * @param ops the changes (at most MAX_MULTI_OPS; contents together at most MAX_MULTI_BYTES)
+     * @return whether it was applied, and the nodes' metadata
+     * @throws ChubbyException INVALID_ARGUMENT or TOO_LARGE for bad input,
+     *     the refusing op's error (EXISTS, NOT_FOUND, PERMISSION_DENIED, ...),
+     *     or the call's failure
+     */
+    public MultiResult multi(List<Cmp> cmps, List<Op> ops) throws ChubbyException {
+        if (cmps == null || ops == null) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "multi", null,
+                    (cmps == null ? "compares" : "ops") + " are null");
+        }
+        if (cmps.size() > chubbyConstants.MAX_MULTI_COMPARES || ops.size() > chubbyConstants.MAX_MULTI_OPS) {
+            throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "multi", null, cmps.size() + " compares and "
+                    + ops.size() + " ops, at most " + chubbyConstants.MAX_MULTI_COMPARES + " and "
+                    + chubbyConstants.MAX_MULTI_OPS + " allowed");
+        }
+        List<chubby.Compare> wc = new ArrayList<>(cmps.size());
+        for (int i = 0; i < cmps.size(); i++) {
+            Cmp c = cmps.get(i);
+            if (c == null) {
+                throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "multi", null, "compare " + i + " is null");
+            }
+            Check.path("multi", c.path());
+            wc.add(c.toWire());
+        }
+        List<chubby.MultiOp> wo = new ArrayList<>(ops.size());
+        long total = 0;
+        for (int i = 0; i < ops.size(); i++) {
+            Op o = ops.get(i);
+            if (o == null) {
+                throw ChubbyException.local(ErrorCode.INVALID_ARGUMENT, "multi", null, "op " + i + " is null");
+            }
+            Check.path("multi", o.path());
+            if (o.contentBytes() > chubbyConstants.MAX_CONTENT_BYTES) {
+                throw ChubbyException.local(ErrorCode.TOO_LARGE, "multi", o.path(), "op " + i + ": content of "
+                        + o.contentBytes() + " bytes, at most " + chubbyConstants.MAX_CONTENT_BYTES + " allowed");
+            }
+            total += o.contentBytes();
+            wo.add(o.toWire());
+        }
+        if (total > chubbyConstants.MAX_MULTI_BYTES) {
+            throw ChubbyException.local(ErrorCode.TOO_LARGE, "multi", null, "contents of " + total
+                    + " bytes together, at most " + chubbyConstants.MAX_MULTI_BYTES + " allowed");
+        }
+        chubby.MultiRequest req = new chubby.MultiRequest(id, wc, wo);
+        Runnable drop = () -> {
+            if (cache != null) {
+                for (Op o : ops) {
+                    dropCached(o.kind() == chubby.MultiOpKind.DELETE ? "delete" : "multi", o.path());
+                }
+            }
+        };
+        drop.run();
+        String path = ops.isEmpty() ? null : ops.get(0).path();
+        chubby.MultiResponse r;
+        try {
+            r = call("multi", path, Cell.Retry.ONCE, cell.opts.callTimeoutMs(), req::setRid, c -> c.fs.Multi(req));
+        } finally {
+            drop.run();
+        }
+        List<Stat> stats = new ArrayList<>();
+        if (r.isSucceeded() && r.getStats() != null) {
+            for (chubby.Stat st : r.getStats()) {
+                stats.add(Stat.fromWire(st));
+            }
+        }
+        return new MultiResult(r.isSucceeded(), r.isSucceeded() ? -1 : r.getFailed_compare(), List.copyOf(stats));
+    }
+
+    /**
      * Takes the exclusive lock of the node at path (creating the file if it
      * is missing), waiting for it up to MAX_ACQUIRE_WAIT_MS (10 min), with
      * the cell's default lock-delay. Use it with try-with-resources:
@@ -567,6 +664,9 @@ public final class Session implements AutoCloseable {
             mu.unlock();
         }
         cell.removeSession(this);
+        if (cache != null) {
+            cache.flush();
+        }
         if (isExpired) {
             emit(SessionEvent.Kind.EXPIRED, epoch, e, 0);
         }
@@ -591,6 +691,9 @@ public final class Session implements AutoCloseable {
     }
 
     private void enterJeopardy() {
+        if (cache != null) {
+            cache.flush(); // the master may stop waiting for our acknowledgements at any moment now
+        }
         long epoch;
         mu.lock();
         try {
@@ -611,6 +714,9 @@ public final class Session implements AutoCloseable {
             }
         } finally {
             mu.unlock();
+        }
+        if (cache != null) {
+            cache.flush(); // a new master knows no cachers
         }
         emit(SessionEvent.Kind.MASTER_CHANGED, epoch, null, 0);
     }
@@ -633,10 +739,20 @@ public final class Session implements AutoCloseable {
             seq = reqSeq.incrementAndGet();
             setRid.accept(new chubby.RequestID(seq, beginRequest(seq)));
         }
+        // Write-through: our copy of what a change touches goes now and again
+        // when it is done (the master invalidates it too).
+        boolean drops = cache != null && path != null && cls != Cell.Retry.SAFE;
+        if (drops) {
+            dropCached(op, path);
+        }
         try {
             boolean needRenewal = false;
             long after = 0;
+            Scope sc = Scope.current();
             for (int round = 0; ; round++) {
+                if (sc != null) {
+                    sc.check(op, path);
+                }
                 long renewals = awaitSafe(op, path, needRenewal, after);
                 try {
                     return cell.call(op, path, cls, timeoutMs, fn);
@@ -660,7 +776,28 @@ public final class Session implements AutoCloseable {
             if (seq != 0) {
                 endRequest(seq);
             }
+            if (drops) {
+                dropCached(op, path);
+            }
         }
+    }
+
+    private void dropCached(String op, String path) {
+        if (op.equals("delete")) {
+            cache.dropTree(path);
+        } else {
+            cache.drop(path);
+        }
+    }
+
+    /**
+     * The cache's counters: hits, misses, entries, invalidations (all 0
+     * when {@link CellOptions#cache(boolean)} turned it off).
+     *
+     * @return the counters
+     */
+    public CacheStats cacheStats() {
+        return cache == null ? new CacheStats(0, 0, 0, 0) : cache.stats();
     }
 
     /**
@@ -690,6 +827,10 @@ public final class Session implements AutoCloseable {
             }
             return ll.renewals();
         } catch (InterruptedException e) {
+            Scope sc = Scope.current();
+            if (sc != null && sc.firedKind() != null) {
+                sc.check(op, path); // the scope's interrupt: its error, the flag is cleared when it ends
+            }
             Thread.currentThread().interrupt();
             throw new ChubbyException(ChubbyException.Kind.INTERRUPTED, null, op, path,
                     "interrupted while the session was in jeopardy", null, null, e, false);
@@ -886,6 +1027,10 @@ public final class Session implements AutoCloseable {
         long acked = acked();
         if (acked > 0) {
             item.setAcked_event(acked); // what earlier replies delivered: the cell may forget it
+        }
+        long inv = cache == null ? 0 : cache.ackSeq();
+        if (inv > 0) {
+            item.setAcked_invalidation(inv); // our copies of those nodes are gone: the master may go on
         }
         chubby.KeepAliveRequest req = new chubby.KeepAliveRequest(List.of(item));
         req.setEpoch(epoch());
@@ -1142,6 +1287,9 @@ public final class Session implements AutoCloseable {
             if (g.getLease_ms() <= 0 || g.getLease_ms() > 3_600_000L) {
                 return new IllegalStateException("KeepAlive reply grants a lease of " + g.getLease_ms() + " ms");
             }
+            if (cache != null) {
+                cache.apply(g); // before the next KeepAlive, which acknowledges it
+            }
             long now = System.nanoTime();
             int renewed;
             long epoch;
@@ -1149,6 +1297,13 @@ public final class Session implements AutoCloseable {
             try {
                 if (err != null) {
                     return null;
+                }
+                // The local lease ran out before this reply (the loop may not
+                // have seen it yet): the master may have stopped waiting for
+                // our acknowledgements, so the cache goes before the session
+                // is safe again.
+                if (cache != null && now - ll.leaseEnd() >= 0) {
+                    cache.flush();
                 }
                 // A reply so late that its lease is already over renews
                 // nothing the client can rely on.

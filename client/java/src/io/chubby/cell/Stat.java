@@ -22,10 +22,11 @@ import chubby.NodeKind;
  * @param lockHolders how many handles hold the lock
  * @param lockWaiters how many Acquire calls wait for it
  * @param lockDelayRemainingMs above 0: the lock is in lock-delay for this long
+ * @param acl the node's ACL names ({@link Acl#OPEN} from a cell that predates ACLs)
  */
 public record Stat(String path, NodeKind kind, long instance, long contentGeneration, long lockGeneration,
         long aclGeneration, long checksum, long size, long createTimeMs, long modifyTimeMs, boolean ephemeral,
-        long ephemeralOwner, LockMode lockMode, int lockHolders, int lockWaiters, long lockDelayRemainingMs) {
+        long ephemeralOwner, LockMode lockMode, int lockHolders, int lockWaiters, long lockDelayRemainingMs, Acl acl) {
 
     static Stat fromWire(chubby.Stat s) {
         if (s == null) {
@@ -37,7 +38,7 @@ public record Stat(String path, NodeKind kind, long instance, long contentGenera
                 s.isEphemeral(), s.getEphemeral_owner(),
                 l == null || !l.isSetMode() ? null : l.getMode(),
                 l == null ? 0 : l.getHolders(), l == null ? 0 : l.getWaiters(),
-                l == null ? 0 : l.getDelay_remaining_ms());
+                l == null ? 0 : l.getDelay_remaining_ms(), Acl.fromWire(s.getAcl()));
     }
 
     /**

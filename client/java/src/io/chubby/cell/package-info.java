@@ -12,14 +12,20 @@
  * ({@code chubbyConstants}) this API uses) over the strict binary protocol,
  * framed or buffered, one client per service on each connection. It follows
  * the Go client (package client) in finding the master, keeping sessions
- * (safe, jeopardy, grace period, expired), exactly-once request ids and
- * event delivery; it does not cache.
+ * (safe, jeopardy, grace period, expired), exactly-once request ids,
+ * event delivery and the session cache of contents and Stats with the
+ * master's invalidations (and of listings). Beside those: mutual
+ * TLS ({@link io.chubby.cell.Tls}), ACLs and WhoAmI, Multi, the timestamp
+ * oracle, and per-call deadlines and cancellation
+ * ({@link io.chubby.cell.Cell#withDeadline}, {@link io.chubby.cell.Cell#async(io.chubby.cell.CellCall)}).
  *
  * <pre>{@code
  * try (Cell cell = Cell.connect(List.of("127.0.0.1:7000"));
- *      Session s = cell.newSession();
- *      Lock l = s.lock("/svc/leader")) {
- *     System.out.println("leading with " + l.sequencer().format());
+ *      Session s = cell.newSession()) {
+ *     s.mkdir("/svc", true); // a fresh cell has only "/"
+ *     try (Lock l = s.lock("/svc/leader")) {
+ *         System.out.println("leading with " + l.sequencer().format());
+ *     }
  * }
  * }</pre>
  */

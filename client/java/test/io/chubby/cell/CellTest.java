@@ -20,6 +20,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The Java client's tests, run against a real cell by client/java/java_test.go
@@ -31,6 +32,11 @@ import java.util.concurrent.atomic.AtomicInteger;
  *
  * <pre>
  * CellTest basic ADDR                    file ops, locks, events, errors, exactly-once (one replica)
+ * CellTest features ADDR                 the oracle, whoAmI, Multi, SetACL (one plaintext replica)
+ * CellTest deadlines ADDR                deadlines and cancellation (one replica; a silent server of its own)
+ * CellTest cache ADDR                    the session cache: hits, invalidations, no stale read
+ * CellTest tls ADDR DIR OTHERCA          mutual TLS and ACLs (a TLS cell whose admin is the principal
+ *                                        CHUBBY_TLS_* names; DIR holds ca.crt, bob's and carol's .crt and .key)
  * CellTest notmaster NONMASTER MASTER    NOT_MASTER following (a replicated cell)
  * CellTest failover ADDR...              a lock and calls across a failover (prints LOCKED, reads STOPPED)
  * CellTest jeopardy ADDR                 jeopardy, safe again, expired (prints READY and JEOPARDY, reads
@@ -45,7 +51,7 @@ public final class CellTest {
     private static final BufferedReader STDIN = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
 
     /** A check failed. */
-    private static final class Failed extends RuntimeException {
+    static final class Failed extends RuntimeException {
         private static final long serialVersionUID = 1L;
 
         Failed(String what) {
@@ -54,11 +60,11 @@ public final class CellTest {
     }
 
     /** A call that should fail. */
-    private interface Call {
+    interface Call {
         void run() throws Exception;
     }
 
-    private static void check(boolean cond, String what) {
+    static void check(boolean cond, String what) {
         if (!cond) {
             throw new Failed(what);
         }
@@ -66,7 +72,7 @@ public final class CellTest {
     }
 
     /** Checks that c fails with a ChubbyException of kind and code (code null: any). */
-    private static ChubbyException fails(ChubbyException.Kind kind, ErrorCode code, String what, Call c) throws Exception {
+    static ChubbyException fails(ChubbyException.Kind kind, ErrorCode code, String what, Call c) throws Exception {
         try {
             c.run();
         } catch (ChubbyException e) {
@@ -77,11 +83,11 @@ public final class CellTest {
         throw new Failed(what + ": the call succeeded");
     }
 
-    private static byte[] bytes(String s) {
+    static byte[] bytes(String s) {
         return s.getBytes(StandardCharsets.UTF_8);
     }
 
-    private static String line(String want) throws Exception {
+    static String line(String want) throws Exception {
         String l = STDIN.readLine();
         if (l == null || !l.startsWith(want)) {
             throw new Failed("wanted a line starting with " + want + " on stdin, got " + l);
@@ -96,13 +102,17 @@ public final class CellTest {
      */
     public static void main(String[] args) {
         if (args.length < 2) {
-            System.err.println("usage: CellTest basic|notmaster|failover|jeopardy|holder|waiter ARGS...");
+            System.err.println("usage: CellTest basic|features|deadlines|cache|tls|notmaster|failover|jeopardy|holder|waiter ARGS...");
             System.exit(2);
         }
         List<String> rest = Arrays.asList(args).subList(1, args.length);
         try {
             switch (args[0]) {
                 case "basic" -> basic(List.of(rest.get(0)));
+                case "features" -> Features.plain(List.of(rest.get(0)));
+                case "deadlines" -> Features.deadlines(List.of(rest.get(0)));
+                case "cache" -> Features.cache(List.of(rest.get(0)));
+                case "tls" -> Features.tls(rest.get(0), java.nio.file.Path.of(rest.get(1)), java.nio.file.Path.of(rest.get(2)));
                 case "notmaster" -> notMaster(rest.get(0), rest.get(1));
                 case "failover" -> failover(rest);
                 case "jeopardy" -> jeopardy(List.of(rest.get(0)));
@@ -501,6 +511,7 @@ public final class CellTest {
             Handle w = s.open("/java-failover-data", OpenOptions.readWrite().create(CreateMode.OPEN_OR_CREATE));
             long epoch0 = s.epoch();
             String master0 = cell.currentMaster();
+            long ts0 = cell.timestamps(100);
 
             // A writer that goes on through the failover: compare-and-swap
             // writes, each expecting the generation the last one produced, so
@@ -529,6 +540,32 @@ public final class CellTest {
                 }
             });
             writer.start();
+            // A caching reader in another client: a read that starts after
+            // write i returned never sees less, across the failover too (the
+            // new master knows no cachers: the reader flushes).
+            Cell rcell = Cell.connect(addrs, opts);
+            Session rs = rcell.newSession();
+            Handle rh = rs.open("/java-failover-data");
+            AtomicLong reads = new AtomicLong();
+            Thread reader = new Thread(() -> {
+                while (!stop.get()) {
+                    try {
+                        int before = written.get();
+                        long g = rh.read().stat().contentGeneration();
+                        if (g < gen0 + before) {
+                            errs.add("read generation " + g + " after write " + before + " (generation " + (gen0 + before) + ") returned");
+                        }
+                        reads.incrementAndGet();
+                        Thread.sleep(1); // hits take microseconds: leave the machine's CPUs to the cell
+                    } catch (ChubbyException e) {
+                        errs.add("read: " + e.getMessage());
+                        return;
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+            });
+            reader.start();
             Thread.sleep(200);
             System.out.println("LOCKED " + l.sequencer().format() + " master " + master0);
             System.out.flush();
@@ -540,6 +577,8 @@ public final class CellTest {
             // new master may park for most of a lease).
             Stat st = w.stat();
             check(st != null && s.error() == null, "a call after the failover succeeds; the session lives");
+            long ts1 = cell.timestamp();
+            check(ts1 > ts0 + 99, "a timestamp from the new master (" + ts1 + ") is above the old one's (" + ts0 + "..+99)");
             List<SessionEvent> seen = await(evs, SessionEvent.Kind.MASTER_CHANGED, Duration.ofSeconds(10));
             if (seen.stream().anyMatch(ev -> ev.kind() == SessionEvent.Kind.JEOPARDY)) {
                 // The failover outlasted the local lease: the reply that
@@ -557,12 +596,18 @@ public final class CellTest {
             }
             stop.set(true);
             writer.join(30_000);
-            check(errs.isEmpty(), "the writer never failed across the failover: " + errs);
+            reader.join(30_000);
+            check(errs.isEmpty(), "the writer and the caching reader never failed across the failover: " + errs);
             int n = written.get();
             Contents c = w.read();
             check(n > atStop && c.text().equals("n=" + n) && c.stat().contentGeneration() == gen0 + n,
                     n + " compare-and-swap writes, " + (n - atStop) + " after the failover, each applied once (generation "
                             + c.stat().contentGeneration() + ")");
+            CacheStats cs = rs.cacheStats();
+            check(rh.read().text().equals("n=" + n) && cs.hits() > 0 && cs.invalidations() > 0,
+                    reads.get() + " reads by the caching reader, none stale, and it reads the last write: " + cs);
+            rs.close();
+            rcell.close();
             Sequencer seq = l.sequencer();
             l.close();
             check(!cell.checkSequencer(seq).valid(), "the lock is released at the new master");
