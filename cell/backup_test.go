@@ -335,20 +335,7 @@ func TestRestoreThreeReplicas(t *testing.T) {
 	saved := stateBytes(tc.s.m)
 	tc.stop()
 
-	var lns, pls []net.Listener
-	var peers []Peer
-	for i := 1; i <= 3; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns, pls = append(lns, ln), append(pls, pl)
-		peers = append(peers, Peer{ID: uint64(i), Addr: ln.Addr().String(), PeerAddr: pl.Addr().String()})
-	}
+	peers, lns, pls := loopbackPeers(t, 3)
 	mc := &multiCell{t: t}
 	for i := range 3 {
 		dir := t.TempDir()

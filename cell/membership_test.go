@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"github.com/chubbygo/chubby/rpc/tlsconf"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,14 +36,7 @@ func startGossipReplica(t *testing.T, bootstrap int, join []string, dir string) 
 // material (nil: plaintext).
 func startGossipReplicaTLS(t *testing.T, bootstrap int, join []string, dir string, tr *tlsconf.Reloader) *gossipReplica {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, pl := loopbackPair(t)
 	cfg := Config{Cell: "gossip-test", ID: 0, Listener: ln, PeerListener: pl, GossipListen: "127.0.0.1:0",
 		Join: join, BootstrapExpect: bootstrap, TargetSize: 3, DeadAfter: 2 * time.Second, PromoteAfter: 300 * time.Millisecond,
 		DataDir: dir, Logger: quietLogger(), Lease: 2 * time.Second, TLS: tr}

@@ -23,20 +23,7 @@ type multiCell struct {
 
 func startMultiCell(t testing.TB, n int, cfg Config) *multiCell {
 	t.Helper()
-	var lns, pls []net.Listener
-	var peers []Peer
-	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns, pls = append(lns, ln), append(pls, pl)
-		peers = append(peers, Peer{ID: uint64(i), Addr: ln.Addr().String(), PeerAddr: pl.Addr().String()})
-	}
+	peers, lns, pls := loopbackPeers(t, n)
 	return startServers(t, cfg, peers, lns, pls)
 }
 
@@ -257,4 +244,31 @@ func TestMasterWatchHeldUntilTheMasterMoves(t *testing.T) {
 	case <-time.After(time.Duration(wait) * time.Millisecond):
 		t.Fatal("the watch was not answered within wait_ms of the master stopping")
 	}
+}
+
+// loopbackPeers listens on two loopback ports (client, peer) for each of n
+// replicas with ids 1..n and returns their Peers and listeners.
+func loopbackPeers(t testing.TB, n int) (peers []Peer, lns, pls []net.Listener) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		ln, pl := loopbackPair(t)
+		lns, pls = append(lns, ln), append(pls, pl)
+		peers = append(peers, Peer{ID: uint64(i), Addr: ln.Addr().String(), PeerAddr: pl.Addr().String()})
+	}
+	return peers, lns, pls
+}
+
+// loopbackPair listens on two loopback ports: a replica's client and peer
+// listeners.
+func loopbackPair(t testing.TB) (ln, pl net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	return ln, pl
 }

@@ -22,20 +22,7 @@ import (
 func TestRollingRestartUnderLoad(t *testing.T) {
 	const lease = 5 * time.Second
 	const n = 3
-	var peers []Peer
-	var lns, pls []net.Listener
-	for i := 1; i <= n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns, pls = append(lns, ln), append(pls, pl)
-		peers = append(peers, Peer{ID: uint64(i), Addr: ln.Addr().String(), PeerAddr: pl.Addr().String()})
-	}
+	peers, lns, pls := loopbackPeers(t, n)
 	dirs := make([]string, n)
 	servers := make([]*Server, n)
 	dones := make([]chan error, n)

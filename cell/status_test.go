@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -80,14 +79,7 @@ func TestHealthzSaysWhatIsMissing(t *testing.T) {
 	}
 
 	// A spare told to join a cell that is not there: it waits.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, pl := loopbackPair(t)
 	s, err := New(Config{Cell: "health-test", Listener: ln, PeerListener: pl, GossipListen: "127.0.0.1:0",
 		Join: []string{"127.0.0.1:1"}, HTTPListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger()})
 	if err != nil {
