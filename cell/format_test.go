@@ -37,6 +37,9 @@ func TestNewerFormatRefusedAtStart(t *testing.T) {
 	if !bytes.Equal(stateBytes(tc.s.m), before) {
 		t.Fatal("the entry of a newer format changed the state")
 	}
+	if why := tc.s.unhealthy(); !strings.HasPrefix(why, "stopped: ") || !strings.Contains(why, "newer than version 1") {
+		t.Errorf("/healthz of the halted replica says %q, want stopped and why", why)
+	}
 	tc.s = nil
 	_, err := New(Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: quietLogger()})
 	if err == nil || !strings.Contains(err.Error(), "format version 2, newer than version 1") {

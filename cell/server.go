@@ -830,7 +830,8 @@ func (s *Server) httpHandler() http.Handler {
 // unhealthy says why this replica is no working member of its cell ("" if
 // it is one), for /healthz: its disk failed, its log has not started, no
 // configuration names it yet (a spare waiting for a master to add it), or
-// it was removed. A view change in progress is not unhealthy: the replica
+// it was removed, or it stopped on an entry it cannot apply (a newer
+// format). A view change in progress is not unhealthy: the replica
 // is a member, and the cell elects a master in about a second.
 func (s *Server) unhealthy() string {
 	select {
@@ -839,6 +840,9 @@ func (s *Server) unhealthy() string {
 		return "starting: the replicated log is not open yet"
 	}
 	if err := s.log.Err(); err != nil {
+		if errors.Is(err, replica.ErrHalted) {
+			return "stopped: " + err.Error()
+		}
 		return "disk failed: " + err.Error()
 	}
 	if len(s.log.Info().Members) == 0 {
