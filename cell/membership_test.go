@@ -39,7 +39,7 @@ func startGossipReplicaTLS(t *testing.T, bootstrap int, join []string, dir strin
 	ln, pl := loopbackPair(t)
 	cfg := Config{Cell: "gossip-test", ID: 0, Listener: ln, PeerListener: pl, GossipListen: "127.0.0.1:0",
 		Join: join, BootstrapExpect: bootstrap, TargetSize: 3, DeadAfter: 2 * time.Second, PromoteAfter: 300 * time.Millisecond,
-		DataDir: dir, Logger: quietLogger(), Lease: 2 * time.Second, TLS: tr}
+		DataDir: dir, Logger: quietLogger(), Lease: 2 * time.Second, TLS: tr, HTTPListen: "127.0.0.1:0"}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
