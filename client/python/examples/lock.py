@@ -23,8 +23,9 @@ COMMAND gets SIGTERM (SIGKILL 10 s later) and lock.py exits 1. Exit 2: usage
 errors; 126/127: COMMAND cannot be run / was not found.
 
 The cell is --cell (comma-separated host:port list) or CHUBBY_CELL, else
-127.0.0.1:7000. Run it with PYTHONPATH naming client/python (after
-./build.sh python).
+127.0.0.1:7000. It uses chubbycell as installed (pip install
+./client/python), else the package beside this example (after ./build.sh
+python).
 """
 
 import argparse
@@ -34,7 +35,11 @@ import subprocess
 import sys
 import threading
 
-import chubbycell
+try:
+    import chubbycell
+except ImportError:  # not installed: the package beside this example
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import chubbycell
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_CANNOT_EXEC, EXIT_NOT_FOUND = 1, 2, 126, 127
 KILL_GRACE = 10.0

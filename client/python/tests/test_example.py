@@ -16,8 +16,8 @@ class TestLockExample(unittest.TestCase):
         self.addCleanup(self.cell.close)
         self.s = self.cell.session()
 
-    def run_lock(self, *args):
-        c = Child([LOCK_PY, "--cell", ",".join(cell_addrs())] + list(args))
+    def run_lock(self, *args, env=None):
+        c = Child([LOCK_PY, "--cell", ",".join(cell_addrs())] + list(args), env=env)
         self.addCleanup(c.stop)
         return c
 
@@ -47,6 +47,8 @@ class TestLockExample(unittest.TestCase):
         self.assertEqual(self.run_lock(p, "--", "/nonexistent/command").wait(30), 127)
         self.assertEqual(self.run_lock("not/absolute", "--", "true").wait(30), 2)
         self.assertEqual(self.run_lock(p).wait(30), 2)
+        # Not installed and no PYTHONPATH: it finds the package beside it.
+        self.assertEqual(self.run_lock(p, "--", "true", env={"PYTHONPATH": ""}).wait(30), 0)
 
 
 if __name__ == "__main__":
