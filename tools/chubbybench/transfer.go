@@ -102,6 +102,10 @@ func (t *transfers) totals() (attempts, aborts int64) {
 	return attempts, aborts
 }
 
+// checkTimeout bounds the balance check after a transfer run, at least
+// (the check takes --op-timeout when that is longer).
+const checkTimeout = 2 * time.Minute
+
 // checkReaders is how many clients read the balances for the check, each
 // a share of the accounts, each on its own connection and session.
 const checkReaders = 16
