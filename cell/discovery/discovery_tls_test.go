@@ -346,6 +346,14 @@ func TestTLSCertificateRotation(t *testing.T) {
 			})
 			hs := []*history{watch(t, ds[0], ds[1]), watch(t, ds[1], ds[0])}
 			certs := tc.rotate(t, oldCA, nextCA, ids)
+			// A reloader looks at its files at most once a checkInterval,
+			// on a handshake; any look after the files changed takes them
+			// up. So from one interval after the last write on, every
+			// handshake sees the new certificates, however loaded the
+			// machine. Before that, a probe that trusts only the new CA
+			// can meet an old certificate, which the member counts as a
+			// refused connection (this failed beside a CPU hog).
+			time.Sleep(2 * checkInterval)
 			probeCA := oldCA
 			if tc.newCA {
 				probeCA = nextCA
