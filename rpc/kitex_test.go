@@ -32,6 +32,7 @@ type echoHandler struct {
 	parked map[string]*rpc.Deferred[string]
 	kept   atomic.Pointer[context.Context] // the context of the last "keep" call
 	now    atomic.Int64                    // calls parked now
+	lost   atomic.Int64                    // parked calls abandoned (caller gone, bound reached)
 	ended  chan parkEnd                    // if non-nil, receives how each Park ended
 }
 
@@ -80,6 +81,7 @@ func (h *echoHandler) Park(ctx context.Context, key string, maxMs int64) (string
 	var reason error // set by OnAbandon, which runs on this goroutine inside Park
 	d.OnAbandon(func(r error) {
 		reason = r
+		h.lost.Add(1)
 		h.mu.Lock()
 		if h.parked[key] == d {
 			delete(h.parked, key)
