@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -217,4 +219,54 @@ func decodeHeader(b []byte) (h *fsm.BackupHeader, err error) {
 		return nil, fmt.Errorf("%d trailing bytes", len(b)-n)
 	}
 	return h, nil
+}
+
+// Write writes a backup of stored (a snapshot as a replica's disk stores
+// it) to w, with the header h, whose Length and Checksum it sets: what
+// Save writes when it reads from a master, for a snapshot at hand (chubbyd
+// export).
+func Write(w io.Writer, h *fsm.BackupHeader, stored []byte) error {
+	if len(stored) > MaxSnapshotBytes {
+		return fmt.Errorf("backup: a snapshot of %d bytes, over %d", len(stored), MaxSnapshotBytes)
+	}
+	h.Length, h.Checksum = int64(len(stored)), int64(crc32.Checksum(stored, castagnoli))
+	if err := writeHeader(w, h); err != nil {
+		return err
+	}
+	if _, err := w.Write(stored); err != nil {
+		return fmt.Errorf("backup: write: %w", err)
+	}
+	return nil
+}
+
+// WriteFile writes a backup file as a whole or not at all: write writes it
+// to FILE.partial, which is synced and renamed to file (and the rename made
+// durable); on any error the partial file is removed and file is left as
+// it was.
+func WriteFile(file string, write func(io.Writer) error) error {
+	tmp := file + ".partial"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = write(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, file)
+	}
+	if err == nil {
+		if d, derr := os.Open(filepath.Dir(file)); derr == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/chubbygo/chubby/cell/backup"
+	"github.com/chubbygo/chubby/gen/fsm"
 )
 
 // saveAttempts is how many times snapshot save starts over when the
@@ -77,12 +77,10 @@ file could not be written, the snapshot was replaced 3 times).`,
 			progress := a.progress()
 			start := time.Now()
 			for attempt := 1; ; attempt++ {
-				h, err := saveTo(file, func(w io.Writer) (int64, int64, error) {
-					h, err := backup.Save(ctx, c.SnapshotRead, w, progress)
-					if err != nil {
-						return 0, 0, err
-					}
-					return h.Index, h.Length, nil
+				var h *fsm.BackupHeader
+				err := backup.WriteFile(file, func(w io.Writer) (err error) {
+					h, err = backup.Save(ctx, c.SnapshotRead, w, progress)
+					return err
 				})
 				if progress != nil {
 					fmt.Fprintln(a.stderr)
@@ -95,44 +93,11 @@ file could not be written, the snapshot was replaced 3 times).`,
 					return refused("snapshot save", file, err)
 				}
 				fmt.Fprintf(a.stdout, "saved the snapshot at log index %d (%d bytes) to %s in %v\n",
-					h.index, h.length, file, time.Since(start).Round(time.Millisecond))
+					h.Index, h.Length, file, time.Since(start).Round(time.Millisecond))
 				return nil
 			}
 		},
 	}
-}
-
-type saved struct{ index, length int64 }
-
-// saveTo writes FILE.partial with write, syncs it and renames it to file.
-func saveTo(file string, write func(io.Writer) (index, length int64, err error)) (saved, error) {
-	tmp := file + ".partial"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return saved{}, err
-	}
-	index, length, err := write(f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, file)
-	}
-	if err == nil {
-		// The rename is durable once the directory is.
-		if d, derr := os.Open(filepath.Dir(file)); derr == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return saved{}, err
-	}
-	return saved{index, length}, nil
 }
 
 // progress returns a progress line writer for stderr when it is a
