@@ -316,6 +316,9 @@ func (s *Server) startLog(members vr.Members, peerAddrs map[uint64]string) error
 		return fmt.Errorf("start log: %w", err)
 	}
 	close(s.logReady)
+	if v := s.log.Info().View; vr.LastOfEpoch(v) {
+		s.cfg.Logger.Error("replica cannot take part in electing a master", "reason", lastOfEpochReason(v))
+	}
 	return nil
 }
 
@@ -851,7 +854,17 @@ func (s *Server) unhealthy() string {
 	if why := s.removedReason(); why != "" {
 		return why
 	}
+	if v := s.log.Info().View; vr.LastOfEpoch(v) {
+		return lastOfEpochReason(v)
+	}
 	return ""
+}
+
+// lastOfEpochReason says why a replica at the last view of its epoch is
+// unhealthy and what the operator does about it.
+func lastOfEpochReason(v uint64) string {
+	return fmt.Sprintf("stuck: view %d is the last view of epoch %d, so this cell cannot elect a new master "+
+		"(a disk written by an older release); move its state to a new cell with chubbyd export and chubbyd restore", v, vr.EpochOf(v))
 }
 
 // caller names the principal of the call ctx belongs to: the common name

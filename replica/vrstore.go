@@ -249,3 +249,21 @@ func Seed(st *Storage, meta vr.SnapshotMeta, app []byte) error {
 	}
 	return nil
 }
+
+// ReadPersisted reads what the protocol keeps on st — the hard state, the
+// stored snapshot's metadata and the log after it — and the state
+// machine's bytes of that snapshot (nil without one), as a replica reads
+// them when it starts. It is for tools that look at a stopped replica's
+// data directory (chubbyd export); a running replica holds the directory
+// locked, so OpenStorage refuses it.
+func (s *Storage) ReadPersisted() (vr.Persisted, []byte, error) {
+	return s.loadVR()
+}
+
+// EncodeStoredSnapshot is DecodeStoredSnapshot's inverse: the snapshot
+// app of the state after meta.Index, as Storage stores it and a backup
+// holds it.
+func EncodeStoredSnapshot(meta vr.SnapshotMeta, app []byte) []byte {
+	env := snapshotEnvelope(meta)
+	return append(env[:len(env):len(env)], app...)
+}

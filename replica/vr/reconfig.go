@@ -174,6 +174,15 @@ const (
 // EpochOf returns the epoch a view number belongs to.
 func EpochOf(view uint64) uint64 { return epochOf(view) }
 
+// LastOfEpoch reports whether view is the last view of its epoch: a
+// replica there cannot start a view change (there is no next view in the
+// epoch), so a cell whose voters are all there keeps the primary it has
+// and cannot elect another. No message can bring a replica there (Step
+// refuses views near the end of an epoch more than one ahead); only disks
+// written by releases before that check can hold such a view. chubbyd
+// export and chubbyd restore move such a cell's state to a new cell.
+func LastOfEpoch(view uint64) bool { return view&viewCounterMask == viewCounterMask }
+
 // ViewCounter returns a view's counter within its epoch (the view number's
 // low bits): the view is EpochOf(view)<<32 + ViewCounter(view).
 func ViewCounter(view uint64) uint64 { return view & viewCounterMask }

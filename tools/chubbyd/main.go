@@ -3,6 +3,7 @@
 //	chubbyd dev                 a local one-replica cell, no set-up (data in ./chubby-data)
 //	chubbyd serve --data DIR    one replica with explicit settings
 //	chubbyd restore FILE --data DIR   seed a new replica's data directory from a backup
+//	chubbyd export --data DIR FILE    a backup from a stopped replica's directory (a cell with no master)
 //
 // Every flag is listed, with its default, by --help.
 package main
@@ -119,7 +120,7 @@ new cell must be given the same --peers.`,
 		},
 	}
 	addFlags(serveCmd, srv, "", "")
-	root.AddCommand(devCmd, serveCmd, restoreCommand(stdout, stderr))
+	root.AddCommand(devCmd, serveCmd, restoreCommand(stdout, stderr), exportCommand(stdout, stderr))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
