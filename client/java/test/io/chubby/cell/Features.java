@@ -211,7 +211,7 @@ final class Features {
         CellOptions quick = new CellOptions().callTimeout(java.time.Duration.ofSeconds(5));
 
         // Files that cannot be used are refused at once, naming why.
-        Path scratch = Files.createTempDirectory("chubby-java-tls");
+        Path scratch = Files.createTempDirectory(dir, "scratch"); // in the test's directory, removed with it
         Path sec1 = scratch.resolve("old.key");
         Files.writeString(sec1, "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n", StandardCharsets.US_ASCII);
         ChubbyException e = fails(ChubbyException.Kind.LOCAL, ErrorCode.INVALID_ARGUMENT, "a SEC1 EC key",
