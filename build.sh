@@ -309,7 +309,7 @@ python) python_gen ;;
 java) java_build ;;
 sim)
 	shift
-	go test ./replica/sim -run 'TestSim$' -count=1 -timeout 0 -v -args "$@" | grep -v -e '^=== RUN' -e '^    --- PASS'
+	go test ./cell/sim -run 'TestSim$' -count=1 -timeout 0 -v -args "$@" | grep -v -e '^=== RUN' -e '^    --- PASS'
 	;;
 help | -h | --help) sed -n '2,/^[^#]/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
 *)

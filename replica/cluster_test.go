@@ -14,7 +14,7 @@ import (
 // A tiny deterministic cluster for unit tests of the protocol through the
 // driver that ships: instant disks (memDisk), a FIFO network that can cut
 // links, and a shared clock. The full simulator with faults and the real
-// state machine is replica/sim.
+// state machine is cell/sim.
 
 // memDisk is an instant Disk: every write is done when Write returns; a
 // snapshot save lands at once and is reported by the cluster after the

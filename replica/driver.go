@@ -13,7 +13,7 @@ import (
 // Driver carries out a vr.Node's work: the Ready → persist → send → apply →
 // Advance loop, proposals and their answers, and snapshots. It is the one
 // copy of that loop: Replicated runs it on goroutines, Kitex and Badger; the
-// simulator (replica/sim) runs it on a simulated clock, disk and network.
+// simulator (cell/sim) runs it on a simulated clock, disk and network.
 // Everything it touches from outside is behind Disk, Transport,
 // StateMachine and the clock function, and every completion comes back as
 // an input (Written, SnapshotSaved), so the code is the same whether the

@@ -10,7 +10,7 @@ import (
 )
 
 // Reconfiguration through the driver that ships, on the tiny cluster of
-// cluster_test.go. The simulator (replica/sim) injects the same changes
+// cluster_test.go. The simulator (cell/sim) injects the same changes
 // under every fault; these tests pin the steps down one at a time.
 
 // addJoiner starts replica id with an empty disk (vr.Config.Join).

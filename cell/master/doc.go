@@ -6,7 +6,7 @@
 // master's monotonic clock, the one the replicated log's master lease is
 // measured on) and what to do comes out as return values. The cell wraps
 // them with a mutex, timers and parked RPCs (cell/sessions.go,
-// cell/cache.go); the simulator (replica/sim) drives the very same code
+// cell/cache.go); the simulator (cell/sim) drives the very same code
 // on simulated clocks, so what it checks is what ships.
 //
 // # The lease rule

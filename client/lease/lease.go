@@ -2,7 +2,7 @@
 // by which a Chubby client knows whether its session is safe, in jeopardy
 // or expired, as pure code with the time passed in. The Go
 // client (package client) keeps its sessions by these rules, and the
-// simulator (replica/sim) runs its simulated clients on the very same
+// simulator (cell/sim) runs its simulated clients on the very same
 // code, so that what it checks about clients' beliefs is what ships.
 //
 // The rules:

@@ -39,7 +39,7 @@ func seedCount() int {
 }
 
 func replay(seed uint64) string {
-	return fmt.Sprintf("go test ./replica/sim -run TestSim -seed=%d -v", seed)
+	return fmt.Sprintf("go test ./cell/sim -run TestSim -seed=%d -v", seed)
 }
 
 // TestSim runs the simulator over many seeds, in parallel on the

@@ -103,11 +103,11 @@
 //
 // # Running
 //
-//	go test ./replica/sim                       # 1000 seeds (500 under -race)
-//	go test ./replica/sim -run TestSim -seeds=20000 -seedbase=1
-//	CHUBBY_SIM_SEEDS=5000 go test ./replica/sim -run TestSim
-//	go test ./replica/sim -run TestSim -seed=12345 -v            # replay one
-//	go test ./replica/sim -run TestSim -seed=12345 -v -simtrace  # with every event
+//	go test ./cell/sim                       # 1000 seeds (500 under -race)
+//	go test ./cell/sim -run TestSim -seeds=20000 -seedbase=1
+//	CHUBBY_SIM_SEEDS=5000 go test ./cell/sim -run TestSim
+//	go test ./cell/sim -run TestSim -seed=12345 -v            # replay one
+//	go test ./cell/sim -run TestSim -seed=12345 -v -simtrace  # with every event
 package sim
 
 import (
