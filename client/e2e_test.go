@@ -537,7 +537,8 @@ func TestE2EClientClose(t *testing.T) {
 }
 
 // TestUnreachable needs no cell: calls to a closed port fail with
-// ErrUnreachable after a bounded number of quick retries.
+// ErrUnreachable after a bounded number of quick retries, saying that
+// nothing listens there (not the transport's "closed by peer").
 func TestUnreachable(t *testing.T) {
 	addr := celltest.FreeAddr(t) // nothing listens there any more
 	c, err := Connect(context.Background(), Config{Addrs: []string{addr}})
@@ -555,5 +556,8 @@ func TestUnreachable(t *testing.T) {
 	}
 	if !strings.Contains(Describe(err), addr) {
 		t.Errorf("Describe = %q, want the address in it", Describe(err))
+	}
+	if !strings.Contains(err.Error(), "nothing listens there (connection refused)") {
+		t.Errorf("NewSession to a closed port: %q, want it to say nothing listens there", err)
 	}
 }

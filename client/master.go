@@ -606,7 +606,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		if attempt+1 >= maxCallAttempts {
 			c.log.Debug("chubby: call failed; attempts used up", "op", spec.op, "path", spec.path,
 				"addr", addr, "attempt", attempt+1, "err", Describe(cause))
-			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, true
+			return zero, &OpError{Op: spec.op, Path: spec.path, Err: explainUnreachable(cause, addr)}, true
 		}
 		// The back-off counts from the failure: a locate round (which
 		// replicas in a view change hold until they know the new master)
@@ -646,7 +646,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 			"addr", addr, "next", c.master.addr(), "attempt", attempt+1, "delay", max(time.Until(resendAt), 0),
 			"err", Describe(cause))
 		if err := c.master.pause(ctx, resendAt, addr, refused, known); err != nil {
-			return zero, &OpError{Op: spec.op, Path: spec.path, Err: cause}, false
+			return zero, &OpError{Op: spec.op, Path: spec.path, Err: explainUnreachable(cause, addr)}, false
 		}
 	}
 }
