@@ -1,6 +1,93 @@
 // Package cell is a replica process of a Chubby lock cell: the Kitex
 // handlers of the client IDL (idl/chubby.thrift) and the master's duties.
 //
+// # A request's path
+//
+// A client call, from the wire to its answer, on the master (the side
+// paths follow the diagram):
+//
+//	client call (Thrift over Kitex: rpc.NewServer's limits, deadlines, metrics)
+//	  |
+//	  v
+//	handler (handler.go), one method per IDL call
+//	  |  serveCheck / serveCheckWait (master.go): this replica serves as
+//	  |    master? Else NOT_MASTER, naming the master when known; while
+//	  |    none is known the call is first held (noMasterHold)
+//	  |  live: the session is alive here (leases.alive) and was created by
+//	  |    the caller's principal (Server.checkOwner); else SESSION_EXPIRED
+//	  |    or PERMISSION_DENIED
+//	  |  validation at the edge: paths, sizes, modes, limits, RequestID
+//	  |    (checkRID); INVALID_ARGUMENT or TOO_LARGE, nothing logged
+//	  |
+//	  +-- read (GetStat, GetContentsAndStat, ReadDir, GetSequencer,
+//	  |     CheckSequencer): awaitLease (the master lease is held now)
+//	  |     -> cache.register if it asks to cache -> fs.State under
+//	  |     machine.read -> cache.registerACL -> reply
+//	  |
+//	  +-- change: propose / proposeAs / proposeOnce -> proposeAt (server.go)
+//	        |  writes.begin (writes.go, master.Writes): stamp the command
+//	        |    with the master's clock; fs.State.Reach says what of the
+//	        |    clients' caches it may change
+//	        |  cache.invalidate (cache.go, master.Cache): queue an
+//	        |    invalidation for every cacher ---------------> side path (c)
+//	        |    and wait until each has acknowledged or its lease ended
+//	        |  the session and request number go into the command (the
+//	        |    state's request table makes it exactly-once); encode it
+//	        |    (fs.EncodeCommand), at most vr.MaxEntryBytes
+//	        v
+//	replica.Replicated.ProposeInView: only in the view the invalidations
+//	        |  were made in (Propose for a command whose reach is empty)
+//	        |  the Driver's loop hands it to vr.Node: the primary sends
+//	        |    Prepare to the backups; each appends it to its log on
+//	        |    Badger (replica.Storage) and fsyncs before it answers
+//	        |  committed once a majority of the voters has it on disk
+//	        v
+//	machine.Apply (machine.go), on every replica, in log order
+//	        |  fs.State.ApplyBytes validates everything again, changes the
+//	        |    state and returns the result and its fs.Effects;
+//	        |    machine.dispatch hands the effects on:
+//	        |      Woken         -> parked Acquires answered -> side path (b)
+//	        |      Notified      -> leases.wake: parked KeepAlives -> (a)
+//	        |      EndedSessions -> cache.forget, leases.ended
+//	        |      NextTimer     -> scheduleTick: a Tick at the next
+//	        |                       lock-delay end
+//	        v
+//	proposeAt, on the master: the result (a refused command's error is
+//	        |  its ChubbyError; a log failure becomes NOT_MASTER or, mostly,
+//	        |  UNAVAILABLE, the outcome unknown unless the log refused it);
+//	        |  the reached nodes become cachable again (only after
+//	        |  uncertainHold when the outcome is unknown)
+//	        v
+//	handler builds the reply -> Kitex -> client
+//
+// The side paths:
+//
+//	(a) KeepAlive: cache.ack records invalidation acks, leases.register
+//	    parks the call (an rpc.Deferred) until KeepAliveMargin before the
+//	    earliest lease in it ends, or until events, invalidations or a
+//	    session end wake it; answerKeepAlive extends the leases only under
+//	    the master lease held then; attachEvents and cache.attach fill in
+//	    the reply.
+//	(b) Acquire: queueAcquire parks the call (machine.park, an
+//	    rpc.Deferred keyed by handle) and proposes a waiting Acquire; a
+//	    later command's Woken effect answers it, or its wait runs out and
+//	    it proposes CancelWait (withdrawWait).
+//	(c) Invalidations to cachers: queued in master.Cache and carried by the
+//	    cacher's next KeepAlive reply (a parked one is answered at once);
+//	    the client acknowledges in its following KeepAlive.
+//	(d) The oracle (oracle.go, master.Oracle): GetTimestamps is answered
+//	    from a window in memory under the master lease; the window is
+//	    reserved ahead of need by ReserveTimestamps commands proposed in
+//	    the background through proposeAt like any change.
+//	(e) Membership (membership.go, autopilot.go): RemoveMember and the
+//	    autopilot propose configuration changes with
+//	    replica.Replicated.ProposeConfig, not through proposeAt; the log
+//	    reports the configuration in force (onConfig).
+//	(f) Failover (master.go): the log reports role changes (roleChanged);
+//	    becomeMaster waits for reads to be allowed, takes the epoch, gives
+//	    recovered sessions their lease, withdraws stale waits and starts
+//	    serving; loseMaster answers every parked call NOT_MASTER.
+//
 // The master never changes state directly. A handler validates its request
 // at the edge, then either reads the fs state under a read lock (GetStat,
 // GetContentsAndStat, ReadDir, GetSequencer, CheckSequencer) or proposes a
