@@ -503,30 +503,34 @@ type retryClass int
 const (
 	// retrySafe: the call may be sent again whatever became of an earlier
 	// attempt. Reads (GetContentsAndStat, GetStat, ReadDir, GetSequencer,
-	// CheckSequencer, GetMaster, GetStatus) change nothing; CreateSession is
-	// safe too, because a session created by an attempt whose reply was lost
-	// is never kept alive and ends after one lease. Retried on NOT_MASTER,
-	// UNAVAILABLE and transport errors other than timeouts.
+	// CheckSequencer, GetMaster, GetStatus, WhoAmI, SnapshotRead) change
+	// nothing; GetTimestamps hands a resend fresh timestamps (those of a
+	// lost reply go to nobody); CreateSession is safe too, because a
+	// session created by an attempt whose reply was lost is never kept
+	// alive and ends after one lease. Retried on NOT_MASTER, UNAVAILABLE
+	// and transport errors other than timeouts.
 	retrySafe retryClass = iota
 
-	// retryUnsent: the call changes the cell (Open, Close, SetContents,
-	// Delete, Mkdir, CreateFile, Acquire, TryAcquire, Release, CloseSession).
-	// It is sent again only when the earlier attempt certainly did nothing:
-	// the connection could not be made (the request never left), or the
+	// retryUnsent: the call changes the cell, which keeps no answer of it
+	// to give a resend (Acquire, whose request number only lets a resend
+	// take its parked call's place; CloseSession; RemoveMember). It is
+	// sent again only when the earlier attempt certainly did nothing: the
+	// connection could not be made (the request never left), or the
 	// replica answered NOT_MASTER (a refused call changes nothing). A reply
 	// lost after the request was sent, a timeout, or UNAVAILABLE is
 	// reported, never retried: the caller decides (e.g. re-reading before
 	// writing again). This holds across jeopardy too: a write that found no
 	// master is resent once the session is safe again, one whose fate is
-	// unknown is not.
+	// unknown is not. (Acquire is also resent when the master moves while
+	// it is parked: callSpec.resendOnMove.)
 	retryUnsent
 
 	// retryOnce: the call changes the cell and carries a RequestID
 	// (Open, Close, SetContents, Delete, Mkdir, CreateFile, TryAcquire,
-	// Release). The cell applies a request number at most once and answers
-	// a resend with the first answer, across failovers too, so the call is
-	// resent after any failure that may be passing: NOT_MASTER, UNAVAILABLE,
-	// a lost reply, a timeout.
+	// Release, SetACL, Multi). The cell applies a request number at most
+	// once and answers a resend with the first answer, across failovers
+	// too, so the call is resent after any failure that may be passing:
+	// NOT_MASTER, UNAVAILABLE, a lost reply, a timeout.
 	retryOnce
 )
 
@@ -537,8 +541,9 @@ type callSpec struct {
 	class   retryClass    // which failures are retried
 	timeout time.Duration // per-attempt RPC timeout
 
-	// setRID, for a retryOnce call, puts the call's RequestID into its
-	// request before the first send (sessionCall numbers the call).
+	// setRID, for a retryOnce call (and Acquire), puts the call's
+	// RequestID into its request before the first send (sessionCall
+	// numbers the call).
 	setRID func(*chubby.RequestID)
 
 	// resendOnMove lets a retryUnsent call be abandoned and resent when a
