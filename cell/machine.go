@@ -14,9 +14,11 @@ import (
 )
 
 // machine is the fs state machine as the log drives it, plus what the master
-// does with the effects of each command: it wakes parked Acquire calls and
-// tells the session table which sessions ended. Reads take the read lock;
-// the log's apply loop takes the write lock per command.
+// does with the effects of each command (dispatch): it wakes parked Acquire
+// calls, tells the session and cache tables which sessions ended (onEnded)
+// and which got events (onNotify), and schedules the next lock-delay Tick
+// (onTimer). Reads take the read lock; the log's apply loop takes the
+// write lock per command.
 type machine struct {
 	limits fs.Limits
 
@@ -148,7 +150,7 @@ func (m *machine) dispatch(fx fs.Effects) {
 		for _, w := range fx.Woken {
 			p, ok := m.waiters[w.Handle]
 			if !ok {
-				continue // its caller already gave up (see Server.Acquire)
+				continue // its caller already gave up (see handler.Acquire)
 			}
 			if !p.queued {
 				// The wake is about an older request of the handle (one

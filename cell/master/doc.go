@@ -1,13 +1,28 @@
-// Package master is the master's session bookkeeping as deterministic
-// code: the session lease table with its parked KeepAlives (Leases) and
-// the table of which sessions cache which nodes (Cache). Both are pure
-// state machines in the manner of replica/vr: no goroutine, no timer, no
-// clock of their own — time comes in as an argument (nanoseconds on the
-// master's monotonic clock, the one the replicated log's master lease is
-// measured on) and what to do comes out as return values. The cell wraps
-// them with a mutex, timers and parked RPCs (cell/sessions.go,
-// cell/cache.go); the simulator (cell/sim) drives the very same code
-// on simulated clocks, so what it checks is what ships.
+// Package master is the master's bookkeeping as deterministic code:
+//
+//   - Leases, the session lease table with its parked KeepAlives (Call),
+//     configured by LeaseConfig; its errors are ErrNotServing,
+//     ErrTooManyParked and ErrLeaseLapsed;
+//   - Cache, the table of which sessions cache which nodes: a read
+//     registers (RegisterRead's ReadMark, then RegisterACL), and a command's
+//     Scope becomes a Change (InvalidateScope) that may commit once every
+//     cacher has acknowledged or its lease has ended;
+//   - Writes, the table of the master's commands in flight (one Write
+//     each): their stamps and what keeps a command's reach a superset of
+//     what it changes;
+//   - Oracle, the timestamp oracle: a window of timestamps in memory,
+//     reserved ahead of need through the log;
+//   - Epoch and EpochParts, the master epoch of a view and its parts.
+//
+// All four tables are pure state machines in the manner of replica/vr: no
+// goroutine, no timer, no clock of their own — time, where they need it,
+// comes in as an argument (Time: nanoseconds on the master's monotonic
+// clock, the one the replicated log's master lease is measured on) and
+// what to do comes out as return values; none is safe for concurrent use.
+// The cell wraps them with a mutex, timers and parked RPCs
+// (cell/sessions.go, cell/cache.go, cell/writes.go, cell/oracle.go); the
+// simulator (cell/sim) drives the very same code on simulated clocks, so
+// what it checks is what ships.
 //
 // # The lease rule
 //
