@@ -116,8 +116,9 @@ struct Sequencer {
 // retry reuses the number) and says which earlier requests it may still
 // retry: every request numbered below floor has been answered or abandoned,
 // so the cell may forget their answers. A request that repeats a number the
-// cell has answered gets that answer again instead of being applied twice.
-// Requests without one are applied every time they arrive.
+// cell has answered gets that answer again instead of being applied twice
+// (Acquire's is used otherwise: see AcquireRequest.rid). Requests without
+// one are applied every time they arrive.
 struct RequestID {
     1: required i64 seq    // > 0, unique within the session
     2: required i64 floor  // 1..seq
@@ -516,6 +517,11 @@ struct AcquireRequest {
     2: required LockMode mode
     3: required i64 wait_ms        // 1..MAX_ACQUIRE_WAIT_MS; TIMED_OUT when it passes
     4: optional i64 lock_delay_ms  // 0..MAX_LOCK_DELAY_MS; unset: DEFAULT_LOCK_DELAY_MS
+    // The call's request number, numbered like the exactly-once calls'.
+    // Acquire is not answered from the request table (a waiting request's
+    // answer would outlive the failover that withdraws it): the master
+    // uses seq only to recognise a resend of the call parked for the
+    // handle, which then takes the parked call's place in the queue.
     5: optional RequestID rid
 }
 
