@@ -33,9 +33,9 @@ type Config struct {
 	// PeerListener, if set, is used instead of listening on PeerListen.
 	PeerListener net.Listener
 	// Replication tunes the view-change protocol (timers, limits); zero
-	// fields take replica/vr's defaults: heartbeat 100 ms, master lease
-	// 240 ms, view-change timeout 1.2 s (200 ms before a silent master's
-	// port is dialled).
+	// fields take vr.DefaultConfig's (its HeartbeatInterval,
+	// LeaseDuration, ViewChangeTimeout, and SuspectAfter before a silent
+	// master's port is dialled).
 	Replication vr.Config
 	// Cell is the cell's name. Default "local".
 	Cell string
@@ -56,15 +56,16 @@ type Config struct {
 	// InMemory keeps the log in memory: nothing survives a restart. Tests only.
 	InMemory bool
 
-	// Lease is the session lease. Default 12 s (Chubby's).
+	// Lease is the session lease. Default master.DefaultLeaseConfig's
+	// (Chubby's).
 	Lease time.Duration
 	// KeepAliveMargin: a parked KeepAlive is answered this long before the
-	// earliest lease in it would run out. Default Lease/4 (3 s for 12 s),
-	// at least min(500 ms, Lease/2): the reply and the client's next
-	// KeepAlive must cross a loaded machine within it, and the client is
-	// told about 4% less than the master holds (clock drift; see package
-	// cell/master), which comes out of it too; one KeepAlive per session
-	// every ~9 s.
+	// earliest lease in it would run out. Default Lease/4, at least
+	// min(500 ms, Lease/2) (defaultKeepAliveMargin): the reply and the
+	// client's next KeepAlive must cross a loaded machine within it, and
+	// the client is told about 4% less than the master holds (clock drift;
+	// see package cell/master), which comes out of it too; one KeepAlive
+	// per session about every Lease − KeepAliveMargin.
 	KeepAliveMargin time.Duration
 
 	// Limits bounds the replicated state (among them the sessions of one
@@ -77,22 +78,24 @@ type Config struct {
 	// MaxConnectionsPerIP bounds the client connections of one remote
 	// address, and ConnectionLimits are exceptions for named prefixes
 	// (proxies), on top of rpc.DefaultConnLimits (loopback: no
-	// per-address cap). Default rpc.DefaultMaxConnectionsPerIP (1,024).
+	// per-address cap). Default rpc.DefaultMaxConnectionsPerIP.
 	MaxConnectionsPerIP int
 	ConnectionLimits    []rpc.ConnLimit
 	// FirstCallTimeout closes a client connection that has carried no
 	// call this long after it was accepted; ConnIdleTimeout one that
 	// carries no call and has received nothing for that long (a parked
 	// KeepAlive or Acquire is a call). Defaults rpc.DefaultFirstCallTimeout
-	// (10 s) and rpc.DefaultMaxConnIdleTime (2 min).
+	// and rpc.DefaultMaxConnIdleTime.
 	FirstCallTimeout time.Duration
 	ConnIdleTimeout  time.Duration
 	// MaxParkedAcquires bounds Acquire calls parked at once; past it
 	// Acquire fails with UNAVAILABLE. Default 50,000.
 	MaxParkedAcquires int
-	// MaxParkedKeepAlives bounds KeepAlive calls parked at once. Default 20,000.
+	// MaxParkedKeepAlives bounds KeepAlive calls parked at once. Default
+	// master.DefaultLeaseConfig's MaxParked.
 	MaxParkedKeepAlives int
-	// SnapshotEvery takes a snapshot after this many log entries. Default 50,000.
+	// SnapshotEvery takes a snapshot after this many log entries. Default
+	// replica.DefaultReplicatedConfig's.
 	SnapshotEvery uint64
 	// EventTrimInterval: the master forgets the events clients have
 	// acknowledged (one TrimEvents command for every session whose ack
@@ -104,8 +107,7 @@ type Config struct {
 	// MaxCachedPerSession and MaxCachedPerCell bound the master's table of
 	// which sessions cache which nodes: past either, a read is
 	// served uncachable rather than failing. Defaults
-	// DefaultMaxCachedPerSession (10,000) and DefaultMaxCachedPerCell
-	// (1,000,000).
+	// DefaultMaxCachedPerSession and DefaultMaxCachedPerCell.
 	MaxCachedPerSession int
 	MaxCachedPerCell    int
 
@@ -162,17 +164,17 @@ func (c *Config) gossip() bool {
 }
 
 // DefaultConfig returns the defaults: ID 1, Cell "local", Listen
-// 127.0.0.1:7000, Lease 12 s (master.DefaultLeaseConfig's), KeepAliveMargin
-// 3 s (for the default Lease; see Config.KeepAliveMargin), Limits
-// fs.DefaultLimits(), MaxConnections 15,000, MaxConnectionsPerIP 1,024,
-// FirstCallTimeout 10 s, ConnIdleTimeout 2 min (rpc's defaults),
-// MaxParkedAcquires 50,000,
-// MaxParkedKeepAlives 20,000 (master.DefaultLeaseConfig's MaxParked),
-// SnapshotEvery 50,000 (replica.DefaultReplicatedConfig's),
-// EventTrimInterval 1 s, MaxCachedPerSession DefaultMaxCachedPerSession
-// (10,000), MaxCachedPerCell DefaultMaxCachedPerCell (1,000,000),
-// Replication vr.DefaultConfig() (heartbeat 100 ms, master lease 240 ms,
-// view-change timeout 1.2 s), Logger slog.Default(), Now time.Now.
+// 127.0.0.1:7000, Lease master.DefaultLeaseConfig's, KeepAliveMargin
+// derived from the Lease (see Config.KeepAliveMargin), Limits
+// fs.DefaultLimits(), MaxConnections 15,000, MaxConnectionsPerIP
+// rpc.DefaultMaxConnectionsPerIP, FirstCallTimeout
+// rpc.DefaultFirstCallTimeout, ConnIdleTimeout rpc.DefaultMaxConnIdleTime,
+// MaxParkedAcquires 50,000, MaxParkedKeepAlives master.DefaultLeaseConfig's
+// MaxParked, SnapshotEvery replica.DefaultReplicatedConfig's,
+// EventTrimInterval 1 s, MaxCachedPerSession DefaultMaxCachedPerSession,
+// MaxCachedPerCell DefaultMaxCachedPerCell, TargetSize 5, DeadAfter 30 s,
+// PromoteAfter 3 s, Replication vr.DefaultConfig(), Logger slog.Default(),
+// Now time.Now.
 // Peers (a cell of this replica alone), PeerListen (this replica's
 // PeerAddr) and Advertise (the listening address) are filled in by New;
 // DataDir has no default.

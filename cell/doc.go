@@ -96,12 +96,13 @@
 // a bad request changes nothing either way.
 //
 // ReadDir answers one page of a listing (fs.State.ReadDirPage): the entries
-// after ReadDirRequest.after, at most limit of them (0: MAX_READDIR_ENTRIES,
-// 10,000; more, or a negative limit or an after that is not a name, is
-// INVALID_ARGUMENT) and at most readDirPageBytes (half the 4 MiB payload
-// limit) of entries, with more and the directory's content generation. So
-// a directory of fs's 100,000 children, with the longest names and paths,
-// lists completely in replies well under the payload limit. Only a
+// after ReadDirRequest.after, at most limit of them (0: MAX_READDIR_ENTRIES;
+// more, or a negative limit or an after that is not a name, is
+// INVALID_ARGUMENT) and at most readDirPageBytes (half the payload limit,
+// rpc.DefaultMaxPayloadBytes) of entries, with more and the directory's
+// content generation. So a directory at fs's MaxChildren limit, with the
+// longest names and paths, lists completely in replies well under the
+// payload limit. Only a
 // complete listing in one page (more unset) can be cacheable. Every
 // request limit is walked at its bound and one past it in limits_test.go.
 //
@@ -112,8 +113,8 @@
 //     replicated; only session creation and end are commands. A KeepAlive
 //     is parked (rpc.Deferred) until shortly before the earliest lease in
 //     it would end, then — only if this replica holds its master lease at
-//     that moment; a lapsed one may come back within leaseHold (500 ms),
-//     else the call is refused UNAVAILABLE — every lease in it is extended
+//     that moment; a lapsed one may come back within leaseHold, else
+//     the call is refused UNAVAILABLE — every lease in it is extended
 //     and the call answered with what the client may count, less the
 //     clock-drift bound. A session whose lease runs out is ended through
 //     the log (EndSession with expired set: its locks go into lock-delay,
@@ -137,11 +138,11 @@
 //     session, the highest event seq the client received (acked_event); it
 //     is answered at once when a session has later events, and a parked
 //     one is woken as soon as a command queues one (Effects.Notified). The
-//     reply carries each session's events after its ack (at most 4096
-//     events and about 1 MiB per reply; the rest go with the next one,
-//     answered at once). The master does not log acks: it keeps them with
+//     reply carries each session's events after its ack (at most
+//     maxReplyEvents events and about maxReplyEventBytes per reply; the
+//     rest go with the next one, answered at once). The master does not log acks: it keeps them with
 //     the leases and proposes one TrimEvents for every session whose ack
-//     moved at most every Config.EventTrimInterval (1 s). So a new master
+//     moved at most every Config.EventTrimInterval. So a new master
 //     may send again events a client already had; clients drop them by
 //     seq. The first reply of a new master's epoch to each session (it is
 //     answered at once) starts with MASTER_FAILED_OVER (seq 0, the epoch),
@@ -151,7 +152,7 @@
 //     or ReadDir asking to cache registers the session as a cacher of the
 //     node, before the state is read, and says cacheable; a node with a
 //     change in progress, or a table at its limit (Config.MaxCachedPerSession,
-//     10,000; Config.MaxCachedPerCell, 1,000,000), is served uncachable.
+//     Config.MaxCachedPerCell), is served uncachable.
 //     The table is in memory only. Before proposing a command, the master
 //     stamps it and asks fs what it may change of what clients cache
 //     (fs.State.Reach, computed from the state and the command's time:
@@ -173,7 +174,7 @@
 //     (KeepAliveItem.acked_invalidation) or its lease has ended, bounded by
 //     one lease plus 1 s. Only then is the command proposed; the paths
 //     become cachable when it has applied (after a command of unknown
-//     outcome, only after twice the commit timeout). An ack counts only
+//     outcome, only after uncertainHold). An ack counts only
 //     from a KeepAlive that names this master's epoch (or none), so an ack
 //     meant for another master counts for nothing. A new master knows no cachers: every recovered
 //     caching session gets invalidate_all on its first KeepAlive, and every
@@ -186,7 +187,7 @@
 //     logged and listed on the status page. RemoveMember is the operator's
 //     forced removal; it answers once its change has committed, or, when
 //     it is not known committed shortly before the caller's deadline (at
-//     most 5 s), UNAVAILABLE "outcome unknown: …" (it may still take
+//     most configCommitWait), UNAVAILABLE "outcome unknown: …" (it may still take
 //     effect). GetMaster names every member, so clients follow the
 //     configuration.
 //   - Failover and restart: every session in the recovered state gets the

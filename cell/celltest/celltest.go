@@ -22,7 +22,7 @@ import (
 
 // Options tunes the cell. Zero fields take cell.Config's defaults.
 type Options struct {
-	Lease   time.Duration // session lease (default 12 s)
+	Lease   time.Duration // session lease (default: cell.DefaultConfig's)
 	DataDir string        // default: a new t.TempDir()
 	Logger  *slog.Logger  // default: discard
 	// Addr is the host:port to listen on. Default: a free loopback port.

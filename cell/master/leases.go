@@ -26,15 +26,15 @@ type LeaseConfig struct {
 	// network and for the 2ε·(lease) the client is told less than the
 	// master holds (see the package documentation). Default L/4.
 	Margin time.Duration
-	// MaxDrift is ε, the bound on clock rate error. Default 2%
-	// (vr.MaxClockDrift; the cell passes it in).
+	// MaxDrift is ε, the bound on clock rate error. Default
+	// vr.MaxClockDrift (the cell passes it in).
 	MaxDrift float64
 	// MaxParked bounds the KeepAlive calls parked at once. Default 20,000.
 	MaxParked int
 }
 
 // DefaultLeaseConfig returns the defaults: Lease 12 s, Margin Lease/4
-// (3 s), MaxDrift vr.MaxClockDrift (2%), MaxParked 20,000. NewLeases gives a Lease at or below
+// (3 s), MaxDrift vr.MaxClockDrift, MaxParked 20,000. NewLeases gives a Lease at or below
 // zero, a MaxDrift outside (0, 0.5) and a MaxParked at or below zero their
 // value here, and a Margin outside (0, Lease) a quarter of the Lease.
 func DefaultLeaseConfig() LeaseConfig {
