@@ -57,18 +57,17 @@ type Config struct {
 	ClientName string
 
 	// ConnectTimeout bounds establishing one connection to a replica.
-	// Default: DefaultConnectTimeout (1 s).
+	// Default: DefaultConnectTimeout.
 	ConnectTimeout time.Duration
 
 	// CallTimeout bounds one RPC that the cell answers at once. Parked calls
 	// (KeepAlive, Acquire) are bounded by what they wait for plus CallTimeout.
-	// A context deadline, when earlier, wins. Default: DefaultCallTimeout (10 s).
+	// A context deadline, when earlier, wins. Default: DefaultCallTimeout.
 	CallTimeout time.Duration
 
 	// GracePeriod is how long a session whose local lease ran out (it is
 	// then in jeopardy) keeps looking for a master before it expires. It
-	// counts from the end of the local lease. Default: DefaultGracePeriod
-	// (45 s).
+	// counts from the end of the local lease. Default: DefaultGracePeriod.
 	GracePeriod time.Duration
 
 	// DisableCache turns off the session cache of file contents, Stats and
@@ -76,7 +75,7 @@ type Config struct {
 	DisableCache bool
 
 	// CacheMaxEntries bounds the nodes each session caches. Default:
-	// DefaultCacheMaxEntries (10,000).
+	// DefaultCacheMaxEntries.
 	CacheMaxEntries int
 
 	// Logger receives the library's diagnostics (session expiry, retries).
@@ -118,10 +117,10 @@ func TLSFromFiles(ca, cert, key, serverName string) (*tls.Config, error) {
 }
 
 // DefaultConfig returns the defaults Connect gives the fields of a Config
-// left at their zero value: ConnectTimeout DefaultConnectTimeout (1 s),
-// CallTimeout DefaultCallTimeout (10 s), GracePeriod DefaultGracePeriod
-// (45 s), CacheMaxEntries DefaultCacheMaxEntries (10,000), the cache on,
-// Logger one that discards everything. Addrs and ClientName are left
+// left at their zero value: ConnectTimeout DefaultConnectTimeout,
+// CallTimeout DefaultCallTimeout, GracePeriod DefaultGracePeriod,
+// CacheMaxEntries DefaultCacheMaxEntries, the cache on, Logger one that
+// discards everything. Addrs and ClientName are left
 // empty, as Connect resolves them when it is called: Addrs from
 // CHUBBY_CELL, or DefaultAddr when that is unset; ClientName
 // "<program>@<host>:<pid>".

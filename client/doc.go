@@ -58,8 +58,8 @@
 //     died, the cell is failing over, or the network is cut). The session
 //     may still be alive at the master, or may not: a lock holder should
 //     stop acting on its locks until the session is safe again. The
-//     KeepAlive loop keeps trying for [Config.GracePeriod] (default 45 s,
-//     counted from the end of the local lease): it follows NOT_MASTER hints,
+//     KeepAlive loop keeps trying for [Config.GracePeriod] (default
+//     [DefaultGracePeriod], counted from the end of the local lease): it follows NOT_MASTER hints,
 //     and, while it waits for a reply, every 0.5 s asks every configured
 //     replica where the master is (GetMaster) and moves its KeepAlive there.
 //     The cache is flushed and not used (see Cache). A KeepAlive reply makes the
@@ -81,7 +81,7 @@
 // per epoch; when a new master ends a jeopardy, it comes before the
 // EventSafe), [EventLostEvents] (see below) and finally [EventExpired], in
 // order, and is closed when the session ends. The channel holds
-// [SessionEventBuffer] (16) events; an application that does not read
+// [SessionEventBuffer] events; an application that does not read
 // loses the oldest undelivered ones, never the newest, and the KeepAlive
 // loop never waits for it. [Session.State] is exact at every moment, even
 // before the event is read.
@@ -113,12 +113,13 @@
 // session ends; a handle opened without a mask has a closed channel.
 //
 // Two kinds of loss are possible, both reported. The cell keeps at most
-// 1,000 unacknowledged events per session (the library acknowledges on
+// fs.Limits.MaxEventsPerSession unacknowledged events per session (the
+// library acknowledges on
 // every KeepAlive, so only a client cut off for long, or a burst, reaches
 // it): it then replaces the oldest with one EVENTS_LOST, which the library
 // delivers to every handle with a mask ([Event.LostFrom]..[Event.Seq]) and
 // as [EventLostEvents] on the session. And each handle's channel holds
-// [HandleEventBuffer] (256) events: an application that does not read
+// [HandleEventBuffer] events: an application that does not read
 // loses the oldest, as with session events ([Handle.DroppedEvents] counts
 // them). After either, re-read what you watch.
 //
@@ -160,8 +161,9 @@
 // # Listing directories
 //
 // [Handle.ReadDir] returns every child of a directory, however many (the
-// cell allows 100,000 per directory): the cell answers in pages (at most
-// MAX_READDIR_ENTRIES, 10,000, and a bounded number of bytes each), and
+// cell allows fs.Limits.MaxChildren per directory): the cell answers in
+// pages (at most MAX_READDIR_ENTRIES, and a bounded number of bytes each),
+// and
 // ReadDir asks page after page, each after the last name of the one
 // before. The set of names is one snapshot: every page carries the
 // directory's content generation, which each child added or removed
@@ -237,18 +239,23 @@
 // other client's. The calls are sent again:
 //
 //   - reads (GetContentsAndStat, GetStat, ReadDir, GetSequencer,
-//     CheckSequencer, GetMaster, GetStatus) and CreateSession, on
-//     NOT_MASTER, UNAVAILABLE and transport errors other than timeouts;
+//     CheckSequencer, GetMaster, GetStatus, WhoAmI, SnapshotRead),
+//     GetTimestamps and CreateSession, on NOT_MASTER, UNAVAILABLE and
+//     transport errors other than timeouts;
 //   - calls that change the cell and carry a RequestID (Open, Close,
-//     SetContents, Delete, Mkdir, CreateFile, TryAcquire, Release), after
+//     SetContents, Delete, Mkdir, CreateFile, TryAcquire, Release, SetACL,
+//     Multi), after
 //     any failure that may pass — NOT_MASTER, UNAVAILABLE, a lost reply, a
 //     timeout. The session numbers each such call once (the same number on
 //     every resend) and tells the cell the lowest number still in flight;
 //     the cell applies a number at most once and answers a resend with the
 //     first answer, on any master, so these calls are exactly-once across
 //     failovers;
-//   - Acquire (a waiting call, without a RequestID) only when the request
-//     certainly did nothing (NOT_MASTER, or no connection could be made); a
+//   - Acquire (a waiting call: its request number lets a resend take the
+//     parked call's place, but the cell keeps no answer of it),
+//     CloseSession and [Client.RemoveMember] only when the request certainly
+//     did nothing (NOT_MASTER, or no connection could be made), and
+//     Acquire also when the master moves while it is parked (above); a
 //     resend by a handle that already holds the lock gets its sequencer.
 //
 // A call of a session that gives up because no master could be reached

@@ -555,8 +555,8 @@ type LockOptions struct {
 	// LockDelay is how long the lock stays unavailable to others when this
 	// session ends while holding it without releasing it, so that late
 	// messages from the dead holder cannot interleave with the next
-	// holder's. Zero means the cell's default (chubby.DEFAULT_LOCK_DELAY_MS,
-	// 15 s); NoLockDelay means none; at most chubby.MAX_LOCK_DELAY_MS (60 s).
+	// holder's. Zero means the cell's default (chubby.DEFAULT_LOCK_DELAY_MS);
+	// NoLockDelay means none; at most chubby.MAX_LOCK_DELAY_MS.
 	// Rounded up to whole milliseconds.
 	LockDelay time.Duration
 }

@@ -19,7 +19,7 @@ import (
 // to it just hang. The other replicas name a new master about a second
 // later, but a client that only talks to the master would learn of it only
 // when its calls time out, and a session's KeepAlive, parked at the master
-// for most of a lease, times out a lease later (12 s by default): the
+// for most of a lease, times out a lease later: the
 // session's calls, the parked Acquires and — because a new master holds
 // every change until each recovered caching session has flushed on a
 // KeepAlive — everyone's writes wait for it.

@@ -5,13 +5,14 @@
 //
 // One pattern runs through them: state is a node, and a participant is
 // its session. A participant that dies (kill -9, a crash, a cut network)
-// stops renewing its session; one lease later (12 s by default) the master
-// ends it, its ephemeral nodes are deleted and its locks released, after
-// the hold's lock-delay (15 s unless client.LockOptions says otherwise) so
-// that its late requests cannot overtake the next holder's. Waits learn of
-// changes from handle events (or, for locks, from the cell's own queue),
-// never by polling a herd. In a master failover sessions, locks and nodes
-// survive; calls in flight are retried by the client.
+// stops renewing its session; one lease later the master ends it, its
+// ephemeral nodes are deleted and its locks released, after the hold's
+// lock-delay (chubby.DEFAULT_LOCK_DELAY_MS unless client.LockOptions says
+// otherwise) so that its late requests cannot overtake the next holder's.
+// Waits learn of changes from handle events (or, for locks, from the
+// cell's own queue), never by polling a herd. In a master failover
+// sessions, locks and nodes survive; calls in flight are retried by the
+// client.
 //
 // # Locks
 //

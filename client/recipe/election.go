@@ -84,7 +84,8 @@ type CampaignOptions struct {
 	Wait time.Duration
 	// LockDelay is how long the lock stays unavailable after this
 	// candidate's session dies while leading (client.LockOptions.LockDelay:
-	// 0 the cell's default of 15 s, client.NoLockDelay none, at most 60 s).
+	// 0 the cell's default, chubby.DEFAULT_LOCK_DELAY_MS; client.NoLockDelay
+	// none; at most chubby.MAX_LOCK_DELAY_MS).
 	LockDelay time.Duration
 }
 

@@ -75,12 +75,12 @@ func (e *NotHeldError) Is(target error) bool { return target == ErrNotHeld }
 // A holder that exits cleanly (Unlock, Close, Session.Close) frees the lock
 // at once. One that dies — kill -9, a crash, a network cut — stops sending
 // KeepAlives: the master ends its session when its lease runs out (the
-// cell's lease, 12 s by default), and the lock then stays unavailable for
+// cell's session lease), and the lock then stays unavailable for
 // the holder's lock-delay, so that requests the dead holder sent late
 // cannot reach servers after the next holder's. The lock-delay is the
 // LockOptions.LockDelay given to NewMutex: zero (the default) takes the
-// cell's, chubby.DEFAULT_LOCK_DELAY_MS (15 s); client.NoLockDelay asks for
-// none; at most chubby.MAX_LOCK_DELAY_MS (60 s). After it the oldest
+// cell's, chubby.DEFAULT_LOCK_DELAY_MS; client.NoLockDelay asks for
+// none; at most chubby.MAX_LOCK_DELAY_MS. After it the oldest
 // waiter gets the lock. A holder whose session is in jeopardy (no KeepAlive
 // reply within the lease) may already have lost it and should stop acting
 // on it until the session is safe; if the session expires, Unlock reports

@@ -47,8 +47,8 @@ import (
 //
 // As for Mutex: a dead holder's session ends when its lease runs out, and
 // the lock stays unavailable for its lock-delay (the LockOptions given to
-// NewRWMutex; zero: the cell's 15 s; client.NoLockDelay: none) — for
-// shared holders too; readers that still hold keep holding, but nobody new
+// NewRWMutex; zero: the cell's chubby.DEFAULT_LOCK_DELAY_MS;
+// client.NoLockDelay: none) — for shared holders too; readers that still hold keep holding, but nobody new
 // is granted until the delay ends. A clean release has no lock-delay. A
 // failover keeps the holders (readers and writer) and their sequencers,
 // while the waiting requests are withdrawn and sent again by the waiting

@@ -74,8 +74,8 @@ const lkSemPoll = time.Second
 //
 // A holder's slot stays held until its session expires (the lease), then
 // for its lock-delay (the LockOptions given to NewSemaphore; zero: the
-// cell's 15 s; client.NoLockDelay: none); then the head waiter takes it.
-// A dead head waiter frees the gate when its session expires (no
+// cell's chubby.DEFAULT_LOCK_DELAY_MS; client.NoLockDelay: none); then
+// the head waiter takes it. A dead head waiter frees the gate when its session expires (no
 // lock-delay). A failover keeps every slot's holder, the markers, the head
 // waiter's gate and its watch (events are replicated); the waiters queued
 // at the gate re-queue in the order their resent Acquires reach the new

@@ -211,8 +211,8 @@ func (a Anomaly) String() string {
 const maxAnomalies = 1000
 
 // Check returns every anomaly of h, sorted by (Txn, Kind, Key, Other) so
-// that its output is deterministic; nil if there is none. At most 1,000
-// anomalies are returned: the first 1,000 in that order. Each (Txn, Kind,
+// that its output is deterministic; nil if there is none. At most
+// maxAnomalies are returned: the first in that order. Each (Txn, Kind,
 // Key, Other) is reported at most once. Check does not modify h.
 func Check(h []Txn) []Anomaly {
 	c := newChecker(h)
