@@ -5,7 +5,7 @@
 // # Shape
 //
 //   - A [Client] reaches one cell ([Connect]; addresses from [Config.Addrs],
-//     else CHUBBY_CELL, else 127.0.0.1:7000). Calls that need no session
+//     else CHUBBY_CELL, else [DefaultAddr]). Calls that need no session
 //     live on it: [Client.Status], [Client.GetMaster], [Client.CheckSequencer],
 //     [Client.RemoveMember], [Client.SnapshotRead] (a backup: package cell/backup).
 //   - A [Session] ([Client.NewSession]) holds locks, owns ephemeral nodes and

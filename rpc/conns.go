@@ -46,7 +46,7 @@ import (
 // As with any server-side idle timeout, a request that arrives just as
 // the timer closes the connection is lost with it (the caller sees the
 // connection close); clients are expected to drop idle connections first
-// (the Go client's pool does after DefaultMaxIdleTimeout, 30 s) and to
+// (the Go client's pool does after DefaultMaxIdleTimeout) and to
 // reconnect, as this project's clients do.
 
 // Connection slot defaults.
@@ -57,7 +57,7 @@ const (
 	// DefaultMaxIdlePerAddress idle ones, so one application holds a few
 	// to a few hundred, and a host running several a few hundred more;
 	// 1,024 leaves them room, yet one host holds at most 1/15 of the
-	// default 15,000 slots. What needs more — a proxy or NAT gateway
+	// DefaultMaxConnections slots. What needs more — a proxy or NAT gateway
 	// through which many clients arrive, a load generator — is given more
 	// with ConnLimits.
 	DefaultMaxConnectionsPerIP = 1024
@@ -67,7 +67,7 @@ const (
 	DefaultFirstCallTimeout = 10 * time.Second
 	// DefaultMaxConnIdleTime closes a connection that carries no call and
 	// has received nothing for this long. It is four times the Go client's
-	// pool idle timeout (DefaultMaxIdleTimeout, 30 s), so a Go client
+	// pool idle timeout (DefaultMaxIdleTimeout), so a Go client
 	// drops an idle connection before the server does.
 	DefaultMaxConnIdleTime = 2 * time.Minute
 )

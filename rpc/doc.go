@@ -60,30 +60,31 @@
 //
 // [ServerOptions] and [ClientOptions] turn a [ServerConfig] and a
 // [ClientConfig] into Kitex options for generated NewServer and NewClient
-// functions. Servers cap connections (default 15,000, well below this
-// machine's 20,000 descriptors per process) and optionally calls per
-// second, read TTHeader metadata so callers' deadlines reach handlers
-// (the server middleware derives the deadline context and cancels it when
-// the handler returns; Kitex's WithEnableContextTimeout would keep it and
-// its timer alive for the caller's whole timeout after every successful
-// call), still serve plain framed and buffered Thrift clients on the same port,
-// recover panics, and export Prometheus metrics. Clients speak TTHeader by
-// default, dial with a 1 s timeout, and cap calls in flight (each holds a
-// connection with Kitex's default pool).
+// functions. Servers cap connections (default [DefaultMaxConnections],
+// well below this machine's 20,000 descriptors per process) and optionally
+// calls per second, read TTHeader metadata so callers' deadlines reach
+// handlers (the server middleware derives the deadline context and
+// cancels it when the handler returns; Kitex's WithEnableContextTimeout
+// would keep it and its timer alive for the caller's whole timeout after
+// every successful call), still serve plain framed and buffered Thrift
+// clients on the same port, recover panics, and export Prometheus metrics.
+// Clients speak TTHeader by default, dial with a [DefaultConnectTimeout]
+// timeout, and cap calls in flight (each holds a connection with Kitex's
+// default pool).
 //
 // # Connection slots
 //
 // One host must not be able to take every connection slot. A server caps
 // the open connections of each remote IP address
-// ([DefaultMaxConnectionsPerIP], 1,024; [ServerConfig.ConnLimits] gives
+// ([DefaultMaxConnectionsPerIP]; [ServerConfig.ConnLimits] gives
 // named prefixes more, or less: a proxy, a NAT gateway) and resets a
 // connection over the cap as it accepts it, before Kitex or netpoll spend
 // anything on it; loopback addresses have no such cap by default
 // ([DefaultConnLimits]: a dev cell's replicas, tests and benchmarks all
 // connect from 127.0.0.1). And it closes connections that carry no call:
-// one that has carried none within [DefaultFirstCallTimeout] (10 s) of
+// one that has carried none within [DefaultFirstCallTimeout] of
 // being accepted, and one that carries none now and has received nothing
-// for [DefaultMaxConnIdleTime] (2 min). A call in progress keeps its
+// for [DefaultMaxConnIdleTime]. A call in progress keeps its
 // connection, however long it is parked. Kitex's own MaxConnIdleTime
 // does not do this: on netpoll it only turns on TCP keepalive, which a
 // live peer answers for ever (16,000 connections that never sent a byte

@@ -54,7 +54,7 @@ type ServerConfig struct {
 	MaxConnections int
 	// MaxConnectionsPerIP caps the open connections of one remote IP
 	// address; more are closed as they are accepted (see conns.go). Default
-	// DefaultMaxConnectionsPerIP (1,024). Not enforced on plaintext servers
+	// DefaultMaxConnectionsPerIP. Not enforced on plaintext servers
 	// outside Linux (netpoll's own listener serves there).
 	MaxConnectionsPerIP int
 	// ConnLimits are per-prefix exceptions to MaxConnectionsPerIP: more
@@ -63,7 +63,7 @@ type ServerConfig struct {
 	// one naming the same prefix replaces the default's.
 	ConnLimits []ConnLimit
 	// FirstCallTimeout closes a connection that has carried no call this
-	// long after it was accepted. Default DefaultFirstCallTimeout (10 s).
+	// long after it was accepted. Default DefaultFirstCallTimeout.
 	FirstCallTimeout time.Duration
 	// MaxPayloadBytes bounds one framed request; larger ones are refused
 	// before they are read. Default DefaultMaxPayloadBytes. Every framed
@@ -78,7 +78,7 @@ type ServerConfig struct {
 	ExitWaitTime time.Duration
 	// MaxConnIdleTime closes a connection that has carried a call, carries
 	// none now and has received nothing for this long. Default
-	// DefaultMaxConnIdleTime (2 min). A connection whose call is parked is
+	// DefaultMaxConnIdleTime. A connection whose call is parked is
 	// not idle, however long the call lasts. It should exceed the clients'
 	// own pool idle timeout, so that they drop idle connections first.
 	// (It is also given to Kitex, whose netpoll transport turns it into
