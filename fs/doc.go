@@ -64,11 +64,12 @@
 // # Paths
 //
 // A path is absolute: "/" is the root, otherwise "/"-separated components,
-// no empty component, no trailing slash. A component is 1..255 bytes of
-// [A-Za-z0-9._-] and not "." or "..". At most 64 components and 4096 bytes
-// (chubby.MAX_PATH_DEPTH, chubby.MAX_PATH_BYTES). A bad path is
-// INVALID_ARGUMENT. ParsePath checks; CleanPath is the lenient form for
-// people (collapses slashes, resolves dots) and is never applied by commands.
+// no empty component, no trailing slash. A component is 1 to
+// chubby.MAX_NAME_BYTES bytes of [A-Za-z0-9._-] and not "." or "..". At
+// most chubby.MAX_PATH_DEPTH components and chubby.MAX_PATH_BYTES bytes. A
+// bad path is INVALID_ARGUMENT. ParsePath checks; CleanPath is the lenient
+// form for people (collapses slashes, resolves dots) and is never applied
+// by commands.
 //
 // # Nodes
 //
@@ -95,7 +96,7 @@
 //   - lock: mode (unset when free), holders, waiters and delay_remaining_ms
 //     counted from the state's clock.
 //
-// Content is at most Limits.MaxContentBytes (256 KiB; TOO_LARGE); content
+// Content is at most Limits.MaxContentBytes (TOO_LARGE); content
 // calls on a directory are IS_DIRECTORY. A new node's parent must exist
 // (NOT_FOUND) and be a directory (NOT_DIRECTORY), unless make-parents asks
 // for the missing directories, which are created permanent whatever the
@@ -106,8 +107,8 @@
 // belongs to the parent directory, starts at 0 and only grows (ZooKeeper
 // style): it is never reused after deletes, and it skips names that already
 // exist (created by hand), so a sequential create never fails with EXISTS.
-// The name with its counter must still fit 255 bytes and the path 4096
-// (INVALID_ARGUMENT). A sequential create always creates, whatever the
+// The name with its counter must still fit chubby.MAX_NAME_BYTES and the
+// path chubby.MAX_PATH_BYTES (INVALID_ARGUMENT). A sequential create always creates, whatever the
 // create mode. The result (Stat.path, Handle.path) carries the actual name.
 //
 // Ephemeral nodes: an ephemeral file is deleted when its owner session ends,
@@ -121,8 +122,8 @@
 //
 // # Sessions
 //
-// CreateSession (client_name at most 256 bytes) returns a new id from a
-// counter; ids are never reused. The session acts as Command.principal,
+// CreateSession (client_name at most chubby.MAX_CLIENT_NAME_BYTES) returns
+// a new id from a counter; ids are never reused. The session acts as Command.principal,
 // which the master sets from the client's certificate: unset, Anonymous;
 // set, it must pass ValidPrincipal (INVALID_ARGUMENT). No other command
 // carries a principal (INVALID_ARGUMENT): a session's commands act as its
@@ -523,9 +524,9 @@
 // nothing. A Multi's compares, ops and contents are bounded by the
 // chubby.MAX_MULTI_* constants (see "Atomic multi-operation"); the cell
 // bounds the contents lower still, to what one log entry holds beside the
-// longest paths (508,576 bytes with 1 MiB entries: cell/entrylimit.go).
+// longest paths (maxMultiContentBytes in cell/entrylimit.go).
 //
-// A directory of Limits.MaxChildren entries (100,000) is listed in pages:
+// A directory of Limits.MaxChildren entries is listed in pages:
 // ReadDirPage returns the entries whose names sort after a cursor, at most
 // limit of them and within maxBytes of encoding (always at least one when
 // there is one: one entry is at most MaxDirEntryBytes), with More and the

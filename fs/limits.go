@@ -39,8 +39,8 @@ type Limits struct {
 	// MaxChildren bounds the entries of one directory. Default 100,000.
 	MaxChildren int
 	// MaxContentBytes bounds the content of one file (TOO_LARGE). It may be
-	// lowered but not raised above chubby.MAX_CONTENT_BYTES (256 KiB), which
-	// is the default.
+	// lowered but not raised above chubby.MAX_CONTENT_BYTES, which is the
+	// default.
 	MaxContentBytes int
 	// MaxTotalContentBytes bounds the content of all files together.
 	// Default 1 GiB.
