@@ -85,8 +85,10 @@
 //	    reports the configuration in force (onConfig).
 //	(f) Failover (master.go): the log reports role changes (roleChanged);
 //	    becomeMaster waits for reads to be allowed, takes the epoch, gives
-//	    recovered sessions their lease, withdraws stale waits and starts
-//	    serving; loseMaster answers every parked call NOT_MASTER.
+//	    recovered sessions their lease, starts the cache table and the
+//	    oracle afresh, starts serving and withdraws stale waits (new
+//	    Acquires wait for that); loseMaster answers every parked call
+//	    NOT_MASTER.
 //
 // The master never changes state directly. A handler validates its request
 // at the edge, then either reads the fs state under a read lock (GetStat,

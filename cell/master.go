@@ -23,8 +23,10 @@ import (
 //     the state holds everything any earlier master acknowledged. It waits
 //     as long as it is the primary of that view: a primary that gets no
 //     lease steps down (vr), and then this ends;
-//  2. take epoch master.Epoch(v) = v+1 (views only grow and are on disk,
-//     so epochs never go back, across failovers and restarts alike);
+//  2. start the command stamps from the state's clock
+//     (master.Writes.Anchor) and take epoch master.Epoch(v) = v+1 (views
+//     only grow and are on disk, so epochs never go back, across
+//     failovers and restarts alike);
 //  3. give every session in the state the recovered lease from now —
 //     longer than any earlier master can have promised, clock drift
 //     included (package master, the lease rule) — so that clients ride
@@ -32,13 +34,19 @@ import (
 //     before that; a session that does not come back expires at its lease
 //     end, and its locks (lock-delay applies) and ephemeral nodes go with
 //     it;
-//  4. withdraw Acquire requests left waiting by the old master (nobody is
-//     parked on them here) and re-arm the lock-delay timer;
-//  5. start serving.
+//  4. start the cache table afresh (every recovered caching session
+//     flushes before a change commits) and the oracle above every
+//     committed reservation;
+//  5. start serving; then re-arm the lock-delay timer and withdraw the
+//     Acquire requests left waiting by the old master (nobody is parked on
+//     them here): new Acquires wait until that is done
+//     (awaitStaleWithdrawn). Last, a cell without ACLs gets its first
+//     administrator (initACL), in the background.
 //
 // Losing mastership stops serving at once: parked KeepAlives and Acquires
-// are answered NOT_MASTER with the new master's address when known, and
-// the lease timers stop (the new master owns leases now).
+// are answered NOT_MASTER with the new master's address when known, the
+// lease timers and the lock-delay timer stop (the new master owns leases
+// now), and the oracle hands out nothing more.
 
 func (s *Server) roleChanged(view uint64, primary bool) {
 	s.roleMu.Lock()
