@@ -507,9 +507,9 @@ func (l *Leases) Untake(acks []*fsm.EventAck) {
 	}
 }
 
-// expiryHeap orders the times to look at lease ends: at is when (the
-// lease end, or later when Due put a look off), end the lease end it was
-// queued for. An entry is stale once its session was extended, ended or
+// expiryItem is one look at a lease end, which expiryHeap orders by time:
+// at is when (the lease end, or later when Due put a look off), end the
+// lease end it was queued for. An entry is stale once its session was extended, ended or
 // forgotten, and is dropped when it comes up.
 type expiryItem struct {
 	at, end Time

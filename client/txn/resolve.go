@@ -5,23 +5,6 @@ import (
 	"fmt"
 )
 
-// resolve settles lock l, met on row, if its worker is dead, and reports
-// whether it did; a live worker's lock is left alone (false). The primary
-// column decides, as in Percolator:
-//
-//   - the primary still holds l's lock: the transaction never committed.
-//     Roll the primary back (its lock and data go, a rollback record
-//     stays), then row.
-//   - the primary has l's commit record: the transaction committed. Roll
-//     row forward: its locks of l become write records at the same commit
-//     timestamp.
-//   - otherwise (a rollback record, or nothing): roll row back.
-//
-// Safety does not rest on liveness being right: the decision is made in
-// the primary's own row write (see settle), so a worker wrongly thought
-// dead only loses its transaction (its commit finds the rollback record).
-// Liveness decides when a lock may be overruled, so that a live worker is
-// not aborted by every reader it meets.
 // resolveOrWait is resolve for a lock met by a read or a prewrite: a
 // lock of this DB's own worker is either a transaction of this DB still
 // committing (waited for, then true: look again) or one left by a failed
@@ -41,6 +24,24 @@ func (db *DB) resolveOrWait(ctx context.Context, row string, l Lock) (bool, erro
 	return true, db.settle(ctx, row, l, false, snap{})
 }
 
+// resolve settles lock l, met on row, if its transaction's primary has
+// committed (rolled forward, whoever the worker) or its worker is dead,
+// and reports whether it did; a live worker's uncommitted lock is left
+// alone (false). The primary column decides, as in Percolator:
+//
+//   - the primary still holds l's lock: the transaction never committed.
+//     Roll the primary back (its lock and data go, a rollback record
+//     stays), then row.
+//   - the primary has l's commit record: the transaction committed. Roll
+//     row forward: its locks of l become write records at the same commit
+//     timestamp.
+//   - otherwise (a rollback record, or nothing): roll row back.
+//
+// Safety does not rest on liveness being right: the decision is made in
+// the primary's own row write (see settle), so a worker wrongly thought
+// dead only loses its transaction (its commit finds the rollback record).
+// Liveness decides when a lock may be overruled, so that a live worker is
+// not aborted by every reader it meets.
 func (db *DB) resolve(ctx context.Context, row string, l Lock) (bool, error) {
 	// A committed primary decides for everyone, dead or alive: such a
 	// lock is only waiting for its writer's background commit, and
