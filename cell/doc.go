@@ -17,7 +17,7 @@
 //	  |    the caller's principal (Server.checkOwner); else SESSION_EXPIRED
 //	  |    or PERMISSION_DENIED
 //	  |  validation at the edge: paths, sizes, modes, limits, RequestID
-//	  |    (checkRID); INVALID_ARGUMENT or TOO_LARGE, nothing logged
+//	  |    (checkRID); INVALID_ARGUMENT or TOO_LARGE, nothing proposed
 //	  |
 //	  +-- read (GetStat, GetContentsAndStat, ReadDir, GetSequencer,
 //	  |     CheckSequencer): awaitLease (the master lease is held now)
@@ -31,9 +31,9 @@
 //	        |  cache.invalidate (cache.go, master.Cache): queue an
 //	        |    invalidation for every cacher ---------------> side path (c)
 //	        |    and wait until each has acknowledged or its lease ended
-//	        |  the session and request number go into the command (the
-//	        |    state's request table makes it exactly-once); encode it
-//	        |    (fs.EncodeCommand), at most vr.MaxEntryBytes
+//	        |  proposeOnce's session and request number go into the
+//	        |    command (the state's request table makes it exactly-once);
+//	        |    encode it (fs.EncodeCommand): at most vr.MaxEntryBytes
 //	        v
 //	replica.Replicated.ProposeInView: only in the view the invalidations
 //	        |  were made in (Propose for a command whose reach is empty)
@@ -49,8 +49,8 @@
 //	        |      Woken         -> parked Acquires answered -> side path (b)
 //	        |      Notified      -> leases.wake: parked KeepAlives -> (a)
 //	        |      EndedSessions -> cache.forget, leases.ended
-//	        |      NextTimer     -> scheduleTick: a Tick at the next
-//	        |                       lock-delay end
+//	        |  fs.State.NextTimer -> scheduleTick: the master proposes a
+//	        |    Tick at the next lock-delay end
 //	        v
 //	proposeAt, on the master: the result (a refused command's error is
 //	        |  its ChubbyError; a log failure becomes NOT_MASTER or, mostly,
