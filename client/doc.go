@@ -7,6 +7,7 @@
 //   - A [Client] reaches one cell ([Connect]; addresses from [Config.Addrs],
 //     else CHUBBY_CELL, else [DefaultAddr]). Calls that need no session
 //     live on it: [Client.Status], [Client.GetMaster], [Client.CheckSequencer],
+//     [Client.WhoAmI], [Client.Timestamps] (the cell's timestamp oracle),
 //     [Client.RemoveMember], [Client.SnapshotRead] (a backup: package cell/backup).
 //   - A [Session] ([Client.NewSession]) holds locks, owns ephemeral nodes and
 //     opens handles. A goroutine keeps it alive: it sends one KeepAlive at a
@@ -22,8 +23,9 @@
 //
 // # Blocking and asynchronous calls
 //
-// Every call comes in two forms: X(ctx, ...) blocks, and XAsync(ctx, ...)
-// returns an [rpc.Future] at once (Wait, Then, Done, Result). The call runs
+// Every call but [Client.SnapshotRead], [Client.Timestamps] and
+// [Client.Timestamp] comes in two forms: X(ctx, ...) blocks, and
+// XAsync(ctx, ...) returns an [rpc.Future] at once (Wait, Then, Done, Result). The call runs
 // under ctx in both forms; the blocking form reports exactly what the call
 // did (it does not stop waiting before the call returns, which ctx bounds).
 // The blocking form of a session's or handle's call runs on the caller's
