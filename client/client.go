@@ -16,8 +16,9 @@ import (
 )
 
 // Client is a connection to one cell. It is safe for concurrent use. Calls
-// that need no session (Status, GetMaster, CheckSequencer) are methods of
-// Client; everything else goes through a Session made by NewSession.
+// that need no session (Status, GetMaster, CheckSequencer, WhoAmI,
+// Timestamps, RemoveMember, SnapshotRead) are methods of Client;
+// everything else goes through a Session made by NewSession.
 type Client struct {
 	cfg Config
 	log *slog.Logger

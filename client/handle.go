@@ -68,8 +68,9 @@ type Handle struct {
 }
 
 // Open opens the node at path (see OpenOptions). It changes the cell (a new
-// handle, maybe a new node), so it is retried only when the cell certainly
-// did not act (NOT_MASTER, no connection).
+// handle, maybe a new node) and is exactly-once, like SetContents: resent
+// after a lost reply or a failover, it is applied once, and the resend gets
+// the first attempt's handle.
 func (s *Session) Open(ctx context.Context, path string, opts OpenOptions) (*Handle, error) {
 	return s.openCall(path, opts)(ctx)
 }

@@ -17,8 +17,8 @@ import (
 // to anyone, across failovers. Concurrent calls are batched into one
 // GetTimestamps at a time, as Percolator's oracle clients do: while one is
 // in flight the others gather, and the next one asks for all of them.
-// Retried when the cell certainly did nothing (a lost reply only skips
-// timestamps, so a retry is always safe).
+// Retried like a read (a lost reply only skips timestamps, so a retry is
+// always safe).
 func (c *Client) Timestamps(ctx context.Context, n int) (first int64, err error) {
 	if n < 1 || n > int(chubby.MAX_TIMESTAMPS_PER_CALL) {
 		return 0, fmt.Errorf("chubby: timestamps: count %d outside [1, %d]", n, chubby.MAX_TIMESTAMPS_PER_CALL)

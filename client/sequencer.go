@@ -104,11 +104,11 @@ func parseCanonicalInt(s string) (int64, error) {
 	return n, nil
 }
 
-// ValidatePath reports whether p is a well-formed node path: "/"
-// or an absolute slash path of 1..MAX_PATH_DEPTH components, each 1..255
-// bytes of [A-Za-z0-9._-] and not "." or "..", at most MAX_PATH_BYTES in all,
-// with no empty component and no trailing slash. The cell enforces the same
-// rules; the library lets callers (the CLI) fail early. A failure is a
+// ValidatePath reports whether p is a well-formed node path: "/" or an
+// absolute slash path of 1..MAX_PATH_DEPTH components, each
+// 1..MAX_NAME_BYTES bytes of [A-Za-z0-9._-] and not "." or "..", at most
+// MAX_PATH_BYTES in all, with no empty component and no trailing slash.
+// The cell enforces the same rules; the library lets callers (the CLI) fail early. A failure is a
 // *chubby.ChubbyError with code INVALID_ARGUMENT.
 func ValidatePath(p string) error {
 	if err := validatePath(p); err != nil {

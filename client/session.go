@@ -98,7 +98,7 @@ type Session struct {
 
 // NewSession creates a session (CreateSession) and starts its KeepAlive loop.
 // CreateSession is retried on NOT_MASTER, UNAVAILABLE and transport errors
-// (bounded): a session created by an attempt whose reply was lost is never
+// other than timeouts (bounded): a session created by an attempt whose reply was lost is never
 // kept alive and ends after one lease.
 func (c *Client) NewSession(ctx context.Context) (*Session, error) {
 	return await(ctx, c.NewSessionAsync(ctx))
