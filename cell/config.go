@@ -179,8 +179,8 @@ func (c *Config) gossip() bool {
 // PeerAddr) and Advertise (the listening address) are filled in by New;
 // DataDir has no default.
 //
-// New gives each zero field its value here (MaxCachedPerSession and
-// MaxCachedPerCell also when negative; Listen only without a Listener; a
+// New gives each zero field its value here (MaxCachedPerSession,
+// MaxCachedPerCell, DeadAfter and PromoteAfter also when negative; Listen only without a Listener; a
 // zero KeepAliveMargin is derived from the Lease given).
 func DefaultConfig() Config {
 	lease := master.DefaultLeaseConfig().Lease
