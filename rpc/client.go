@@ -77,8 +77,8 @@ type ClientConfig struct {
 	// DefaultMaxIdleGlobal, DefaultMaxIdleTimeout). Busy connections are
 	// not pooled: every call in flight has its own. Keep MaxIdleTimeout
 	// below the server's idle timeout (ServerConfig.MaxConnIdleTime,
-	// default DefaultMaxConnIdleTime), so that the client drops an idle connection before
-	// the server closes it under a call just being sent.
+	// default DefaultMaxConnIdleTime), so that the client drops an idle
+	// connection before the server closes it under a call just being sent.
 	MaxIdlePerAddress int
 	MaxIdleGlobal     int
 	MaxIdleTimeout    time.Duration
