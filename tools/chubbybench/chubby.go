@@ -864,8 +864,9 @@ func keepAliveBatch(ctx context.Context, kc combineservice.Client, ids []chubby.
 	}
 	const maxFailures = 20
 	for failures := 0; ctx.Err() == nil && len(live) > 0 && failures < maxFailures; {
-		// The master parks the call until shortly before the leases end
-		// (~10 s with the default 12 s lease); two minutes bound it.
+		// The master parks the call until KeepAliveMargin before the
+		// leases end (about 9 s with the cell's defaults); two minutes
+		// bound it.
 		r, err := kc.KeepAlive(ctx, &chubby.KeepAliveRequest{Sessions: live}, callopt.WithRPCTimeout(2*time.Minute))
 		if err != nil {
 			failures++
