@@ -521,7 +521,8 @@ struct AcquireRequest {
     // Acquire is not answered from the request table (a waiting request's
     // answer would outlive the failover that withdraws it): the master
     // uses seq only to recognise a resend of the call parked for the
-    // handle, which then takes the parked call's place in the queue.
+    // handle, which then takes the parked call's place (the request keeps
+    // its place in the lock's queue).
     5: optional RequestID rid
 }
 
