@@ -30,7 +30,7 @@ func lockedByA(t *testing.T) (tc *testCell, ha, hb *chubby.Handle) {
 // caching clients).
 func leaveWaiting(t *testing.T, tc *testCell, h *chubby.Handle) {
 	t.Helper()
-	res, err := tc.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, Wait: true}})
+	res, err := tc.s.submit(ctx, proposal{op: &fsm.Op{Acquire: &fsm.Acquire{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, Wait: true}}})
 	if err != nil || !res.GetWaiting() {
 		t.Fatalf("a waiting Acquire: %+v, %v", res, err)
 	}
@@ -92,10 +92,10 @@ func TestStaleWakeSparesNewAcquire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tc.s.propose(ctx, &fsm.Op{CancelWait: &fsm.CancelWait{Handle: hb}}); err != nil {
+	if _, err := tc.s.submit(ctx, proposal{op: &fsm.Op{CancelWait: &fsm.CancelWait{Handle: hb}}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := tc.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{Handle: hb, Mode: chubby.LockMode_EXCLUSIVE, Wait: true}})
+	res, err := tc.s.submit(ctx, proposal{op: &fsm.Op{Acquire: &fsm.Acquire{Handle: hb, Mode: chubby.LockMode_EXCLUSIVE, Wait: true}}})
 	if err != nil || !res.GetWaiting() {
 		t.Fatalf("the new Acquire: %+v, %v", res, err)
 	}

@@ -7,7 +7,7 @@ import (
 
 // The chain of limits from a request to the log: every request that becomes
 // one command must encode (fs.EncodeCommand) within vr.MaxEntryBytes, or
-// the log refuses it. proposeAt checks every command's encoding against
+// the log refuses it. Server.submit checks every command's encoding against
 // vr.MaxEntryBytes before the log sees it (TOO_LARGE, certain: nothing is
 // held), and the edge checks keep every request the IDL's bounds allow
 // within it, so a request at its documented bounds commits:

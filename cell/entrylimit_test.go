@@ -161,7 +161,7 @@ func TestRefusedProposalHoldsNothing(t *testing.T) {
 	s := tc.session("refused")
 	h := tc.open(s, "/f", chubby.CreateMode_OPEN_OR_CREATE, false)
 	big := &fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: h, Content: make([]byte, vr.MaxEntryBytes)}}
-	_, err := tc.s.proposeOnce(ctx, s, &chubby.RequestID{Seq: 1, Floor: 1}, big)
+	_, err := tc.s.submit(ctx, proposal{op: big, session: s, rid: &chubby.RequestID{Seq: 1, Floor: 1}})
 	if fs.Code(err) != chubby.ErrorCode_TOO_LARGE {
 		t.Errorf("a command over the entry limit: %v, want TOO_LARGE", err)
 	}

@@ -58,7 +58,7 @@ func (h *handler) handleWrite(ctx context.Context, hd *chubby.Handle, rid *chubb
 	if err := checkRID(rid); err != nil {
 		return nil, err
 	}
-	return h.s.proposeOnce(ctx, hd.Session, rid, op)
+	return h.s.submit(ctx, proposal{op: op, session: hd.Session, rid: rid})
 }
 
 // handleRead validates a read through a handle: a live session and the
@@ -121,7 +121,7 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 		return nil, err
 	}
 	arrived := h.s.log.Now()
-	res, err := h.s.proposeAs(ctx, who, &fsm.Op{CreateSession: req})
+	res, err := h.s.submit(ctx, proposal{op: &fsm.Op{CreateSession: req}, principal: who})
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +282,7 @@ func (h *handler) CloseSession(ctx context.Context, req *chubby.CloseSessionRequ
 	if !h.s.leases.markEnding(req.Session) {
 		return fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d has ended or never existed", req.Session)
 	}
-	_, err := h.s.propose(ctx, &fsm.Op{EndSession: &fsm.EndSession{Session: req.Session, Expired: false}})
+	_, err := h.s.submit(ctx, proposal{op: &fsm.Op{EndSession: &fsm.EndSession{Session: req.Session, Expired: false}}})
 	var ce *chubby.ChubbyError
 	if err != nil && !(errors.As(err, &ce) && ce.Code == chubby.ErrorCode_SESSION_EXPIRED) {
 		h.s.leases.unmarkEnding(req.Session)
@@ -313,7 +313,7 @@ func (h *handler) Open(ctx context.Context, req *chubby.OpenRequest) (*chubby.Op
 	if err := checkRID(req.Rid); err != nil {
 		return nil, err
 	}
-	res, err := h.s.proposeOnce(ctx, req.Session, req.Rid, &fsm.Op{Open: req})
+	res, err := h.s.submit(ctx, proposal{op: &fsm.Op{Open: req}, session: req.Session, rid: req.Rid})
 	if err != nil {
 		return nil, err
 	}
@@ -480,7 +480,7 @@ func (h *handler) Mkdir(ctx context.Context, req *chubby.MkdirRequest) (*chubby.
 	if err := checkRID(req.Rid); err != nil {
 		return nil, err
 	}
-	res, err := h.s.proposeOnce(ctx, req.Session, req.Rid, &fsm.Op{Mkdir: req})
+	res, err := h.s.submit(ctx, proposal{op: &fsm.Op{Mkdir: req}, session: req.Session, rid: req.Rid})
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +503,7 @@ func (h *handler) CreateFile(ctx context.Context, req *chubby.CreateFileRequest)
 	if err := checkRID(req.Rid); err != nil {
 		return nil, err
 	}
-	res, err := h.s.proposeOnce(ctx, req.Session, req.Rid, &fsm.Op{CreateFile: req})
+	res, err := h.s.submit(ctx, proposal{op: &fsm.Op{CreateFile: req}, session: req.Session, rid: req.Rid})
 	if err != nil {
 		return nil, err
 	}
@@ -614,14 +614,14 @@ func (h *handler) queueAcquire(ctx context.Context, req *chubby.AcquireRequest) 
 			return d, &fsm.Result_{Waiting: &waiting}, nil
 		}
 		// A waiting Acquire is not made exactly-once through the request
-		// table (proposeOnce): its answer ("queued") would outlive the wait
+		// table (a proposal with a rid): its answer ("queued") would outlive the wait
 		// a failover withdraws. A retry is safe anyway: if the handle
 		// already holds the lock (the first attempt was granted), the
 		// retry returns its sequencer; if its request waits with a call
 		// parked, the retry takes the call's place (park).
-		res, err := h.s.propose(ctx, &fsm.Op{Acquire: &fsm.Acquire{
+		res, err := h.s.submit(ctx, proposal{op: &fsm.Op{Acquire: &fsm.Acquire{
 			Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs),
-		}})
+		}}})
 		if err == nil {
 			return d, res, nil
 		}
@@ -666,7 +666,7 @@ func (s *Server) withdrawWait(handle *chubby.Handle) error {
 		if !s.serving.Load() {
 			return s.notMasterErr()
 		}
-		if _, err = s.propose(context.Background(), &fsm.Op{CancelWait: &fsm.CancelWait{Handle: handle}}); err == nil || fs.Code(err) != chubby.ErrorCode_UNAVAILABLE {
+		if _, err = s.submit(context.Background(), proposal{op: &fsm.Op{CancelWait: &fsm.CancelWait{Handle: handle}}}); err == nil || fs.Code(err) != chubby.ErrorCode_UNAVAILABLE {
 			return err
 		}
 	}
@@ -692,9 +692,9 @@ func (h *handler) TryAcquire(ctx context.Context, req *chubby.TryAcquireRequest)
 	if err := checkRID(req.Rid); err != nil {
 		return nil, err
 	}
-	res, err := h.s.proposeOnce(ctx, req.Handle.Session, req.Rid, &fsm.Op{Acquire: &fsm.Acquire{
+	res, err := h.s.submit(ctx, proposal{op: &fsm.Op{Acquire: &fsm.Acquire{
 		Handle: req.Handle, Mode: req.Mode, Wait: false, LockDelayMs: lockDelay(req.LockDelayMs),
-	}})
+	}}, session: req.Handle.Session, rid: req.Rid})
 	if err != nil {
 		return nil, err
 	}
@@ -881,7 +881,7 @@ func (h *handler) Multi(ctx context.Context, req *chubby.MultiRequest) (*chubby.
 	if err := checkRID(req.Rid); err != nil {
 		return nil, err
 	}
-	res, err := h.s.proposeOnce(ctx, req.Session, req.Rid, &fsm.Op{Multi: req})
+	res, err := h.s.submit(ctx, proposal{op: &fsm.Op{Multi: req}, session: req.Session, rid: req.Rid})
 	if err != nil {
 		return nil, err
 	}

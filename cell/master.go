@@ -165,7 +165,7 @@ func (s *Server) initACL(gen uint64) {
 	}
 	s.goBackground(func() {
 		for attempt := 0; attempt < 20 && s.current(gen); attempt++ {
-			_, err := s.propose(context.Background(), &fsm.Op{InitAcl: &fsm.InitACL{Admin: s.cfg.Admin, Recover: &recover}})
+			_, err := s.submit(context.Background(), proposal{op: &fsm.Op{InitAcl: &fsm.InitACL{Admin: s.cfg.Admin, Recover: &recover}}})
 			if err == nil {
 				switch now, lo := s.aclState(); {
 				case lockOut != "" && lo == "":

@@ -109,7 +109,7 @@ func TestGossipCellGrowsAndReplacesDeadVoter(t *testing.T) {
 	m := awaitConfig(t, []*gossipReplica{r1}, "replica 1 alone", voters(r1.s.cfg.ID))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := m.propose(ctx, &fsm.Op{CreateSession: &chubby.CreateSessionRequest{}}); err != nil {
+	if _, err := m.submit(ctx, proposal{op: &fsm.Op{CreateSession: &chubby.CreateSessionRequest{}}}); err != nil {
 		t.Fatalf("create a session: %v", err)
 	}
 	before := m.log.Applied()

@@ -91,7 +91,7 @@ func (s *Server) timestamps(ctx context.Context, n int64) (int64, error) {
 // reserveTimestamps proposes the oracle's reservation of term up to upto
 // and reports how it ended.
 func (s *Server) reserveTimestamps(term uint64, upto int64) {
-	_, err := s.propose(context.Background(), &fsm.Op{ReserveTimestamps: &fsm.ReserveTimestamps{Upto: upto}})
+	_, err := s.submit(context.Background(), proposal{op: &fsm.Op{ReserveTimestamps: &fsm.ReserveTimestamps{Upto: upto}}})
 	if err != nil {
 		s.cfg.Logger.Warn("oracle: reserving timestamps", "upto", upto, "err", err)
 		s.metrics.tsReserves.WithLabelValues("failed").Inc()

@@ -557,133 +557,6 @@ func (s *Server) closeAll() {
 	}
 }
 
-// propose encodes op as a command stamped with the master's clock, waits
-// until it is durable and applied, and returns its result; a refused
-// command's *chubby.ChubbyError is returned as the error.
-func (s *Server) propose(ctx context.Context, op *fsm.Op) (*fsm.Result_, error) {
-	return s.proposeAt(ctx, 0, nil, op, 0, "")
-}
-
-// proposeAs is propose for a CreateSession: the command carries the
-// caller's principal, which the session then acts as.
-func (s *Server) proposeAs(ctx context.Context, principal string, op *fsm.Op) (*fsm.Result_, error) {
-	return s.proposeAt(ctx, 0, nil, op, 0, principal)
-}
-
-// proposeOnce is propose for a client request that may carry a RequestID:
-// the command then names the session and the request's number, and the
-// state machine applies it at most once however often it is retried
-// (across failovers too: the answers are replicated state).
-func (s *Server) proposeOnce(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op) (*fsm.Result_, error) {
-	return s.proposeAt(ctx, session, rid, op, 0, "")
-}
-
-// proposeAt is proposeOnce with the command stamped at notBefore or later
-// and, if principal is set (CreateSession only), carrying it.
-func (s *Server) proposeAt(ctx context.Context, session chubby.SessionID, rid *chubby.RequestID, op *fsm.Op, notBefore int64, principal string) (*fsm.Result_, error) {
-	if op.EndSession != nil {
-		// Its client no longer serves its cache, and its commands in
-		// flight, which the EndSession waits for, must not wait for it.
-		s.cache.forget(op.EndSession.Session)
-	}
-	// The command is stamped and fs says what it may change of what
-	// clients cache, from the state and with what is in flight ahead of it
-	// (writeOrder: the reach stays a superset whatever applies first).
-	cmd, reach, writeDone, err := s.writes.begin(ctx, op, notBefore)
-	if err != nil {
-		return nil, err
-	}
-	var uncertain bool
-	defer func() { writeDone(uncertain) }()
-	// Cache invalidation: before the change can commit, every
-	// session caching a node it touches, or a node whose read right an ACL
-	// file it rewrites governs, has dropped its copy (or its lease has
-	// ended); the nodes are uncachable until it has applied. The wait
-	// is bounded by a lease (a cacher's lease ends within one).
-	var cacheDone func(uncertain bool)
-	var view uint64 // the view the command must go into, when inView
-	inView := false
-	if reach.All || len(reach.Paths) > 0 || len(reach.Trees) > 0 || len(reach.ACLs) > 0 || reach.AllACLs {
-		start := time.Now()
-		ictx, icancel := context.WithTimeout(ctx, s.cfg.Lease+time.Second)
-		d, epoch, err := s.cache.invalidate(ictx, reach)
-		icancel()
-		if err != nil {
-			return nil, err
-		}
-		s.metrics.invalidationWait.Observe(time.Since(start).Seconds())
-		cacheDone = d
-		if epoch > 0 {
-			view, inView = uint64(epoch-1), true // master.Epoch's inverse
-		}
-	}
-	if rid != nil {
-		cmd.Session, cmd.Seq, cmd.SeqFloor = &session, &rid.Seq, &rid.Floor
-	}
-	if principal != "" {
-		cmd.Principal = &principal
-	}
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > commitTimeout {
-		// Most callers' deadlines (TTHeader's RPC timeout) are sooner:
-		// then no context and timer of our own per command.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, commitTimeout)
-		defer cancel()
-	}
-	entry := fs.EncodeCommand(cmd)
-	if len(entry) > vr.MaxEntryBytes {
-		// Refused before the log saw it: certain, nothing to hold.
-		if cacheDone != nil {
-			cacheDone(false)
-		}
-		return nil, fs.Errorf(chubby.ErrorCode_TOO_LARGE, "the command is %d bytes, over the %d-byte limit of one log entry", len(entry), vr.MaxEntryBytes)
-	}
-	var v any
-	if inView {
-		v, err = s.log.ProposeInView(ctx, view, entry)
-	} else {
-		v, err = s.log.Propose(ctx, entry)
-	}
-	uncertain = err != nil && !refused(err)
-	if cacheDone != nil {
-		cacheDone(uncertain)
-	}
-	if err != nil {
-		var nm *replica.NotMasterError
-		switch {
-		case errors.Is(err, replica.ErrOverloaded):
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the cell is overloaded; retry later")
-		case errors.As(err, &nm):
-			return nil, s.notMasterError(nm)
-		case errors.Is(err, replica.ErrUnknownOutcome):
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the master changed before the command committed; it may or may not have been applied")
-		case errors.Is(err, replica.ErrStopped):
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the replica is shutting down or its disk failed")
-		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no commit before the call's deadline (at most %v); the command may or may not have been applied", commitTimeout)
-		default:
-			return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "propose: %v", err)
-		}
-	}
-	res, ok := v.(*fsm.Result_)
-	if !ok || res == nil {
-		return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "log returned %T", v)
-	}
-	s.metrics.command(op, res.Err)
-	if res.Err != nil {
-		return res, res.Err
-	}
-	return res, nil
-}
-
-// refused reports whether a proposal's error says the log never took the
-// command (so it cannot apply later, and nothing need be held for it): the
-// replica was not the primary in the view asked for, or its queue was full.
-func refused(err error) bool {
-	var nm *replica.NotMasterError
-	return errors.As(err, &nm) || errors.Is(err, replica.ErrOverloaded)
-}
-
 // expireSession ends a session whose lease ran out (lock-delay applies). It
 // runs on a timer goroutine and retries while the cell is overloaded: a
 // session must not outlive its lease by more than the retries take.
@@ -693,7 +566,7 @@ func (s *Server) expireSession(id chubby.SessionID) {
 		op := &fsm.Op{EndSession: &fsm.EndSession{Session: id, Expired: true}}
 		backoff := 10 * time.Millisecond
 		for attempt := 0; attempt < 50; attempt++ {
-			_, err := s.propose(context.Background(), op)
+			_, err := s.submit(context.Background(), proposal{op: op})
 			var ce *chubby.ChubbyError
 			if err == nil || (errors.As(err, &ce) && ce.Code == chubby.ErrorCode_SESSION_EXPIRED) {
 				s.leases.ended([]chubby.SessionID{id})
@@ -731,7 +604,7 @@ func (s *Server) trimLoop() {
 			if len(acks) == 0 {
 				break
 			}
-			if _, err := s.propose(context.Background(), &fsm.Op{TrimEvents: &fsm.TrimEvents{Acks: acks}}); err != nil {
+			if _, err := s.submit(context.Background(), proposal{op: &fsm.Op{TrimEvents: &fsm.TrimEvents{Acks: acks}}}); err != nil {
 				s.leases.untake(acks)
 				s.cfg.Logger.Warn("trim events; retrying later", "sessions", len(acks), "err", err)
 				break
@@ -784,7 +657,7 @@ func (s *Server) scheduleTick(atMs int64) {
 		// first, as for any command.
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		defer cancel()
-		if _, err := s.proposeAt(ctx, 0, nil, &fsm.Op{Tick: &fsm.Tick{}}, atMs, ""); err != nil {
+		if _, err := s.submit(ctx, proposal{op: &fsm.Op{Tick: &fsm.Tick{}}, notBefore: atMs}); err != nil {
 			if !s.serving.Load() {
 				return // the next master schedules its own
 			}
