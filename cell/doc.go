@@ -24,14 +24,14 @@
 //	  |     -> cache.register if it asks to cache -> fs.State under
 //	  |     machine.read -> cache.registerACL -> reply
 //	  |
-//	  +-- change: propose / proposeAs / proposeOnce -> proposeAt (server.go)
+//	  +-- change: a proposal value -> Server.submit (proposal.go)
 //	        |  writes.begin (writes.go, master.Writes): stamp the command
 //	        |    with the master's clock; fs.State.Reach says what of the
 //	        |    clients' caches it may change
 //	        |  cache.invalidate (cache.go, master.Cache): queue an
 //	        |    invalidation for every cacher ---------------> side path (c)
 //	        |    and wait until each has acknowledged or its lease ended
-//	        |  proposeOnce's session and request number go into the
+//	        |  the proposal's session and request number go into the
 //	        |    command (the state's request table makes it exactly-once);
 //	        |    encode it (fs.EncodeCommand): at most vr.MaxEntryBytes
 //	        v
@@ -52,7 +52,7 @@
 //	        |  fs.State.NextTimer -> scheduleTick: the master proposes a
 //	        |    Tick at the next lock-delay end
 //	        v
-//	proposeAt, on the master: the result (a refused command's error is
+//	submit, on the master: the result (a refused command's error is
 //	        |  its ChubbyError; a log failure becomes NOT_MASTER or, mostly,
 //	        |  UNAVAILABLE, the outcome unknown unless the log refused it);
 //	        |  the reached nodes become cachable again (only after
@@ -78,10 +78,10 @@
 //	(d) The oracle (oracle.go, master.Oracle): GetTimestamps is answered
 //	    from a window in memory under the master lease; the window is
 //	    reserved ahead of need by ReserveTimestamps commands proposed in
-//	    the background through proposeAt like any change.
+//	    the background through submit like any change.
 //	(e) Membership (membership.go, autopilot.go): RemoveMember and the
 //	    autopilot propose configuration changes with
-//	    replica.Replicated.ProposeConfig, not through proposeAt; the log
+//	    replica.Replicated.ProposeConfig, not through submit; the log
 //	    reports the configuration in force (onConfig).
 //	(f) Failover (master.go): the log reports role changes (roleChanged);
 //	    becomeMaster waits for reads to be allowed, takes the epoch, gives
