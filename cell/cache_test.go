@@ -558,8 +558,11 @@ func TestCacheLockDelayEnd(t *testing.T) {
 		// advance with the master's monotonic clock, cell/master.Writes.)
 		other bool
 	}{
-		{"a tick ends the delay", 1000, false},
-		{"another command's clock ends the delay", 1500, true},
+		// Delays of seconds: the reader must see the lock delayed and
+		// then hit its cached copy before the delay ends, and on a busy
+		// machine a poll and a read took more than a second.
+		{"a tick ends the delay", 4000, false},
+		{"another command's clock ends the delay", 4500, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

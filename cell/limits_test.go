@@ -330,8 +330,9 @@ func (f *fsLimitCell) newSession() (chubby.SessionID, error) {
 
 // parkAcquire opens path in a new session and parks an Acquire of its
 // lock in the background (answered when the cell stops), then waits
-// (bounded) until the cell counts parked Acquires.
-func (f *fsLimitCell) parkAcquire(t *testing.T, path string, parked int) error {
+// (bounded) until the cell counts parked Acquires and the lock of path
+// counts waiters (this one among them).
+func (f *fsLimitCell) parkAcquire(t *testing.T, path string, parked, waiters int) error {
 	s, err := f.newSession()
 	if err != nil {
 		return err
@@ -353,7 +354,7 @@ func (f *fsLimitCell) parkAcquire(t *testing.T, path string, parked int) error {
 		if err != nil {
 			return err
 		}
-		if st.Lock != nil && st.Lock.Waiters >= 1 {
+		if st.Lock != nil && st.Lock.Waiters >= int32(waiters) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -457,13 +458,13 @@ func TestFSLimitsAtTheirBounds(t *testing.T) {
 		{"MaxWaitersPerLock 2", func(c *Config) { c.Limits.MaxWaitersPerLock = 2 },
 			func(f *fsLimitCell) error { return f.holdLock("/l") },
 			func(t *testing.T, f *fsLimitCell) error {
-				return errors.Join(f.parkAcquire(t, "/l", 1), f.parkAcquire(t, "/l", 2))
+				return errors.Join(f.parkAcquire(t, "/l", 1, 1), f.parkAcquire(t, "/l", 2, 2))
 			},
 			func(f *fsLimitCell) error { return f.acquire(f.spare) }, exceeded},
 		{"MaxParkedAcquires 2 (cell.Config)", func(c *Config) { c.MaxParkedAcquires = 2 },
 			func(f *fsLimitCell) error { return errors.Join(f.holdLock("/m"), f.holdLock("/l")) },
 			func(t *testing.T, f *fsLimitCell) error {
-				return errors.Join(f.parkAcquire(t, "/l", 1), f.parkAcquire(t, "/m", 2))
+				return errors.Join(f.parkAcquire(t, "/l", 1, 1), f.parkAcquire(t, "/m", 2, 1))
 			},
 			func(f *fsLimitCell) error { return f.acquire(f.spare) }, chubby.ErrorCode_UNAVAILABLE},
 	} {
