@@ -175,3 +175,34 @@ func TestARemovedReplicaMovesNobody(t *testing.T) {
 		t.Fatalf("commit %d with the two remaining voters, want %d", c, i)
 	}
 }
+
+// TestAPrimaryThatRemovesItselfHandsOver: a primary that removes itself
+// names as the new epoch's first primary the voter that acknowledged the
+// most of its log (the lowest id among equals), leaves the voters once the
+// change commits, and the remaining voters form the new epoch's first
+// view by a view change.
+// Reference: §7 (as built: reconfig.go, Node.successor, enterEpoch).
+func TestAPrimaryThatRemovesItselfHandsOver(t *testing.T) {
+	nw := newNetwork(t, 1, 2, 3)
+	cur := nw.info(1).Members
+	k := nw.proposeConfig(1, cur.Without(1))
+	nw.sent = nil
+	nw.runUntil(nw.viewChangeLimit(), "a primary of the new epoch", func() bool {
+		p := nw.primary()
+		return p != 0 && p != 1 && nw.info(p).Epoch == 1 && nw.info(p).Commit >= k
+	})
+	p := nw.primary()
+	if p != 2 || EpochOf(nw.node(2).View()) != 1 {
+		t.Fatalf("primary %d in view %d, want 2 in epoch 1", p, nw.node(p).View())
+	}
+	if len(nw.sentOf(MsgDoViewChange, 0)) == 0 {
+		t.Fatal("the new epoch formed without a view change")
+	}
+	if i := nw.info(1); i.Voter || i.IsPrimary || i.Members.Contains(1) {
+		t.Fatalf("the removed primary: %+v", i)
+	}
+	i := nw.propose(2, "after")
+	if c := nw.info(2).Commit; c != i {
+		t.Fatalf("commit %d with the two remaining voters, want %d", c, i)
+	}
+}

@@ -3,6 +3,7 @@ package vr
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // Direct tests of restarts (VR Revisited §4.3, with the log on disk) and
@@ -178,5 +179,72 @@ func TestAPrimaryNoQuorumAnswersStepsDown(t *testing.T) {
 	nw.drop = nil
 	if p := nw.waitPrimary(nw.viewChangeLimit(), 1); p != 2 {
 		t.Fatalf("primary %d, want 2", p)
+	}
+}
+
+// --- Failure detection (package documentation, "Failure detection: fast
+// on proof of death, patient on silence") ---
+
+// TestABackupAsksAboutASilentPrimaryAfterSuspectAfter: after SuspectAfter
+// of silence (not before) a backup names its primary in Suspect; a
+// PeerGone for it then starts a probe at once, long before
+// ViewChangeTimeout, while a PeerGone before SuspectAfter of silence is
+// ignored.
+func TestABackupAsksAboutASilentPrimaryAfterSuspectAfter(t *testing.T) {
+	nw := newNetwork(t, 1, 2, 3)
+	heard := nw.now // the primary's last heartbeat arrived now
+	n := nw.node(2) // ticked by hand below, Suspect read here
+	nw.now += nw.tickStep()
+	n.Tick(nw.now)
+	n.PeerGone(1)
+	nw.ready(nw.reps[2])
+	if n.Stats().PeersGone != 0 || n.Stats().Probes != 0 {
+		t.Fatalf("acted on PeerGone after %v of silence: %+v", time.Duration(nw.now-heard), n.Stats())
+	}
+	asked := int64(0)
+	for end := nw.now + int64(nw.cfg.ViewChangeTimeout); nw.now < end && asked == 0; {
+		nw.now += nw.tickStep()
+		n.Tick(nw.now)
+		if id, ok := n.Suspect(); ok {
+			if id != 1 {
+				t.Fatalf("Suspect names %d, want the primary 1", id)
+			}
+			asked = nw.now
+		}
+		nw.ready(nw.reps[2])
+	}
+	if asked == 0 || n.Stats().Probes != 0 {
+		t.Fatalf("no Suspect within the view-change timeout (probes %d)", n.Stats().Probes)
+	}
+	if silence := time.Duration(asked - heard); silence < nw.cfg.SuspectAfter {
+		t.Fatalf("Suspect after %v of silence, want at least %v", silence, nw.cfg.SuspectAfter)
+	}
+	nw.sent = nil
+	n.PeerGone(1)
+	nw.ready(nw.reps[2])
+	if ps := nw.sentOf(MsgProbe, 2); len(ps) == 0 {
+		t.Fatal("no probe on evidence of the primary's death")
+	}
+}
+
+// TestAStalledBackupDoesNotCountItsOwnStall: silence is counted in live
+// time, which a Tick advances by at most HeartbeatInterval, so a backup
+// whose own loop was frozen far longer than ViewChangeTimeout (here the
+// whole cell's, as on a paused machine) probes nobody when it runs again.
+func TestAStalledBackupDoesNotCountItsOwnStall(t *testing.T) {
+	nw := newNetwork(t, 1, 2, 3)
+	n := nw.node(2)
+	nw.now += int64(10 * nw.cfg.ViewChangeTimeout)
+	nw.sent = nil
+	nw.step(nw.reps[2], nil) // the backup runs first
+	if ps := nw.sentOf(MsgProbe, 2); len(ps) != 0 {
+		t.Fatalf("a backup probed after its own stall: %v", ps)
+	}
+	if n.View() != 0 {
+		t.Fatalf("view %d", n.View())
+	}
+	nw.run(nw.cfg.ViewChangeTimeout)
+	if ps := nw.sentOf(MsgProbe, 0); len(ps) != 0 || !nw.node(1).IsPrimary() {
+		t.Fatalf("probes after a backup's stall: %v", ps)
 	}
 }
