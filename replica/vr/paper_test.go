@@ -668,3 +668,35 @@ func TestAPausedPrimaryFollowsAQuorumAhead(t *testing.T) {
 		t.Fatalf("with both backups ahead the primary stays in view %d (primary %v)", p.View(), p.IsPrimary())
 	}
 }
+
+// TestAViewIsOnDiskBeforeAnythingIsSaidInIt: "the replica ... advances its
+// view-number, sets its status to view-change" — here on disk first: the
+// Ready that carries its StartViewChange persists the new view (MustSync,
+// nothing early), and the answers it had queued in the older view are
+// forgotten, so no acknowledgement of an older view leaves once the newer
+// one is on disk.
+// Reference: §4.2 step 1; package documentation, "View change".
+func TestAViewIsOnDiskBeforeAnythingIsSaidInIt(t *testing.T) {
+	nw := newNetwork(t, 1, 2, 3)
+	n := nw.node(2)
+	if err := n.Step(Message{Type: MsgCommit, From: 1, To: 2, View: 0, Commit: 1, Stamp: 9}); err != nil {
+		t.Fatal(err)
+	}
+	// Its primary leaves view 0 before the answer to the Commit went out.
+	if err := n.Step(Message{Type: MsgStartViewChange, From: 1, To: 2, View: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rd := n.Ready()
+	if rd.HardState == nil || rd.HardState.View != 1 || !rd.MustSync || len(rd.EarlyMessages) != 0 {
+		t.Fatalf("Ready: hard state %+v, sync %v, %d early; want view 1 synced before any message", rd.HardState, rd.MustSync, len(rd.EarlyMessages))
+	}
+	if !slices.ContainsFunc(rd.Messages, func(m Message) bool { return m.Type == MsgStartViewChange && m.View == 1 }) {
+		t.Fatalf("no StartViewChange for view 1 in %v", rd.Messages)
+	}
+	for _, m := range rd.Messages {
+		if m.View < 1 {
+			t.Fatalf("a message of view %d after view 1 was entered: %v", m.View, &m)
+		}
+	}
+	n.Advance()
+}
