@@ -315,7 +315,8 @@
 // network (net_test.go) that carries out each Ready as package replica's
 // Driver does, one test per rule of the paper's sections and of this
 // comment: normal operation (§4.1) and view changes with the pre-vote
-// (§4.2) in paper_test.go, restarts (§4.3), the lease and failure
+// (§4.2) in paper_test.go, catch-up by entries and snapshots in
+// paper_catchup_test.go, restarts (§4.3), the lease and failure
 // detection in paper_restart_test.go, reconfiguration by epochs (§7) in
 // paper_reconfig_test.go, the validation rules and the view arithmetic
 // in paper_validate_test.go. validate_test.go has a table of

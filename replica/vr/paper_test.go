@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 // Direct tests of the core, one group per section of Viewstamped
@@ -190,73 +191,6 @@ func TestBackupsLearnCommitsFromCommitAndPrepare(t *testing.T) {
 			t.Fatalf("backup %d did not apply %d from the Commit", id, j)
 		}
 	}
-}
-
-// TestBackupWithAGapCatchesUp: a backup missing earlier entries waits
-// for them, "doing state transfer if necessary to get the missing
-// information". Here the primary resends: a lost Prepare
-// shows as the backup rejecting the next one, or as no progress over a
-// heartbeat; either way the backup ends with the primary's log.
-// Reference: §4.1 and §5.2 (state transfer); package documentation,
-// "Normal operation".
-func TestBackupWithAGapCatchesUp(t *testing.T) {
-	t.Run("next Prepare rejected", func(t *testing.T) {
-		nw := newNetwork(t, 1, 2, 3)
-		nw.drop = func(m *Message) bool { return m.Type == MsgPrepare && m.To == 3 }
-		nw.propose(1, "a")
-		nw.drop = nil
-		nw.sent = nil
-		last := nw.propose(1, "b")
-		if rej := slices.ContainsFunc(nw.sentOf(MsgPrepareOK, 3), func(m Message) bool { return m.Reject }); !rej {
-			t.Fatal("backup 3 did not reject the Prepare after its gap")
-		}
-		if got := nw.info(3).LastOp; got != last {
-			t.Fatalf("backup 3's log ends at %d, want %d", got, last)
-		}
-		if !slices.Equal(nw.logOf(3), nw.logOf(1)) {
-			t.Fatalf("logs differ: %v, %v", nw.logOf(3), nw.logOf(1))
-		}
-	})
-	t.Run("no progress over a heartbeat", func(t *testing.T) {
-		nw := newNetwork(t, 1, 2, 3)
-		nw.drop = func(m *Message) bool { return m.Type == MsgPrepare && m.To == 3 }
-		last := nw.propose(1, "a")
-		nw.drop = nil
-		nw.runUntil(3*nw.cfg.HeartbeatInterval, "backup 3 has the entry", func() bool { return nw.info(3).LastOp == last })
-		nw.runUntil(2*nw.cfg.HeartbeatInterval, "backup 3 applies it", func() bool { _, ok := nw.reps[3].applied[last]; return ok })
-	})
-	t.Run("compacted: snapshot", func(t *testing.T) {
-		nw := newNetwork(t, 1, 2, 3)
-		nw.reps[3].isolated = true
-		nw.propose(1, "a", "b", "c")
-		last := nw.propose(1, "d")
-		nw.run(nw.cfg.HeartbeatInterval) // commit reaches 2, entries applied
-		meta, err := nw.node(1).SnapshotMeta(last)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := nw.reps[1]
-		r.disk.snap, r.disk.snapData = &meta, []byte("state")
-		if err := nw.node(1).Compact(meta); err != nil {
-			t.Fatal(err)
-		}
-		nw.reps[3].isolated = false
-		nw.sent = nil
-		nw.runUntil(3*nw.cfg.HeartbeatInterval, "backup 3 installs the snapshot", func() bool {
-			return nw.info(3).SnapshotIndex == last && nw.reps[3].disk.snap != nil
-		})
-		if len(nw.sentOf(MsgSnapshot, 1)) == 0 {
-			t.Fatal("no snapshot sent")
-		}
-		if got := string(nw.reps[3].disk.snapData); got != "state" {
-			t.Fatalf("backup 3 stored snapshot %q", got)
-		}
-		next := nw.propose(1, "e")
-		nw.run(nw.cfg.HeartbeatInterval)
-		if _, ok := nw.reps[3].applied[next]; !ok {
-			t.Fatalf("backup 3 did not go on by entries after the snapshot (applied %v)", nw.reps[3].applied)
-		}
-	})
 }
 
 // TestProposeOverloaded: past MaxUncommittedEntries the primary refuses
@@ -699,4 +633,38 @@ func TestAViewIsOnDiskBeforeAnythingIsSaidInIt(t *testing.T) {
 		}
 	}
 	n.Advance()
+}
+
+// TestAPrimaryFollowsAVoterStrandedAhead: a voter left in a newer view
+// (it never comes back to an older one) moves nobody at once, but after a
+// whole ViewChangeTimeout of it the primary follows it, and one view
+// change later the cell has every voter again.
+// Reference: package documentation, "Every path into a view passes the
+// pre-vote" (strandedFor).
+func TestAPrimaryFollowsAVoterStrandedAhead(t *testing.T) {
+	nw := newNetwork(t, 1, 2, 3)
+	nw.reps[3].disk.hs.View = 1 // stranded: changing to view 1, on disk
+	nw.restart(3)
+	if v := nw.node(3).View(); v != 1 {
+		t.Fatalf("replica 3 in view %d", v)
+	}
+	since := nw.now
+	nw.run(nw.cfg.ViewChangeTimeout - 2*nw.cfg.HeartbeatInterval)
+	if !nw.node(1).IsPrimary() || nw.node(1).View() != 0 || nw.node(2).View() != 0 {
+		t.Fatalf("moved before a view-change timeout: primary %v view %d, replica 2 in %d", nw.node(1).IsPrimary(), nw.node(1).View(), nw.node(2).View())
+	}
+	nw.runUntil(nw.viewChangeLimit(), "every replica normal in view 1", func() bool {
+		for _, id := range nw.ids {
+			if nw.node(id).View() != 1 || nw.info(id).Status != StatusNormal {
+				return false
+			}
+		}
+		return true
+	})
+	if d := time.Duration(nw.now - since); d < nw.cfg.ViewChangeTimeout {
+		t.Fatalf("the primary followed after %v, within the view-change timeout", d)
+	}
+	if p := nw.primary(); p != 2 {
+		t.Fatalf("primary %d, want 2", p)
+	}
 }
