@@ -668,3 +668,61 @@ func TestAPrimaryFollowsAVoterStrandedAhead(t *testing.T) {
 		t.Fatalf("primary %d, want 2", p)
 	}
 }
+
+// TestPreparesLeaveBeforeThePrimarysOwnWriteOnlyInAViewOnDisk: the
+// normal primary's Prepares and Commits come as EarlyMessages (and the
+// write may be queued: PersistAsync) once its view is on disk as a normal
+// view; a new primary's first Ready, which persists that view, sends
+// everything after the write.
+// Reference: package documentation, "The core and its driver".
+func TestPreparesLeaveBeforeThePrimarysOwnWriteOnlyInAViewOnDisk(t *testing.T) {
+	members := Members{{ID: 1}, {ID: 2}, {ID: 3}}
+	cfg := testConfig()
+	cfg.ID = 2
+	now := int64(1e12)
+	n, err := NewNode(cfg, persistedLog(members, HardState{View: 1, Commit: 1}, 0), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.HasReady() {
+		n.Ready()
+		n.Advance()
+	}
+	now += int64(float64(cfg.LeaseDuration) * (1 + MaxClockDrift)) // the restart's lease wait
+	n.Tick(now)
+	for _, m := range []Message{
+		{Type: MsgStartViewChange, From: 3, To: 2, View: 1},
+		{Type: MsgDoViewChange, From: 3, To: 2, View: 1, Op: 2, Commit: 1, PrevOp: 1, Runs: []Run{{View: 0, Last: 2}}, Final: true},
+	} {
+		if err := n.Step(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !n.IsPrimary() {
+		t.Fatalf("not the primary of view 1: %+v", n.Info())
+	}
+	if _, err := n.Propose([]byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	n.Tick(now + int64(cfg.HeartbeatInterval)) // a heartbeat too
+	rd := n.Ready()
+	if len(rd.EarlyMessages) != 0 || rd.PersistAsync || rd.HardState == nil || rd.HardState.LastNormalView != 1 || !rd.MustSync {
+		t.Fatalf("new primary's first Ready: %d early, async %v, hard state %+v; want view 1 persisted before any message",
+			len(rd.EarlyMessages), rd.PersistAsync, rd.HardState)
+	}
+	if !slices.ContainsFunc(rd.Messages, func(m Message) bool { return m.Type == MsgStartView }) ||
+		!slices.ContainsFunc(rd.Messages, func(m Message) bool { return m.Type == MsgPrepare || m.Type == MsgCommit }) {
+		t.Fatalf("first Ready's messages %v", rd.Messages)
+	}
+	n.Advance()
+
+	if _, err := n.Propose([]byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	rd = n.Ready()
+	if len(rd.Messages) != 0 || !rd.PersistAsync || len(rd.Entries) != 1 ||
+		!slices.ContainsFunc(rd.EarlyMessages, func(m Message) bool { return m.Type == MsgPrepare }) {
+		t.Fatalf("once the view is on disk: %d early, %d late, async %v", len(rd.EarlyMessages), len(rd.Messages), rd.PersistAsync)
+	}
+	n.Advance()
+}
