@@ -13,9 +13,9 @@ import "github.com/chubbygo/chubby/replica/vr"
 // Once the faults end it stops, and the usual checkers demand that the
 // cell serves every client within SettleTime and converges.
 //
-// What the forger does not do is what the core trusts (replica/doc.go,
-// "What the core trusts"): it does not change the view or sender of a
-// message that describes a log — Prepare, PrepareOK, DoViewChange,
+// What the forger does not do is what the core trusts (package vr's
+// documentation, "What the core trusts"): it does not change the view or
+// sender of a message that describes a log — Prepare, PrepareOK, DoViewChange,
 // StartView, GetLog, Log, Snapshot — nor any message's body. A member
 // that lies about its log is outside the model; TLS keeps strangers out.
 

@@ -65,7 +65,7 @@ import (
 //
 //  1. Within one epoch the voters are fixed: every view of the epoch, its
 //     view change, its commits and its lease use the same voters. That is
-//     Viewstamped Replication with a fixed configuration (replica/doc.go
+//     Viewstamped Replication with a fixed configuration (the package doc
 //     argues it), and it holds for the views of each epoch on their own.
 //     Only voters of the epoch act in its views' view changes: a replica
 //     acts in a view change only when the view's epoch equals its
