@@ -2,16 +2,14 @@
 // of one replica process), Driver (the one loop that carries out the
 // protocol core's work, behind narrow interfaces: Disk, Transport,
 // StateMachine and a clock), Storage (the log and snapshots on Badger) and
-// the Kitex peer transport; in subpackages:
-//
-//   - replica/vr, the protocol core: Viewstamped Replication Revisited
-//     (Liskov & Cowling, 2012) with the log on disk, as a pure state
-//     machine in the manner of etcd's raft RawNode;
-//   - replica/sim, a deterministic simulator that runs the Driver, the
-//     real fs state machine, the master's session tables (cell/master) and
-//     the client's lease rules (client/lease) through a faulty network,
-//     crashes, failing disks, pauses and drifting clocks, and checks what
-//     clients believe.
+// the Kitex peer transport; in the subpackage replica/vr, the protocol
+// core: Viewstamped Replication Revisited (Liskov & Cowling, 2012) with
+// the log on disk, as a pure state machine in the manner of etcd's raft
+// RawNode. The deterministic simulator that runs the Driver, the real fs
+// state machine, the master's session tables (cell/master) and the
+// client's lease rules (client/lease) through a faulty network, crashes,
+// failing disks, pauses and drifting clocks, and checks what clients
+// believe, is cell/sim.
 //
 // The protocol — views, the probe, view changes, normal operation,
 // commits, epochs and reconfiguration, the master lease, failure
@@ -119,7 +117,7 @@
 // replica's StartViewChange, DoViewChange or probe moves nobody; views
 // near the end of an epoch are refused; a replica that missed views joins
 // one far ahead), and reconfig_test.go every kind of configuration change.
-// replica/sim runs the whole cell's code with the real fs under faults and
+// cell/sim runs the whole cell's code with the real fs under faults and
 // checks agreement, what clients believe about their locks and caches,
 // linearizability and liveness, also with CPU stalls alone
 // (TestSimStalls: no view change) and with a forger among the replicas

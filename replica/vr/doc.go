@@ -306,7 +306,7 @@
 // peer port keeps strangers out. The headers of the others — Probe,
 // ProbeReply, StartViewChange, Commit — may be replayed, re-addressed, or
 // forged in view, epoch, sender and grant, and the cell still has a master
-// soon after the forger stops: the simulator's forger (replica/sim,
+// soon after the forger stops: the simulator's forger (cell/sim,
 // TestSimForger) does exactly that among honest replicas.
 //
 // # How it is tested
@@ -322,7 +322,7 @@
 // in paper_validate_test.go. validate_test.go has a table of
 // malformed messages, and FuzzStep feeds arbitrary messages, ticks and
 // proposals (a node never panics). Package replica runs the core through
-// its Driver on small in-memory clusters, and replica/sim runs the whole
+// its Driver on small in-memory clusters, and cell/sim runs the whole
 // cell's code under faults.
 //
 // # Not built yet

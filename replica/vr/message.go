@@ -56,12 +56,13 @@ const (
 	// window of chunks at a time, and the receiving driver hands its core
 	// a MsgSnapshot without data once it has stored them all (see
 	// replica's snapshot transfer). Op counts the sender's go-backs.
-	// Node.Step ignores it.
+	// Node.Step refuses it (ErrInvalidMessage, counted as dropped): the
+	// driver handles it and never passes it on.
 	MsgSnapshotChunk
 	// MsgSnapshotChunkOK (driver → driver): the receiver has stored the
 	// chunks before Chunk.N of the snapshot at Snapshot.Index and wants
 	// Chunk.N next; Reject says a chunk did not fit (send from Chunk.N);
-	// Op echoes the chunk's. Node.Step ignores it.
+	// Op echoes the chunk's. Node.Step refuses it, as MsgSnapshotChunk.
 	MsgSnapshotChunkOK
 
 	msgTypeEnd
