@@ -726,3 +726,53 @@ func TestCacheSessionEndExact(t *testing.T) {
 		})
 	}
 }
+
+// TestMadeUpHandleCostsCachersNothing: a session that names a path it
+// caches nothing of through a handle that is not its own — one no Open
+// has answered, or another session's — is refused (HANDLE_INVALID), and
+// a client caching that path keeps its copy: before, every such call made
+// the master invalidate the path's cachers and wait for them.
+func TestMadeUpHandleCostsCachersNothing(t *testing.T) {
+	tc := startCell(t, Config{InMemory: true})
+	c, err := chubbyclient.Connect(ctx, chubbyclient.Config{Addrs: []string{tc.s.Addr()}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reader := must[*chubbyclient.Session](t)(c.NewSession(ctx))
+	rh := must[*chubbyclient.Handle](t)(reader.Open(ctx, "/x", chubbyclient.OpenOptions{Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE}))
+	if _, _, err := rh.GetContentsAndStat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := reader.CacheStats()
+	if _, _, err := rh.GetContentsAndStat(ctx); err != nil || reader.CacheStats().Hits == before.Hits {
+		t.Fatalf("/x is not cached (err %v)", err)
+	}
+
+	other := tc.session("other")
+	own := tc.open(other, "/x", chubby.CreateMode_OPEN_EXISTING, false)
+	// Handle ids count up: the one before other's own is the reader's.
+	theirs := &chubby.Handle{Session: other, Id: own.Id - 1, Path: "/x", Instance: own.Instance}
+	made := &chubby.Handle{Session: other, Id: 1 << 40, Path: "/x", Instance: own.Instance}
+	for _, h := range []*chubby.Handle{made, theirs} {
+		for _, call := range []func() error{
+			func() error { return tc.cli.Release(ctx, &chubby.HandleRequest{Handle: h}) },
+			func() error {
+				_, err := tc.cli.SetContents(ctx, &chubby.SetContentsRequest{Handle: h, Content: []byte("forged")})
+				return err
+			},
+			func() error { return tc.cli.Close(ctx, &chubby.CloseRequest{Handle: h}) },
+		} {
+			if err := call(); codeOf(err) != chubby.ErrorCode_HANDLE_INVALID {
+				t.Fatalf("a call through handle %+v: %v, want HANDLE_INVALID", h, err)
+			}
+		}
+	}
+	st := reader.CacheStats()
+	if st.Invalidations != before.Invalidations {
+		t.Fatalf("the reader got %d invalidations from calls through handles not theirs", st.Invalidations-before.Invalidations)
+	}
+	if b, _, err := rh.GetContentsAndStat(ctx); err != nil || reader.CacheStats().Hits == st.Hits || len(b) != 0 {
+		t.Fatalf("the reader's cached /x: %q, err %v (hits %d, were %d)", b, err, reader.CacheStats().Hits, st.Hits)
+	}
+}

@@ -42,11 +42,25 @@ func (h *handler) live(ctx context.Context, id chubby.SessionID) error {
 	return h.s.checkOwner(ctx, id)
 }
 
+// liveHandle is live for the session of the handle hd, and refuses a
+// handle no Open has answered yet.
 func (h *handler) liveHandle(ctx context.Context, hd *chubby.Handle) error {
 	if hd == nil {
 		return missing("handle")
 	}
-	return h.live(ctx, hd.Session)
+	if err := h.live(ctx, hd.Session); err != nil {
+		return err
+	}
+	// A handle no Open has answered yet is made up (fs.State.HandleOpened):
+	// refused before anything is proposed for it, so that it cannot make
+	// the cacher of a path wait and drop its copy (fs.State.Reach treats
+	// the ids of handles opened so far exactly).
+	var opened bool
+	h.s.m.read(func(st *fs.State) { opened = st.HandleOpened(hd.Id) })
+	if !opened {
+		return fs.Errorf(chubby.ErrorCode_HANDLE_INVALID, "no open handle %d of session %d on %s (instance %d)", hd.Id, hd.Session, hd.Path, hd.Instance)
+	}
+	return nil
 }
 
 // handleWrite validates a request made through a handle that changes the

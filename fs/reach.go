@@ -271,19 +271,19 @@ func (s *State) reachOp(r *reachSet, op *fsm.Op) {
 	case op.DeleteNode != nil:
 		s.reachDelete(r, op.DeleteNode.Handle)
 	case op.Close != nil:
-		r.handle(op.Close.Handle)
+		s.handle(r, op.Close.Handle)
 	case op.SetContents != nil:
-		if r.handle(op.SetContents.Handle) {
+		if s.handle(r, op.SetContents.Handle) {
 			r.aclAt(op.SetContents.Handle.Path)
 		}
 	case op.Acquire != nil:
-		r.handle(op.Acquire.Handle)
+		s.handle(r, op.Acquire.Handle)
 	case op.Release != nil:
-		r.handle(op.Release.Handle)
+		s.handle(r, op.Release.Handle)
 	case op.CancelWait != nil:
-		r.handle(op.CancelWait.Handle)
+		s.handle(r, op.CancelWait.Handle)
 	case op.SetAcl != nil:
-		r.handle(op.SetAcl.Handle)
+		s.handle(r, op.SetAcl.Handle)
 	case op.InitAcl != nil:
 		r.initACL(op.InitAcl)
 	case op.Multi != nil:
@@ -294,17 +294,37 @@ func (s *State) reachOp(r *reachSet, op *fsm.Op) {
 // handle adds what an operation through the handle w may change: its node
 // (if live at apply, it is the node at w.Path: handleFor checks the
 // handle's path) and its parent's listing. It reports whether the
-// operation may apply at all (w names a valid path).
-func (r *reachSet) handle(w *chubby.Handle) bool {
+// operation may apply at all: w names a valid path, and the handle is
+// open and is w (its session, path and instance), or is not opened yet (a
+// command ahead of this one may open it). A handle id below nextHandle
+// that is not w's handle never will be (ids are not reused, and a
+// handle's session, path and instance never change), so such an
+// operation reaches nothing: else any session could make every cacher of
+// any path drop its copy, and wait for it, by naming the path with a
+// made-up handle.
+func (s *State) handle(r *reachSet, w *chubby.Handle) bool {
 	if w == nil {
 		return false
 	}
 	if _, err := parsePath(w.Path); err != nil {
 		return false // refused: no handle has that path
 	}
+	if w.Id < s.nextHandle {
+		h := s.handles[w.Id]
+		if h == nil || h.session.id != w.Session || h.instance != w.Instance || h.path != w.Path {
+			return false // refused for good (handleFor)
+		}
+	}
 	r.atPath(w.Path)
 	return true
 }
+
+// HandleOpened reports whether id is the id of a handle opened so far
+// (open now or closed since): a client only names handles an Open has
+// answered, and a master serves only once it has applied every command
+// committed before it, so a handle id at or past this bound in a request
+// is made up.
+func (s *State) HandleOpened(id int64) bool { return id > 0 && id < s.nextHandle }
 
 // atPath adds a change to the Stat of the node at the valid path p: p and
 // its parent's listing.
