@@ -244,7 +244,9 @@ test_all() {
 	go vet ./...
 	echo "ok: go vet"
 	check_gen
-	go test -race -count=1 -timeout 20m ./...
+	# -timeout is per package: the longest (cell/sim, fs) take 5-10 min
+	# alone and up to 16 min on a machine busy with other work.
+	go test -race -count=1 -timeout 30m ./...
 }
 
 # bench_deps installs the systems chubbybench compares the cell with, from

@@ -113,7 +113,7 @@ func narrowedOutside(r Reach, before, after map[string]*ACL) []string {
 // changes is in the reach computed before it applied, and so is every ACL
 // name whose grant it narrows.
 func TestReachSound(t *testing.T) {
-	seeds, steps := soak(12, 1000)
+	seeds, steps := soak(6, 1000) // FS_SOAK=2: the 12 seeds of the suite before
 	for seed := range seeds {
 		g := newCmdGen(seed)
 		s := New(DefaultLimits())
@@ -147,7 +147,7 @@ func TestReachInFlight(t *testing.T) {
 		c *fsm.Command
 		r Reach
 	}
-	seeds, steps := soak(60, 1000)
+	seeds, steps := soak(20, 1000) // FS_SOAK=3 runs the 60 seeds of the suite before it had to hold on a busy machine
 	for seed := range seeds {
 		g := newCmdGen(seed)
 		s := New(DefaultLimits())
