@@ -834,11 +834,15 @@ func (h *handler) GetStatus(ctx context.Context) (*chubby.CellStatus, error) {
 	return h.s.status(), nil
 }
 
+// maxReplicaIDDigits bounds RemoveMember's id: a replica id is a uint64,
+// at most 20 decimal digits.
+const maxReplicaIDDigits = 20
+
 func (h *handler) RemoveMember(ctx context.Context, req *chubby.RemoveMemberRequest) (*chubby.RemoveMemberResponse, error) {
 	if req == nil {
 		return nil, missing("request")
 	}
-	if len(req.Id) > 20 {
+	if len(req.Id) > maxReplicaIDDigits {
 		return nil, invalid("replica id of %d bytes", len(req.Id))
 	}
 	// Taking a replica out is the cell's administration: change_acl on "/".

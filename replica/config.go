@@ -24,8 +24,8 @@ func DefaultDriverConfig() DriverConfig {
 }
 
 // DefaultReplicatedConfig returns the defaults of ReplicatedConfig: Core
-// vr.DefaultConfig(), TickInterval 50 ms, SnapshotEvery DefaultDriverConfig's
-// (50,000), MaxQueue 16,384, MaxProposalBatch 1024, Logger slog.Default().
+// vr.DefaultConfig(), TickInterval 50 ms, SnapshotEvery DefaultDriverConfig's,
+// MaxQueue 16,384, MaxProposalBatch 1024, Logger slog.Default().
 // ID, Members and the callbacks have none. StartReplicated gives each zero
 // field (TickInterval, MaxQueue and MaxProposalBatch also when negative)
 // its value here; zero fields of Core take vr's defaults in the core.

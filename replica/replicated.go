@@ -50,7 +50,7 @@ type ReplicatedConfig struct {
 	// CPU on waking its loops than at 20 ms; 50 ms instead of 20 ms is 30
 	// wake-ups a second fewer per replica.)
 	TickInterval time.Duration
-	// SnapshotEvery: see DriverConfig. Default 50,000.
+	// SnapshotEvery: see DriverConfig. Default DefaultDriverConfig's.
 	SnapshotEvery uint64
 	// MaxQueue bounds proposals waiting for the loop; past it Propose fails
 	// at once with ErrOverloaded. Default 16,384.

@@ -246,7 +246,7 @@ func (s *chubbySystem) Bound(w Workload) string {
 		return "CreateSession: 1 fsynced command (the untimed close is another)"
 	case kindSessionsHeld:
 		if w.Variant == variantBatched {
-			return "up to 10,000 sessions per parked KeepAlive (generated Kitex client); 12 s lease, answered ~2 s before it ends"
+			return "up to 10,000 sessions per parked KeepAlive (generated Kitex client); 12 s lease, answered ~3 s (a quarter lease, the master's KeepAlive margin) before it ends"
 		}
 		return fmt.Sprintf("Go client: one parked KeepAlive, so one connection, per session; 20,000 open files per process (a fresh cell for this run gets --max-connections %d)", directMaxConnections)
 	case kindFailover:
