@@ -533,10 +533,14 @@ func validMode(m chubby.LockMode) error {
 	return nil
 }
 
-// Acquire proposes a waiting acquire; if the lock is not granted at once the
-// call is parked (AMD) until the apply loop grants it (machine.dispatch),
-// the handle or session ends, or wait_ms passes. On the deadline it proposes
-// CancelWait; if the grant won that race, the caller gets the lock.
+// Acquire proposes a waiting acquire (queueAcquire); a handle that holds
+// the lock already gets its sequencer. If the lock is not granted at once
+// the call is parked on an rpc.Deferred (machine.park) until the apply
+// loop grants it (machine.dispatch), the handle, its node or its session
+// ends (the error says which), a resend of the same request takes its
+// place, this replica stops being the master (NOT_MASTER), or wait_ms
+// passes or the caller goes away. Then it proposes CancelWait; if the
+// grant won that race, the caller gets the lock.
 func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chubby.Sequencer, error) {
 	if req == nil {
 		return nil, missing("body")
