@@ -335,27 +335,7 @@ func TestRestoreThreeReplicas(t *testing.T) {
 	saved := stateBytes(tc.s.m)
 	tc.stop()
 
-	peers, lns, pls := loopbackPeers(t, 3)
-	mc := &multiCell{t: t}
-	for i := range 3 {
-		dir := t.TempDir()
-		if _, err := Restore(bytes.NewReader(file), RestoreOptions{DataDir: dir, ID: uint64(i + 1), Peers: peers, Logger: quietLogger()}); err != nil {
-			t.Fatal(err)
-		}
-		srv, err := New(Config{ID: uint64(i + 1), Peers: peers, Listener: lns[i], PeerListener: pls[i], DataDir: dir, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(context.Background()) }()
-		mc.servers, mc.done = append(mc.servers, srv), append(mc.done, done)
-	}
-	t.Cleanup(func() {
-		for i, srv := range mc.servers {
-			srv.Stop()
-			<-mc.done[i]
-		}
-	})
+	mc := restoredCell(t, file, 3)
 	m := mc.master()
 	if m == nil {
 		t.Fatal("no master in the restored cell")
@@ -383,4 +363,33 @@ func TestRestoreThreeReplicas(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+}
+
+// restoredCell seeds n new replicas on loopback from the backup file, as
+// chubbyd restore does for every replica of a new cell, and starts them;
+// they stop when the test ends.
+func restoredCell(t *testing.T, file []byte, n int) *multiCell {
+	t.Helper()
+	peers, lns, pls := loopbackPeers(t, n)
+	mc := &multiCell{t: t}
+	for i := range n {
+		dir := t.TempDir()
+		if _, err := Restore(bytes.NewReader(file), RestoreOptions{DataDir: dir, ID: uint64(i + 1), Peers: peers, Logger: quietLogger()}); err != nil {
+			t.Fatal(err)
+		}
+		srv, err := New(Config{ID: uint64(i + 1), Peers: peers, Listener: lns[i], PeerListener: pls[i], DataDir: dir, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(context.Background()) }()
+		mc.servers, mc.done = append(mc.servers, srv), append(mc.done, done)
+	}
+	t.Cleanup(func() {
+		for i, srv := range mc.servers {
+			srv.Stop()
+			<-mc.done[i]
+		}
+	})
+	return mc
 }

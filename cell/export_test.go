@@ -180,27 +180,7 @@ func TestExportRecoversACellStuckAtTheEndOfAnEpoch(t *testing.T) {
 	t.Logf("exported replica %d: index %d, %d commands applied (%d past the commit hint), %d nodes, %d bytes in %v",
 		ex.ID, ex.Index, ex.Applied, ex.Uncommitted, ex.Counts.Nodes, file.Len(), ex.Took)
 
-	peers, lns, pls := loopbackPeers(t, 3)
-	nc := &multiCell{t: t}
-	for i := range 3 {
-		dir := t.TempDir()
-		if _, err := Restore(bytes.NewReader(file.Bytes()), RestoreOptions{DataDir: dir, ID: uint64(i + 1), Peers: peers, Logger: quietLogger()}); err != nil {
-			t.Fatal(err)
-		}
-		srv, err := New(Config{ID: uint64(i + 1), Peers: peers, Listener: lns[i], PeerListener: pls[i], DataDir: dir, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(context.Background()) }()
-		nc.servers, nc.done = append(nc.servers, srv), append(nc.done, done)
-	}
-	t.Cleanup(func() {
-		for i, srv := range nc.servers {
-			srv.Stop()
-			<-nc.done[i]
-		}
-	})
+	nc := restoredCell(t, file.Bytes(), 3)
 	nm := nc.master()
 	ncli := newRawClient(t, nm.Addr())
 	r2, err := ncli.CreateSession(ctx, &chubby.CreateSessionRequest{ClientName: "after"})
