@@ -117,8 +117,8 @@ apt_install() {
 		return 1
 	fi
 	echo "installing $* for $what..." >&2
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+	apt-get -o DPkg::Lock::Timeout=600 update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >/dev/null
 }
 
 # python_deps lists the Debian packages missing for the Python client:
@@ -267,9 +267,9 @@ bench_deps() {
 		return 1
 	fi
 	echo "installing ${missing[*]} for the benchmarks..." >&2
-	apt-get update -qq
+	apt-get -o DPkg::Lock::Timeout=600 update -qq
 	# RUNLEVEL=1: do not start the packages' own services; chubbybench starts its own.
-	RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
 }
 
 # bench builds chubbyd, chubbyd-pprof (chubbyd plus net/http/pprof, added
