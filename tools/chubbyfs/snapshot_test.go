@@ -44,6 +44,13 @@ func TestSnapshotSave(t *testing.T) {
 	rc := celltest.Start(t, celltest.Options{DataDir: dir, Addr: addr})
 	want(t, at(t, rc.Addr, "", "cat", "/cfg/app"), 0, "hello", "")
 
+	// --json: one object naming the same snapshot.
+	var sj snapshotJSON
+	jsonOf(t, c.Addr, "", exitOK, &sj, "snapshot", "save", "--json", file)
+	if sj.File != file || sj.LogIndex < h.Index || sj.Bytes <= 0 || sj.ElapsedMs < 0 {
+		t.Errorf("snapshot save --json = %+v (the first save: index %d)", sj, h.Index)
+	}
+
 	want(t, at(t, c.Addr, "", "snapshot", "save"), exitUsage, "", "exactly one FILE")
 	want(t, at(t, c.Addr, "", "snapshot"), exitUsage, "", "save FILE")
 	want(t, at(t, c.Addr, "", "snapshot", "save", filepath.Join(t.TempDir(), "no", "such", "dir", "f")), exitRefused, "", "snapshot save")
