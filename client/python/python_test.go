@@ -244,6 +244,28 @@ func TestPythonTLS(t *testing.T) {
 // and uses it against a real cell.
 func TestPythonPipInstall(t *testing.T) {
 	generate(t) // installs the Debian packages the build needs
+	// The install the READMEs print is the one run here: the venv made
+	// by Debian's python3 (another python3 on PATH sees neither
+	// python3-thrift nor python3-wheel), pip with no index.
+	for _, readme := range []string{filepath.Join(here(), "..", "..", "README.md"), filepath.Join(here(), "README.md")} {
+		b, err := os.ReadFile(readme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var block string
+		for _, part := range strings.Split(string(b), "```sh\n")[1:] {
+			if code, _, ok := strings.Cut(part, "```"); ok && strings.Contains(code, "pip install") {
+				block = code
+				break
+			}
+		}
+		for _, step := range []string{python + " -m venv --system-site-packages /tmp/v",
+			"\n/tmp/v/bin/pip install --no-build-isolation --no-index ./client/python\n"} {
+			if !strings.Contains(block, step) {
+				t.Errorf("%s: the install block does not say %q:\n%s", readme, strings.TrimSpace(step), block)
+			}
+		}
+	}
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "src", "client", "python")
 	copyFile := func(from, to string) {
