@@ -95,6 +95,48 @@ func TestJavaClient(t *testing.T) {
 		}
 	})
 
+	t.Run("readme", func(t *testing.T) {
+		// The README's Java block itself, as printed there but for the
+		// cell's address, in a main method, compiled against the jar and
+		// run on a fresh cell.
+		b, err := os.ReadFile(filepath.Join(root, "README.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.Split(string(b), "```java\n")
+		if len(parts) != 2 {
+			t.Fatalf("README.md has %d Java blocks, want 1", len(parts)-1)
+		}
+		block, _, ok := strings.Cut(parts[1], "```")
+		if !ok || !strings.Contains(block, `"127.0.0.1:7000"`) {
+			t.Fatalf("README.md's Java block is not closed or does not connect to 127.0.0.1:7000:\n%s", block)
+		}
+		javac, err := exec.LookPath("javac")
+		if err != nil {
+			t.Fatal("no javac on PATH (./build.sh java installs it)")
+		}
+		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
+		src := "import io.chubby.cell.*;\nimport java.nio.charset.StandardCharsets;\nimport java.time.Duration;\n" +
+			"import java.util.List;\n\npublic final class ReadmeJava {\n    public static void main(String[] args) throws Exception {\n" +
+			strings.ReplaceAll(block, "127.0.0.1:7000", c.Addr) + "    }\n}\n"
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "ReadmeJava.java"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, javac, "--release", "17", "-encoding", "UTF-8", "-cp", jr.cp, "-d", dir,
+			filepath.Join(dir, "ReadmeJava.java")).CombinedOutput(); err != nil {
+			t.Fatalf("javac of the README's Java block: %v\n%s\n%s", err, out, src)
+		}
+		rj := &jvm{java: jr.java, cp: jr.cp + ":" + dir}
+		p := rj.startMain(t, "ReadmeJava", "ReadmeJava")
+		p.Expect("chubby-seq:v1:E:", 30*time.Second)
+		if code := p.Wait(30 * time.Second); code != 0 {
+			t.Fatalf("the README's Java block exited %d", code)
+		}
+	})
+
 	t.Run("features", func(t *testing.T) {
 		c := celltest.Start(t, celltest.Options{Lease: 2 * time.Second})
 		p := jr.start(t, "features", c.Addr)
