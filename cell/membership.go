@@ -66,7 +66,9 @@ func (s *Server) onConfig(ms vr.Members, epoch uint64) {
 	if err := s.tr.SetPeers(peers); err != nil {
 		s.cfg.Logger.Error("replica transport: cannot follow the configuration", "epoch", epoch, "err", err)
 	}
-	s.cfg.Logger.Info("configuration in force", "epoch", epoch, "voters", ms.Voters(), "members", len(ms))
+	// vr logs the configuration itself ("vr: configuration in force"); this
+	// says only what the transport did with it.
+	s.cfg.Logger.Debug("peer addresses follow the configuration", "epoch", epoch, "peers", len(peers))
 }
 
 // knownPeer reports whether replica traffic from id is taken: from a
