@@ -2,7 +2,9 @@ package cell
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +70,60 @@ func TestNewerFormatRefusedAtStart(t *testing.T) {
 	var le *replica.LayoutError
 	if !errors.As(err, &le) || !strings.Contains(err.Error(), "format version 2 is newer than version 1") {
 		t.Fatalf("a directory of a newer layout: %v", err)
+	}
+}
+
+// TestNewerSnapshotInDataDirRefused: a data directory whose stored
+// snapshot is of a newer format than this release reads (the test writes
+// one a version higher) is refused at start with an error naming both
+// versions, and the directory is left as it was (it is refused again).
+func TestNewerSnapshotInDataDirRefused(t *testing.T) {
+	tc := startCell(t, Config{})
+	tc.session("x")
+	good := saveBackup(t, tc.cli)
+	tc.stop()
+
+	// A restored directory gives the snapshot's metadata as a restore
+	// writes it; a second directory is seeded the same way with the
+	// state's version raised.
+	seeded := t.TempDir()
+	if _, err := Restore(bytes.NewReader(good), RestoreOptions{DataDir: seeded, ID: 1, Listen: "127.0.0.1:7000", Logger: quietLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := replica.OpenStorage(seeded, replica.StorageOptions{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, app, err := st.ReadPersisted()
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	app = bytes.Clone(app)
+	binary.BigEndian.PutUint32(app[3:], fs.SnapshotVersion+1)
+	if v, err := fs.SnapshotVersionOf(app); err != nil || v != fs.SnapshotVersion+1 {
+		t.Fatalf("the raised snapshot reads as version %d, %v", v, err)
+	}
+	dir := t.TempDir()
+	st, err = replica.OpenStorage(dir, replica.StorageOptions{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = replica.Seed(st, *p.Snapshot, app)
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("format version %d, newer than version %d", fs.SnapshotVersion+1, fs.SnapshotVersion)
+	for range 2 {
+		_, err = New(Config{DataDir: dir, Listen: "127.0.0.1:0", Logger: quietLogger()})
+		var fe *fs.FormatError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("a data directory holding a snapshot of a newer format: %v, want a FormatError saying %q", err, want)
+		}
 	}
 }
