@@ -16,9 +16,11 @@ import (
 
 // TestRollingRestartUnderLoad restarts a three-replica cell one replica at
 // a time, each on its own data directory and addresses, while writers
-// keep writing through one session: the session survives every restart,
-// the writers go on between restarts, every acknowledged write is still
-// there at the end, and every replica ends with the same state.
+// keep writing through one session and lockers (a session each) take a
+// lock in turn and add one to a counter under it: the sessions survive
+// every restart, writers and lockers go on between restarts, the lock is
+// never held by two, every acknowledged write and increment is still there
+// at the end, and every replica ends with the same state.
 func TestRollingRestartUnderLoad(t *testing.T) {
 	const lease = 5 * time.Second
 	const n = 3
@@ -106,14 +108,96 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	// progress waits until the writers have acknowledged more writes.
+	// The lock load: lockers, each with a session and a handle of its own
+	// on /lock, take the lock in turn and, holding it, add one to the
+	// counter in /counter (read, then write). Holders counts those that
+	// believe they hold the lock: never more than one. An increment that
+	// was acknowledged is counted in lockAcked; one whose outcome is
+	// unknown (an error) in lockUnknown: at the end the counter is at
+	// least the first and at most both.
+	const lockers = 2
+	var holders, lockAcked, lockUnknown, rounds atomic.Int64
+	var lockGapMu sync.Mutex
+	lastLock, maxLockGap := time.Now(), time.Duration(0) // the longest time without a completed lock round
+	if _, err := sess.Mkdir(ctx, "/lockload", chubbyclient.MkdirOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var lockSessions []*chubbyclient.Session
+	for l := range lockers {
+		ls, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lockSessions = append(lockSessions, ls)
+		lh, err := ls.Open(ctx, "/lockload/lock", chubbyclient.OpenOptions{Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := ls.Open(ctx, "/lockload/counter", chubbyclient.OpenOptions{Mode: chubby.OpenMode_READ_WRITE, Create: chubby.CreateMode_OPEN_OR_CREATE})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// release lets the lock go, trying until the cell says so (or
+			// that it is not held: an Acquire whose outcome was unknown).
+			release := func() {
+				for loadCtx.Err() == nil {
+					cctx, cancel := context.WithTimeout(loadCtx, 2*lease)
+					err := lh.Release(cctx)
+					cancel()
+					if err == nil || chubbyclient.IsCode(err, chubby.ErrorCode_LOCK_NOT_HELD) {
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			for loadCtx.Err() == nil {
+				cctx, cancel := context.WithTimeout(loadCtx, 4*lease)
+				_, err := lh.Acquire(cctx, chubby.LockMode_EXCLUSIVE, 2*lease, chubbyclient.LockOptions{})
+				cancel()
+				if err != nil {
+					release() // the cell may have granted it
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				if h := holders.Add(1); h != 1 {
+					t.Errorf("locker %d holds the lock with %d others", l, h-1)
+				}
+				cctx, cancel = context.WithTimeout(loadCtx, 2*lease)
+				b, _, err := ch.GetContentsAndStat(cctx)
+				if err == nil {
+					n, _ := strconv.ParseInt(string(b), 10, 64)
+					_, err = ch.SetContents(cctx, []byte(strconv.FormatInt(n+1, 10)))
+					if err == nil {
+						lockAcked.Add(1)
+					} else {
+						lockUnknown.Add(1)
+					}
+				}
+				cancel()
+				holders.Add(-1)
+				release()
+				if err == nil {
+					rounds.Add(1)
+					lockGapMu.Lock()
+					now := time.Now()
+					maxLockGap, lastLock = max(maxLockGap, now.Sub(lastLock)), now
+					lockGapMu.Unlock()
+				}
+			}
+		}()
+	}
+	// progress waits until the writers have acknowledged more writes and
+	// the lockers have completed more rounds.
 	progress := func(what string) {
 		t.Helper()
-		from := total.Load()
+		from, fromRounds := total.Load(), rounds.Load()
 		deadline := time.Now().Add(3 * lease)
-		for total.Load() < from+50 {
+		for total.Load() < from+50 || rounds.Load() < fromRounds+5 {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d writes in %v", what, total.Load()-from, 3*lease)
+				t.Fatalf("%s: %d writes and %d lock rounds in %v", what, total.Load()-from, rounds.Load()-fromRounds, 3*lease)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -152,8 +236,10 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	}
 	stopLoad()
 	wg.Wait()
-	if st := sess.State(); st != chubbyclient.StateSafe {
-		t.Fatalf("the session is %v after the restarts", st)
+	for _, s := range append(lockSessions, sess) {
+		if st := s.State(); st != chubbyclient.StateSafe {
+			t.Fatalf("a session is %v after the restarts", st)
+		}
 	}
 	for w := range writers {
 		h, err := sess.Open(ctx, fmt.Sprintf("/w%d", w), chubbyclient.OpenOptions{})
@@ -169,7 +255,22 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 			t.Fatalf("/w%d holds %d, but %d was acknowledged", w, got, acked[w].Load())
 		}
 	}
+	// Nothing the lockers did under the lock is lost or doubled.
+	counter, err := sess.Open(ctx, "/lockload/counter", chubbyclient.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := counter.GetContentsAndStat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, _ := strconv.ParseInt(string(b), 10, 64)
+	if count < lockAcked.Load() || count > lockAcked.Load()+lockUnknown.Load() {
+		t.Fatalf("the counter kept under the lock is %d; %d increments were acknowledged and %d unknown", count, lockAcked.Load(), lockUnknown.Load())
+	}
 	t.Logf("%d writes acknowledged across 3 restarts; the longest time without one: %v", total.Load(), maxGap.Round(time.Millisecond))
+	t.Logf("%d lock rounds (%d increments under the lock acknowledged, %d unknown, counter %d); the longest time without a completed round: %v",
+		rounds.Load(), lockAcked.Load(), lockUnknown.Load(), count, maxLockGap.Round(time.Millisecond))
 	// Every replica converges to the master's state.
 	deadline := time.Now().Add(3 * lease)
 	for {
