@@ -39,7 +39,7 @@ class TestKilledHolder(unittest.TestCase):
             except cc.LockHeldError:
                 return None
 
-        # The test cell's lease is 2 s; the lock has no lock-delay.
+        # The test cell's lease is 5 s (python_test.go, suiteLease); the lock has no lock-delay.
         got = wait_until(take, 30, interval=0.1, what="the dead holder's lock free")
         self.assertGreater(got.lock_generation, seq.lock_generation)
         valid, reason = self.cell.check_sequencer(seq)
