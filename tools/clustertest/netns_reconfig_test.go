@@ -750,11 +750,20 @@ func (rc *reconfig) removeMaster() string {
 		voters = without(voters, rc.indexOf(a))
 	}
 	e := rc.removeMember(m, mid)
-	if e.Err != "" {
+	switch {
+	case e.Err == "":
+		t.Logf("  %s: RemoveMember(r%d, the master) answered: configuration change at index %d", rc.rel(time.Unix(0, e.T)), m+1, e.Commit)
+	case e.Code == "UNAVAILABLE" && strings.Contains(e.Err, "outcome unknown"):
+		// The master lost its primacy before it knew the change
+		// committed (on a starved machine it may not hear a quorum in
+		// time) and says so truthfully; as an operator would, the test
+		// then looks at the membership: the new master must have
+		// committed the removal (below).
+		t.Logf("  %s: RemoveMember(r%d, the master) answered: %s; the new master must finish it", rc.rel(time.Unix(0, e.T)), m+1, e.Err)
+	default:
 		t.Fatalf("RemoveMember(r%d, id %s) on itself, the master: %s (%s)", m+1, mid, e.Err, e.Code)
 	}
 	asked := time.Unix(0, e.Call)
-	t.Logf("  %s: RemoveMember(r%d, the master) answered: configuration change at index %d", rc.rel(time.Unix(0, e.T)), m+1, e.Commit)
 	nv := rc.awaitView(30*time.Second, fmt.Sprintf("a new master, r%d not a voter", m+1), func(v cellView) bool {
 		ent, in := v.entry(maddr)
 		return v.master != m && v.st.PendingConfig == 0 && (!in || ent.Membership != "voter")
