@@ -241,8 +241,9 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 			t.Fatalf("a session is %v after the restarts", st)
 		}
 	}
-	for w := range writers {
-		h, err := sess.Open(ctx, fmt.Sprintf("/w%d", w), chubbyclient.OpenOptions{})
+	// readInt reads the number a file holds.
+	readInt := func(path string) int64 {
+		h, err := sess.Open(ctx, path, chubbyclient.OpenOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,21 +251,16 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _ := strconv.ParseInt(string(b), 10, 64)
-		if got < acked[w].Load() {
+		n, _ := strconv.ParseInt(string(b), 10, 64)
+		return n
+	}
+	for w := range writers {
+		if got := readInt(fmt.Sprintf("/w%d", w)); got < acked[w].Load() {
 			t.Fatalf("/w%d holds %d, but %d was acknowledged", w, got, acked[w].Load())
 		}
 	}
 	// Nothing the lockers did under the lock is lost or doubled.
-	counter, err := sess.Open(ctx, "/lockload/counter", chubbyclient.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _, err := counter.GetContentsAndStat(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	count, _ := strconv.ParseInt(string(b), 10, 64)
+	count := readInt("/lockload/counter")
 	if count < lockAcked.Load() || count > lockAcked.Load()+lockUnknown.Load() {
 		t.Fatalf("the counter kept under the lock is %d; %d increments were acknowledged and %d unknown", count, lockAcked.Load(), lockUnknown.Load())
 	}
