@@ -2,7 +2,6 @@ package cell
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -101,8 +100,13 @@ func TestNewerSnapshotInDataDirRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app = bytes.Clone(app)
-	binary.BigEndian.PutUint32(app[3:], fs.SnapshotVersion+1)
+	sn := fsm.NewSnapshot()
+	if _, err := sn.FastRead(app); err != nil {
+		t.Fatal(err)
+	}
+	sn.Version = fs.SnapshotVersion + 1
+	app = make([]byte, sn.BLength())
+	sn.FastWriteNocopy(app, nil)
 	if v, err := fs.SnapshotVersionOf(app); err != nil || v != fs.SnapshotVersion+1 {
 		t.Fatalf("the raised snapshot reads as version %d, %v", v, err)
 	}
