@@ -10,7 +10,7 @@
 //	  |
 //	  v
 //	handler (handler.go), one method per IDL call
-//	  |  serveCheck / serveCheckWait (master.go): this replica serves as
+//	  |  serveCheck / serveCheckWait (failover.go): this replica serves as
 //	  |    master? Else NOT_MASTER, naming the master when known; while
 //	  |    none is known the call is first held (noMasterHold)
 //	  |  live: the session is alive here (leases.alive) and was created by
@@ -25,10 +25,10 @@
 //	  |     machine.read -> cache.registerACL -> reply
 //	  |
 //	  +-- change: a proposal value -> Server.submit (proposal.go)
-//	        |  writes.begin (writes.go, master.Writes): stamp the command
+//	        |  writes.begin (writeorder.go, master.Writes): stamp the command
 //	        |    with the master's clock; fs.State.Reach says what of the
 //	        |    clients' caches it may change
-//	        |  cache.invalidate (cache.go, master.Cache): queue an
+//	        |  cache.invalidate (cachetracker.go, master.Cache): queue an
 //	        |    invalidation for every cacher ---------------> side path (c)
 //	        |    and wait until each has acknowledged or its lease ended
 //	        |  the proposal's session and request number go into the
@@ -83,7 +83,7 @@
 //	    autopilot propose configuration changes with
 //	    replica.Replicated.ProposeConfig, not through submit; the log
 //	    reports the configuration in force (onConfig).
-//	(f) Failover (master.go): the log reports role changes (roleChanged);
+//	(f) Failover (failover.go): the log reports role changes (roleChanged);
 //	    becomeMaster waits for reads to be allowed, takes the epoch, gives
 //	    recovered sessions their lease, starts the cache table and the
 //	    oracle afresh, starts serving and withdraws stale waits (new
@@ -110,7 +110,7 @@
 //
 // Master duties:
 //
-//   - Session leases (sessions.go, around cell/master.Leases, where the
+//   - Session leases (leases.go, around cell/master.Leases, where the
 //     lease rule is argued): the lease timer is the master's own and is not
 //     replicated; only session creation and end are commands. A KeepAlive
 //     is parked (rpc.Deferred) until shortly before the earliest lease in
@@ -149,7 +149,7 @@
 //     seq. The first reply of a new master's epoch to each session (it is
 //     answered at once) starts with MASTER_FAILED_OVER (seq 0, the epoch),
 //     which is not queued or acknowledged.
-//   - Cache invalidation (cache.go, around cell/master.Cache): a session created with
+//   - Cache invalidation (cachetracker.go, around cell/master.Cache): a session created with
 //     CreateSessionRequest.cache (replicated) may cache. A GetContentsAndStat
 //     or ReadDir asking to cache registers the session as a cacher of the
 //     node, before the state is read, and says cacheable; a node with a
@@ -166,7 +166,7 @@
 //     right they govern: a read registers, after it, the read ACL name it
 //     saw) with what expired session ends in
 //     flight may put into lock-delay: a superset of what the command
-//     changes, although commands ahead of it apply first (writes.go,
+//     changes, although commands ahead of it apply first (writeorder.go,
 //     around cell/master.Writes: stamps never decrease in the order
 //     reaches are computed, and a session end waits until its session has
 //     no command in flight and refuses new ones). It makes those paths

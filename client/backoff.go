@@ -18,7 +18,7 @@ const (
 	// callBackoffBase and callBackoffMax shape the pause between attempts of
 	// one call: base·2^n with jitter, never above max, counted from the
 	// failure (a locate round waited for is part of the pause, and a round
-	// that names another master ends it: master.pause). With 6 attempts a
+	// that names another master ends it: locator.pause). With 6 attempts a
 	// call to an unreachable cell gives up after at most
 	// 0.05+0.1+0.2+0.4+0.8 = 1.55 s of pauses (plus the connect timeouts,
 	// and any locate round that outlasts its pause).

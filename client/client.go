@@ -26,7 +26,7 @@ type Client struct {
 	// closeConns closes kc's connections (Close).
 	closeConns func() error
 	ts         tsBatcher // batches Timestamps calls
-	master     *master
+	locator    *locator
 
 	mu       sync.Mutex
 	closed   bool
@@ -68,9 +68,9 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		sessions:   make(map[*Session]struct{}),
 	}
 	// A locate round waits for a connection and an answer given at once.
-	c.master = newMaster(cfg.Addrs, c.askMaster, min(cfg.CallTimeout, cfg.ConnectTimeout+locateReplyTimeout))
-	c.master.log = c.log
-	c.master.watch = c.watchMaster
+	c.locator = newLocator(cfg.Addrs, c.askMaster, min(cfg.CallTimeout, cfg.ConnectTimeout+locateReplyTimeout))
+	c.locator.log = c.log
+	c.locator.watch = c.watchMaster
 	return c, nil
 }
 
@@ -84,7 +84,7 @@ func (c *Client) Addrs() []string { return append([]string(nil), c.cfg.Addrs...)
 // and by every locate round), with the replica that named them and its
 // master; until an answer names them, the configured addresses (Addrs).
 // At most MaxReplicas. See the package doc, "Finding the master".
-func (c *Client) Replicas() []string { return c.master.replicas() }
+func (c *Client) Replicas() []string { return c.locator.replicas() }
 
 // Close ends every session of the client locally (their Err becomes
 // ErrClientClosed and their KeepAlive loops stop) and makes every later call
@@ -99,7 +99,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	c.master.close()
+	c.locator.close()
 	sessions := make([]*Session, 0, len(c.sessions))
 	for s := range c.sessions {
 		sessions = append(sessions, s)
@@ -187,8 +187,8 @@ func (c *Client) GetMasterAsync(ctx context.Context) *rpc.Future[*chubby.GetMast
 				return c.kc.GetMaster(ctx, &chubby.GetMasterRequest{}, o...)
 			})
 		if err == nil {
-			c.master.learned(r.GetMasterAddress())
-			c.master.adopt(from, r.GetMasterAddress(), r.GetReplicas())
+			c.locator.learned(r.GetMasterAddress())
+			c.locator.adopt(from, r.GetMasterAddress(), r.GetReplicas())
 		}
 		return r, err
 	})
@@ -222,7 +222,7 @@ func (c *Client) RemoveMemberAsync(ctx context.Context, id string) *rpc.Future[i
 		if err != nil {
 			return 0, err
 		}
-		c.master.refreshSoon()
+		c.locator.refreshSoon()
 		return r.GetIndex(), nil
 	})
 }

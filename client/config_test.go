@@ -137,7 +137,7 @@ func TestBackoffBounds(t *testing.T) {
 }
 
 func TestMasterTracker(t *testing.T) {
-	m := newMaster([]string{"a:1", "b:1", "c:1"}, nil, 0)
+	m := newLocator([]string{"a:1", "b:1", "c:1"}, nil, 0)
 	if got := m.addr(); got != "a:1" {
 		t.Fatalf("first guess %s", got)
 	}
@@ -166,7 +166,7 @@ func TestMasterTracker(t *testing.T) {
 	if got := m.addr(); got != "b:1" {
 		t.Fatalf("after learned: %s", got)
 	}
-	single := newMaster([]string{"x:1"}, nil, 0)
+	single := newLocator([]string{"x:1"}, nil, 0)
 	single.unreachable("x:1")
 	if got := single.addr(); got != "x:1" {
 		t.Fatalf("single replica: %s", got)

@@ -327,7 +327,7 @@ func TestFailoverToAnotherAddress(t *testing.T) {
 	if s.Epoch() != cell2.Server().Epoch() {
 		t.Errorf("session epoch %d, cell's %d", s.Epoch(), cell2.Server().Epoch())
 	}
-	if got := c.master.addr(); got != next {
+	if got := c.locator.addr(); got != next {
 		t.Errorf("master guess %s, want %s", got, next)
 	}
 	if got := must[*chubby.Sequencer](t, "GetSequencer")(h.GetSequencer(ctx)); *got != *seq {

@@ -41,10 +41,10 @@ const (
 // a replica that still believes in it holds its answer until its view
 // changes (bounded). replicas are the client addresses of the members of
 // the configuration the replica knows (GetMasterResponse.replicas), as
-// sent: master.adopt validates them.
+// sent: locator.adopt validates them.
 type askMasterFunc func(ctx context.Context, addr, suspect string) (master string, epoch int64, replicas []string, err error)
 
-// master tracks which replica the client believes is the master, and the
+// locator tracks which replica the client believes is the master, and the
 // addresses of the cell's replicas. Every call is sent to the master guess
 // (callopt.WithHostPort). Where the guess moves:
 //
@@ -83,7 +83,7 @@ type askMasterFunc func(ctx context.Context, addr, suspect string) (master strin
 // With one address the guess never changes, but the calls are routed
 // through here so that a multi-replica cell only needs to fill in
 // NOT_MASTER's master_address and answer GetMaster on every replica.
-type master struct {
+type locator struct {
 	seeds   []string      // configured replicas, validated; never empty; immutable
 	ask     askMasterFunc // nil: no locate rounds or refreshes (unit tests)
 	timeout time.Duration // bounds one locate round's asking (twice with the seeds' fallback)
@@ -138,25 +138,25 @@ type located struct {
 	epoch int64  // its epoch, as the replica that named it said
 }
 
-func newMaster(addrs []string, ask askMasterFunc, timeout time.Duration) *master {
+func newLocator(addrs []string, ask askMasterFunc, timeout time.Duration) *locator {
 	stop, cancel := context.WithCancel(context.Background())
-	return &master{seeds: addrs, addrs: slices.Clone(addrs), ask: ask, timeout: timeout,
+	return &locator{seeds: addrs, addrs: slices.Clone(addrs), ask: ask, timeout: timeout,
 		refreshEvery: membersRefreshInterval, cur: addrs[0], next: 1 % len(addrs),
 		log: slog.New(slog.DiscardHandler), ended: make(chan struct{}), stop: stop, stopCancel: cancel}
 }
 
 // close ends a refresh in flight; none starts after it.
-func (m *master) close() { m.stopCancel() }
+func (m *locator) close() { m.stopCancel() }
 
 // addr returns the address the next call should go to.
-func (m *master) addr() string {
+func (m *locator) addr() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.cur
 }
 
 // replicas returns the known members' addresses (a copy).
-func (m *master) replicas() []string {
+func (m *locator) replicas() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.addrs)
@@ -164,7 +164,7 @@ func (m *master) replicas() []string {
 
 // multi reports whether there is more than one address to ask where the
 // master is: several known members, or a seed that is not the one.
-func (m *master) multi() bool {
+func (m *locator) multi() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.addrs) > 1 {
@@ -182,7 +182,7 @@ func (m *master) multi() bool {
 // the replica at from gave, naming master and the configuration's members
 // replicas (the rule is in master's doc). It reports whether the list
 // changed.
-func (m *master) adopt(from, master string, replicas []string) (changed bool) {
+func (m *locator) adopt(from, master string, replicas []string) (changed bool) {
 	list := make([]string, 0, min(len(replicas), MaxReplicas))
 	for _, a := range replicas {
 		if len(list) == MaxReplicas {
@@ -230,7 +230,7 @@ func usableMember(a string) bool {
 // master guess, in the background) if none ran for refreshEvery and none
 // is in flight. The client calls it whenever it sends something, so an
 // idle client asks nothing.
-func (m *master) maybeRefresh() {
+func (m *locator) maybeRefresh() {
 	if m.ask == nil || m.stop.Err() != nil {
 		return
 	}
@@ -260,7 +260,7 @@ func (m *master) maybeRefresh() {
 
 // refreshSoon makes the next maybeRefresh ask at once (the configuration
 // has just changed: RemoveMember).
-func (m *master) refreshSoon() {
+func (m *locator) refreshSoon() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.refreshed = time.Time{}
@@ -273,7 +273,7 @@ func (m *master) refreshSoon() {
 // client just failed to reach (the suspect), which a replica that has not
 // yet noticed its failure still names — a locate round, which the
 // replicas hold until they know the new master, is then the way on.
-func (m *master) redirect(from, hint string) (followed bool) {
+func (m *locator) redirect(from, hint string) (followed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	followed = usableHint(from, hint) && hint != m.suspect
@@ -295,7 +295,7 @@ func usableHint(from, hint string) bool {
 }
 
 // unreachable records that the replica at from could not be reached.
-func (m *master) unreachable(from string) {
+func (m *locator) unreachable(from string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cur == from {
@@ -305,7 +305,7 @@ func (m *master) unreachable(from string) {
 }
 
 // learned records the master's address from an authoritative answer (GetMaster).
-func (m *master) learned(addr string) {
+func (m *locator) learned(addr string) {
 	if addr == "" || ValidateAddr(addr) != nil {
 		return
 	}
@@ -314,7 +314,7 @@ func (m *master) learned(addr string) {
 	m.cur = addr
 }
 
-func (m *master) advanceLocked() {
+func (m *locator) advanceLocked() {
 	m.next %= len(m.addrs)
 	m.cur = m.addrs[m.next]
 	m.next = (m.next + 1) % len(m.addrs)
@@ -330,7 +330,7 @@ func (m *master) advanceLocked() {
 // m.timeout more). The best answer's members become the known members
 // (adopt). Rounds are shared: however many calls and sessions look for the
 // master at the same time, each replica is asked once.
-func (m *master) locate() <-chan struct{} {
+func (m *locator) locate() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.round != nil {
@@ -378,7 +378,7 @@ func (a answer) answered() bool {
 
 // askAll asks every address in addrs GetMaster at once, each bounded by
 // m.timeout, and returns every answer.
-func (m *master) askAll(addrs []string, suspect string, start time.Time) []answer {
+func (m *locator) askAll(addrs []string, suspect string, start time.Time) []answer {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
 	answers := make(chan answer, len(addrs)) // buffered: no sender ever blocks
@@ -395,7 +395,7 @@ func (m *master) askAll(addrs []string, suspect string, start time.Time) []answe
 	return out
 }
 
-func (m *master) runRound(done chan struct{}) {
+func (m *locator) runRound(done chan struct{}) {
 	m.mu.Lock()
 	suspect := m.suspect
 	members := slices.Clone(m.addrs)
@@ -462,21 +462,21 @@ func (m *master) runRound(done chan struct{}) {
 // roundEnded returns a channel closed when the next locate round to
 // finish (one in progress, or a later one) has ended; lastLocated then has
 // its outcome.
-func (m *master) roundEnded() <-chan struct{} {
+func (m *locator) roundEnded() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.ended
 }
 
 // lastLocated returns the outcome of the last finished locate round.
-func (m *master) lastLocated() located {
+func (m *locator) lastLocated() located {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.last
 }
 
 // locateWait runs (or joins) a locate round and waits for it, or for ctx.
-func (m *master) locateWait(ctx context.Context) {
+func (m *locator) locateWait(ctx context.Context) {
 	select {
 	case <-m.locate():
 	case <-ctx.Done():
@@ -575,7 +575,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 	fn func(context.Context, ...callopt.Option) (T, error)) (v T, err error, retryable bool) {
 	var zero T
 	redirects := 0
-	c.master.maybeRefresh()
+	c.locator.maybeRefresh()
 	for attempt := 0; ; attempt++ {
 		if c.isClosed() {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: ErrClientClosed}, false
@@ -599,7 +599,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 				return zero, &OpError{Op: spec.op, Path: spec.path, Err: errMasterMoved}, true
 			}
 			c.log.Debug("chubby: the master moved; resending the call there", "op", spec.op, "path", spec.path,
-				"from", addr, "to", c.master.addr(), "attempt", attempt+1)
+				"from", addr, "to", c.locator.addr(), "attempt", attempt+1)
 			continue
 		}
 		retry, hinted, refused, cause := c.classify(ctx, err, addr, spec.class)
@@ -617,14 +617,14 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		// replicas in a view change hold until they know the new master)
 		// is part of the pause, not added to it.
 		resendAt := time.Now().Add(backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter()))
-		multi := c.master.multi()
-		known := c.master.lastLocated().epoch
+		multi := c.locator.multi()
+		known := c.locator.lastLocated().epoch
 		if !hinted && multi {
 			// Nobody said where the master is: ask every replica (a
 			// replica in a view change answers once it knows).
-			c.master.locateWait(ctx)
+			c.locator.locateWait(ctx)
 		}
-		if loc := c.master.lastLocated(); loc.addr != "" && loc.epoch > known && redirects < maxQuickRedirects {
+		if loc := c.locator.lastLocated(); loc.addr != "" && loc.epoch > known && redirects < maxQuickRedirects {
 			// A master of a newer epoch serves — perhaps the same replica,
 			// after a configuration change moved it to a new view: go at
 			// once rather than sleep out the back-off.
@@ -639,7 +639,7 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 		// that refused (NOT_MASTER) and that the locate round then names
 		// has become the master meanwhile (a replica's own GetMaster
 		// answer waits until it serves).
-		next := c.master.addr()
+		next := c.locator.addr()
 		found := next != addr || (refused && !hinted && multi)
 		if found && redirects < maxQuickRedirects {
 			redirects++
@@ -648,9 +648,9 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 			continue
 		}
 		c.log.Debug("chubby: retrying call", "op", spec.op, "path", spec.path,
-			"addr", addr, "next", c.master.addr(), "attempt", attempt+1, "delay", max(time.Until(resendAt), 0),
+			"addr", addr, "next", c.locator.addr(), "attempt", attempt+1, "delay", max(time.Until(resendAt), 0),
 			"err", Describe(cause))
-		if err := c.master.pause(ctx, resendAt, addr, refused, known); err != nil {
+		if err := c.locator.pause(ctx, resendAt, addr, refused, known); err != nil {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: explainUnreachable(cause, addr)}, false
 		}
 	}
@@ -663,13 +663,13 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 func attemptAt[T any](ctx context.Context, c *Client, spec callSpec,
 	fn func(context.Context, ...callopt.Option) (T, error)) (addr string, v T, err error, moved bool) {
 	if !spec.trackable() {
-		addr = c.master.addr()
+		addr = c.locator.addr()
 		v, err = fn(ctx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(spec.timeout))
 		return addr, v, err, false
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	addr, untrack := c.master.trackCur(cancel)
+	addr, untrack := c.locator.trackCur(cancel)
 	v, err = fn(actx, callopt.WithHostPort(addr), callopt.WithRPCTimeout(spec.timeout))
 	untrack()
 	moved = err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errMasterMoved)
@@ -691,7 +691,7 @@ func (sp callSpec) trackable() bool { return sp.class != retryUnsent || sp.resen
 // (then it returns ctx's cause).
 // Each wake-up costs the caller an attempt, so the retries stay bounded by
 // maxCallAttempts.
-func (m *master) pause(ctx context.Context, until time.Time, from string, refused bool, known int64) error {
+func (m *locator) pause(ctx context.Context, until time.Time, from string, refused bool, known int64) error {
 	d := time.Until(until)
 	if d <= 0 {
 		return nil
@@ -725,7 +725,7 @@ func (c *Client) classify(ctx context.Context, err error, addr string, class ret
 		switch ce.Code {
 		case chubby.ErrorCode_NOT_MASTER:
 			// A refused call did nothing: safe to send again, whatever it is.
-			return true, c.master.redirect(addr, ce.GetMasterAddress()), true, err
+			return true, c.locator.redirect(addr, ce.GetMasterAddress()), true, err
 		case chubby.ErrorCode_UNAVAILABLE:
 			return class == retrySafe || class == retryOnce, false, false, err
 		}
@@ -745,7 +745,7 @@ func (c *Client) classify(ctx context.Context, err error, addr string, class ret
 	switch {
 	case errors.Is(err, kerrors.ErrGetConnection):
 		// No connection: the request never left, so any call may be resent.
-		c.master.unreachable(addr)
+		c.locator.unreachable(addr)
 		return true, false, false, fmt.Errorf("%w at %s: %w", ErrUnreachable, addr, err)
 	case kerrors.IsTimeoutError(err):
 		// No answer in time: a master that is paused or cut off looks like
@@ -755,14 +755,14 @@ func (c *Client) classify(ctx context.Context, err error, addr string, class ret
 		// a master that was merely slow is named again. (Before, only a
 		// retryOnce call moved it, and a session's other calls kept going
 		// to a stopped master until its KeepAlive gave up, a lease later.)
-		c.master.unreachable(addr)
+		c.locator.unreachable(addr)
 		if class == retryOnce {
 			return true, false, false, err
 		}
 		return false, false, false, err
 	case errors.Is(err, kerrors.ErrRemoteOrNetwork):
 		if class == retrySafe || class == retryOnce {
-			c.master.unreachable(addr)
+			c.locator.unreachable(addr)
 			return true, false, false, err
 		}
 		return false, false, false, err

@@ -138,7 +138,7 @@ func TestDeadReplicaFirst(t *testing.T) {
 	c := connectCfg(t, Config{Addrs: []string{dead, cell.Addr}})
 	s := newSession(t, c)
 	useSession(t, s, lease)
-	if got := c.master.addr(); got != cell.Addr {
+	if got := c.locator.addr(); got != cell.Addr {
 		t.Errorf("master guess %s, want %s", got, cell.Addr)
 	}
 }
@@ -158,7 +158,7 @@ func TestNotMasterHintFollowed(t *testing.T) {
 	if n := fake.calls.Load(); n < 1 || n > maxCallAttempts {
 		t.Errorf("the fake was asked %d times", n)
 	}
-	if got := c.master.addr(); got != cell.Addr {
+	if got := c.locator.addr(); got != cell.Addr {
 		t.Errorf("master guess %s, want %s", got, cell.Addr)
 	}
 }
@@ -177,7 +177,7 @@ func TestMasterLocatedByGetMaster(t *testing.T) {
 	if f1.getMaster.Load() == 0 || f2.getMaster.Load() == 0 {
 		t.Errorf("GetMaster asked %d and %d times; want every replica asked", f1.getMaster.Load(), f2.getMaster.Load())
 	}
-	if got := c.master.addr(); got != cell.Addr {
+	if got := c.locator.addr(); got != cell.Addr {
 		t.Errorf("master guess %s, want %s", got, cell.Addr)
 	}
 }
@@ -223,7 +223,7 @@ func TestLocateRound(t *testing.T) {
 		}
 		return "", 0, nil, errors.New("unexpected")
 	}
-	m := newMaster([]string{"a:1", "b:1", "c:1", "d:1"}, ask, time.Second)
+	m := newLocator([]string{"a:1", "b:1", "c:1", "d:1"}, ask, time.Second)
 	done1, done2 := m.locate(), m.locate()
 	if done1 != done2 {
 		t.Fatal("concurrent locate calls started two rounds")
@@ -249,7 +249,7 @@ func TestLocateRound(t *testing.T) {
 	mu.Unlock()
 
 	// A round where nobody knows leaves the guess alone.
-	none := newMaster([]string{"a:1", "b:1"}, func(context.Context, string, string) (string, int64, []string, error) {
+	none := newLocator([]string{"a:1", "b:1"}, func(context.Context, string, string) (string, int64, []string, error) {
 		return "", 0, nil, errors.New("down")
 	}, time.Second)
 	none.learned("b:1")
@@ -259,7 +259,7 @@ func TestLocateRound(t *testing.T) {
 	}
 
 	// A round is bounded by the timeout even if a replica never answers.
-	hung := newMaster([]string{"a:1"}, func(ctx context.Context, _, _ string) (string, int64, []string, error) {
+	hung := newLocator([]string{"a:1"}, func(ctx context.Context, _, _ string) (string, int64, []string, error) {
 		<-ctx.Done()
 		return "", 0, nil, ctx.Err()
 	}, 50*time.Millisecond)
@@ -284,7 +284,7 @@ func TestLocateNamesTheUnreachableMasterOnce(t *testing.T) {
 		mu.Unlock()
 		return "a:1", 5, nil, nil // the replicas still name a:1: it is alive
 	}
-	m := newMaster([]string{"a:1"}, ask, time.Second)
+	m := newLocator([]string{"a:1"}, ask, time.Second)
 	m.unreachable("a:1")
 	for round := range 2 {
 		select {
@@ -314,7 +314,7 @@ func TestPauseEndsWhenARoundFindsTheMaster(t *testing.T) {
 		defer mu.Unlock()
 		return answer, 7, nil, nil
 	}
-	m := newMaster([]string{"a:1", "b:1"}, ask, time.Second)
+	m := newLocator([]string{"a:1", "b:1"}, ask, time.Second)
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() { done <- m.pause(context.Background(), start.Add(time.Minute), "a:1", false, 7) }()
@@ -411,8 +411,8 @@ func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
 	}
 	cell2 := celltest.Start(t, celltest.Options{Lease: lease, DataDir: dir, Addr: next})
 	located := time.Now()
-	<-c.master.locate()
-	if got := c.master.lastLocated(); got.addr != next {
+	<-c.locator.locate()
+	if got := c.locator.lastLocated(); got.addr != next {
 		t.Fatalf("round located %+v, want %s", got, next)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -444,7 +444,7 @@ func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
 // replicas hold until they know the new master, is the way on) until a
 // round has ended with the replicas still naming it.
 func TestHintNamingTheSuspectIsNotFollowed(t *testing.T) {
-	m := newMaster([]string{"a:1", "b:1", "c:1"}, func(context.Context, string, string) (string, int64, []string, error) {
+	m := newLocator([]string{"a:1", "b:1", "c:1"}, func(context.Context, string, string) (string, int64, []string, error) {
 		return "a:1", 3, nil, nil
 	}, time.Second)
 	m.unreachable("a:1") // the master: the guess moves to b:1

@@ -56,7 +56,7 @@ func TestE2EClientFollowsMembership(t *testing.T) {
 	first := rc.Addr(m)
 	t.Setenv(EnvCell, first)
 	c := connectCfg(t, Config{})
-	c.master.refreshEvery = 100 * time.Millisecond
+	c.locator.refreshEvery = 100 * time.Millisecond
 	if got := c.Addrs(); !slices.Equal(got, []string{first}) {
 		t.Fatalf("configured with %q", got)
 	}
@@ -78,7 +78,7 @@ func TestE2EClientFollowsMembership(t *testing.T) {
 	if s.Err() != nil {
 		t.Fatalf("session lost: %v", s.Err())
 	}
-	if got := c.master.addr(); got != rc.Addr(next) {
+	if got := c.locator.addr(); got != rc.Addr(next) {
 		t.Errorf("client's master guess %s, the master is %s", got, rc.Addr(next))
 	}
 
@@ -105,8 +105,8 @@ func TestE2EClientFollowsMembership(t *testing.T) {
 	wantCode(t, "RemoveMember of a malformed id", err, chubby.ErrorCode_INVALID_ARGUMENT)
 
 	// A locate round asks the remaining members only.
-	<-c.master.locate()
-	if got := c.master.lastLocated(); got.addr != rc.Addr(next) {
+	<-c.locator.locate()
+	if got := c.locator.lastLocated(); got.addr != rc.Addr(next) {
 		t.Errorf("round located %+v, want %s", got, rc.Addr(next))
 	}
 	if !sameSet(c.Replicas(), rest) {
@@ -144,7 +144,7 @@ func TestE2EClientFollowsReplicasAdded(t *testing.T) {
 	first, gossip := addGossipReplica(t, rc, "")
 	rc.Master()
 	c := connectCfg(t, Config{Addrs: []string{rc.Addr(first)}})
-	c.master.refreshEvery = 100 * time.Millisecond
+	c.locator.refreshEvery = 100 * time.Millisecond
 	ctx := testCtx(t)
 	s := newSession(t, c)
 	must[*chubby.Stat](t, "CreateFile")(s.CreateFile(ctx, "/grown", []byte("1"), CreateOptions{}))

@@ -39,7 +39,7 @@ func TestAdoptMembers(t *testing.T) {
 		{"BadFromAndMasterNotKept", []string{"a:1"}, "", "nope", []string{"b:1"}, []string{"b:1"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newMaster(tc.seeds, nil, time.Second)
+			m := newLocator(tc.seeds, nil, time.Second)
 			if got := m.adopt(tc.from, tc.master, tc.replicas); got != tc.changed {
 				t.Errorf("adopt reported changed=%v, want %v", got, tc.changed)
 			}
@@ -61,7 +61,7 @@ func TestAdoptIsBounded(t *testing.T) {
 	for i := range huge {
 		huge[i] = fmt.Sprintf("r%d:%d", i, 1+i%65535)
 	}
-	m := newMaster([]string{"seed:1"}, nil, time.Second)
+	m := newLocator([]string{"seed:1"}, nil, time.Second)
 	m.adopt("seed:1", "master:1", huge)
 	got := m.replicas()
 	if len(got) != MaxReplicas || cap(m.addrs) > MaxReplicas {
@@ -79,7 +79,7 @@ func TestAdoptIsBounded(t *testing.T) {
 // TestAdoptMovesTheRoundRobin: after the list changes, a replica that
 // cannot be reached moves the guess to the next member of the new list.
 func TestAdoptMovesTheRoundRobin(t *testing.T) {
-	m := newMaster([]string{"a:1"}, nil, time.Second)
+	m := newLocator([]string{"a:1"}, nil, time.Second)
 	m.adopt("a:1", "a:1", []string{"c:1", "a:1", "b:1"})
 	m.unreachable("a:1")
 	if got := m.addr(); got != "b:1" {
@@ -99,7 +99,7 @@ func TestAdoptMovesTheRoundRobin(t *testing.T) {
 }
 
 func TestMulti(t *testing.T) {
-	m := newMaster([]string{"a:1"}, nil, time.Second)
+	m := newLocator([]string{"a:1"}, nil, time.Second)
 	if m.multi() {
 		t.Error("one seed, one member: multi")
 	}
@@ -112,7 +112,7 @@ func TestMulti(t *testing.T) {
 		t.Error("back to one member: multi")
 	}
 	// A seed that is not the one member is a second address to ask.
-	s := newMaster([]string{"seed:1"}, nil, time.Second)
+	s := newLocator([]string{"seed:1"}, nil, time.Second)
 	s.adopt("x:1", "x:1", []string{"x:1"})
 	if !s.multi() {
 		t.Error("member x:1 and seed seed:1: not multi")
@@ -172,7 +172,7 @@ func (f *fakeCell) takeAsked() []string {
 	return out
 }
 
-func round(t *testing.T, m *master) {
+func round(t *testing.T, m *locator) {
 	t.Helper()
 	select {
 	case <-m.locate():
@@ -190,7 +190,7 @@ func TestLocateRoundFollowsMembers(t *testing.T) {
 	f.set("a:1", abc)
 	f.set("b:1", abc)
 	f.set("c:1", abc)
-	m := newMaster([]string{"a:1"}, f.ask, time.Second)
+	m := newLocator([]string{"a:1"}, f.ask, time.Second)
 	round(t, m)
 	if got := f.takeAsked(); !slices.Equal(got, []string{"a:1"}) {
 		t.Fatalf("first round asked %q", got)
@@ -226,7 +226,7 @@ func TestBestAnswerNamesTheMembers(t *testing.T) {
 	f.set("a:1", fakeAnswer{master: "old:1", epoch: 1, replicas: []string{"old:1", "a:1"}}) // deposed
 	f.set("b:1", fakeAnswer{master: "c:1", epoch: 3, replicas: []string{"b:1", "c:1", "gone:1"}})
 	f.set("c:1", fakeAnswer{master: "c:1", epoch: 3, replicas: []string{"b:1", "c:1", "new:1"}}) // the master
-	m := newMaster([]string{"a:1", "b:1", "c:1"}, f.ask, time.Second)
+	m := newLocator([]string{"a:1", "b:1", "c:1"}, f.ask, time.Second)
 	round(t, m)
 	if got := m.replicas(); !slices.Equal(got, []string{"b:1", "c:1", "new:1"}) {
 		t.Errorf("replicas %q, want the master's own b:1 c:1 new:1", got)
@@ -241,7 +241,7 @@ func TestBestAnswerNamesTheMembers(t *testing.T) {
 // answers, even with a refusal, it does not.
 func TestLocateFallsBackOnSeeds(t *testing.T) {
 	f := newFakeCell()
-	m := newMaster([]string{"s:1", "x:1"}, f.ask, time.Second)
+	m := newLocator([]string{"s:1", "x:1"}, f.ask, time.Second)
 	m.adopt("x:1", "x:1", []string{"x:1", "y:1"}) // s:1 is no member any more
 	f.set("s:1", fakeAnswer{master: "s:1", epoch: 5, replicas: []string{"s:1", "t:1"}})
 	round(t, m) // x:1 and y:1 unreachable
@@ -270,7 +270,7 @@ func TestLocateFallsBackOnSeeds(t *testing.T) {
 func TestRefreshMembers(t *testing.T) {
 	f := newFakeCell()
 	f.set("a:1", fakeAnswer{master: "a:1", epoch: 1, replicas: []string{"a:1", "b:1"}})
-	m := newMaster([]string{"a:1"}, f.ask, time.Second)
+	m := newLocator([]string{"a:1"}, f.ask, time.Second)
 	m.refreshEvery = time.Hour
 	for range 10 {
 		m.maybeRefresh()
@@ -306,7 +306,7 @@ func TestRefreshMembers(t *testing.T) {
 	}
 }
 
-func waitReplicas(t *testing.T, m *master, want []string) {
+func waitReplicas(t *testing.T, m *locator, want []string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !slices.Equal(m.replicas(), want); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -316,7 +316,7 @@ func waitReplicas(t *testing.T, m *master, want []string) {
 	waitRefreshed(t, m)
 }
 
-func waitRefreshed(t *testing.T, m *master) {
+func waitRefreshed(t *testing.T, m *locator) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		m.mu.Lock()

@@ -143,8 +143,8 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 			return nil, &OpError{Op: "create-session", Err: ErrClientClosed}
 		}
 		go s.keepAliveLoop()
-		c.master.heard(at, r.GetEpoch())
-		c.master.startWatch()
+		c.locator.heard(at, r.GetEpoch())
+		c.locator.startWatch()
 		if ctx.Err() != nil {
 			// The caller gave up while the session was being created: do
 			// not leave a session nobody knows of alive.
@@ -430,7 +430,7 @@ func (l *kaLoop) turn() bool {
 	}
 	// Taken before anything is decided: a round that ends from here on
 	// wakes this turn.
-	ended := s.c.master.roundEnded()
+	ended := s.c.locator.roundEnded()
 	now := time.Now()
 	s.mu.Lock()
 	if s.err != nil {
@@ -481,7 +481,7 @@ func (l *kaLoop) sendDue(now time.Time, granted time.Duration, held, jeopardy bo
 		l.cur = l.s.sendKeepAlive(granted)
 	}
 	if jeopardy && l.cur != nil && l.locating == nil && !now.Before(l.probeAt) {
-		l.locating = l.s.c.master.locate()
+		l.locating = l.s.c.locator.locate()
 		l.probeAt = now.Add(jeopardyProbeInterval)
 	}
 }
@@ -516,7 +516,7 @@ func (l *kaLoop) roundOver(ours bool) {
 	if l.locating == nil {
 		l.roundWait = false
 	}
-	loc := s.c.master.lastLocated()
+	loc := s.c.locator.lastLocated()
 	switch {
 	case loc.addr == "":
 	case l.cur != nil && loc.addr != l.cur.addr && (ours || loc.epoch > s.Epoch()):
@@ -553,7 +553,7 @@ func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
 	if err == nil {
 		s.log.Debug("chubby: KeepAlive answered", "addr", a.addr, "epoch", r.GetEpoch(),
 			"took", time.Since(a.sent))
-		s.c.master.heard(a.addr, r.GetEpoch())
+		s.c.locator.heard(a.addr, r.GetEpoch())
 		l.failures, l.quick, l.wakes, l.retryAt, l.lost = 0, 0, 0, time.Time{}, ""
 		return true
 	}
@@ -566,7 +566,7 @@ func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
 	}
 	if v.resendNow && l.quick < maxQuickKeepAlives {
 		s.log.Debug("chubby: KeepAlive failed; resending at once", "addr", a.addr,
-			"next", s.c.master.addr(), "err", Describe(err))
+			"next", s.c.locator.addr(), "err", Describe(err))
 		l.quick++
 		l.retryAt = time.Time{}
 		return true
@@ -576,13 +576,13 @@ func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
 	l.failures++
 	l.retryAt = time.Now().Add(d)
 	l.lost, l.lostRefused, l.roundWait = "", false, false
-	if v.locate && s.c.master.multi() {
+	if v.locate && s.c.locator.multi() {
 		if l.locating == nil {
-			l.locating = s.c.master.locate()
+			l.locating = s.c.locator.locate()
 		}
 		l.lost, l.lostRefused, l.roundWait = a.addr, v.refused, true
 	}
-	s.log.Debug("chubby: KeepAlive failed; retrying", "addr", a.addr, "next", s.c.master.addr(),
+	s.log.Debug("chubby: KeepAlive failed; retrying", "addr", a.addr, "next", s.c.locator.addr(),
 		"delay", d, "wait_for_locate", l.roundWait, "state", state, "lease_remaining", time.Until(leaseEnd),
 		"err", Describe(err))
 	return true
@@ -592,9 +592,9 @@ func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
 // guess. The master parks it for up to the lease; Kitex gets the lease plus
 // CallTimeout before it gives up on it.
 func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
-	s.c.master.maybeRefresh()
+	s.c.locator.maybeRefresh()
 	ctx, cancel := context.WithCancel(s.ctx)
-	addr := s.c.master.addr()
+	addr := s.c.locator.addr()
 	epoch := s.Epoch()
 	item := &chubby.KeepAliveItem{Session: s.id}
 	if acked := s.acked(); acked > 0 {
@@ -719,7 +719,7 @@ func (s *Session) keepAliveFailed(addr string, err error) kaVerdict {
 			if ce.IsSetEpoch() {
 				s.noteEpoch(ce.GetEpoch())
 			}
-			if s.c.master.redirect(addr, ce.GetMasterAddress()) {
+			if s.c.locator.redirect(addr, ce.GetMasterAddress()) {
 				return kaVerdict{resendNow: true}
 			}
 			// No hint, or one naming the master just found unreachable.
@@ -742,7 +742,7 @@ func (s *Session) keepAliveFailed(addr string, err error) kaVerdict {
 	}
 	if errors.Is(err, kerrors.ErrGetConnection) || errors.Is(err, kerrors.ErrRemoteOrNetwork) ||
 		kerrors.IsTimeoutError(err) {
-		s.c.master.unreachable(addr)
+		s.c.locator.unreachable(addr)
 		return kaVerdict{locate: true}
 	}
 	return kaVerdict{}

@@ -53,7 +53,7 @@ func TestTimeoutMovesTheMasterGuess(t *testing.T) {
 	c := connectCfg(t, Config{Addrs: []string{silent, real}, CallTimeout: 300 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c.master.learned(silent) // the guess names the silent replica
+	c.locator.learned(silent) // the guess names the silent replica
 	if _, err := c.Status(ctx); err == nil {
 		t.Fatal("a call to the silent replica succeeded")
 	}

@@ -83,7 +83,7 @@ type attempt struct {
 // at a replica other than a newer master heard of is cancelled with
 // errMasterMoved (heard). Reading the guess and recording the attempt are
 // one step, so no attempt can go to the old master unseen by heard.
-func (m *master) trackCur(cancel context.CancelCauseFunc) (addr string, untrack func()) {
+func (m *locator) trackCur(cancel context.CancelCauseFunc) (addr string, untrack func()) {
 	m.mu.Lock()
 	a := &attempt{addr: m.cur, cancel: cancel}
 	if m.inflight == nil {
@@ -100,7 +100,7 @@ func (m *master) trackCur(cancel context.CancelCauseFunc) (addr string, untrack 
 
 // knownEpoch returns the highest master epoch the client has heard of (0:
 // none yet).
-func (m *master) knownEpoch() int64 {
+func (m *locator) knownEpoch() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.epoch
@@ -112,7 +112,7 @@ func (m *master) knownEpoch() int64 {
 // attempt in flight at another replica (errMasterMoved: callRetry sends it
 // again to addr) — except the first epoch heard, before which nothing is
 // known to be stale. It reports whether the epoch was news.
-func (m *master) heard(addr string, epoch int64) bool {
+func (m *locator) heard(addr string, epoch int64) bool {
 	if addr == "" || ValidateAddr(addr) != nil {
 		return false
 	}
@@ -148,7 +148,7 @@ func (m *master) heard(addr string, epoch int64) bool {
 
 // startWatch starts the master watch unless it runs (or the client has no
 // watch: unit tests). It runs until the client closes.
-func (m *master) startWatch() {
+func (m *locator) startWatch() {
 	if m.watch == nil || m.stop.Err() != nil {
 		return
 	}
@@ -166,7 +166,7 @@ func (m *master) startWatch() {
 
 // watchTarget picks the replica to park the next watch at: a known member
 // other than the master guess, in turn ("" when there is none).
-func (m *master) watchTarget() (target, cur string, epoch int64) {
+func (m *locator) watchTarget() (target, cur string, epoch int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur, epoch = m.cur, m.epoch
@@ -184,7 +184,7 @@ func (m *master) watchTarget() (target, cur string, epoch int64) {
 // watch"), each bounded by watchHold plus the call timeout, with pauses
 // between watches that brought no news (watchMinInterval) or failed (a
 // back-off up to watchRetryMax): it never spins.
-func (m *master) watchLoop() {
+func (m *locator) watchLoop() {
 	failures := 0
 	for m.stop.Err() == nil {
 		target, cur, epoch := m.watchTarget()
@@ -229,7 +229,7 @@ func (m *master) watchLoop() {
 // announce tells everyone waiting for a locate round (sessions' KeepAlive
 // loops, calls waiting out a back-off) that the master is at addr in
 // epoch, as a round that found it would.
-func (m *master) announce(addr string, epoch int64) {
+func (m *locator) announce(addr string, epoch int64) {
 	m.mu.Lock()
 	m.last = located{addr: addr, epoch: epoch}
 	ended := m.ended
@@ -239,7 +239,7 @@ func (m *master) announce(addr string, epoch int64) {
 }
 
 // sleep waits d or until the client closes.
-func (m *master) sleep(d time.Duration) {
+func (m *locator) sleep(d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -14,7 +14,7 @@ import (
 // ever heard cancel nothing.
 func TestHeardCancelsAttemptsElsewhere(t *testing.T) {
 	const a, b = "127.0.0.1:1", "127.0.0.1:2"
-	m := newMaster([]string{a, b}, nil, time.Second)
+	m := newLocator([]string{a, b}, nil, time.Second)
 	track := func() (context.Context, func()) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		addr, untrack := m.trackCur(cancel)
@@ -61,7 +61,7 @@ func TestWatchNeverSpins(t *testing.T) {
 	const a, b, c = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
 	var calls atomic.Int64
 	var news atomic.Bool
-	m := newMaster([]string{a, b, c}, nil, time.Second)
+	m := newLocator([]string{a, b, c}, nil, time.Second)
 	m.heard(a, 5)
 	m.watch = func(ctx context.Context, addr, cur string, hold time.Duration) (string, int64, []string, error) {
 		calls.Add(1)

@@ -20,7 +20,7 @@
 // clock, the one the replicated log's master lease is measured on) and
 // what to do comes out as return values; none is safe for concurrent use.
 // The cell wraps them with a mutex, timers and parked RPCs
-// (cell/sessions.go, cell/cache.go, cell/writes.go, cell/oracle.go); the
+// (cell/leases.go, cell/cachetracker.go, cell/writeorder.go, cell/oracle.go); the
 // simulator (cell/sim) drives the very same code on simulated clocks, so
 // what it checks is what ships.
 //
