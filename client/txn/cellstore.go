@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -18,6 +19,7 @@ import (
 //	dir/meta            the meta row (the garbage-collection floor)
 //	dir/rows/<key>      one file per row, its columns encoded in it
 //	dir/workers/<id>    one ephemeral file per live worker
+//	dir/hot/<key>       a lock file per row transactions queued for (hot.go)
 //
 // A row is read through an open handle, so a caching session answers
 // repeated reads of an unchanged row from its cache (which the cell keeps
@@ -34,6 +36,9 @@ type CellStore struct {
 	lru     *list.List               // most recently used first
 	max     int
 	workers *client.Handle
+
+	locks    cellRowLocks  // RowLocker (hot.go)
+	lockWait time.Duration // bound on one wait for a row's lock
 }
 
 type openRow struct {
@@ -48,7 +53,7 @@ func NewCellStore(ctx context.Context, s *client.Session, dir string, maxOpen in
 	if maxOpen < 1 {
 		maxOpen = 1024
 	}
-	for _, d := range []string{dir, dir + "/rows", dir + "/workers"} {
+	for _, d := range []string{dir, dir + "/rows", dir + "/workers", dir + "/hot"} {
 		if _, err := s.Mkdir(ctx, d, client.MkdirOptions{Parents: true}); err != nil && !client.IsCode(err, chubby.ErrorCode_EXISTS) {
 			return nil, fmt.Errorf("txn: table %s: %w", dir, err)
 		}
@@ -57,7 +62,8 @@ func NewCellStore(ctx context.Context, s *client.Session, dir string, maxOpen in
 	if err != nil {
 		return nil, fmt.Errorf("txn: table %s: %w", dir, err)
 	}
-	return &CellStore{s: s, dir: dir, handles: map[string]*list.Element{}, lru: list.New(), max: maxOpen, workers: w}, nil
+	return &CellStore{s: s, dir: dir, handles: map[string]*list.Element{}, lru: list.New(), max: maxOpen, workers: w,
+		lockWait: DefaultConfig().LockWait}, nil
 }
 
 // Session returns the session the store acts with.
@@ -290,6 +296,12 @@ func (cs *CellStore) Close(ctx context.Context) {
 	}
 	cs.handles, cs.lru = map[string]*list.Element{}, list.New()
 	cs.mu.Unlock()
+	cs.locks.mu.Lock()
+	for _, h := range cs.locks.open {
+		hs = append(hs, h)
+	}
+	cs.locks.open, cs.locks.used = nil, nil
+	cs.locks.mu.Unlock()
 	hs = append(hs, cs.workers)
 	// All at once; errors are dropped: a handle of a session that is gone
 	// went with it.

@@ -81,6 +81,10 @@ type Config struct {
 	// Logger receives lock resolutions and failed cleanups. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// NoRowLocks keeps Run from queueing for the rows its attempts lost on
+	// (see hot.go): every attempt is then optimistic, as before. Default
+	// false: a store that is a RowLocker (CellStore, MemStore) is used.
+	NoRowLocks bool
 
 	// hook, if set, runs at the named points (tests pause a worker there
 	// to kill it).
@@ -124,10 +128,11 @@ type Stats struct {
 	RolledForward, RolledBack  int64 // others' locks resolved: of committed transactions (any worker's), of dead workers
 	LockWaits                  int64 // reads that waited for a live lock
 	CASRetries                 int64 // row writes that lost a race and were tried again
+	RowLocks                   int64 // attempts Run made holding the locks of rows it lost on
 }
 
 type stats struct {
-	commits, conflicts, aborts, forward, back, waits, retries atomic.Int64
+	commits, conflicts, aborts, forward, back, waits, retries, rowLocks atomic.Int64
 }
 
 // DB runs transactions over one table as one worker.
@@ -173,6 +178,7 @@ func Open(ctx context.Context, s *client.Session, dir string, cfg Config) (*DB, 
 	if err != nil {
 		return nil, err
 	}
+	cs.lockWait = cfg.LockWait
 	var id [8]byte
 	rand.Read(id[:])
 	worker := hex.EncodeToString(id[:])
@@ -254,7 +260,7 @@ func (db *DB) Stats() Stats {
 	return Stats{
 		Commits: db.st.commits.Load(), Conflicts: db.st.conflicts.Load(), Aborts: db.st.aborts.Load(),
 		RolledForward: db.st.forward.Load(), RolledBack: db.st.back.Load(),
-		LockWaits: db.st.waits.Load(), CASRetries: db.st.retries.Load(),
+		LockWaits: db.st.waits.Load(), CASRetries: db.st.retries.Load(), RowLocks: db.st.rowLocks.Load(),
 	}
 }
 
@@ -328,7 +334,7 @@ func (db *DB) updateFrom(ctx context.Context, key string, hint snap, f func(r *R
 			return snap{}, err
 		}
 	}
-	return snap{}, fmt.Errorf("%w: row %q changed %d times under us", ErrContention, key, db.cfg.MaxCASRetries)
+	return snap{}, onRow(key, fmt.Errorf("%w: row %q changed %d times under us", ErrContention, key, db.cfg.MaxCASRetries))
 }
 
 // floor returns the table's garbage-collection floor.
@@ -341,29 +347,60 @@ func (db *DB) floor(ctx context.Context) (int64, error) {
 }
 
 // Run runs f in a transaction and commits it, again in a new transaction
-// (after a pause that grows with each try, up to 100 ms, jittered) while
-// the attempt fails with a Retryable error, until ctx ends. f must do all
-// its work through tx and may run several times; an error of its own ends
-// Run with that error (the transaction is rolled back). It returns the
-// commit timestamp and the number of attempts that were aborted.
+// while the attempt fails with a Retryable error, until ctx ends. f must
+// do all its work through tx and may run several times; an error of its
+// own ends Run with that error (the transaction is rolled back). It
+// returns the commit timestamp and the number of attempts that were
+// aborted.
+//
+// After an attempt lost on rows that others wrote (a conflict, a lock
+// waited out, a contended row), the next attempt first locks those rows
+// when the store is a RowLocker (see hot.go): it queues behind the other
+// transactions that want them instead of racing them. Otherwise it starts
+// after a pause that grows with each try, up to 100 ms, jittered.
 func (db *DB) Run(ctx context.Context, f func(ctx context.Context, tx *Txn) error) (commit int64, aborted int, err error) {
+	var hot []string // rows the attempts lost on, sorted
 	for ; ; aborted++ {
-		tx, err := db.Begin(ctx)
-		if err != nil {
-			return 0, aborted, err
+		unlock, err := db.lockRows(ctx, hot)
+		if err == nil {
+			commit, err = db.attempt(ctx, f)
+			unlock()
 		}
-		if err = f(ctx, tx); err != nil {
-			tx.Rollback(ctx)
-		} else if commit, err = tx.Commit(ctx); err == nil {
+		if err == nil {
 			return commit, aborted, nil
 		}
 		if !Retryable(err) {
 			return 0, aborted, err
 		}
+		if hot = contendedRows(hot, err); len(hot) > 0 && db.rowLocking() {
+			if cerr := context.Cause(ctx); ctx.Err() != nil {
+				return 0, aborted, fmt.Errorf("%w (last attempt: %w)", cerr, err)
+			}
+			continue // the queue for the rows spreads the attempts out
+		}
 		if serr := sleep(ctx, backoff(aborted, runBackoff)); serr != nil {
 			return 0, aborted, fmt.Errorf("%w (last attempt: %w)", serr, err)
 		}
 	}
+}
+
+// attempt runs f in a new transaction and commits it.
+func (db *DB) attempt(ctx context.Context, f func(ctx context.Context, tx *Txn) error) (int64, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := f(ctx, tx); err != nil {
+		tx.Rollback(ctx)
+		return 0, err
+	}
+	return tx.Commit(ctx)
+}
+
+// rowLocking reports whether Run locks the rows its attempts lost on.
+func (db *DB) rowLocking() bool {
+	_, ok := db.store.(RowLocker)
+	return ok && !db.cfg.NoRowLocks
 }
 
 // backoff is the pause before attempt i+1: doubling from minBackoff up

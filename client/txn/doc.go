@@ -47,6 +47,18 @@
 // for them). Each row write starts from the row as this transaction last
 // saw it, so a row nobody else touched costs no extra read.
 //
+// # Hot rows
+//
+// DB.Run begins a new transaction after an attempt that did not commit.
+// When the attempt lost on rows others wrote (a conflict, a lock waited
+// out, a contended row) and the store is a RowLocker — CellStore uses the
+// cell's FIFO locks on files in dir/hot, MemStore queues in memory — the
+// next attempt first locks those rows, in key order, and takes its start
+// timestamp only then: the transactions that want a hot row queue for it
+// instead of aborting one another, and each loses only to one that did
+// not queue. The locks are advisory: safety rests on the protocol alone,
+// and a transaction that never conflicts never takes one (see hot.go).
+//
 // # Workers, liveness and lock resolution
 //
 // Open registers the DB as a worker: an ephemeral file in the table's

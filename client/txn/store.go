@@ -68,7 +68,7 @@ type Watcher interface {
 	Watch(ctx context.Context, changed func(key string)) (stop func(), err error)
 }
 
-// MemStore is a Store, Liveness and Watcher in memory, for tests of the
+// MemStore is a Store, Liveness, Watcher and RowLocker in memory, for tests of the
 // protocol and as the model of what another store has to provide. Rows are
 // kept encoded, so a MemStore checks the encoding as the cell does.
 type MemStore struct {
@@ -78,6 +78,7 @@ type MemStore struct {
 	next     int64
 	watchers map[int]func(string)
 	nextW    int
+	locks    rowQueues // RowLocker (hot.go)
 }
 
 type memRow struct {

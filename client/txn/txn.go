@@ -128,7 +128,7 @@ func (db *DB) snapshotGet(ctx context.Context, ts int64, row, col string) ([]byt
 					db.st.waits.Add(1)
 				}
 				if time.Now().After(deadline) {
-					return nil, false, snap{}, fmt.Errorf("%w: %s:%s by transaction %d of worker %s", ErrLocked, row, col, c.Lock.Start, c.Lock.Worker)
+					return nil, false, snap{}, onRow(row, fmt.Errorf("%w: %s:%s by transaction %d of worker %s", ErrLocked, row, col, c.Lock.Start, c.Lock.Worker))
 				}
 				if err := sleep(ctx, backoff(i, waitBackoff)); err != nil {
 					return nil, false, snap{}, err
@@ -336,10 +336,10 @@ func (t *Txn) precheck(rows [][]cell) error {
 				continue
 			}
 			if l := col.Lock; l != nil && l.Start > t.start {
-				return fmt.Errorf("%w: %s locked by the younger transaction %d", ErrConflict, c, l.Start)
+				return onRow(c.row, fmt.Errorf("%w: %s locked by the younger transaction %d", ErrConflict, c, l.Start))
 			}
 			if w, bad := col.conflict(t.start); bad && w.Start != t.start {
-				return fmt.Errorf("%w: %s committed at %d after our start %d", ErrConflict, c, w.Commit, t.start)
+				return onRow(c.row, fmt.Errorf("%w: %s committed at %d after our start %d", ErrConflict, c, w.Commit, t.start))
 			}
 		}
 	}
@@ -397,7 +397,7 @@ func (t *Txn) prewriteRow(ctx context.Context, primary cell, cs []cell) (snap, e
 					if w.Start == t.start {
 						return false, fmt.Errorf("%w: %s was rolled back", ErrAborted, c)
 					}
-					return false, fmt.Errorf("%w: %s committed at %d after our start %d", ErrConflict, c, w.Commit, t.start)
+					return false, onRow(c.row, fmt.Errorf("%w: %s committed at %d after our start %d", ErrConflict, c, w.Commit, t.start))
 				}
 			}
 			for _, c := range cs {
@@ -419,7 +419,7 @@ func (t *Txn) prewriteRow(ctx context.Context, primary cell, cs []cell) (snap, e
 			return snap{}, err
 		}
 		if !resolved || attempt >= 3 {
-			return snap{}, fmt.Errorf("%w: %s locked by transaction %d of worker %s", ErrConflict, row, blocker.Start, blocker.Worker)
+			return snap{}, onRow(row, fmt.Errorf("%w: %s locked by transaction %d of worker %s", ErrConflict, row, blocker.Start, blocker.Worker))
 		}
 	}
 }
