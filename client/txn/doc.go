@@ -97,7 +97,19 @@
 // # Observers
 //
 // An Observer calls a function for every committed change of a watched
-// column, from the rows directory's events (see Observer).
+// column, from the rows directory's events (see Observer), at least once.
+// Observer.WatchTxn is Percolator's observer with its acknowledgment
+// column: the function runs in a transaction that also writes, in the
+// row, the commit timestamp of the change it handled, so that however many
+// observers watch the column under one name, one transaction commits per
+// change.
+//
+// Garbage collection and a worker wrongly thought dead: its transaction,
+// older than the safe point, was rolled back, and GC then removed the
+// rollback record on its primary that refuses a late prewrite. The
+// prewrite is refused anyway, by the floor GC leaves on the row (or the
+// table's, when the row went): a transaction below it gets
+// ErrSnapshotTooOld (TestLatePrimaryPrewriteAfterGC).
 //
 // # Limits
 //

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,4 +279,87 @@ func (p cellLockProbe) LockRows(ctx context.Context, rows []string) (func(), err
 		return nil, err
 	}
 	return func() { h.Close(context.Background()) }, nil
+}
+
+// TestWatchTxn: two observers of one column under one name, each in its
+// own DB, handle every change in a transaction that counts it; with the
+// acknowledgment column the count is the number of changes, not twice
+// it, though both observers see every change. An fn that fails is tried
+// again, and its change is counted once.
+func TestWatchTxn(t *testing.T) {
+	m, o := NewMemStore(), &counter{}
+	ctx := testCtx(t)
+	writer := memDB(t, m, o, "writer", Config{})
+	write(t, writer, "a", "c", "0", "total", "n", "0")
+	var calls, failed atomic.Int64
+	count := func(ctx context.Context, tx *Txn, c Change) error {
+		if calls.Add(1) == 3 && failed.Add(1) == 1 {
+			return errors.New("fn fails once")
+		}
+		n, err := getCount(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return tx.Set("total", "n", []byte(strconv.Itoa(n+1)))
+	}
+	for _, w := range []string{"o1", "o2"} {
+		obs, err := memDB(t, m, o, w, Config{}).Observe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer obs.Close()
+		if err := obs.WatchTxn(ctx, "a", "c", "count", count); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const changes = 20
+	var last int64
+	for i := range changes {
+		last = write(t, writer, "a", "c", strconv.Itoa(i+1))
+	}
+	ack := AckPrefix + "count/c"
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, _, err := begin(t, writer).Get(ctx, "a", ack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.ParseInt(string(v), 10, 64); n >= last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("acknowledged up to %s after a minute, want %d", v, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n, err := getCount(ctx, begin(t, writer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != changes {
+		t.Errorf("changes counted %d times, want %d (fn called %d times)", n, changes, calls.Load())
+	}
+	if failed.Load() != 1 {
+		t.Error("fn's failure never happened")
+	}
+	t.Logf("%d changes, fn called %d times by two observers, %d commits", changes, calls.Load(), n)
+
+	obs, err := writer.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	for _, name := range []string{"", strings.Repeat("x", MaxColumnBytes)} {
+		if err := obs.WatchTxn(ctx, "a", "c", name, count); !errors.Is(err, ErrInvalid) {
+			t.Errorf("WatchTxn named %q: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func getCount(ctx context.Context, tx *Txn) (int, error) {
+	v, _, err := tx.Get(ctx, "total", "n")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(string(v))
 }

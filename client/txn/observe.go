@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 )
 
@@ -28,7 +29,11 @@ type Change struct {
 // read them are skipped.
 //
 // Delivery is at least once per Observer: fn may be called again for a
-// change after a failure to read, never out of order for one column.
+// change after a failure to read, never out of order for one column. For
+// changes that must be acted on once, in the table, watch with WatchTxn:
+// fn then runs in a transaction that also writes the column's
+// acknowledgment, so that among all the observers of the column one
+// transaction commits per change.
 type Observer struct {
 	db   *DB
 	stop func()
@@ -42,8 +47,8 @@ type Observer struct {
 }
 
 type watch struct {
-	fn   func(context.Context, Change)
-	last int64 // commit timestamp of the last change reported
+	fn   func(context.Context, Change) error // nil: handled; an error: retried later
+	last int64                               // commit timestamp of the last change handled
 }
 
 // Observe starts an observer on db's store, which must be a Watcher.
@@ -67,7 +72,56 @@ func (db *DB) Observe(ctx context.Context) (*Observer, error) {
 // Watch calls fn for each change of column col of row committed from now
 // on. fn runs on the observer's goroutine, one call at a time.
 func (o *Observer) Watch(ctx context.Context, row, col string, fn func(context.Context, Change)) error {
-	if row == "" || len(row) > MaxKeyBytes || col == "" || len(col) > MaxColumnBytes || fn == nil {
+	if fn == nil {
+		return fmt.Errorf("%w: watch %q:%q without a function", ErrInvalid, row, col)
+	}
+	return o.watch(ctx, row, col, func(ctx context.Context, c Change) error { fn(ctx, c); return nil })
+}
+
+// AckPrefix starts the names of the acknowledgment columns WatchTxn
+// writes: AckPrefix + name + "/" + the observed column.
+const AckPrefix = "ack/"
+
+// WatchTxn calls fn for each change of column col of row committed from
+// now on, in a transaction (DB.Run's) that fn adds its reads and writes to
+// and that also records, in the row's column AckPrefix+name+"/"+col, the
+// commit timestamp of the change it handled: Percolator's acknowledgment
+// column. A change already acknowledged under name is skipped, and two
+// observers (of any process) that handle the same change at once both
+// write the acknowledgment, so only one of them commits; the other's
+// attempt is retried, finds the change acknowledged and does nothing. So
+// per name one transaction of fn commits per change. fn may run more than
+// once for a change (a retried attempt): what it does outside tx is at
+// least once. An error of fn's own stops nothing: the change is tried
+// again after a pause, and the changes after it wait for it.
+func (o *Observer) WatchTxn(ctx context.Context, row, col, name string, fn func(ctx context.Context, tx *Txn, c Change) error) error {
+	ack := AckPrefix + name + "/" + col
+	switch {
+	case fn == nil:
+		return fmt.Errorf("%w: watch %q:%q without a function", ErrInvalid, row, col)
+	case name == "" || len(ack) > MaxColumnBytes:
+		return fmt.Errorf("%w: acknowledgment column %q: the observer's name must make it 1..%d bytes", ErrInvalid, ack, MaxColumnBytes)
+	}
+	return o.watch(ctx, row, col, func(ctx context.Context, c Change) error {
+		_, _, err := o.db.Run(ctx, func(ctx context.Context, tx *Txn) error {
+			v, ok, err := tx.Get(ctx, row, ack)
+			if err != nil {
+				return err
+			}
+			if done, _ := strconv.ParseInt(string(v), 10, 64); ok && done >= c.Commit {
+				return nil // handled already: nothing written, nothing committed
+			}
+			if err := fn(ctx, tx, c); err != nil {
+				return err
+			}
+			return tx.Set(row, ack, strconv.AppendInt(nil, c.Commit, 10))
+		})
+		return err
+	})
+}
+
+func (o *Observer) watch(ctx context.Context, row, col string, fn func(context.Context, Change) error) error {
+	if row == "" || len(row) > MaxKeyBytes || col == "" || len(col) > MaxColumnBytes {
 		return fmt.Errorf("%w: watch %q:%q", ErrInvalid, row, col)
 	}
 	r, _, err := o.db.store.Read(ctx, row)
@@ -113,6 +167,15 @@ func (o *Observer) poke() {
 
 func (o *Observer) loop(ctx context.Context) {
 	defer close(o.done)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-o.quit:
+			cancel() // Close ends a transaction of WatchTxn waiting
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		select {
 		case <-o.quit:
@@ -132,7 +195,13 @@ func (o *Observer) loop(ctx context.Context) {
 		slices.Sort(rows)
 		for _, row := range slices.Compact(rows) {
 			if err := o.scan(ctx, row); err != nil {
-				o.db.cfg.Logger.Warn("txn: observer could not read a row; will retry on its next change", "row", row, "err", err)
+				if ctx.Err() != nil {
+					return
+				}
+				o.db.cfg.Logger.Warn("txn: observer could not handle a row's changes; will retry", "row", row, "err", err)
+				if sleep(ctx, slowBackoff) != nil {
+					return
+				}
 				o.changed(row)
 			}
 		}
@@ -166,7 +235,9 @@ func (o *Observer) scan(ctx context.Context, row string) error {
 				v, _ := c.data(rec.Start)
 				ch.Value = slices.Clone(v)
 			}
-			w.fn(ctx, ch)
+			if err := w.fn(ctx, ch); err != nil {
+				return fmt.Errorf("change of %s:%s committed at %d: %w", row, name, rec.Commit, err)
+			}
 			w.last = rec.Commit
 		}
 	}

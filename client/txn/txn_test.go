@@ -545,3 +545,50 @@ func TestRun(t *testing.T) {
 		t.Errorf("Run with f failing: %v", err)
 	}
 }
+
+// TestLatePrimaryPrewriteAfterGC: the hazard of a worker wrongly thought
+// dead whose transaction is older than a GC safe point. Its transaction
+// was rolled back (the rollback record on its primary refuses a late
+// prewrite, as above), then garbage collection removed that record; a
+// late prewrite of the primary must still be refused — by the floor GC
+// leaves on the row, or on the table when the row went — or the
+// transaction could commit with its secondaries already rolled back.
+func TestLatePrimaryPrewriteAfterGC(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("row keeps columns %v", keep), func(t *testing.T) {
+			m, o := NewMemStore(), &counter{}
+			ctx := context.Background()
+			if keep {
+				write(t, memDB(t, m, o, "other", Config{}), "a", "other", "x")
+			}
+			w := memDB(t, m, o, "w", Config{})
+			tx := begin(t, w)
+			tx.Set("a", "c", []byte("1"))
+			tx.Set("b", "c", []byte("1"))
+			primary := cell{"a", "c"}
+			if _, err := tx.prewriteRow(ctx, primary, []cell{{"b", "c"}}); err != nil {
+				t.Fatal(err)
+			}
+			m.Kill("w") // wrongly: w runs on
+			reader := memDB(t, m, o, "reader", Config{})
+			if v := mustGet(t, begin(t, reader), "b", "c"); v != "<none>" {
+				t.Fatalf("b = %s after the roll-back", v)
+			}
+			safe, _ := o.Timestamps(ctx, 1)
+			st, err := reader.GC(ctx, safe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, _, _ := m.Read(ctx, "a"); r.Cols["c"] != nil && len(r.Cols["c"].Writes) > 0 {
+				t.Fatalf("GC left the rollback record on the primary: %+v (stats %+v)", r.Cols["c"], st)
+			}
+			if _, err := tx.prewriteRow(ctx, primary, []cell{primary}); !errors.Is(err, ErrSnapshotTooOld) {
+				t.Fatalf("late prewrite of the primary after GC: %v, want ErrSnapshotTooOld", err)
+			}
+			if v := mustGet(t, begin(t, reader), "a", "c"); v != "<none>" {
+				t.Fatalf("a = %s: the rolled-back transaction wrote its primary", v)
+			}
+			assertNoLocks(t, m)
+		})
+	}
+}
