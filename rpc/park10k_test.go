@@ -220,7 +220,10 @@ func TestTenThousandParkedCalls(t *testing.T) {
 	select {
 	case err = <-exited:
 	case <-time.After(2 * time.Minute):
-		t.Fatal("client child did not finish within 2 min of the resolutions")
+		still, lost := h.now.Load(), h.lost.Load()
+		cmd.Process.Kill()
+		<-exited // the child's output is complete once it has exited
+		t.Fatalf("client child did not finish within 2 min of the resolutions: %d calls parked on the server, %d lost\nchild's stderr: %s", still, lost, &stderr)
 	}
 	resolvedIn := time.Since(start)
 	var rep childReport
