@@ -129,10 +129,11 @@ type Stats struct {
 	LockWaits                  int64 // reads that waited for a live lock
 	CASRetries                 int64 // row writes that lost a race and were tried again
 	RowLocks                   int64 // attempts Run made holding the locks of rows it lost on
+	Queued                     int64 // attempts given up unwritten to queue for a contended row
 }
 
 type stats struct {
-	commits, conflicts, aborts, forward, back, waits, retries, rowLocks atomic.Int64
+	commits, conflicts, aborts, forward, back, waits, retries, rowLocks, queued atomic.Int64
 }
 
 // DB runs transactions over one table as one worker.
@@ -144,6 +145,7 @@ type DB struct {
 	cfg    Config
 	st     stats
 	close  func(context.Context) error
+	recent recentHot // rows attempts lost on lately (hot.go)
 
 	// mu is held shared by every commit and exclusively by Close: once the
 	// worker's token is gone this DB must never write a lock or a commit.
@@ -261,6 +263,7 @@ func (db *DB) Stats() Stats {
 		Commits: db.st.commits.Load(), Conflicts: db.st.conflicts.Load(), Aborts: db.st.aborts.Load(),
 		RolledForward: db.st.forward.Load(), RolledBack: db.st.back.Load(),
 		LockWaits: db.st.waits.Load(), CASRetries: db.st.retries.Load(), RowLocks: db.st.rowLocks.Load(),
+		Queued: db.st.queued.Load(),
 	}
 }
 
@@ -357,13 +360,16 @@ func (db *DB) floor(ctx context.Context) (int64, error) {
 // waited out, a contended row), the next attempt first locks those rows
 // when the store is a RowLocker (see hot.go): it queues behind the other
 // transactions that want them instead of racing them. Otherwise it starts
-// after a pause that grows with each try, up to 100 ms, jittered.
+// after a pause that grows with each try, up to 100 ms, jittered. An
+// attempt that writes a row the DB's attempts lost on in the last
+// hotMemory, without its lock, is given up before it writes anything and
+// counted aborted: the next one queues for the row.
 func (db *DB) Run(ctx context.Context, f func(ctx context.Context, tx *Txn) error) (commit int64, aborted int, err error) {
 	var hot []string // rows the attempts lost on, sorted
 	for ; ; aborted++ {
 		unlock, err := db.lockRows(ctx, hot)
 		if err == nil {
-			commit, err = db.attempt(ctx, f)
+			commit, err = db.attempt(ctx, f, hot)
 			unlock()
 		}
 		if err == nil {
@@ -373,6 +379,7 @@ func (db *DB) Run(ctx context.Context, f func(ctx context.Context, tx *Txn) erro
 			return 0, aborted, err
 		}
 		if hot = contendedRows(hot, err); len(hot) > 0 && db.rowLocking() {
+			db.recent.note(hot, time.Now())
 			if cerr := context.Cause(ctx); ctx.Err() != nil {
 				return 0, aborted, fmt.Errorf("%w (last attempt: %w)", cerr, err)
 			}
@@ -384,8 +391,12 @@ func (db *DB) Run(ctx context.Context, f func(ctx context.Context, tx *Txn) erro
 	}
 }
 
-// attempt runs f in a new transaction and commits it.
-func (db *DB) attempt(ctx context.Context, f func(ctx context.Context, tx *Txn) error) (int64, error) {
+// attempt runs f in a new transaction and commits it. held are the rows
+// whose locks the caller holds (sorted): a transaction that writes a row
+// other attempts lost on lately (DB.recent) without holding its lock is
+// given up before it writes anything, as an ErrConflict on that row, so
+// that Run queues for it rather than prewrite and lose (see hot.go).
+func (db *DB) attempt(ctx context.Context, f func(ctx context.Context, tx *Txn) error, held []string) (int64, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -393,6 +404,17 @@ func (db *DB) attempt(ctx context.Context, f func(ctx context.Context, tx *Txn) 
 	if err := f(ctx, tx); err != nil {
 		tx.Rollback(ctx)
 		return 0, err
+	}
+	if db.rowLocking() {
+		if hot := db.recent.unheld(tx.writtenRows(), held, time.Now()); len(hot) > 0 {
+			tx.Rollback(ctx)
+			db.st.queued.Add(1)
+			errs := make([]error, len(hot))
+			for i, r := range hot {
+				errs[i] = onRow(r, fmt.Errorf("%w: row %q is contended: queueing for it", ErrConflict, r))
+			}
+			return 0, errors.Join(errs...)
+		}
 	}
 	return tx.Commit(ctx)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/chubbygo/chubby/client"
 	"github.com/chubbygo/chubby/gen/chubby"
@@ -32,6 +33,86 @@ import (
 // They are taken in key order, and only while holding none, so two
 // attempts never wait for each other. A transaction that never conflicts
 // never locks anything.
+
+// A DB also remembers, for hotMemory, the rows its transactions lost on
+// (recentHot): a later transaction that writes one of them without holding
+// its lock gives up before it writes anything and queues, instead of
+// prewriting, losing, and cleaning up after itself. Only its reads are
+// wasted.
+
+// hotMemory is how long a DB remembers that attempts lost on a row;
+// maxRecentHot bounds the rows it remembers (past it, the expired ones are
+// forgotten, then others at random but those just noted).
+const (
+	hotMemory    = 2 * time.Second
+	maxRecentHot = 1024
+)
+
+// recentHot is the rows a DB's attempts lost on lately, with when.
+type recentHot struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+// note records that attempts lost on rows at now.
+func (h *recentHot) note(rows []string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[string]time.Time{}
+	}
+	for _, r := range rows {
+		h.seen[r] = now
+	}
+	if len(h.seen) <= maxRecentHot {
+		return
+	}
+	for r, t := range h.seen {
+		if now.Sub(t) > hotMemory {
+			delete(h.seen, r)
+		}
+	}
+	for r, t := range h.seen {
+		if len(h.seen) <= maxRecentHot {
+			break
+		}
+		if t != now {
+			delete(h.seen, r)
+		}
+	}
+}
+
+// unheld returns the rows of written (sorted, distinct) that were lost on
+// lately and are not in held (sorted).
+func (h *recentHot) unheld(written, held []string, now time.Time) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range written {
+		t, ok := h.seen[r]
+		if !ok {
+			continue
+		}
+		if now.Sub(t) > hotMemory {
+			delete(h.seen, r)
+			continue
+		}
+		if _, found := slices.BinarySearch(held, r); !found {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// writtenRows returns the rows t writes, sorted, distinct.
+func (t *Txn) writtenRows() []string {
+	rows := make([]string, 0, len(t.writes))
+	for c := range t.writes {
+		rows = append(rows, c.row)
+	}
+	slices.Sort(rows)
+	return slices.Compact(rows)
+}
 
 // maxHotRows bounds the rows one Run locks: past it, the rows it lost on
 // first are kept (a transaction that conflicts on many rows is better
@@ -194,9 +275,20 @@ type cellRowLocks struct {
 	used map[string]bool           // lock files whose handle is in use
 }
 
-// LockRows implements RowLocker with the cell's locks.
+// LockRows implements RowLocker with the cell's locks. They are taken one
+// after another, in key order; they are released all at once.
 func (cs *CellStore) LockRows(ctx context.Context, rows []string) (func(), error) {
-	return lockAll(ctx, rows, cs.lockRow, cs.unlockRow)
+	unlock, err := lockAll(ctx, rows, cs.lockRow, cs.unlockRow)
+	if err != nil || len(rows) == 1 {
+		return unlock, err
+	}
+	return func() {
+		var wg sync.WaitGroup
+		for _, r := range rows {
+			wg.Go(func() { cs.unlockRow(r) })
+		}
+		wg.Wait()
+	}, nil
 }
 
 func (cs *CellStore) lockPath(row string) string { return cs.dir + "/hot/" + escapeKey(row) }

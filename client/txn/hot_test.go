@@ -126,11 +126,31 @@ func runAfterConflict(t *testing.T, db, other *DB, locker RowLocker) {
 // holds the row's lock (MemStore's RowLocker).
 func TestRunLocksHotRows(t *testing.T) {
 	m, o := NewMemStore(), &counter{}
-	runAfterConflict(t, memDB(t, m, o, "w", Config{}), memDB(t, m, o, "other", Config{}), m)
+	w := memDB(t, m, o, "w", Config{})
+	runAfterConflict(t, w, memDB(t, m, o, "other", Config{}), m)
+
+	// The DB remembers the row for hotMemory: the next Run's first
+	// attempt, which writes it without its lock, is given up before it
+	// writes anything, and the second holds the lock.
+	conflicts := w.Stats().Conflicts
+	tries := 0
+	_, aborted, err := w.Run(testCtx(t), func(ctx context.Context, tx *Txn) error {
+		tries++
+		if tries == 2 && !lockedNow(t, m, "hot") {
+			t.Error("the attempt after one given up to queue does not hold the row's lock")
+		}
+		return tx.Set("hot", "c", []byte("queued"))
+	})
+	if err != nil || aborted != 1 || tries != 2 {
+		t.Fatalf("Run writing a remembered hot row: err %v, %d aborted, %d tries; want nil, 1, 2", err, aborted, tries)
+	}
+	if st := w.Stats(); st.Queued != 1 || st.Conflicts != conflicts {
+		t.Errorf("Stats: %d queued, %d more conflicts; want 1, 0 (nothing was prewritten)", st.Queued, st.Conflicts-conflicts)
+	}
 
 	// NoRowLocks: every attempt optimistic, as before.
 	db := memDB(t, m, o, "w2", Config{NoRowLocks: true})
-	tries := 0
+	tries = 0
 	if _, _, err := db.Run(testCtx(t), func(ctx context.Context, tx *Txn) error {
 		tries++
 		if _, _, err := tx.Get(ctx, "hot", "c"); err != nil {
