@@ -406,7 +406,9 @@ func (db *DB) attempt(ctx context.Context, f func(ctx context.Context, tx *Txn) 
 		return 0, err
 	}
 	if db.rowLocking() {
-		if hot := db.recent.unheld(tx.writtenRows(), held, time.Now()); len(hot) > 0 {
+		// Only while the rows fit in what one Run locks (maxHotRows):
+		// past that, queueing could never cover them all.
+		if hot := db.recent.unheld(tx.writtenRows(), held, time.Now()); len(hot) > 0 && len(held)+len(hot) <= maxHotRows {
 			tx.Rollback(ctx)
 			db.st.queued.Add(1)
 			errs := make([]error, len(hot))

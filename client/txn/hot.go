@@ -30,9 +30,10 @@ import (
 // queue. The locks are advisory and only order attempts: correctness
 // still rests on the protocol alone (a lock lost with a session, or an
 // attempt that did not lock, can cost an abort, never a wrong commit).
-// They are taken in key order, and only while holding none, so two
-// attempts never wait for each other. A transaction that never conflicts
-// never locks anything.
+// They are taken in key order, and only while holding none, so no two
+// attempts wait for each other's row locks (a reader waiting for a
+// prewritten column is bounded by Config.LockWait, as always). A
+// transaction that never conflicts never locks anything.
 
 // A DB also remembers, for hotMemory, the rows its transactions lost on
 // (recentHot): a later transaction that writes one of them without holding

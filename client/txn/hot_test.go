@@ -170,6 +170,34 @@ func TestRunLocksHotRows(t *testing.T) {
 	}
 }
 
+// TestManyHotRows: a transaction that writes more remembered hot rows than
+// one Run locks (maxHotRows) is not given up again and again until the
+// rows are forgotten: it goes ahead optimistically.
+func TestManyHotRows(t *testing.T) {
+	m, o := NewMemStore(), &counter{}
+	db := memDB(t, m, o, "w", Config{})
+	var rows []string
+	for i := range maxHotRows + 2 {
+		rows = append(rows, fmt.Sprintf("r%02d", i))
+	}
+	db.recent.note(rows, time.Now())
+	start := time.Now()
+	_, aborted, err := db.Run(testCtx(t), func(ctx context.Context, tx *Txn) error {
+		for _, r := range rows {
+			if err := tx.Set(r, "c", []byte("x")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || aborted != 0 {
+		t.Fatalf("Run: err %v, %d aborted; want nil, 0", err, aborted)
+	}
+	if d := time.Since(start); d >= hotMemory {
+		t.Errorf("Run took %v: it waited for the rows to be forgotten", d)
+	}
+}
+
 // TestHotTransfers: workers moving units between two accounts all commit
 // and the total is kept, with the rows' locks; and a transaction that
 // waits for a row's lock in vain ends when its context does.
