@@ -231,6 +231,12 @@ func TestCrashSeenSuspectThenDead(t *testing.T) {
 	}
 	sawSuspect := false
 	for i, h := range hs {
+		// The watcher records a change when its goroutine next runs,
+		// which on a busy machine can be after the table says dead.
+		waitFor(t, "the watcher to record the death", func() bool {
+			states := h.get()
+			return len(states) > 0 && states[len(states)-1] == Dead
+		})
 		states := h.get()
 		t.Logf("replica %d saw %v", observers[i].meta.ID, states)
 		if states[0] != Alive || states[len(states)-1] != Dead {
