@@ -469,19 +469,7 @@ func TestGCLoop(t *testing.T) {
 func TestLatePrimaryPrewriteIsRefused(t *testing.T) {
 	m, o := NewMemStore(), &counter{}
 	ctx := context.Background()
-	w := memDB(t, m, o, "w", Config{})
-	tx := begin(t, w)
-	tx.Set("a", "c", []byte("1"))
-	tx.Set("b", "c", []byte("1"))
-	primary := cell{"a", "c"}
-	if _, err := tx.prewriteRow(ctx, primary, []cell{{"b", "c"}}); err != nil {
-		t.Fatal(err)
-	}
-	m.Kill("w")
-	reader := memDB(t, m, o, "reader", Config{})
-	if v := mustGet(t, begin(t, reader), "b", "c"); v != "<none>" {
-		t.Fatalf("b = %s after the roll-back", v)
-	}
+	tx, primary, _ := rolledBackBehindItsBack(t, m, o)
 	if _, err := tx.prewriteRow(ctx, primary, []cell{primary}); !errors.Is(err, ErrAborted) {
 		t.Fatalf("late prewrite of the primary: %v, want ErrAborted", err)
 	}
@@ -561,19 +549,7 @@ func TestLatePrimaryPrewriteAfterGC(t *testing.T) {
 			if keep {
 				write(t, memDB(t, m, o, "other", Config{}), "a", "other", "x")
 			}
-			w := memDB(t, m, o, "w", Config{})
-			tx := begin(t, w)
-			tx.Set("a", "c", []byte("1"))
-			tx.Set("b", "c", []byte("1"))
-			primary := cell{"a", "c"}
-			if _, err := tx.prewriteRow(ctx, primary, []cell{{"b", "c"}}); err != nil {
-				t.Fatal(err)
-			}
-			m.Kill("w") // wrongly: w runs on
-			reader := memDB(t, m, o, "reader", Config{})
-			if v := mustGet(t, begin(t, reader), "b", "c"); v != "<none>" {
-				t.Fatalf("b = %s after the roll-back", v)
-			}
+			tx, primary, reader := rolledBackBehindItsBack(t, m, o)
 			safe, _ := o.Timestamps(ctx, 1)
 			st, err := reader.GC(ctx, safe)
 			if err != nil {
@@ -591,4 +567,25 @@ func TestLatePrimaryPrewriteAfterGC(t *testing.T) {
 			assertNoLocks(t, m)
 		})
 	}
+}
+
+// rolledBackBehindItsBack has worker w prewrite the secondary b:c of a
+// transaction whose primary is a:c, then declares w dead (wrongly: w runs
+// on) and lets a reader roll the transaction back. It returns w's
+// transaction, its primary and the reader's DB.
+func rolledBackBehindItsBack(t *testing.T, m *MemStore, o Oracle) (*Txn, cell, *DB) {
+	t.Helper()
+	tx := begin(t, memDB(t, m, o, "w", Config{}))
+	tx.Set("a", "c", []byte("1"))
+	tx.Set("b", "c", []byte("1"))
+	primary := cell{"a", "c"}
+	if _, err := tx.prewriteRow(context.Background(), primary, []cell{{"b", "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	m.Kill("w")
+	reader := memDB(t, m, o, "reader", Config{})
+	if v := mustGet(t, begin(t, reader), "b", "c"); v != "<none>" {
+		t.Fatalf("b = %s after the roll-back", v)
+	}
+	return tx, primary, reader
 }
