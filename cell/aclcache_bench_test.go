@@ -56,7 +56,7 @@ func BenchmarkACLFileWrite10kCached(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if _, n := tc.s.cache.stats(); n < nodes {
+		if _, n := tc.s.changes.stats(); n < nodes {
 			b.Fatalf("%d nodes cached, want %d", n, nodes)
 		}
 	}
@@ -74,7 +74,7 @@ func BenchmarkACLFileWrite10kCached(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			if _, n := tc.s.cache.stats(); n != 0 {
+			if _, n := tc.s.changes.stats(); n != 0 {
 				b.Fatalf("%d nodes still cached after the write", n)
 			}
 		})

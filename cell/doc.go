@@ -21,16 +21,19 @@
 //	  |
 //	  +-- read (GetStat, GetContentsAndStat, ReadDir, GetSequencer,
 //	  |     CheckSequencer): awaitLease (the master lease is held now)
-//	  |     -> cache.register if it asks to cache -> fs.State under
-//	  |     machine.read -> cache.registerACL -> reply
+//	  |     -> changes.register if it asks to cache -> fs.State under
+//	  |     machine.read -> changes.registerACL -> reply
 //	  |
 //	  +-- change: a proposal value -> Server.submit (proposal.go)
-//	        |  writes.begin (writeorder.go, master.Writes): stamp the command
-//	        |    with the master's clock; fs.State.Reach says what of the
-//	        |    clients' caches it may change
-//	        |  cache.invalidate (cachetracker.go, master.Cache): queue an
-//	        |    invalidation for every cacher ---------------> side path (c)
-//	        |    and wait until each has acknowledged or its lease ended
+//	        |  changes.submit (changes.go) waits for the verdict of the
+//	        |    change pipeline (master.Pipeline), under one mutex:
+//	        |    an EndSession drains its session's commands in flight;
+//	        |    master.Writes stamps the command with the master's clock;
+//	        |    fs.State.Reach says what of the clients' caches it may
+//	        |    change; master.Cache queues an invalidation for every
+//	        |    cacher ----------------------------------> side path (c)
+//	        |    and the change waits until each has acknowledged or its
+//	        |    lease ended
 //	        |  the proposal's session and request number go into the
 //	        |    command (the state's request table makes it exactly-once);
 //	        |    encode it (fs.EncodeCommand): at most vr.MaxEntryBytes
@@ -48,25 +51,26 @@
 //	        |    machine.dispatch hands the effects on:
 //	        |      Woken         -> parked Acquires answered -> side path (b)
 //	        |      Notified      -> leases.wake: parked KeepAlives -> (a)
-//	        |      EndedSessions -> cache.forget, leases.ended
+//	        |      EndedSessions -> changes.forget, leases.ended
 //	        |  fs.State.NextTimer -> scheduleTick: the master proposes a
 //	        |    Tick at the next lock-delay end
 //	        v
 //	submit, on the master: the result (a refused command's error is
 //	        |  its ChubbyError; a log failure becomes NOT_MASTER or, mostly,
 //	        |  UNAVAILABLE, the outcome unknown unless the log refused it);
-//	        |  the reached nodes become cachable again (only after
-//	        |  uncertainHold when the outcome is unknown)
+//	        |  changes.finished: the reached nodes become cachable again
+//	        |  and the write leaves the table (only after uncertainHold
+//	        |  when the outcome is unknown)
 //	        v
 //	handler builds the reply -> Kitex -> client
 //
 // The side paths:
 //
-//	(a) KeepAlive: cache.ack records invalidation acks, leases.register
+//	(a) KeepAlive: changes.ack records invalidation acks, leases.register
 //	    parks the call (an rpc.Deferred) until KeepAliveMargin before the
 //	    earliest lease in it ends, or until events, invalidations or a
 //	    session end wake it; answerKeepAlive extends the leases only under
-//	    the master lease held then; attachEvents and cache.attach fill in
+//	    the master lease held then; attachEvents and changes.attach fill in
 //	    the reply.
 //	(b) Acquire: queueAcquire parks the call (machine.park, an
 //	    rpc.Deferred keyed by handle) and proposes a waiting Acquire; a
@@ -149,7 +153,8 @@
 //     seq. The first reply of a new master's epoch to each session (it is
 //     answered at once) starts with MASTER_FAILED_OVER (seq 0, the epoch),
 //     which is not queued or acknowledged.
-//   - Cache invalidation (cachetracker.go, around cell/master.Cache): a session created with
+//   - Cache invalidation (changes.go, around cell/master.Pipeline and
+//     master.Cache): a session created with
 //     CreateSessionRequest.cache (replicated) may cache. A GetContentsAndStat
 //     or ReadDir asking to cache registers the session as a cacher of the
 //     node, before the state is read, and says cacheable; a node with a
@@ -166,8 +171,8 @@
 //     right they govern: a read registers, after it, the read ACL name it
 //     saw) with what expired session ends in
 //     flight may put into lock-delay: a superset of what the command
-//     changes, although commands ahead of it apply first (writeorder.go,
-//     around cell/master.Writes: stamps never decrease in the order
+//     changes, although commands ahead of it apply first (master.Pipeline
+//     and master.Writes: stamps never decrease in the order
 //     reaches are computed, and a session end waits until its session has
 //     no command in flight and refuses new ones). It makes those paths
 //     uncachable (and everything under a deleted subtree), queues an

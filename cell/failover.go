@@ -115,7 +115,7 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	// Its stamps start from the state's clock and run no faster than its
 	// own monotonic clock (master.Writes.Anchor), whatever its wall clock
 	// says.
-	s.writes.anchor()
+	s.changes.anchor()
 	s.roleMu.Lock()
 	if s.roleGen != gen {
 		s.roleMu.Unlock()
@@ -126,7 +126,7 @@ func (s *Server) becomeMaster(view uint64, gen uint64) {
 	// The new master knows no cachers: every recovered caching session
 	// flushes its cache (invalidate_all on its first KeepAlive) before a
 	// change commits.
-	s.cache.reset(epoch, caching)
+	s.changes.reset(epoch, caching)
 	// The oracle starts above every reservation committed so far.
 	s.oracle.reset(tsReserved)
 	withdrawn := make(chan struct{})
@@ -215,6 +215,7 @@ func (s *Server) loseMaster() {
 	}
 	nm := s.notMasterError(s.log.NotMaster())
 	s.leases.stop(nm)
+	s.changes.stop(nm)
 	s.oracle.stop()
 	s.m.failParked(nm)
 	s.tickMu.Lock()

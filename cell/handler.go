@@ -144,7 +144,7 @@ func (h *handler) CreateSession(ctx context.Context, req *chubby.CreateSessionRe
 	}
 	id := *res.Session
 	if req.GetCache() {
-		h.s.cache.declare(id)
+		h.s.changes.declare(id)
 	}
 	lease, ok := h.s.leases.add(id, arrived)
 	if !ok {
@@ -201,7 +201,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 	if err := h.s.checkOwner(ctx, ids...); err != nil {
 		return nil, err
 	}
-	h.s.cache.ack(req.GetEpoch(), ids, invAcks)
+	h.s.changes.ack(req.GetEpoch(), ids, invAcks)
 	c, wait, err := h.s.leases.register(ids, acks)
 	if err != nil {
 		if errors.Is(err, master.ErrNotServing) {
@@ -223,7 +223,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 			}
 		})
 		// Likewise cache invalidations: queued ones wake the call.
-		if h.s.cache.hasPending(ids) {
+		if h.s.changes.hasPending(ids) {
 			wait = 0
 		}
 	}
@@ -248,7 +248,7 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 		return nil, err
 	}
 	h.s.attachEvents(results, acks)
-	h.s.cache.attach(results)
+	h.s.changes.attach(results)
 	return &chubby.KeepAliveResponse{Results: results, Epoch: h.s.epoch.Load()}, nil
 }
 
@@ -364,14 +364,14 @@ func (h *handler) GetContentsAndStat(ctx context.Context, req *chubby.HandleRequ
 	// master.Cache.RegisterACL).
 	cacheable, mark := false, master.ReadMark{}
 	if req.GetCache() {
-		cacheable, mark = h.s.cache.register(req.Handle.Session, req.Handle.Path)
+		cacheable, mark = h.s.changes.register(req.Handle.Session, req.Handle.Path)
 	}
 	h.s.m.read(func(s *fs.State) { b, st, err = s.GetContentsAndStat(req.Handle) })
 	if err != nil {
 		return nil, err
 	}
 	if cacheable {
-		cacheable = h.s.cache.registerACL(req.Handle.Session, req.Handle.Path, st.GetAcl().GetReadAcl(), mark)
+		cacheable = h.s.changes.registerACL(req.Handle.Session, req.Handle.Path, st.GetAcl().GetReadAcl(), mark)
 	}
 	res := &chubby.GetContentsAndStatResponse{Content: b, Stat: st}
 	if cacheable {
@@ -440,7 +440,7 @@ func (h *handler) ReadDir(ctx context.Context, req *chubby.ReadDirRequest) (*chu
 		var size int
 		h.s.m.read(func(s *fs.State) { size = s.DirSize(req.Handle) })
 		if size <= limit {
-			cacheable, mark = h.s.cache.register(req.Handle.Session, req.Handle.Path)
+			cacheable, mark = h.s.changes.register(req.Handle.Session, req.Handle.Path)
 		}
 	}
 	h.s.m.read(func(s *fs.State) { page, err = s.ReadDirPage(req.Handle, after, limit, readDirPageBytes) })
@@ -448,7 +448,7 @@ func (h *handler) ReadDir(ctx context.Context, req *chubby.ReadDirRequest) (*chu
 		return nil, err
 	}
 	if cacheable && !page.More {
-		cacheable = h.s.cache.registerACL(req.Handle.Session, req.Handle.Path, page.ReadACL, mark)
+		cacheable = h.s.changes.registerACL(req.Handle.Session, req.Handle.Path, page.ReadACL, mark)
 	}
 	res := &chubby.ReadDirResponse{Entries: page.Entries, ContentGeneration: &page.Generation}
 	if page.More {

@@ -27,7 +27,7 @@ type machine struct {
 	sh *shadow // the copy snapshots are encoded from
 	// clockAt is the instant (mono) at which this replica's state clock
 	// (fs.State.Now) reached its value: after the command that set it was
-	// stamped, so a new master's stamps are bounded from it (writeOrder).
+	// stamped, so a new master's stamps are bounded from it (changes.anchor).
 	clockAt int64
 	t0      time.Time // the origin of mono
 

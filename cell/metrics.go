@@ -92,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 	cached := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chubby_cache_entries",
 		Help: "(session, node) pairs the master tracks as cached by clients.",
-	}, func() float64 { _, n := s.cache.stats(); return float64(n) })
+	}, func() float64 { _, n := s.changes.stats(); return float64(n) })
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chubby_sessions",
 		Help: "Live sessions with a lease on this master.",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -37,108 +38,46 @@ type proposal struct {
 
 // submit proposes p and waits until its command is durable and applied,
 // and returns its result; a refused command's *chubby.ChubbyError is
-// returned as the error. It runs p through these stages, in this order:
+// returned as the error. The change pipeline (changes, master.Pipeline)
+// first takes p through its waits: an EndSession drains its session's
+// commands in flight; the command is stamped and its reach computed; the
+// caches it reaches drop their copies. Then, with the pipeline's go-ahead:
 //
-//  1. forget: an EndSession's session leaves the cache table;
-//  2. stamp and reach: the command is stamped and fs says what it may
-//     change of what clients cache (writeOrder.begin);
-//  3. invalidate: the caches it reaches drop their copies, and the view
-//     it must go into is learnt (invalidateCaches);
-//  4. attach: the command gets p's session, request number and principal;
-//  5. propose: the wait for its commit is bounded (boundCommit), the
+//  1. attach: the command gets p's session, request number and principal;
+//  2. propose: the wait for its commit is bounded (boundCommit), the
 //     command encoded within one log entry (encodeEntry) and proposed
-//     (proposeEntry); then the cache hold is released;
-//  6. map the error: a log error becomes a typed *chubby.ChubbyError
+//     (proposeEntry), in the view its invalidation waited in;
+//  3. map the error: a log error becomes a typed *chubby.ChubbyError
 //     (logError), or the result is checked and counted (result).
 //
-// The command's place in the write order is released as submit returns.
-// Both it and the cache hold are held on for uncertainHold when the
-// outcome is unknown (the command may still apply), and released at once
-// otherwise.
+// The change is finished as submit returns: what it holds in the pipeline
+// (its place among the writes in flight, its nodes' uncachability) is
+// released at once, or held on for uncertainHold when the outcome is
+// unknown (the command may still apply).
 func (s *Server) submit(ctx context.Context, p proposal) (*fsm.Result_, error) {
-	if p.op.EndSession != nil {
-		// Its client no longer serves its cache, and its commands in
-		// flight, which the EndSession waits for, must not wait for it.
-		s.cache.forget(p.op.EndSession.Session)
-	}
-	// The reach is computed from the state and with what is in flight
-	// ahead of the command (writeOrder: it stays a superset whatever
-	// applies first).
-	cmd, reach, writeDone, err := s.writes.begin(ctx, p.op, p.notBefore)
+	v, err := s.changes.submit(ctx, p.op, p.notBefore)
 	if err != nil {
 		return nil, err
 	}
 	var uncertain bool
-	defer func() { writeDone(uncertain) }()
-	hold, err := s.invalidateCaches(ctx, reach)
-	if err != nil {
-		return nil, err
+	defer func() { s.changes.finished(v.ID, uncertain) }()
+	if v.Invalidated {
+		s.metrics.invalidationWait.Observe(v.Waited.Seconds())
 	}
+	cmd := v.Cmd
 	p.attach(cmd)
 	ctx, cancel := boundCommit(ctx)
 	defer cancel()
 	entry, err := encodeEntry(cmd)
 	if err != nil {
-		// Refused before the log saw it: certain, nothing to hold.
-		hold.release(false)
-		return nil, err
+		return nil, err // refused before the log saw it: certain
 	}
-	v, err := s.proposeEntry(ctx, hold, entry)
-	uncertain = err != nil && !refused(err)
-	hold.release(uncertain)
+	res, err := s.proposeEntry(ctx, v, entry)
 	if err != nil {
+		uncertain = !replica.NeverApplies(err)
 		return nil, s.logError(err)
 	}
-	return s.result(p.op, v)
-}
-
-// cacheHold is what a command's cache invalidation holds until the command
-// has applied: the nodes it reaches stay uncachable meanwhile. The zero
-// value holds nothing and asks for no particular view.
-type cacheHold struct {
-	done   func(uncertain bool) // nil when the command reaches nothing cached
-	view   uint64               // the view the command must go into, when inView
-	inView bool
-}
-
-// release lets the nodes be cached again: at once, or after uncertainHold
-// when uncertain (the command's outcome is unknown: it may still apply).
-func (h cacheHold) release(uncertain bool) {
-	if h.done != nil {
-		h.done(uncertain)
-	}
-}
-
-// reachesCache reports whether a reach names anything a client may cache.
-func reachesCache(r fs.Reach) bool {
-	return r.All || len(r.Paths) > 0 || len(r.Trees) > 0 || len(r.ACLs) > 0 || r.AllACLs
-}
-
-// invalidateCaches guarantees, when it returns no error, that before the
-// change can commit every session caching a node it touches, or a node
-// whose read right an ACL file it rewrites governs, has dropped its copy
-// (or its lease has ended); the nodes are uncachable until the returned
-// hold is released. The wait is bounded by a lease (a cacher's lease ends
-// within one) and a second. A change that waited across a new master
-// epoch is refused; the hold names the view of the epoch it waited in,
-// into which alone the command may be proposed.
-func (s *Server) invalidateCaches(ctx context.Context, r fs.Reach) (cacheHold, error) {
-	if !reachesCache(r) {
-		return cacheHold{}, nil
-	}
-	start := time.Now()
-	ictx, icancel := context.WithTimeout(ctx, s.cfg.Lease+time.Second)
-	done, epoch, err := s.cache.invalidate(ictx, r)
-	icancel()
-	if err != nil {
-		return cacheHold{}, err
-	}
-	s.metrics.invalidationWait.Observe(time.Since(start).Seconds())
-	h := cacheHold{done: done}
-	if epoch > 0 {
-		h.view, h.inView = uint64(epoch-1), true // master.Epoch's inverse
-	}
-	return h, nil
+	return s.result(p.op, res)
 }
 
 // attach sets what cmd carries of p beside its operation: the session and
@@ -175,12 +114,12 @@ func encodeEntry(cmd *fsm.Command) ([]byte, error) {
 	return entry, nil
 }
 
-// proposeEntry proposes entry to the log, only in the hold's view if it
-// names one (Replicated.ProposeInView), and waits until it has applied or
-// ctx is done. Its error is the log's.
-func (s *Server) proposeEntry(ctx context.Context, h cacheHold, entry []byte) (any, error) {
-	if h.inView {
-		return s.log.ProposeInView(ctx, h.view, entry)
+// proposeEntry proposes entry to the log, only in the verdict's view if
+// it names one (Replicated.ProposeInView), and waits until it has applied
+// or ctx is done. Its error is the log's.
+func (s *Server) proposeEntry(ctx context.Context, v master.Verdict, entry []byte) (any, error) {
+	if v.InView {
+		return s.log.ProposeInView(ctx, v.View, entry)
 	}
 	return s.log.Propose(ctx, entry)
 }
@@ -205,14 +144,6 @@ func (s *Server) logError(err error) *chubby.ChubbyError {
 	default:
 		return fs.Errorf(chubby.ErrorCode_INTERNAL, "propose: %v", err)
 	}
-}
-
-// refused reports whether a proposal's error says the log never took the
-// command (so it cannot apply later, and nothing need be held for it): the
-// replica was not the primary in the view asked for, or its queue was full.
-func refused(err error) bool {
-	var nm *replica.NotMasterError
-	return errors.As(err, &nm) || errors.Is(err, replica.ErrOverloaded)
 }
 
 // result checks that the log applied op into an *fsm.Result_ and counts

@@ -56,8 +56,8 @@ func TestLogErrorMapping(t *testing.T) {
 			if got := ce.GetEpoch(); got != c.epoch {
 				t.Errorf("epoch %d, want %d", got, c.epoch)
 			}
-			if got := refused(c.err); got != c.refused {
-				t.Errorf("refused(%v) = %v, want %v", c.err, got, c.refused)
+			if got := replica.NeverApplies(c.err); got != c.refused {
+				t.Errorf("NeverApplies(%v) = %v, want %v", c.err, got, c.refused)
 			}
 		})
 	}

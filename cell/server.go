@@ -52,9 +52,8 @@ type Server struct {
 	peerSrv server.Server
 	m       *machine
 	leases  *leases
-	cache   *cacheTracker
+	changes *changes // the change pipeline, with the cache and write tables
 	oracle  *oracle
-	writes  *writeOrder
 	metrics *metrics
 	reg     *prometheus.Registry
 
@@ -267,14 +266,17 @@ func (s *Server) openState() error {
 	s.leases = newLeases(master.LeaseConfig{Lease: cfg.Lease, Margin: cfg.KeepAliveMargin, MaxDrift: vr.MaxClockDrift,
 		MaxParked: cfg.MaxParkedKeepAlives}, logNow, logUntil, s.expireSession)
 	s.oracle = newOracle()
-	s.cache = newCacheTracker(cfg.MaxCachedPerSession, cfg.MaxCachedPerCell, s.leases.leaseEnd, s.leases.wake, logNow)
 	// A command in flight waits at most a lease and 1 s for invalidations,
-	// then commitTimeout, then uncertainHold if its outcome is unknown.
-	s.writes = newWriteOrder(s.m, func() int64 { return s.cfg.Now().UnixMilli() },
-		cfg.Lease+time.Second+commitTimeout+uncertainHold)
+	// then commitTimeout, then uncertainHold if its outcome is unknown: an
+	// EndSession waits for its session's commands that long.
+	pipe := master.PipelineFor(cfg.Lease, commitTimeout)
+	clock := func() master.Clock {
+		return master.Clock{Now: logNow(), WallMs: s.cfg.Now().UnixMilli(), Mono: s.m.mono()}
+	}
+	s.changes = newChanges(s.m, pipe, cfg.MaxCachedPerSession, cfg.MaxCachedPerCell, clock, s.leases.leaseEnd, s.leases.wake)
 	s.m.onEnded = func(ids []chubby.SessionID) {
 		for _, id := range ids {
-			s.cache.forget(id)
+			s.changes.forget(id)
 		}
 		s.leases.ended(ids)
 	}
@@ -637,7 +639,7 @@ func (s *Server) scheduleTick(atMs int64) {
 	// Counted on the commands' clock, which may lag the wall clock (it
 	// runs no faster than the monotonic one; master.Writes.Begin): a
 	// Tick stamped before atMs would end nothing.
-	d := time.Duration(atMs-s.writes.stampNow())*time.Millisecond + time.Millisecond
+	d := time.Duration(atMs-s.changes.stampNow())*time.Millisecond + time.Millisecond
 	s.tickTimer = time.AfterFunc(max(d, 0), func() {
 		s.tickMu.Lock()
 		if s.tickAt != atMs {

@@ -386,6 +386,16 @@ func (d *Driver) Propose(entries [][]byte, replies []Reply) {
 	d.tick()
 }
 
+// CheckView refuses (*NotMasterError) a proposal made for view when the
+// node is in another view: Replicated.ProposeInView's check, before the
+// entry is proposed.
+func (d *Driver) CheckView(view uint64) error {
+	if d.node.View() != view {
+		return d.NotMaster()
+	}
+	return nil
+}
+
 // ProposeConfig proposes a configuration change (vr.Node.ProposeConfig)
 // and returns its index. Its outcome shows in the configuration in force
 // (Node().Info()): a change whose entry is cut by a view change is lost

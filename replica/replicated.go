@@ -114,6 +114,15 @@ func (e *NotMasterError) Error() string {
 // retry safe.
 var ErrUnknownOutcome = errors.New("replica: lost mastership before the command committed; it may or may not take effect")
 
+// NeverApplies reports whether a proposal's error says the log never took
+// the command, so that it cannot apply later: the replica was not the
+// primary in the view asked for (*NotMasterError), or its queue was full
+// (ErrOverloaded). Any other error leaves the outcome unknown.
+func NeverApplies(err error) bool {
+	var nm *NotMasterError
+	return errors.As(err, &nm) || errors.Is(err, ErrOverloaded)
+}
+
 // stallWarning: an input that keeps the loop longer than this is logged.
 const stallWarning = 500 * time.Millisecond
 
@@ -595,9 +604,11 @@ func (r *Replicated) run() {
 // take adds p to the batch, or refuses it when it was made for a view the
 // node is no longer in.
 func (r *Replicated) take(d *Driver, p *proposal, entries [][]byte, replies []Reply) ([][]byte, []Reply) {
-	if p.inView && d.Node().View() != p.view {
-		p.Answer(ProposalResult{Err: d.NotMaster()})
-		return entries, replies
+	if p.inView {
+		if err := d.CheckView(p.view); err != nil {
+			p.Answer(ProposalResult{Err: err})
+			return entries, replies
+		}
 	}
 	return append(entries, p.entry), append(replies, Reply(p))
 }

@@ -10,17 +10,21 @@
 //   - Writes, the table of the master's commands in flight (one Write
 //     each): their stamps and what keeps a command's reach a superset of
 //     what it changes;
+//   - Pipeline, the road of every command the master proposes: an
+//     EndSession drains, the command is stamped (Writes) and its reach
+//     invalidated (Cache), and the caller hears a Verdict — propose, in
+//     which view, or why not — then says when the command finished;
 //   - Oracle, the timestamp oracle: a window of timestamps in memory,
 //     reserved ahead of need through the log;
 //   - Epoch and EpochParts, the master epoch of a view and its parts.
 //
-// All four tables are pure state machines in the manner of replica/vr: no
+// All five are pure state machines in the manner of replica/vr: no
 // goroutine, no timer, no clock of their own — time, where they need it,
 // comes in as an argument (Time: nanoseconds on the master's monotonic
 // clock, the one the replicated log's master lease is measured on) and
 // what to do comes out as return values; none is safe for concurrent use.
 // The cell wraps them with a mutex, timers and parked RPCs
-// (cell/leases.go, cell/cachetracker.go, cell/writeorder.go, cell/oracle.go); the
+// (cell/leases.go, cell/changes.go, cell/oracle.go); the
 // simulator (cell/sim) drives the very same code on simulated clocks, so
 // what it checks is what ships.
 //

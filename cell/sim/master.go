@@ -26,9 +26,9 @@ const leaseHold = 100 * ms
 type masterSim struct {
 	r      *replica
 	leases *master.Leases
-	cache  *master.Cache
-	writes *master.Writes
-	oracle *master.Oracle // the timestamp oracle (oracle.go)
+	pipe   *master.Pipeline // the change pipeline, with the cache and write tables
+	cache  *master.Cache    // pipe's
+	oracle *master.Oracle   // the timestamp oracle (oracle.go)
 
 	view     uint64
 	epoch    int64
@@ -36,13 +36,13 @@ type masterSim struct {
 	serving  bool
 	gen      int // bumped when mastership changes: stale timers check it
 
-	changes []*change  // commands waiting for cache invalidations
-	ends    []*change  // EndSessions waiting for their session's commands in flight
-	open    []*request // requests being handled: a crash resets them
-	pollAt  int64      // a poll is scheduled then (local clock), 0: none
-	expAt   int64      // the expiry timer is set for then (local), 0: none
-	tickAt  int64      // lock-delay Tick scheduled for then (wall ms), 0: none
-	tsWait  []*tsCall  // timestamps calls waiting for the window to change
+	calls  map[uint64]*call // changes in the pipeline, by id
+	seq    uint64           // the last change id given
+	open   []*request       // requests being handled: a crash resets them
+	pipeAt int64            // the pipeline's Tick is scheduled then (local clock), 0: none
+	expAt  int64            // the expiry timer is set for then (local), 0: none
+	tickAt int64            // lock-delay Tick scheduled for then (wall ms), 0: none
+	tsWait []*tsCall        // timestamps calls waiting for the window to change
 }
 
 // simKA is a parked KeepAlive.
@@ -53,25 +53,24 @@ type simKA struct {
 	done   bool
 }
 
-// change is a command waiting until every caching session acknowledged
-// its invalidation (or its lease ended), or an EndSession waiting until
-// its session has no command in flight.
-type change struct {
-	cmd    *fsm.Command
-	ch     *master.Change
-	wr     *master.Write
-	ending chubby.SessionID // an EndSession's session
-	done   func(*fsm.Result_, error)
+// call is a command in the change pipeline and who hears its outcome.
+type call struct {
+	cmd  *fsm.Command // as proposed: its time_ms is the least it may be stamped with
+	done func(*fsm.Result_, error)
 }
 
 func newMasterSim(r *replica) *masterSim {
 	l := r.w.lease
-	return &masterSim{r: r,
+	m := &masterSim{r: r,
 		leases: master.NewLeases(master.LeaseConfig{Lease: l, Margin: l / 4, MaxDrift: vr.MaxClockDrift, MaxParked: 1000}),
-		cache:  master.NewCache(0, 0),
-		writes: master.NewWrites(),
 		oracle: master.NewOracle(r.w.tsWindow),
+		calls:  map[uint64]*call{},
 	}
+	reach := func(cmd *fsm.Command) fs.Reach { return r.sm.st.Reach(cmd) }
+	// The simulated log has no commit timeout: a lease stands for it.
+	m.pipe = master.NewPipeline(master.PipelineFor(l, l), master.NewWrites(), master.NewCache(0, 0), reach, m.leases.LeaseEnd)
+	m.cache = m.pipe.Cache()
+	return m
 }
 
 func (m *masterSim) now() int64 { return m.r.local() }
@@ -118,24 +117,20 @@ func (m *masterSim) lose() {
 		ka.done = true
 		m.refuse(ka.q)
 	}
-	for _, c := range m.changes {
-		m.cache.Done(c.ch)
-		m.writeDone(c)
-		c.done(nil, errNotMaster)
-	}
-	for _, c := range m.ends {
-		m.writes.Unending(c.ending)
-		c.done(nil, errNotMaster)
-	}
-	m.changes, m.ends = nil, nil
+	m.pipeDo(func(master.Clock) { m.pipe.Stop(notMaster) })
 	m.stopOracle()
-	m.expAt, m.tickAt, m.pollAt = 0, 0, 0
+	m.expAt, m.tickAt = 0, 0
 	if wasServing {
 		m.r.w.tracef("r%d stops serving as master (view %d)", m.r.id, m.view)
 	}
 }
 
-var errNotMaster = errors.New("not the master")
+var (
+	errNotMaster = errors.New("not the master")
+	// notMaster is how the pipeline refuses the changes waiting when
+	// mastership is lost (as the cell's NOT_MASTER).
+	notMaster = fs.Errorf(chubby.ErrorCode_NOT_MASTER, "not the master")
+)
 
 // crashed resets every connection the process had (kill: the clients see
 // their calls fail at once).
@@ -152,54 +147,10 @@ func (m *masterSim) crashed() {
 	}
 }
 
-// poll does what waits for time or state: the failover duties once the
-// log can serve reads, changes whose invalidations are done.
+// poll completes the failover once the log can serve reads.
 func (m *masterSim) poll() {
-	r := m.r
-	if !r.up {
-		return
-	}
-	now := m.now()
-	if m.becoming && r.d.Node().CanServeReads(now) {
+	if m.r.up && m.becoming && m.r.d.Node().CanServeReads(m.now()) {
 		m.become()
-	}
-	if !m.serving {
-		return
-	}
-	ends := m.ends[:0]
-	for _, c := range m.ends {
-		if m.writes.Running(c.ending) == 0 {
-			m.begin(c.cmd, c.ending, c.done)
-			continue
-		}
-		ends = append(ends, c)
-	}
-	clear(m.ends[len(ends):])
-	m.ends = ends
-	var next int64
-	rest := m.changes[:0]
-	for _, c := range m.changes {
-		ready, at := m.cache.Ready(c.ch, now)
-		if ready {
-			m.proposeNow(c)
-			continue
-		}
-		if next == 0 || at < next {
-			next = at
-		}
-		rest = append(rest, c)
-	}
-	clear(m.changes[len(rest):])
-	m.changes = rest
-	if next > 0 && (m.pollAt == 0 || next < m.pollAt) {
-		m.pollAt = next
-		gen := m.gen
-		r.w.after(r.realAfter(next-now), func() {
-			if m.gen == gen && m.pollAt == next {
-				m.pollAt = 0
-				r.do(m.poll, false)
-			}
-		})
 	}
 }
 
@@ -210,8 +161,7 @@ func (m *masterSim) become() {
 	m.becoming = false
 	m.epoch = master.Epoch(m.view)
 	m.leases.Start(m.now(), m.epoch, st.Sessions())
-	m.cache.Reset(m.epoch, st.CachingSessions())
-	m.writes.Reset()
+	m.pipeDo(func(c master.Clock) { m.pipe.Reset(c, m.epoch, st.CachingSessions()) })
 	m.serving = true
 	m.resetOracle(st.TimestampsReserved())
 	m.r.w.tracef("r%d master: view %d epoch %d sessions %d", m.r.id, m.view, m.epoch, len(st.Sessions()))
@@ -225,18 +175,17 @@ func (m *masterSim) applied(fx fs.Effects) {
 		return
 	}
 	if len(fx.EndedSessions) > 0 {
-		for _, id := range fx.EndedSessions {
-			m.cache.Forget(id)
-		}
+		m.pipeDo(func(c master.Clock) {
+			for _, id := range fx.EndedSessions {
+				m.pipe.Forget(c, id)
+			}
+		})
 		m.answerLater(m.leases.Ended(fx.EndedSessions))
 	}
 	if len(fx.Notified) > 0 {
 		m.answerLater(m.leases.Wake(fx.Notified))
 	}
 	m.armTick()
-	if len(fx.EndedSessions) > 0 {
-		m.later(m.poll) // changes waiting for those sessions may go
-	}
 }
 
 func (m *masterSim) answerLater(toks []any) {
@@ -322,89 +271,82 @@ func (m *masterSim) expire(id chubby.SessionID) {
 	})
 }
 
-// propose proposes a command once every caching session the change
-// touches has dropped its copy (or its lease has ended). An EndSession
-// first waits until its session has no command in flight (and refuses
-// new ones), as the cell does.
+// clock is the time the pipeline is given.
+func (m *masterSim) clock() master.Clock {
+	return master.Clock{Now: m.r.local(), WallMs: m.r.wallMs(), Mono: m.r.local()}
+}
+
+// propose puts cmd through the change pipeline, as the cell's submit does:
+// it is stamped no earlier than its time_ms, and proposed once the caches
+// it reaches dropped their copies; done hears the outcome.
 func (m *masterSim) propose(cmd *fsm.Command, done func(*fsm.Result_, error)) {
-	if es := cmd.Op.EndSession; es != nil {
-		m.cache.Forget(es.Session) // its client no longer serves its cache
-		m.writes.Ending(es.Session)
-		m.ends = append(m.ends, &change{cmd: cmd, ending: es.Session, done: done})
-		m.later(m.poll)
-		return
-	}
-	m.begin(cmd, 0, done)
+	m.seq++
+	id := m.seq
+	m.calls[id] = &call{cmd: cmd, done: done}
+	m.pipeDo(func(c master.Clock) { m.pipe.Submit(c, id, cmd.Op, cmd.TimeMs) })
 }
 
-// begin stamps the command (at cmd.TimeMs or later), computes what it may
-// change of what clients cache (fs.State.Reach, with the lock-delays of
-// expired EndSessions in flight) and invalidates that.
-func (m *masterSim) begin(cmd *fsm.Command, ending chubby.SessionID, done func(*fsm.Result_, error)) {
-	session, _ := fs.OpSession(cmd.Op)
-	if ending != 0 {
-		session = 0
+// pipeDo runs f on the pipeline and carries out its Ready: woken
+// sessions' KeepAlives are answered, refused changes answered, and the
+// changes let go are proposed.
+func (m *masterSim) pipeDo(f func(master.Clock)) {
+	f(m.clock())
+	rd := m.pipe.Ready()
+	m.answerLater(m.leases.Wake(rd.Wake))
+	for _, v := range rd.Verdicts {
+		c := m.calls[v.ID]
+		delete(m.calls, v.ID)
+		switch {
+		case v.Err == nil:
+			m.proposeNow(v, c)
+		case v.Err.Code == chubby.ErrorCode_SESSION_EXPIRED:
+			c.done(&fsm.Result_{Err: v.Err}, nil)
+		case v.Err.Code == chubby.ErrorCode_NOT_MASTER:
+			c.done(nil, errNotMaster)
+		default:
+			c.done(nil, v.Err)
+		}
 	}
-	wr, delayed := m.writes.Begin(session, m.r.wallMs(), m.r.local(), cmd.TimeMs)
-	if wr == nil {
-		done(&fsm.Result_{Err: fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "session %d is being ended", session)}, nil)
-		return
-	}
-	c := *cmd
-	c.TimeMs = wr.TimeMs
-	reach := m.r.sm.st.Reach(&c)
-	m.writes.Delays(wr, reach.Delayed)
-	if !reach.All {
-		reach.Paths = append(reach.Paths, delayed...)
-	}
-	ch := &change{cmd: &c, wr: wr, ending: ending, done: done}
-	if !reach.All && len(reach.Paths) == 0 && len(reach.Trees) == 0 {
-		m.proposeNow(ch)
-		return
-	}
-	var wake []chubby.SessionID
-	ch.ch, wake = m.cache.Invalidate(reach.Paths, reach.Trees, reach.All, m.leases.LeaseEnd)
-	m.answerLater(m.leases.Wake(wake))
-	m.changes = append(m.changes, ch)
-	m.later(m.poll)
+	m.armPipe()
 }
 
-// writeDone ends a change's part in the write table.
-func (m *masterSim) writeDone(c *change) {
-	m.writes.Done(c.wr)
-	if c.ending != 0 {
-		m.writes.Unending(c.ending)
+// armPipe schedules the pipeline's Tick at its next wait's end. The timer
+// outlives mastership, as the cell's does: uncertain changes are released
+// whoever is master.
+func (m *masterSim) armPipe() {
+	next, ok := m.pipe.Next()
+	if !ok || (m.pipeAt != 0 && m.pipeAt <= next) {
+		return
 	}
-	m.later(m.poll) // an EndSession waiting for the change's session may go
+	m.pipeAt = next
+	r, ep := m.r, m.r.epoch
+	r.w.after(r.realAfter(next-m.now()), func() {
+		if r.epoch != ep || m.pipeAt != next {
+			return
+		}
+		r.do(func() {
+			m.pipeAt = 0
+			m.pipeDo(m.pipe.Tick)
+		}, false)
+	})
 }
 
-// proposeNow hands the command (stamped) to the driver; done hears the
-// outcome. The paths it made uncachable become cachable once it applied
-// (a while later if its outcome is unknown), and so its write ends.
-func (m *masterSim) proposeNow(c *change) {
+// proposeNow hands the command let go (stamped) to the driver, in the
+// view its invalidation waited in; c.done hears the outcome, and the
+// change is finished: uncertain unless the log never took it.
+func (m *masterSim) proposeNow(v master.Verdict, c *call) {
 	r := m.r
 	if r.w.quiet {
 		return // the run is ending
 	}
-	data := fs.EncodeCommand(c.cmd)
-	gen := m.gen
+	cmd := *c.cmd
+	cmd.TimeMs = v.Cmd.TimeMs
+	data := fs.EncodeCommand(&cmd)
+	ep := r.epoch
 	reply := simProposal(func(pr rp.ProposalResult) {
-		if m.gen == gen {
-			release := func() {
-				if c.ch != nil {
-					m.cache.Done(c.ch)
-				}
-				m.writeDone(c)
-			}
-			if pr.Err != nil {
-				r.w.after(r.realAfter(2*int64(r.w.lease)), func() {
-					if m.gen == gen {
-						release()
-					}
-				})
-			} else {
-				release()
-			}
+		if r.epoch == ep {
+			uncertain := pr.Err != nil && !rp.NeverApplies(pr.Err)
+			m.later(func() { m.pipeDo(func(k master.Clock) { m.pipe.Finished(k, v.ID, uncertain) }) })
 		}
 		if pr.Err != nil {
 			c.done(nil, pr.Err)
@@ -417,7 +359,15 @@ func (m *masterSim) proposeNow(c *change) {
 		}
 		c.done(res, nil)
 	})
-	m.later(func() { r.d.Propose([][]byte{data}, []rp.Reply{reply}) })
+	m.later(func() {
+		if v.InView {
+			if err := r.d.CheckView(v.View); err != nil {
+				reply.Answer(rp.ProposalResult{Err: err})
+				return
+			}
+		}
+		r.d.Propose([][]byte{data}, []rp.Reply{reply})
+	})
 }
 
 // simProposal adapts a function to rp.Reply.
@@ -578,9 +528,7 @@ func (m *masterSim) keepAlive(q *request) {
 		return
 	}
 	ids := []chubby.SessionID{q.session}
-	if m.cache.Ack(q.epoch, ids, []int64{q.ackInv}) {
-		m.later(m.poll)
-	}
+	m.pipeDo(func(c master.Clock) { m.pipe.Ack(c, q.epoch, ids, []int64{q.ackInv}) })
 	ka := &simKA{q: q}
 	c, wait, err := m.leases.Register(m.now(), ids, []int64{0}, ka)
 	if err != nil {
@@ -666,7 +614,15 @@ func (m *masterSim) read(q *request) {
 		m.send(q, reply{kind: replyBusy}) // the master lease lapsed
 		return
 	}
-	ok := q.cache && m.cache.Register(q.handle.Session, q.handle.Path)
+	// As the cell: registered before the state is read, the read ACL
+	// name the read saw after.
+	ok, mark := false, master.ReadMark{}
+	if q.cache {
+		ok, mark = m.cache.RegisterRead(q.handle.Session, q.handle.Path)
+	}
 	content, stat, err := m.r.sm.st.GetContentsAndStat(q.handle)
+	if ok && err == nil {
+		ok = m.cache.RegisterACL(q.handle.Session, q.handle.Path, stat.GetAcl().GetReadAcl(), mark)
+	}
 	m.send(q, reply{kind: replyOK, content: content, stat: stat, readErr: err, cacheOK: ok && err == nil})
 }

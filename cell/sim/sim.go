@@ -1,7 +1,8 @@
 // Package sim is a deterministic simulator of a lock cell: the code that
 // ships — the replica driver (replica.Driver) around the protocol core
-// (replica/vr), the state machine (fs), the master's session lease and
-// cache tables and its timestamp oracle (cell/master) and the client's
+// (replica/vr), the state machine (fs), the master's session lease table,
+// its change pipeline with the cache and write tables, and its timestamp
+// oracle (cell/master) and the client's
 // lease rules (client/lease) — on simulated clocks, disks and networks,
 // with clients, faults and checkers. One seeded random source (PCG) drives everything and nothing
 // iterates a map where order matters, so a seed replays exactly.
@@ -17,8 +18,11 @@
 // handlers do, in simulated form (master.go): failover duties, CreateSession
 // and KeepAlive through master.Leases (parked, answered only under the
 // master lease held at that moment), lease expiry proposing EndSession,
-// lock-delay Ticks, cache invalidation through master.Cache before
-// every change commits, and the timestamp oracle (oracle.go) as
+// lock-delay Ticks, every change through master.Pipeline as the cell's
+// submit puts it (an EndSession drains its session's commands, the
+// command is stamped and the caches it reaches invalidated before it is
+// proposed, in the view the invalidation waited in, and an uncertain
+// outcome holds its place), and the timestamp oracle (oracle.go) as
 // cell/oracle.go drives master.Oracle: Reset at the failover duties from
 // the mark in the state (fs.State.TimestampsReserved), Stop when
 // mastership ends, GetTimestamps answered from Take only under the master
