@@ -185,8 +185,19 @@ func (l *leases) markEnding(id chubby.SessionID) bool {
 	return l.t.MarkEnding(id)
 }
 
-// unmarkEnding undoes markEnding (or an expiry) when the EndSession
-// command failed to commit.
+// retry puts an expired session's EndSession, which failed to commit,
+// off for a pause (master.Leases.Retry); the expiry timer proposes it
+// again. It returns the pause.
+func (l *leases) retry(id chubby.SessionID) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	pause := l.t.Retry(id, l.now())
+	l.armLocked()
+	return pause
+}
+
+// unmarkEnding undoes markEnding when the EndSession of a CloseSession
+// failed to commit.
 func (l *leases) unmarkEnding(id chubby.SessionID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -559,32 +560,28 @@ func (s *Server) closeAll() {
 	}
 }
 
-// expireSession ends a session whose lease ran out (lock-delay applies). It
-// runs on a timer goroutine and retries while the cell is overloaded: a
-// session must not outlive its lease by more than the retries take.
+// expireSession ends a session whose lease ran out (lock-delay applies),
+// on a goroutine of its own. A failure (the cell overloaded, say) is
+// retried through the lease table (master.Leases.Retry), so a session
+// outlives its lease by no more than the failures take.
 func (s *Server) expireSession(id chubby.SessionID) {
 	s.goBackground(func() {
 		s.cfg.Logger.Info("session lease expired", "session", id)
 		op := &fsm.Op{EndSession: &fsm.EndSession{Session: id, Expired: true}}
-		backoff := 10 * time.Millisecond
-		for attempt := 0; attempt < 50; attempt++ {
-			_, err := s.submit(context.Background(), proposal{op: op})
-			var ce *chubby.ChubbyError
-			if err == nil || (errors.As(err, &ce) && ce.Code == chubby.ErrorCode_SESSION_EXPIRED) {
-				s.leases.ended([]chubby.SessionID{id})
-				return
-			}
-			select {
-			case <-s.closed:
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, time.Second)
+		_, err := s.submit(context.Background(), proposal{op: op})
+		var ce *chubby.ChubbyError
+		if err == nil || (errors.As(err, &ce) && ce.Code == chubby.ErrorCode_SESSION_EXPIRED) {
+			s.leases.ended([]chubby.SessionID{id})
+			return
 		}
-		// Its lease is over, so it is due again at once: the expiry timer
-		// starts another round of attempts.
-		s.cfg.Logger.Error("could not end an expired session; trying again later", "session", id)
-		s.leases.unmarkEnding(id)
+		// Still marked ending (its lease is over): the expiry timer
+		// proposes it again after a pause that grows with each failure.
+		level := slog.LevelDebug
+		pause := s.leases.retry(id)
+		if pause >= master.ExpiryRetryMax {
+			level = slog.LevelWarn // failing for a second or more
+		}
+		s.cfg.Logger.Log(context.Background(), level, "could not end an expired session; trying again", "session", id, "err", err, "in", pause)
 	})
 }
 

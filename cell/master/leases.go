@@ -122,6 +122,10 @@ type Leases struct {
 type sessionLease struct {
 	end    Time
 	ending bool // EndSession proposed (expired or closed): KeepAlives get SESSION_EXPIRED
+	// retryAt is when an expiry whose EndSession failed is due again
+	// (Retry), 0 for none; tries counts the failures.
+	retryAt Time
+	tries   int
 	// greeted: the session's client has had a KeepAlive answer in this
 	// epoch. A session recovered by a new master is not: its first
 	// KeepAlive is answered at once, so the client learns of the failover
@@ -329,7 +333,8 @@ func (l *Leases) unpark(c *Call) {
 
 // Due returns the sessions whose lease has ended at now, marked ending:
 // the caller proposes their EndSession (expired) and reports Ended once it
-// applied, or Unmark if it could not be committed. lag is how late the
+// applied, or Retry if it could not be committed (Due returns the session
+// again after a pause). lag is how late the
 // caller looks (now minus the time NextDue gave; 0 when unknown).
 //
 // A master that was not running when a lease ended (its process starved
@@ -364,8 +369,13 @@ func (l *Leases) Due(now, lag Time) (due []chubby.SessionID, wake []any) {
 	for len(l.expiry) > 0 && l.expiry[0].at <= now {
 		it := heap.Pop(&l.expiry).(expiryItem)
 		ls, ok := l.sessions[it.id]
-		if !ok || ls.ending || ls.end != it.end {
+		if !ok || !it.valid(ls) {
 			continue // gone, being ended, or extended since
+		}
+		if it.retry {
+			ls.retryAt = 0
+			due = append(due, it.id) // its EndSession failed: again
+			continue
 		}
 		switch {
 		case len(ls.calls) > 0:
@@ -392,12 +402,37 @@ func (l *Leases) recheck(it expiryItem, at Time) {
 func (l *Leases) NextDue() (Time, bool) {
 	for len(l.expiry) > 0 {
 		it := l.expiry[0]
-		if ls, ok := l.sessions[it.id]; ok && !ls.ending && ls.end == it.end {
+		if ls, ok := l.sessions[it.id]; ok && it.valid(ls) {
 			return it.at, true
 		}
 		heap.Pop(&l.expiry)
 	}
 	return 0, false
+}
+
+// ExpiryRetryFirst and ExpiryRetryMax bound the pause before an expired
+// session's EndSession, which failed, is proposed again (Retry): it
+// doubles from the first to the most.
+const (
+	ExpiryRetryFirst = 10 * time.Millisecond
+	ExpiryRetryMax   = time.Second
+)
+
+// Retry says that the EndSession of a session Due returned did not
+// commit (the log was overloaded, or the change pipeline refused it). The
+// session stays marked ending — its lease is over, so nothing extends it
+// — and Due returns it again after a pause that doubles with every
+// failure, from ExpiryRetryFirst to ExpiryRetryMax. It returns the pause.
+func (l *Leases) Retry(id chubby.SessionID, now Time) time.Duration {
+	ls, ok := l.sessions[id]
+	if !ok || !ls.ending {
+		return 0
+	}
+	pause := min(ExpiryRetryFirst<<min(ls.tries, 16), ExpiryRetryMax)
+	ls.tries++
+	ls.retryAt = now + Time(pause)
+	heap.Push(&l.expiry, expiryItem{at: ls.retryAt, id: id, retry: true})
+	return pause
 }
 
 // MarkEnding marks a session as being ended (CloseSession) so that
@@ -411,12 +446,12 @@ func (l *Leases) MarkEnding(id chubby.SessionID) bool {
 	return true
 }
 
-// Unmark undoes MarkEnding (or Due) when the EndSession command did not
+// Unmark undoes MarkEnding when the EndSession of a CloseSession did not
 // commit: the session lives on with the lease it had, and is due again at
 // once if that is over.
 func (l *Leases) Unmark(id chubby.SessionID) {
 	if ls, ok := l.sessions[id]; ok && ls.ending {
-		ls.ending = false
+		ls.ending, ls.retryAt = false, 0
 		heap.Push(&l.expiry, expiryItem{at: ls.end, end: ls.end, id: id})
 	}
 }
@@ -514,6 +549,16 @@ func (l *Leases) Untake(acks []*fsm.EventAck) {
 type expiryItem struct {
 	at, end Time
 	id      chubby.SessionID
+	retry   bool // a failed expiry's next try (Retry), not a lease end
+}
+
+// valid reports whether it still stands for ls: a lease end not extended
+// since, of a session not being ended, or ls's pending Retry.
+func (it expiryItem) valid(ls *sessionLease) bool {
+	if it.retry {
+		return ls.ending && ls.retryAt == it.at
+	}
+	return !ls.ending && ls.end == it.end
 }
 
 type expiryHeap []expiryItem

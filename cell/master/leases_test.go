@@ -181,6 +181,49 @@ func TestExpiryAndEnd(t *testing.T) {
 	}
 }
 
+// TestExpiryRetry: an expired session whose EndSession failed stays
+// ending (no KeepAlive extends it) and is due again after pauses that
+// double from ExpiryRetryFirst up to ExpiryRetryMax; a session extended or
+// ended meanwhile is not.
+func TestExpiryRetry(t *testing.T) {
+	l := newTestLeases()
+	l.Start(0, 1, nil)
+	l.Add(0, sec, 0, 1)
+	now := 12 * sec
+	if due, _ := l.Due(now, 0); len(due) != 1 {
+		t.Fatalf("due at 12 s: %v", due)
+	}
+	want := ExpiryRetryFirst
+	for try := range 10 {
+		pause := l.Retry(1, now)
+		if pause != want {
+			t.Fatalf("try %d: pause %v, want %v", try, pause, want)
+		}
+		if l.Alive(1) {
+			t.Fatal("alive while its EndSession is retried")
+		}
+		if next, ok := l.NextDue(); !ok || next != now+Time(pause) {
+			t.Fatalf("try %d: next due %v %v, want %v", try, time.Duration(next), ok, time.Duration(now)+pause)
+		}
+		if due, _ := l.Due(now+Time(pause)-1, 0); len(due) != 0 {
+			t.Fatalf("try %d: due before the pause ended: %v", try, due)
+		}
+		now += Time(pause)
+		if due, _ := l.Due(now, 0); len(due) != 1 || due[0] != 1 {
+			t.Fatalf("try %d: not due after the pause: %v", try, due)
+		}
+		want = min(2*want, ExpiryRetryMax)
+	}
+	l.Retry(1, now)
+	l.Ended([]chubby.SessionID{1})
+	if due, _ := l.Due(now+Time(time.Hour), 0); len(due) != 0 {
+		t.Fatalf("an ended session is due: %v", due)
+	}
+	if pause := l.Retry(1, now); pause != 0 {
+		t.Fatalf("Retry of an ended session: %v", pause)
+	}
+}
+
 // TestLateMasterSparesClientsThatAsked: a master that looks at lease ends
 // late (its process was starved) ends no session whose client had a
 // KeepAlive parked — it answers the call instead — and puts off the end of

@@ -260,14 +260,10 @@ func (m *masterSim) expire(id chubby.SessionID) {
 			m.answerLater(m.leases.Ended([]chubby.SessionID{id}))
 			return
 		}
-		// Not committed (overloaded, or not the master any more): the
-		// session is due again after a pause, as the cell retries.
-		r := m.r
-		r.w.after(r.w.between(10*ms, 50*ms), func() {
-			if m.gen == gen && r.up {
-				r.do(func() { m.leases.Unmark(id); m.armExpiry() }, false)
-			}
-		})
+		// Not committed (overloaded, or not the master any more): due
+		// again after a pause, as in the cell (master.Leases.Retry).
+		m.leases.Retry(id, m.now())
+		m.armExpiry()
 	})
 }
 
