@@ -154,11 +154,14 @@ func (m *masterSim) poll() {
 	}
 }
 
-// become completes the failover: epoch master.Epoch(view), every session in the state
-// gets the recovered lease, every caching session must flush.
+// become completes the failover, as the cell's becomeMaster: stamps
+// anchored at the state's clock, epoch master.Epoch(view), every session
+// in the state gets the recovered lease, every caching session must flush.
 func (m *masterSim) become() {
 	st := m.r.sm.st
 	m.becoming = false
+	// Its stamps start from the state's clock (master.Writes.Anchor).
+	m.pipe.Writes().Anchor(st.Now(), m.r.sm.clockAt)
 	m.epoch = master.Epoch(m.view)
 	m.leases.Start(m.now(), m.epoch, st.Sessions())
 	m.pipeDo(func(c master.Clock) { m.pipe.Reset(c, m.epoch, st.CachingSessions()) })
@@ -203,13 +206,16 @@ func (m *masterSim) armTick() {
 	}
 	m.tickAt = at
 	r, gen := m.r, m.gen
-	r.w.after(r.realAfter((at-r.wallMs())*ms+ms), func() {
+	// Counted on the commands' clock, as the cell's scheduleTick: a Tick
+	// stamped before at would end nothing.
+	stamp := m.pipe.Writes().Stamp(r.wallMs(), r.local())
+	r.w.after(r.realAfter((at-stamp)*ms+ms), func() {
 		if m.gen != gen || m.tickAt != at || !r.up {
 			return
 		}
 		r.do(func() {
 			m.tickAt = 0
-			m.propose(&fsm.Command{TimeMs: max(r.wallMs(), at), Op: &fsm.Op{Tick: &fsm.Tick{}}}, func(_ *fsm.Result_, err error) {
+			m.propose(&fsm.Command{TimeMs: at, Op: &fsm.Op{Tick: &fsm.Tick{}}}, func(_ *fsm.Result_, err error) {
 				if err != nil {
 					// As the cell does: try again a little later.
 					r.w.after(r.w.between(10*ms, 100*ms), func() {

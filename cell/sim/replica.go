@@ -557,13 +557,21 @@ func (t simTransport) Send(ms []vr.Message) {
 type machine struct {
 	r  *replica
 	st *fs.State
+	// clockAt is the instant (the replica's local clock) the state clock
+	// reached its value, which a new master anchors its stamps at (as
+	// cell's machine records it).
+	clockAt int64
 }
 
 func (m *machine) Apply(index uint64, entry []byte) any {
+	before := m.st.Now()
 	res, fx, err := m.st.ApplyBytes(entry)
 	if err != nil {
 		m.r.w.fail("replica %d: entry %d does not decode: %v", m.r.id, index, err)
 		return nil
+	}
+	if m.st.Now() != before {
+		m.clockAt = m.r.local()
 	}
 	m.r.m.applied(fx)
 	return res
@@ -579,7 +587,7 @@ func (m *machine) Restore(index uint64, b []byte) error {
 	if err != nil {
 		return err
 	}
-	m.st = st
+	m.st, m.clockAt = st, m.r.local()
 	m.r.w.check.onSnapshot(m.r, index, b)
 	return nil
 }
