@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -32,8 +33,7 @@ type machine struct {
 	t0      time.Time // the origin of mono
 
 	waitMu  sync.Mutex
-	waiters map[int64]*parkedAcquire // handle id → its parked Acquire
-	maxWait int
+	waiters *master.Waiters // the parked Acquire calls; tokens are *rpc.Deferred[*chubby.Sequencer]
 
 	// Called from the apply goroutine, outside mu.
 	onEnded  func([]chubby.SessionID)
@@ -46,8 +46,7 @@ func newMachine(l fs.Limits, maxWaiters int) *machine {
 		limits:  l,
 		st:      fs.New(l),
 		sh:      newShadow(l),
-		waiters: make(map[int64]*parkedAcquire),
-		maxWait: maxWaiters,
+		waiters: master.NewWaiters(maxWaiters),
 		t0:      time.Now(),
 	}
 }
@@ -125,20 +124,6 @@ func (m *machine) Restore(index uint64, b []byte) error {
 	return nil
 }
 
-// parkedAcquire is an Acquire call parked for its handle: d answers it;
-// queued says its request has been applied as waiting (fs.Effects.Queued),
-// so that the wakes of later commands are its own.
-//
-// rid is the call's request number (AcquireRequest.rid.seq; 0 if unset):
-// a resend of the same call, which a client makes when it moves to a new
-// master it thinks this replica is not, takes the parked call's place
-// (park) instead of being refused.
-type parkedAcquire struct {
-	d      *rpc.Deferred[*chubby.Sequencer]
-	queued bool
-	rid    int64
-}
-
 // errSuperseded answers a parked Acquire whose caller sent the same
 // request again (same handle and request number): the resend waits in its
 // place.
@@ -147,31 +132,16 @@ var errSuperseded = fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "this Acquire was se
 func (m *machine) dispatch(fx fs.Effects) {
 	if len(fx.Woken) > 0 || len(fx.Queued) > 0 {
 		m.waitMu.Lock()
-		for _, w := range fx.Woken {
-			p, ok := m.waiters[w.Handle]
-			if !ok {
-				continue // its caller already gave up (see handler.Acquire)
-			}
-			if !p.queued {
-				// The wake is about an older request of the handle (one
-				// an earlier master left, or whose caller gave up): the
-				// call parked now has not had its own request applied
-				// yet, and its answer is that request's.
-				continue
-			}
-			delete(m.waiters, w.Handle)
-			if w.Err != nil {
-				p.d.Reject(w.Err)
-			} else {
-				p.d.Resolve(w.Sequencer)
-			}
-		}
-		for _, h := range fx.Queued {
-			if p, ok := m.waiters[h]; ok {
-				p.queued = true
-			}
-		}
+		wakes := m.waiters.Applied(fx)
 		m.waitMu.Unlock()
+		for _, w := range wakes {
+			d := w.Token.(*rpc.Deferred[*chubby.Sequencer])
+			if w.Err != nil {
+				d.Reject(w.Err)
+			} else {
+				d.Resolve(w.Sequencer)
+			}
+		}
 	}
 	if len(fx.EndedSessions) > 0 && m.onEnded != nil {
 		m.onEnded(fx.EndedSessions)
@@ -181,39 +151,32 @@ func (m *machine) dispatch(fx fs.Effects) {
 	}
 }
 
-// park registers a parked Acquire for a handle. It fails when the handle
-// already has one (the fs would refuse the second anyway) or when too many
-// calls are parked — except that a call with the request number rid (> 0)
-// of the one parked, whose request is applied as waiting, takes its place:
-// the earlier call is answered errSuperseded, and reattached says the
-// request waits already (nothing is to be proposed).
+// park registers a parked Acquire for a handle (master.Waiters.Park):
+// it fails when the handle already has one (the fs would refuse the
+// second anyway) or when too many calls are parked — except that a call
+// with the request number rid (> 0) of the one parked, whose request is
+// applied as waiting, takes its place: the earlier call is answered
+// errSuperseded, and reattached says the request waits already (nothing
+// is to be proposed).
 func (m *machine) park(handle, rid int64) (d *rpc.Deferred[*chubby.Sequencer], reattached bool, err error) {
-	m.waitMu.Lock()
-	defer m.waitMu.Unlock()
-	if p, dup := m.waiters[handle]; dup {
-		if rid <= 0 || p.rid != rid || !p.queued {
-			return nil, false, fs.Errorf(chubby.ErrorCode_LOCK_HELD, "handle %d already has an Acquire waiting", handle)
-		}
-		d = rpc.NewDeferred[*chubby.Sequencer]()
-		m.waiters[handle] = &parkedAcquire{d: d, queued: true, rid: rid}
-		p.d.Reject(errSuperseded)
-		return d, true, nil
-	}
-	if len(m.waiters) >= m.maxWait {
-		return nil, false, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "too many parked Acquire calls (%d); retry later", m.maxWait)
-	}
 	d = rpc.NewDeferred[*chubby.Sequencer]()
-	m.waiters[handle] = &parkedAcquire{d: d, rid: rid}
-	return d, false, nil
+	m.waitMu.Lock()
+	old, reattached, cerr := m.waiters.Park(handle, rid, d)
+	m.waitMu.Unlock()
+	if cerr != nil {
+		return nil, false, cerr
+	}
+	if old != nil {
+		old.(*rpc.Deferred[*chubby.Sequencer]).Reject(errSuperseded)
+	}
+	return d, reattached, nil
 }
 
 // unpark forgets a handle's parked Acquire if it is still d.
 func (m *machine) unpark(handle int64, d *rpc.Deferred[*chubby.Sequencer]) {
 	m.waitMu.Lock()
 	defer m.waitMu.Unlock()
-	if p, ok := m.waiters[handle]; ok && p.d == d {
-		delete(m.waiters, handle)
-	}
+	m.waiters.Unpark(handle, d)
 }
 
 // waiting reports whether the handle's parked Acquire has had its request
@@ -221,14 +184,13 @@ func (m *machine) unpark(handle int64, d *rpc.Deferred[*chubby.Sequencer]) {
 func (m *machine) waiting(handle int64) bool {
 	m.waitMu.Lock()
 	defer m.waitMu.Unlock()
-	p, ok := m.waiters[handle]
-	return ok && p.queued
+	return m.waiters.Queued(handle)
 }
 
 func (m *machine) parkedAcquires() int {
 	m.waitMu.Lock()
 	defer m.waitMu.Unlock()
-	return len(m.waiters)
+	return m.waiters.Len()
 }
 
 // read runs f with the state under the read lock.
@@ -242,10 +204,9 @@ func (m *machine) read(f func(st *fs.State)) {
 // mastership). Their requests stay queued in fs until withdrawn.
 func (m *machine) failParked(err error) {
 	m.waitMu.Lock()
-	ws := m.waiters
-	m.waiters = make(map[int64]*parkedAcquire)
+	toks := m.waiters.Fail()
 	m.waitMu.Unlock()
-	for _, p := range ws {
-		p.d.Reject(err)
+	for _, t := range toks {
+		t.(*rpc.Deferred[*chubby.Sequencer]).Reject(err)
 	}
 }

@@ -1,0 +1,125 @@
+package master
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/gen/chubby"
+)
+
+// Waiters is the master's table of parked Acquire calls: at most one per
+// handle, each waiting for the answer to its handle's waiting request in
+// the state (fs queues it; a later command grants it or fails it, and says
+// so in its Effects). The caller parks a call before it proposes the
+// waiting Acquire, reads each applied command's Effects through Applied,
+// and answers the calls Applied returns. It is not safe for concurrent
+// use.
+//
+// A call's answer must be its own request's. A handle's earlier request —
+// one an earlier master left waiting, or one whose caller gave up and
+// whose withdrawal failed — may be woken after a new call is parked and
+// before that call's request is queued: such a wake is about the older
+// request, and the new call goes on waiting (it is not "queued" yet).
+//
+// A resend of the parked call (the same request number, rid > 0: its
+// client thought the master had moved) takes the parked call's place once
+// its request is queued: the request keeps its place in the lock's queue,
+// and the earlier call is answered that it was superseded.
+type Waiters struct {
+	max int
+	m   map[int64]*waiter // by handle id
+}
+
+type waiter struct {
+	token  any
+	rid    int64
+	queued bool // its request is queued in the state (fs.Effects.Queued)
+}
+
+// Wake is a parked call's answer: the lock's sequencer, or why not.
+type Wake struct {
+	Token     any
+	Sequencer *chubby.Sequencer
+	Err       *chubby.ChubbyError
+}
+
+// NewWaiters returns an empty table that parks at most max calls.
+func NewWaiters(max int) *Waiters {
+	return &Waiters{max: max, m: map[int64]*waiter{}}
+}
+
+// Park parks a call (token) for handle, with the request number rid of
+// its Acquire (0: none). A call that takes the place of a queued resend
+// comes back reattached, with the superseded call's token to answer:
+// nothing is to be proposed for it. It fails with LOCK_HELD when the
+// handle has a call parked already, UNAVAILABLE when the table is full.
+func (w *Waiters) Park(handle, rid int64, token any) (superseded any, reattached bool, err *chubby.ChubbyError) {
+	if p, dup := w.m[handle]; dup {
+		if rid <= 0 || p.rid != rid || !p.queued {
+			return nil, false, fs.Errorf(chubby.ErrorCode_LOCK_HELD, "handle %d already has an Acquire waiting", handle)
+		}
+		w.m[handle] = &waiter{token: token, rid: rid, queued: true}
+		return p.token, true, nil
+	}
+	if len(w.m) >= w.max {
+		return nil, false, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "too many parked Acquire calls (%d); retry later", w.max)
+	}
+	w.m[handle] = &waiter{token: token, rid: rid}
+	return nil, false, nil
+}
+
+// Unpark forgets handle's parked call if it is still token's.
+func (w *Waiters) Unpark(handle int64, token any) {
+	if p, ok := w.m[handle]; ok && p.token == token {
+		delete(w.m, handle)
+	}
+}
+
+// Queued reports whether handle's parked call has had its request
+// queued in the state.
+func (w *Waiters) Queued(handle int64) bool {
+	p, ok := w.m[handle]
+	return ok && p.queued
+}
+
+// Applied takes an applied command's effects and returns the parked calls
+// they answer, which leave the table: the wakes of handles whose call's
+// own request is queued. The handles the command queued have their call's
+// request queued from now on.
+func (w *Waiters) Applied(fx fs.Effects) []Wake {
+	var wakes []Wake
+	for _, k := range fx.Woken {
+		p, ok := w.m[k.Handle]
+		if !ok || !p.queued {
+			// Nobody parked (its caller gave up), or the wake is about an
+			// older request of the handle.
+			continue
+		}
+		delete(w.m, k.Handle)
+		wakes = append(wakes, Wake{Token: p.token, Sequencer: k.Sequencer, Err: k.Err})
+	}
+	for _, h := range fx.Queued {
+		if p, ok := w.m[h]; ok {
+			p.queued = true
+		}
+	}
+	return wakes
+}
+
+// Fail empties the table (shutdown, lost mastership) and returns the
+// tokens of every call that was parked, to be answered with the reason.
+// Their requests stay queued in the state until withdrawn. The tokens
+// come in handle order, so that a simulation replays the same.
+func (w *Waiters) Fail() []any {
+	hs := slices.Sorted(maps.Keys(w.m))
+	toks := make([]any, 0, len(hs))
+	for _, h := range hs {
+		toks = append(toks, w.m[h].token)
+	}
+	clear(w.m)
+	return toks
+}
+
+// Len is the number of calls parked.
+func (w *Waiters) Len() int { return len(w.m) }
