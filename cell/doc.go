@@ -75,7 +75,10 @@
 //	(b) Acquire: queueAcquire parks the call (machine.park, an
 //	    rpc.Deferred keyed by handle) and proposes a waiting Acquire; a
 //	    later command's Woken effect answers it, or its wait runs out and
-//	    it proposes CancelWait (withdrawWait).
+//	    it proposes CancelWait (withdrawWait): TIMED_OUT once that
+//	    applied and the lock was not granted first, UNAVAILABLE (the
+//	    lock may yet be granted) when it did not commit. The table of
+//	    parked calls is master.Waiters.
 //	(c) Invalidations to cachers: queued in master.Cache and carried by the
 //	    cacher's next KeepAlive reply (a parked one is answered at once);
 //	    the client acknowledges in its following KeepAlive.
@@ -126,11 +129,15 @@
 //     the log (EndSession with expired set: its locks go into lock-delay,
 //     its ephemeral nodes go). Reads, CheckSequencer, GetMaster and the
 //     lock answers read from memory wait for the lease the same way.
-//   - Parked Acquires (machine): a blocking Acquire is proposed as a waiting
-//     request; when the lock is not free the handler parks until a later
-//     command's effects grant it, its wait runs out (then it proposes
-//     CancelWait; a grant that won the race is honoured), or its handle or
-//     session ends. Only the effects of commands after its request applied
+//   - Parked Acquires (machine, around master.Waiters): a blocking Acquire
+//     is proposed as a waiting request; when the lock is not free the
+//     handler parks until a later command's effects grant it, its wait
+//     runs out (then it proposes CancelWait; a grant that won the race is
+//     honoured, and a withdrawal that did not commit is answered
+//     UNAVAILABLE, not TIMED_OUT: the lock may yet be granted), or its
+//     handle or session ends. A resend of the parked call (its request
+//     number) takes its place once its request is queued, and is told to
+//     send again (UNAVAILABLE) while the request is still on its way. Only the effects of commands after its request applied
 //     (fs.Effects.Queued) answer it: a wake for an older request of the
 //     handle does not. A request of the handle found still waiting with
 //     nobody parked on it (an earlier master's, or one whose withdrawal

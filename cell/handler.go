@@ -563,8 +563,45 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if err := h.s.awaitStaleWithdrawn(ctx); err != nil {
 		return nil, err
 	}
+	var rid int64
+	if req.Rid != nil { // GetRid returns a nil pointer, whose GetSeq panics
+		rid = req.Rid.Seq
+	}
+	if h.s.m.stale(req.Handle.Id, rid) {
+		// An attempt of a request answered already: proposed again, it
+		// would wait for the lock anew, for nobody. It is told what the
+		// handle holds, read under the master lease.
+		held, err := h.held(ctx, req.Handle, req.Mode)
+		if err != nil {
+			return nil, err
+		}
+		if held != nil {
+			return held, nil
+		}
+		return nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "request %d of handle %d was answered already; the handle does not hold %s", rid, req.Handle.Id, req.Handle.Path)
+	}
+	seq, err := h.acquire(ctx, req, rid)
+	if definite(err) {
+		h.s.m.answered(req.Handle.Id, rid)
+	}
+	return seq, err
+}
+
+// definite reports whether an Acquire's answer settles its request: the
+// lock granted, or refused by the state, or TIMED_OUT once withdrawn. Not
+// NOT_MASTER or UNAVAILABLE, after which the request may still wait.
+func definite(err error) bool {
+	switch fs.Code(err) { // INTERNAL: not a ChubbyError
+	case chubby.ErrorCode_NOT_MASTER, chubby.ErrorCode_UNAVAILABLE, chubby.ErrorCode_INTERNAL:
+		return false
+	}
+	return true
+}
+
+// acquire queues a blocking Acquire and waits for its answer (Acquire).
+func (h *handler) acquire(ctx context.Context, req *chubby.AcquireRequest, rid int64) (*chubby.Sequencer, error) {
 	start := h.s.cfg.Now()
-	d, res, err := h.queueAcquire(ctx, req)
+	d, res, err := h.queueAcquire(ctx, req, rid)
 	if err != nil {
 		return nil, err
 	}
@@ -586,16 +623,32 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if errors.As(err, &ce) {
 		return nil, ce // woken with an error: handle closed, node deleted, session ended
 	}
-	// Deadline, or the caller went away: withdraw the request. If it was
-	// granted in the meantime the handle holds the lock, and we say so. A
-	// withdrawal that fails leaves the request waiting with nobody parked
-	// on it; the handle's next Acquire withdraws it (queueAcquire), and so
-	// does the next master.
-	h.s.m.unpark(req.Handle.Id, d)
+	// Deadline, or the caller went away: withdraw the request. The call
+	// stays in the table meanwhile (a resend is told to come again), and
+	// leaves it with its answer recorded.
+	h.s.m.finishing(req.Handle.Id, d)
+	seq, err = h.withdrawn(req)
+	h.s.m.settle(req.Handle.Id, rid, d, definite(err))
+	return seq, err
+}
+
+// withdrawn withdraws the request of an Acquire whose wait is over and
+// says what became of it. Once the withdrawal has applied here, the state
+// says for certain whether the lock was granted first: then the handle
+// holds it, and we say so; else TIMED_OUT.
+func (h *handler) withdrawn(req *chubby.AcquireRequest) (*chubby.Sequencer, error) {
 	if cerr := h.s.withdrawWait(req.Handle); cerr != nil {
+		// The request may still be waiting, with nobody parked on it, and
+		// be granted later (the handle's next Acquire withdraws it, and so
+		// does the next master): not a TIMED_OUT, whose promise is that
+		// the handle did not get the lock.
 		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", rpc.CutForLog(cerr.Error()))
+		if held, _ := h.held(context.Background(), req.Handle, req.Mode); held != nil {
+			return held, nil
+		}
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "lock %s not granted within %d ms, and withdrawing the request did not commit (%s): it may still be granted to this handle; Acquire again, or Release", req.Handle.Path, req.WaitMs, fs.Code(cerr))
 	}
-	if held := h.held(context.Background(), req.Handle, req.Mode); held != nil {
+	if held := h.s.heldNow(req.Handle, req.Mode); held != nil {
 		return held, nil
 	}
 	return nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "lock %s not granted within %d ms", req.Handle.Path, req.WaitMs)
@@ -617,11 +670,7 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 // told it failed and its withdrawal failed (the master changed meanwhile)
 // — would be granted to nobody who hears of it, so it is withdrawn and the
 // Acquire proposed again, once.
-func (h *handler) queueAcquire(ctx context.Context, req *chubby.AcquireRequest) (*rpc.Deferred[*chubby.Sequencer], *fsm.Result_, error) {
-	var rid int64
-	if req.Rid != nil { // GetRid returns a nil pointer, whose GetSeq panics
-		rid = req.Rid.Seq
-	}
+func (h *handler) queueAcquire(ctx context.Context, req *chubby.AcquireRequest, rid int64) (*rpc.Deferred[*chubby.Sequencer], *fsm.Result_, error) {
 	for attempt := 0; ; attempt++ {
 		d, reattached, err := h.s.m.park(req.Handle.Id, rid)
 		if err != nil {
@@ -647,7 +696,9 @@ func (h *handler) queueAcquire(ctx context.Context, req *chubby.AcquireRequest) 
 		if fs.Code(err) != chubby.ErrorCode_LOCK_HELD {
 			return nil, nil, err
 		}
-		if held := h.held(ctx, req.Handle, req.Mode); held != nil {
+		// Refused by the command that just applied here: the state it
+		// left says whether the handle holds the lock already.
+		if held := h.s.heldNow(req.Handle, req.Mode); held != nil {
 			return d, &fsm.Result_{Sequencer: held}, nil
 		}
 		if attempt > 0 || !h.waits(req.Handle) {
@@ -773,15 +824,22 @@ func (h *handler) CheckSequencer(ctx context.Context, req *chubby.CheckSequencer
 	return &chubby.CheckSequencerResponse{Valid: ok, Reason: reason}, nil
 }
 
-// held returns the sequencer of the lock the handle holds in mode, if it
-// does: read from memory, so only under the master lease (else nil, and
-// the caller reports what the log said).
-func (h *handler) held(ctx context.Context, hd *chubby.Handle, mode chubby.LockMode) *chubby.Sequencer {
-	if h.s.awaitLease(ctx) != nil {
-		return nil
+// held returns the sequencer of the lock the handle holds in mode, nil if
+// it holds none: read from memory, so only under the master lease (the
+// error when it cannot be had: NOT_MASTER or UNAVAILABLE).
+func (h *handler) held(ctx context.Context, hd *chubby.Handle, mode chubby.LockMode) (*chubby.Sequencer, error) {
+	if err := h.s.awaitLease(ctx); err != nil {
+		return nil, err
 	}
+	return h.s.heldNow(hd, mode), nil
+}
+
+// heldNow is the handle's sequencer if it holds the lock in mode in this
+// replica's state now, with no master lease: what a command this replica
+// applied settled (a withdrawn request is granted by no later command).
+func (s *Server) heldNow(hd *chubby.Handle, mode chubby.LockMode) *chubby.Sequencer {
 	var seq *chubby.Sequencer
-	h.s.m.read(func(s *fs.State) { seq, _ = s.GetSequencer(hd) })
+	s.m.read(func(st *fs.State) { seq, _ = st.GetSequencer(hd) })
 	if seq != nil && seq.Mode == mode {
 		return seq
 	}

@@ -187,6 +187,42 @@ func (m *machine) waiting(handle int64) bool {
 	return m.waiters.Queued(handle)
 }
 
+// finishing marks a parked Acquire whose wait is over
+// (master.Waiters.Finishing).
+func (m *machine) finishing(handle int64, d *rpc.Deferred[*chubby.Sequencer]) {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	m.waiters.Finishing(handle, d)
+}
+
+// settle ends a finishing Acquire: its answer is recorded if definite
+// (master.Waiters.Answered) before the call leaves the table, so that a
+// resend is never proposed in between.
+func (m *machine) settle(handle, rid int64, d *rpc.Deferred[*chubby.Sequencer], definite bool) {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	if definite {
+		m.waiters.Answered(handle, rid)
+	}
+	m.waiters.Unpark(handle, d)
+}
+
+// answered records a definite answer to handle's Acquire request rid
+// (master.Waiters.Answered).
+func (m *machine) answered(handle, rid int64) {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	m.waiters.Answered(handle, rid)
+}
+
+// stale reports whether an Acquire attempt belongs to a request already
+// answered for certain (master.Waiters.Stale).
+func (m *machine) stale(handle, rid int64) bool {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	return m.waiters.Stale(handle, rid)
+}
+
 func (m *machine) parkedAcquires() int {
 	m.waitMu.Lock()
 	defer m.waitMu.Unlock()

@@ -577,9 +577,13 @@ func (o LockOptions) lockDelayMs() *int64 {
 // milliseconds, at most chubby.MAX_ACQUIRE_WAIT_MS): TIMED_OUT when it passes.
 // It returns the lock's sequencer.
 //
-// If ctx ends first, Acquire returns the context's error, but the cell may
-// still grant the lock: the handle's lock state is then unknown; Release
-// (LOCK_NOT_HELD is harmless) or Close the handle to be sure.
+// TIMED_OUT is definite: the request was withdrawn and the handle does
+// not hold the lock. When the cell could not withdraw it (the master lost
+// its quorum as the wait ended), the answer is UNAVAILABLE instead, and
+// the lock may still be granted to the handle, as when ctx ends first:
+// Acquire returns the context's error, and the handle's lock state is
+// unknown; Acquire again, Release (LOCK_NOT_HELD is harmless) or Close
+// the handle to be sure.
 func (h *Handle) Acquire(ctx context.Context, mode chubby.LockMode, wait time.Duration, opts LockOptions) (*chubby.Sequencer, error) {
 	return handleDo(h, "acquire", ctx, h.acquireCall(mode, wait, opts))
 }

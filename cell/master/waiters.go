@@ -26,15 +26,28 @@ import (
 // client thought the master had moved) takes the parked call's place once
 // its request is queued: the request keeps its place in the lock's queue,
 // and the earlier call is answered that it was superseded.
+//
+// Every attempt of one request must find out what became of it, and none
+// may queue it again for nobody: a resend is told to come again while the
+// request is on its way to the log or being withdrawn (Finishing), and an
+// attempt of a request answered for certain (Answered) is Stale — sent
+// before the answer and delivered after it — and must be answered from the
+// state, not proposed.
 type Waiters struct {
 	max int
 	m   map[int64]*waiter // by handle id
+	// answered holds the (handle, request number) pairs whose Acquire
+	// had a definite answer (Answered); order lists them oldest first, to
+	// bound it (maxAnswered).
+	answered map[answer]struct{}
+	order    []answer
 }
 
 type waiter struct {
-	token  any
-	rid    int64
-	queued bool // its request is queued in the state (fs.Effects.Queued)
+	token     any
+	rid       int64
+	queued    bool // its request is queued in the state (fs.Effects.Queued)
+	finishing bool // its wait is over and its request being withdrawn (Finishing)
 }
 
 // Wake is a parked call's answer: the lock's sequencer, or why not.
@@ -46,17 +59,68 @@ type Wake struct {
 
 // NewWaiters returns an empty table that parks at most max calls.
 func NewWaiters(max int) *Waiters {
-	return &Waiters{max: max, m: map[int64]*waiter{}}
+	return &Waiters{max: max, m: map[int64]*waiter{}, answered: map[answer]struct{}{}}
+}
+
+// answer names one Acquire request: a handle and a request number.
+type answer struct{ handle, rid int64 }
+
+// maxAnswered bounds the requests Answered remembers; the oldest go first.
+const maxAnswered = 1 << 16
+
+// Answered records that handle's Acquire with request number rid (> 0)
+// had a definite answer: granted, refused by the state or this table, or
+// TIMED_OUT once its withdrawal applied. An attempt of it that arrives
+// later (sent before the answer, and delayed) is Stale.
+func (w *Waiters) Answered(handle, rid int64) {
+	k := answer{handle, rid}
+	if rid <= 0 {
+		return
+	}
+	if _, ok := w.answered[k]; ok {
+		return
+	}
+	if len(w.order) >= maxAnswered {
+		delete(w.answered, w.order[0])
+		w.order = w.order[1:]
+	}
+	w.order = append(w.order, k)
+	w.answered[k] = struct{}{}
+}
+
+// Stale reports whether an Acquire attempt of handle with request number
+// rid belongs to a request already answered for certain (Answered). It
+// must not be proposed: its request would wait again, and be granted to
+// nobody who hears of it. Its caller (a resend whose answer was lost, or
+// a delayed attempt nobody waits for) is answered from the state: the
+// lock's sequencer if the handle holds it, else TIMED_OUT.
+func (w *Waiters) Stale(handle, rid int64) bool {
+	_, ok := w.answered[answer{handle, rid}]
+	return rid > 0 && ok
 }
 
 // Park parks a call (token) for handle, with the request number rid of
-// its Acquire (0: none). A call that takes the place of a queued resend
-// comes back reattached, with the superseded call's token to answer:
-// nothing is to be proposed for it. It fails with LOCK_HELD when the
-// handle has a call parked already, UNAVAILABLE when the table is full.
+// its Acquire (0: none). A resend (the same rid) of a call whose request
+// is queued takes its place and comes back reattached, with the
+// superseded call's token to answer: nothing is to be proposed for it. It
+// fails with LOCK_HELD when the handle has another call parked, and with
+// UNAVAILABLE when the table is full or the resend's call has its request
+// still on its way to the log or being withdrawn (send it again shortly).
 func (w *Waiters) Park(handle, rid int64, token any) (superseded any, reattached bool, err *chubby.ChubbyError) {
 	if p, dup := w.m[handle]; dup {
-		if rid <= 0 || p.rid != rid || !p.queued {
+		if rid > 0 && p.rid == rid && p.finishing {
+			// Its answer is being settled: the resend hears it when it
+			// comes again (Stale), rather than wait anew for nobody.
+			return nil, false, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "handle %d's Acquire (request %d) is being withdrawn; send it again shortly", handle, rid)
+		}
+		if rid > 0 && p.rid == rid && !p.queued {
+			// The resend of a call whose request is still on its way to
+			// the log: it takes the call's place once the request is
+			// queued. Refused now, it would be told the lock is held while
+			// its own request may yet be granted, to nobody who knows.
+			return nil, false, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "handle %d's Acquire (request %d) is still being proposed; send it again shortly", handle, rid)
+		}
+		if rid <= 0 || p.rid != rid {
 			return nil, false, fs.Errorf(chubby.ErrorCode_LOCK_HELD, "handle %d already has an Acquire waiting", handle)
 		}
 		w.m[handle] = &waiter{token: token, rid: rid, queued: true}
@@ -67,6 +131,17 @@ func (w *Waiters) Park(handle, rid int64, token any) (superseded any, reattached
 	}
 	w.m[handle] = &waiter{token: token, rid: rid}
 	return nil, false, nil
+}
+
+// Finishing marks handle's parked call, if it is still token's, as one
+// whose wait is over: its request is being withdrawn, and its answer
+// settled from what the withdrawal leaves. It stays in the table until
+// Unpark (a wake still answers it), so that a resend waits for the answer
+// instead of queueing the request again.
+func (w *Waiters) Finishing(handle int64, token any) {
+	if p, ok := w.m[handle]; ok && p.token == token {
+		p.finishing = true
+	}
 }
 
 // Unpark forgets handle's parked call if it is still token's.

@@ -27,8 +27,8 @@ func TestWaiters(t *testing.T) {
 				t.Fatalf("Park: %v", err)
 			}
 		}},
-		{"a resend before its request is queued is refused too", func(t *testing.T) {
-			if _, _, err := w.Park(1, 7, "a2"); err == nil || err.Code != chubby.ErrorCode_LOCK_HELD {
+		{"a resend before its request is queued is told to send again", func(t *testing.T) {
+			if _, _, err := w.Park(1, 7, "a2"); err == nil || err.Code != chubby.ErrorCode_UNAVAILABLE {
 				t.Fatalf("Park: %v", err)
 			}
 		}},
@@ -69,6 +69,17 @@ func TestWaiters(t *testing.T) {
 				t.Fatalf("woke %+v, %d left", wakes, w.Len())
 			}
 		}},
+		{"a resend while the call's request is withdrawn is told to come again", func(t *testing.T) {
+			if _, _, err := w.Park(4, 3, "f"); err != nil {
+				t.Fatal(err)
+			}
+			w.Applied(fs.Effects{Queued: []int64{4}})
+			w.Finishing(4, "f")
+			if _, _, err := w.Park(4, 3, "f2"); err == nil || err.Code != chubby.ErrorCode_UNAVAILABLE {
+				t.Fatalf("Park: %v", err)
+			}
+			w.Unpark(4, "f")
+		}},
 		{"losing mastership answers the rest", func(t *testing.T) {
 			w.Park(5, 0, "e")
 			if toks := w.Fail(); len(toks) != 2 || toks[0] != "c" || toks[1] != "e" || w.Len() != 0 {
@@ -78,5 +89,29 @@ func TestWaiters(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, s.do)
+	}
+}
+
+// TestWaitersStale: an attempt of a request answered for certain is
+// stale; one of another request of the handle (older or newer: a handle's
+// requests need not be answered in order) or of another handle is not,
+// and the table forgets the oldest requests past maxAnswered.
+func TestWaitersStale(t *testing.T) {
+	w := NewWaiters(1)
+	w.Answered(1, 7)
+	w.Answered(1, 7)
+	for _, c := range []struct {
+		handle, rid int64
+		stale       bool
+	}{{1, 7, true}, {1, 6, false}, {1, 8, false}, {2, 7, false}, {1, 0, false}} {
+		if got := w.Stale(c.handle, c.rid); got != c.stale {
+			t.Errorf("Stale(%d, %d) = %v, want %v", c.handle, c.rid, got, c.stale)
+		}
+	}
+	for h := int64(2); h <= maxAnswered+1; h++ {
+		w.Answered(h, 1)
+	}
+	if w.Stale(1, 7) || !w.Stale(maxAnswered+1, 1) || len(w.answered) != maxAnswered {
+		t.Fatalf("after %d more requests: the first stale %v, %d remembered", maxAnswered, w.Stale(1, 7), len(w.answered))
 	}
 }
