@@ -309,6 +309,9 @@ func (k *checker) final() {
 		w.fail("convergence: replicas end in different views: %s", w.describeReplicas())
 		return
 	}
+	if !k.noOrphanLocks() {
+		return
+	}
 	// Linearizability.
 	for i := range k.hist {
 		if k.hist[i].Return == farFuture {
@@ -327,6 +330,29 @@ func (k *checker) final() {
 	case porcupine.Unknown:
 		w.fail("linearizability: porcupine timed out on %d operations", len(k.hist))
 	}
+}
+
+// noOrphanLocks checks that every lock a client's live session holds in
+// the final state is one the client was told it got: a lock granted to a
+// request whose caller was told it failed (TIMED_OUT, or a call the
+// master gave up on) is held by nobody who knows, until the session ends.
+func (k *checker) noOrphanLocks() bool {
+	w := k.w
+	for _, c := range w.clients {
+		s := c.sess
+		if s == nil || s.over || !s.ready {
+			continue
+		}
+		for l := range nLocks {
+			seq, err := k.oracle.GetSequencer(s.locks[l])
+			if err == nil && seq != nil && s.holding[l] == nil {
+				w.fail("locks: client %d's session %d holds %s (generation %d) at the end, but the client was not told it got it",
+					c.id, s.id, seq.Path, seq.LockGeneration)
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (k *checker) describeHistory() string {

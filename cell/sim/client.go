@@ -60,7 +60,13 @@ type op struct {
 	sent     int64     // create-session: the client's clock at the send
 	count    int64     // timestamps: how many
 	patient  bool      // timestamps: a caller with a long deadline
-	callEv   int       // the event it began in (orders the calls of one instant)
+	// A blocking Acquire (opAcquire with wait): its request number, which
+	// every resend carries, and when its wait ends (the client's clock).
+	wait    bool
+	rid     int64
+	waitEnd int64
+	sentTo  uint64 // the replica its latest attempt went to
+	callEv  int    // the event it began in (orders the calls of one instant)
 }
 
 // csession is one session of a client: its local lease (client/lease, the
@@ -304,7 +310,17 @@ func (c *client) nextOp() {
 			if w.chance(0.5) {
 				delay = w.between(0, int64(w.lease)) / ms
 			}
-			o.cmd = c.command(&fsm.Op{Acquire: &fsm.Acquire{Handle: s.locks[i], Mode: chubby.LockMode_EXCLUSIVE, Wait: false, LockDelayMs: delay}})
+			if !w.opt.NoBlockingAcquire && w.chance(0.5) {
+				// A blocking Acquire, as the library sends it: parked at the
+				// master up to its wait, sent again with the same request
+				// number when the master moves, waiting what is left.
+				s.seq++
+				o.wait, o.rid = true, s.seq
+				o.waitEnd = c.local() + w.between(10*ms, 2*int64(w.lease))
+				o.cmd = &fsm.Command{Op: &fsm.Op{Acquire: &fsm.Acquire{Handle: s.locks[i], Mode: chubby.LockMode_EXCLUSIVE, Wait: true, LockDelayMs: delay}}}
+			} else {
+				o.cmd = c.command(&fsm.Op{Acquire: &fsm.Acquire{Handle: s.locks[i], Mode: chubby.LockMode_EXCLUSIVE, Wait: false, LockDelayMs: delay}})
+			}
 		}
 		o.in = modelInput{kind: o.kind, key: lockPath(i), client: c.id}
 	case k < 100:
@@ -387,11 +403,18 @@ func (c *client) attempt() {
 		o.cacheGen = o.sess.cacheGen
 	case o.kind == opTimestamps:
 		q.kind, q.count = reqTimestamps, o.count
+	case o.wait:
+		q.kind, q.cmd, q.rid = reqAcquire, o.cmd, o.rid
+		q.waitMs = max((o.waitEnd-c.local()+ms-1)/ms, 1)
+		o.sentTo = c.target
 	default:
 		q.kind, q.cmd = reqCommand, o.cmd
 	}
 	c.deliver(c.target, q)
 	timeout := w.between(100*ms, 200*ms)
+	if o.wait {
+		timeout += q.waitMs * ms // parked up to its wait
+	}
 	if o.kind == opTimestamps && o.patient && w.now < w.faultsEnd {
 		timeout = min(w.between(int64(w.lease), 2*int64(w.lease)), max(timeout, w.faultsEnd-w.now))
 	}
@@ -495,6 +518,12 @@ func (c *client) complete(o *op, rep reply) {
 		w.check.tsAnswered(c, o.call, o.callEv, rep)
 	default:
 		c.record(o, rep)
+		if rep.res != nil && rep.res.Err != nil && rep.res.Err.Code == chubby.ErrorCode_SESSION_EXPIRED {
+			// As the library does: the cell ended the session, or is
+			// ending it; its locks go with it.
+			c.sessionOver(o.sess, "a call was answered SESSION_EXPIRED")
+			return
+		}
 	}
 	if w.done {
 		return
@@ -559,7 +588,8 @@ func (c *client) record(o *op, rep reply) {
 			w.check.beliefStarts(c, o.idx)
 		}
 	}
-	if w.killedAt > 0 && w.res.Failover == 0 && o.call >= w.killedAt {
+	if w.killedAt > 0 && w.res.Failover == 0 && o.call >= w.killedAt && !o.wait {
+		// (A blocking Acquire's time includes its wait for the lock.)
 		w.res.Failover = time.Duration(w.now - w.killedAt)
 	}
 	c.addHistory(o, out)
@@ -651,6 +681,12 @@ func (c *client) onKeepAlive(s *csession, rep reply) {
 	}
 	c.target = rep.from
 	c.noteEpoch(s, rep.epoch)
+	if o := c.cur; o != nil && o.wait && !c.waiting && o.sentTo != rep.from && o.sess == s {
+		// The master moved while the Acquire was parked at another
+		// replica: send it again there, as the library does.
+		w.tracef("c%d resends acquire#%d to r%d, the master now", c.id, o.id, rep.from)
+		c.attempt()
+	}
 	// Invalidations first: the lease this reply extends covers only a
 	// cache without what they name.
 	if g.IsSetInvalidationSeq() {

@@ -40,6 +40,6 @@ func TestDebugFailover(t *testing.T) {
 		t.Skip("set SIM_DEBUG_FAILOVER")
 	}
 	seed, _ := strconv.ParseUint(s, 10, 64)
-	res := Run(Options{Seed: seed, NoFaults: true, FaultTime: 3 * time.Second, KillPrimaryAt: time.Second, Trace: os.Stdout})
+	res := Run(Options{Seed: seed, NoFaults: true, NoReconfig: true, NoBlockingAcquire: true, FaultTime: 3 * time.Second, KillPrimaryAt: time.Second, Trace: os.Stdout}) // as TestFailoverLatency
 	t.Log(res.String(), res.Failover)
 }

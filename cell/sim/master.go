@@ -30,6 +30,10 @@ type masterSim struct {
 	cache  *master.Cache    // pipe's
 	oracle *master.Oracle   // the timestamp oracle (oracle.go)
 
+	waiters     *master.Waiters // parked blocking Acquires (acquire.go)
+	acqHeld     []*request      // Acquires held until the stale waits are withdrawn
+	withdrawing bool            // withdrawing the waits earlier masters left
+
 	view     uint64
 	epoch    int64
 	becoming bool // primary of view, failover duties not done yet
@@ -65,6 +69,9 @@ func newMasterSim(r *replica) *masterSim {
 		leases: master.NewLeases(master.LeaseConfig{Lease: l, Margin: l / 4, MaxDrift: vr.MaxClockDrift, MaxParked: 1000}),
 		oracle: master.NewOracle(r.w.tsWindow),
 		calls:  map[uint64]*call{},
+		// The cell's default bound is far above what the simulated
+		// clients can park.
+		waiters: master.NewWaiters(1000),
 	}
 	reach := func(cmd *fsm.Command) fs.Reach { return r.sm.st.Reach(cmd) }
 	// The simulated log has no commit timeout: a lease stands for it.
@@ -118,6 +125,7 @@ func (m *masterSim) lose() {
 		m.refuse(ka.q)
 	}
 	m.pipeDo(func(master.Clock) { m.pipe.Stop(notMaster) })
+	m.failParked()
 	m.stopOracle()
 	m.expAt, m.tickAt = 0, 0
 	if wasServing {
@@ -170,10 +178,12 @@ func (m *masterSim) become() {
 	m.r.w.tracef("r%d master: view %d epoch %d sessions %d", m.r.id, m.view, m.epoch, len(st.Sessions()))
 	m.armExpiry()
 	m.armTick()
+	m.withdrawStale()
 }
 
 // applied takes a command's effects (from the driver's apply).
 func (m *masterSim) applied(fx fs.Effects) {
+	m.wakeParked(fx)
 	if !m.serving {
 		return
 	}
@@ -387,6 +397,7 @@ const (
 	reqCommand
 	reqRead
 	reqTimestamps
+	reqAcquire // a blocking Acquire: cmd holds it, with waitMs and rid
 )
 
 // request is a client's call as a replica receives it.
@@ -408,6 +419,8 @@ type request struct {
 	cache  bool
 	// timestamps
 	count int64
+	// a blocking Acquire
+	waitMs, rid int64
 }
 
 type replyKind int
@@ -458,6 +471,8 @@ func (m *masterSim) onRequest(q *request) {
 		m.read(q)
 	case reqTimestamps:
 		m.timestamps(q)
+	case reqAcquire:
+		m.acquire(q)
 	}
 }
 

@@ -158,6 +158,11 @@ type Options struct {
 	// seeds (chosen from the seed) run with one or two spare replicas and
 	// reconfigurations injected throughout the faults (reconfig.go).
 	NoReconfig bool
+	// NoBlockingAcquire makes every Acquire a TryAcquire. Otherwise half
+	// are blocking Acquires, parked at the master up to their wait
+	// (acquire.go), whose time is mostly the wait for the lock: a run
+	// that measures Failover turns them off.
+	NoBlockingAcquire bool
 }
 
 // Result summarizes a run. Err is the first checker failure, nil when all
