@@ -46,18 +46,12 @@ func (or *oracle) stop() {
 	or.signal()
 }
 
-// maxOracleRounds bounds the reservations one call waits through.
-const maxOracleRounds = 8
-
-// reserveRetryDelay spaces a failed reservation from the next.
-const reserveRetryDelay = 20 * time.Millisecond
-
 // timestamps hands out n timestamps (GetTimestamps), reserving more
 // through the log when the window runs low. Only under the master lease:
 // a master cut off from the others, whose successor may be handing out
 // higher timestamps already, must not answer.
 func (s *Server) timestamps(ctx context.Context, n int64) (int64, error) {
-	for range maxOracleRounds {
+	for range master.MaxOracleRounds {
 		if err := s.awaitLease(ctx); err != nil {
 			return 0, err
 		}
@@ -95,10 +89,9 @@ func (s *Server) reserveTimestamps(term uint64, upto int64) {
 	if err != nil {
 		s.cfg.Logger.Warn("oracle: reserving timestamps", "upto", upto, "err", err)
 		s.metrics.tsReserves.WithLabelValues("failed").Inc()
-		// Not again at once: a full proposal queue or a view change would
-		// refuse the next attempt too, and each end wakes every waiter.
+		// Not again at once (master.ReserveRetryDelay).
 		select {
-		case <-time.After(reserveRetryDelay):
+		case <-time.After(master.ReserveRetryDelay):
 		case <-s.closed:
 		}
 	} else {

@@ -1,6 +1,21 @@
 package master
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
+
+// Bounds of the oracle's glue, the same in the cell and the simulator.
+const (
+	// MaxOracleRounds bounds the window changes one GetTimestamps call
+	// waits through before it is refused (UNAVAILABLE).
+	MaxOracleRounds = 8
+	// ReserveRetryDelay is how long a failed reservation is held before it
+	// is reported (Failed) and the next may be asked for: a full proposal
+	// queue or a view change would refuse the next at once too, and every
+	// report wakes every waiting call.
+	ReserveRetryDelay = 20 * time.Millisecond
+)
 
 // Oracle is the master's timestamp oracle, as deterministic code (the
 // simulator runs it too): it hands out strictly increasing timestamps from

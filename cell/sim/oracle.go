@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/gen/fsm"
 )
 
@@ -13,7 +14,8 @@ import (
 // reported with Reserved or Failed (by term, whatever became of the
 // mastership meanwhile, as the cell does); a call that finds the window
 // empty waits for the window to change and tries again, at most
-// maxOracleRounds times.
+// master.MaxOracleRounds times; a failed reservation is reported
+// master.ReserveRetryDelay after it failed, as in the cell.
 //
 // The checker (check.go, tsHandedOut and tsAnswered) has been seen to
 // fail when this breaks the rules: a Reset from 0 (nine seeds in ten), or
@@ -22,10 +24,6 @@ import (
 // committed (one in two); Take without the master lease (about one in
 // two hundred: it needs a master cut off or paused with oracle clients on
 // both sides).
-
-// maxOracleRounds bounds the window changes one call waits through (the
-// cell's maxOracleRounds).
-const maxOracleRounds = 8
 
 // tsCall is a timestamps call being handled.
 type tsCall struct {
@@ -120,7 +118,7 @@ func (m *masterSim) tsWoken(t *tsCall) {
 	if t.done {
 		return
 	}
-	if t.rounds >= maxOracleRounds {
+	if t.rounds >= master.MaxOracleRounds {
 		t.done = true
 		if !m.serving || m.becoming {
 			m.refuse(t.q)
@@ -144,11 +142,16 @@ func (m *masterSim) reserveTimestamps(term uint64, upto int64) {
 		}
 		if err != nil {
 			r.w.tracef("r%d oracle: term %d reservation up to %d failed: %v", r.id, term, upto, err)
-			m.oracle.Failed(term)
-		} else {
-			r.w.tracef("r%d oracle: term %d reserved up to %d", r.id, term, upto)
-			m.oracle.Reserved(term, upto)
+			ep := r.epoch
+			r.w.after(r.realAfter(int64(master.ReserveRetryDelay)), func() {
+				if r.epoch == ep {
+					r.do(func() { m.oracle.Failed(term); m.oracleChanged() }, false)
+				}
+			})
+			return
 		}
+		r.w.tracef("r%d oracle: term %d reserved up to %d", r.id, term, upto)
+		m.oracle.Reserved(term, upto)
 		m.oracleChanged()
 	})
 }
