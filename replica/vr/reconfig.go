@@ -510,9 +510,14 @@ func (n *Node) enterEpoch() {
 const announceFor = 10
 
 // announce sends the voters this replica's StartViewChange for its view
-// (see enterEpoch).
+// (see enterEpoch), while that view is of the epoch of its configuration:
+// a replica that has since followed the primary of a later epoch (it was
+// added again) before its log holds that epoch's configuration does not
+// speak for that epoch.
 func (n *Node) announce() {
-	n.broadcast(n.startViewChangeMsg())
+	if epochOf(n.view) == n.conf.Epoch {
+		n.broadcast(n.startViewChangeMsg())
+	}
 	n.nextAnnounce = n.now + n.hb
 }
 
