@@ -126,6 +126,20 @@ func (n *Node) onSnapshot(m *Message) {
 	if n.primaryKnown(m.View) && m.From != n.primaryOf(m.View) {
 		return // an answer to a fetch of a view change we are done with
 	}
+	if epochOf(m.View) > n.conf.Epoch && m.Commit == 0 && m.View >= n.view && !n.isPrimary() {
+		// A snapshot of a view of a later epoch without a commit number
+		// (a primary's always has one): the answer to requestCatchUp
+		// (answerCatchUp), from a voter of that epoch that is not its
+		// view's primary. We take the committed state without following
+		// or answering its sender.
+		if m.View > n.view {
+			n.enterView(m.View)
+		}
+		if n.installSnapshot(m) {
+			n.caughtUp(m.From)
+		}
+		return
+	}
 	n.follow(m)
 	if !n.installSnapshot(m) {
 		return

@@ -40,14 +40,20 @@ const (
 	// entries of the primary's log.
 	MsgStartView
 	// MsgGetLog (new primary → replica with the best log, during the view
-	// change): send entries from Op.
+	// change): send entries from Op. Also (a replica whose configuration
+	// is of an earlier epoch than the receiver's → a voter of the later
+	// one), with View in the asker's configuration's epoch: send the
+	// committed entries from Op (catch-up, reconfig.go).
 	MsgGetLog
 	// MsgLog: answer to MsgGetLog: Entries after PrevOp (view PrevView);
-	// Op is the sender's last index.
+	// Op is the sender's last index. A catch-up answer holds only
+	// committed entries, and Op and Commit are the sender's commit number
+	// (a fetch's answer has no Commit).
 	MsgLog
 	// MsgSnapshot: the application snapshot described by Snapshot, with
 	// SnapshotData (filled by the driver), for a replica whose missing
-	// entries were compacted away. Commit as in MsgPrepare.
+	// entries were compacted away. Commit as in MsgPrepare when the
+	// primary sends it; none in an answer to MsgGetLog.
 	MsgSnapshot
 	// MsgSnapshotChunk (driver → driver): chunk Chunk.N of the stored
 	// snapshot described by Snapshot and Chunk, in SnapshotData; View,

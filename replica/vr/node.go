@@ -121,6 +121,9 @@ type Node struct {
 	// A replica that left the voters announces the new epoch until
 	// announceUntil (enterEpoch).
 	announceUntil, nextAnnounce int64
+	// nextCatchUp: when a replica behind a later epoch may next ask for
+	// the committed log (requestCatchUp).
+	nextCatchUp int64
 
 	// Persistence bookkeeping.
 	hsDisk        HardState

@@ -206,3 +206,104 @@ func TestAPrimaryThatRemovesItselfHandsOver(t *testing.T) {
 		t.Fatalf("commit %d with the two remaining voters, want %d", c, i)
 	}
 }
+
+// TestAVoterThatMissedTheEpochCatchesUpWithoutAPrimary: a voter of the new
+// epoch that does not hold the entry that opened it (it was cut off when
+// the change committed) learns the epoch from the other voters, not only
+// from a primary of the epoch: here the new epoch cannot form without it
+// (three voters, the first primary crashed before its view formed), so a
+// cell that waited for a primary to teach it would stay without one for
+// good.
+// Reference: §7 (as built: reconfig.go, "A voter that missed the change").
+func TestAVoterThatMissedTheEpochCatchesUpWithoutAPrimary(t *testing.T) {
+	nw := newNetwork(t, 1, 2, 3, 4)
+	cur := nw.info(1).Members
+	nw.reps[3].isolated = true
+	k := nw.proposeConfig(1, cur.Without(1))
+	nw.runUntil(4*nw.cfg.HeartbeatInterval, "2 and 4 in the new epoch", func() bool {
+		return nw.info(2).Epoch == 1 && nw.info(4).Epoch == 1
+	})
+	if i := nw.info(3); i.LastOp >= k || i.Epoch != 0 {
+		t.Fatalf("replica 3 holds the change: %+v", i)
+	}
+	// The new epoch's first primary dies before its view forms; the
+	// removed primary is gone too.
+	nw.reps[2].crashed, nw.reps[1].crashed = true, true
+	nw.reps[3].isolated = false
+	nw.sent = nil
+	p := nw.waitPrimary(nw.viewChangeLimit(), 1, 2)
+	for _, id := range []uint64{3, 4} {
+		if i := nw.info(id); i.Epoch != 1 || !i.Voter || i.Commit < k || EpochOf(i.View) != 1 {
+			t.Fatalf("replica %d: %+v", id, i)
+		}
+	}
+	if len(nw.sentOf(MsgGetLog, 3)) == 0 || len(nw.sentOf(MsgLog, 4)) == 0 {
+		t.Fatal("replica 3 did not take the log from replica 4")
+	}
+	i := nw.propose(p, "after")
+	if c := nw.info(p).Commit; c != i {
+		t.Fatalf("commit %d with voters 3 and 4, want %d", c, i)
+	}
+	for _, id := range nw.ids {
+		if d := nw.node(id).Stats().Dropped; d != 0 {
+			t.Fatalf("replica %d dropped %d messages", id, d)
+		}
+	}
+}
+
+// TestAVoterThatMissedTheEpochLeadsTheViewItIsDue: the same voter, behind
+// the others' compacted logs, is the primary of the view the others move
+// to when the epoch's first view fails (its primary restarted): a voter
+// changing to that view sends it the snapshot, and it leads the view,
+// instead of the others waiting out two view-change timeouts for the next.
+// Reference: §7 (as built: reconfig.go, "A voter that missed the change").
+func TestAVoterThatMissedTheEpochLeadsTheViewItIsDue(t *testing.T) {
+	nw := newNetwork(t, 1, 2, 3, 4, 5)
+	cur := nw.info(1).Members
+	nw.reps[3].isolated = true
+	k := nw.proposeConfig(1, cur.Without(1))
+	nw.runUntil(4*nw.cfg.HeartbeatInterval, "2, 4 and 5 in the new epoch", func() bool {
+		for _, id := range []uint64{2, 4, 5} {
+			if i := nw.info(id); i.Epoch != 1 || i.Applied < k {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range []uint64{2, 4, 5} {
+		meta, err := nw.node(id).SnapshotMeta(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := nw.reps[id]
+		r.disk.snap, r.disk.snapData = &meta, []byte("state")
+		r.disk.entries = slices.DeleteFunc(r.disk.entries, func(e Entry) bool { return e.Index <= k })
+		if err := nw.node(id).Compact(meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first view's primary (2) crashes before the view forms; the
+	// others give it up, and it restarts as they probe for the next
+	// view, whose primary is 3.
+	first := nw.node(4).View()
+	nw.reps[1].crashed, nw.reps[2].crashed = true, true
+	nw.reps[3].isolated = false
+	nw.run(nw.cfg.SuspectAfter + 2*nw.cfg.HeartbeatInterval) // 4 and 5 find 2 gone
+	nw.restart(2)
+	nw.sent = nil
+	p := nw.waitPrimary(nw.cfg.ViewChangeTimeout, 1)
+	if v := nw.node(p).View(); p != 3 || v != first+1 {
+		t.Fatalf("primary %d in view %d, want 3 in %d", p, v, first+1)
+	}
+	if len(nw.sentOf(MsgSnapshot, 0)) == 0 {
+		t.Fatal("no snapshot sent")
+	}
+	if i := nw.info(3); i.Epoch != 1 || !i.Voter || i.Commit < k {
+		t.Fatalf("replica 3: %+v", i)
+	}
+	for _, id := range nw.ids {
+		if d := nw.node(id).Stats().Dropped; d != 0 {
+			t.Fatalf("replica %d dropped %d messages", id, d)
+		}
+	}
+}

@@ -138,6 +138,32 @@ import (
 //     it would have in v, and p serves under it only while it is the
 //     normal primary of f.
 //
+// # A voter that missed the change
+//
+// A voter of epoch e+1 whose log lacks k (it was cut off, or slow, when k
+// committed) cannot learn of the epoch from the others' StartViewChange
+// (adoptClosing needs k in its log); until it learns it, it grants no
+// probe of the epoch, joins none of its view changes and cannot lead one
+// of its views. The epoch's first primary would catch it up, but the epoch
+// may need it to have a primary at all: with three or four voters, that
+// voter and one more down leave no quorum to form, or even probe for, any
+// view of the epoch, and a view it is due to lead never completes. So it
+// asks. On a Probe or StartViewChange of a later epoch than its
+// configuration's, it sends the sender a GetLog naming a view of its own
+// configuration's epoch (requestCatchUp). A voter of the later epoch
+// without a working primary answers, in its own view, with its committed
+// entries from there and its commit number, or with its snapshot when the
+// entries are compacted and the asker is that view's primary-to-be
+// (answerCatchUp). The asker enters that view, as it would a newer
+// primary's, and takes the entries as committed (catchUp); once its log
+// holds k committed it is a voter of the epoch and takes part in changing
+// to that view (caughtUp): it grants probes, joins view changes and leads
+// its views like the others. That is safe: a commit number names only
+// committed entries, the same on every replica, so the asker holds k
+// committed, and with it the whole log up to k, as 3. requires; its lease
+// promises are untouched (4.); and it leaves its old view before it holds
+// any entry that view's primary may not have.
+
 // A primary that removed itself, or whose lease had lapsed, goes through
 // the view change as before. The master on top of the log (package cell)
 // hears of f as of a failover (DriverConfig.OnRole) and takes it up at
@@ -484,8 +510,9 @@ func (n *Node) setConfig(c Configuration) {
 // force: a voter starts the view change to it, anyone else waits in it for
 // its primary. Its StartViewChange names the entry that opened the epoch,
 // so the other voters that hold that entry learn it committed and come
-// along without waiting for a timeout (adoptClosing); learners and voters
-// that miss it hear of the epoch from its first primary. (No message of
+// along without waiting for a timeout (adoptClosing); learners hear of the
+// epoch from its first primary, and voters that miss the entry ask for it
+// ("A voter that missed the change" above). (No message of
 // the old view may leave once the new view is on disk, so the old primary
 // cannot just send the old view one last Commit.)
 //
@@ -513,7 +540,8 @@ const announceFor = 10
 // (see enterEpoch), while that view is of the epoch of its configuration:
 // a replica that has since followed the primary of a later epoch (it was
 // added again) before its log holds that epoch's configuration does not
-// speak for that epoch.
+// speak for that epoch, and another voter behind it would ask it in vain
+// for the log (requestCatchUp).
 func (n *Node) announce() {
 	if epochOf(n.view) == n.conf.Epoch {
 		n.broadcast(n.startViewChangeMsg())
@@ -576,4 +604,102 @@ func (n *Node) Progress() []Progress {
 		out = append(out, Progress{ID: id, Voter: pr.voter, Normal: pr.normal, Match: pr.match, LastAck: pr.lastAck})
 	}
 	return out
+}
+
+// requestCatchUp asks the sender of m, which names a view of an epoch
+// after that of this replica's configuration, for the committed log from
+// this replica's commit number on (see "A voter that missed the change"),
+// at most once a heartbeat interval. The GetLog names the lowest view
+// number of this replica's configuration's epoch: a replica of a later
+// epoch knows from it that the asker has not entered its own (and checks
+// no role in an epoch it has left), and the view is no later than the
+// asker's own, as the view of anything it sends must be.
+func (n *Node) requestCatchUp(m *Message) {
+	if epochOf(m.View) <= n.conf.Epoch || n.isPrimary() || n.now < n.nextCatchUp {
+		return
+	}
+	n.nextCatchUp = n.now + n.hb
+	n.send(Message{Type: MsgGetLog, To: m.From, View: n.conf.Epoch << epochShift, Op: n.commit + 1})
+}
+
+// answerCatchUp answers a GetLog from a replica of an earlier epoch
+// (requestCatchUp) that is a voter of this one, in this replica's view,
+// with the committed entries from m.Op (a bounded chunk) and the commit
+// number, which marks the answer as a catch-up (validRole lets it go to
+// any voter). Only a voter of this epoch without a working primary
+// answers: a working primary catches the asker up itself (StartView), and
+// the asker, entering this replica's view, could otherwise leave the
+// primary's. When the entries are compacted away, it sends its snapshot
+// only if the asker is the primary of this replica's view (the view is
+// changing to it): then no primary of the view can be sending the asker
+// a snapshot of its own — a replica's driver stages one incoming snapshot
+// at a time, and two senders would take turns displacing each other's
+// for ever — and the answer goes to the view's primary, as validRole
+// wants of a snapshot. Otherwise an asker that far behind waits for the
+// epoch's primary, as before.
+func (n *Node) answerCatchUp(m *Message) {
+	if n.passive() || n.hearsPrimary() || !n.conf.Members.IsVoter(m.From) {
+		return
+	}
+	switch from := m.Op; {
+	case from <= n.log.snapIndex:
+		if n.primaryOf(n.view) == m.From {
+			// Without a commit number, as a view change's fetch answer:
+			// the asker tells it from a primary's (onSnapshot).
+			meta := n.snap.Clone()
+			n.send(Message{Type: MsgSnapshot, To: m.From, View: n.view, Snapshot: &meta})
+			n.stats.SnapshotsSent++
+		}
+	case from <= n.commit:
+		pv, _ := n.log.viewAt(from - 1)
+		es := slices.Clone(n.log.slice(from, n.commit, n.cfg.MaxPrepareEntries, n.cfg.MaxPrepareBytes))
+		n.send(Message{Type: MsgLog, To: m.From, View: n.view, PrevOp: from - 1, PrevView: pv, Entries: es, Op: n.commit, Commit: n.commit})
+	}
+}
+
+// catchUp takes an answer to requestCatchUp: committed entries of a voter
+// of a later epoch, in its view m.View. It enters that view first (passive
+// until its log holds the epoch's opening entry committed), so that no
+// primary of its old view can send it entries that differ from the
+// committed ones it takes.
+func (n *Node) catchUp(m *Message) {
+	if m.View < n.view || n.isPrimary() || m.PrevOp > n.commit {
+		return // an answer for a view we left, or one we cannot connect yet
+	}
+	if v, ok := n.log.viewAt(m.PrevOp); ok && v != m.PrevView {
+		n.drop(m, "previous entry's view differs from a committed entry")
+		return
+	}
+	es := m.Entries
+	for len(es) > 0 && es[len(es)-1].Index > m.Commit {
+		es = es[:len(es)-1]
+	}
+	if m.View > n.view {
+		n.enterView(m.View)
+	}
+	if !n.mergeEntries(es) {
+		n.drop(m, "entry differs from a committed entry")
+		return
+	}
+	if len(es) > 0 {
+		n.commit = max(n.commit, es[len(es)-1].Index)
+	}
+	n.caughtUp(m.From)
+}
+
+// caughtUp brings the configuration up to date after catchUp (or the
+// install of a snapshot answering requestCatchUp) and, when this replica
+// now holds the epoch of its view as a voter, takes part in changing to
+// that view: it entered it on no primary's word (it heard no StartView),
+// and the voter it asked had no working primary either. (A replica that
+// restarts in a view it was not normal in does the same.) If the view has
+// a primary after all, its StartView, sent to whoever joins the change,
+// brings this replica in.
+func (n *Node) caughtUp(from uint64) {
+	n.settle()
+	if !n.passive() && n.status == StatusRecovering && !n.startKnown {
+		n.event("vr: caught up with a later epoch", "from", from, "epoch", n.conf.Epoch, "commit", n.commit)
+		n.status = StatusViewChange
+		n.resetViewChange()
+	}
 }

@@ -57,7 +57,10 @@ func validRole(m *Message, primary uint64) string {
 			return "prepare from a replica that is not the view's primary"
 		}
 	case MsgLog:
-		if m.To != primary {
+		// (A catch-up answer carries its sender's commit number and goes
+		// to a voter that had not entered the epoch, whatever its role:
+		// answerCatchUp.)
+		if m.To != primary && m.Commit == 0 {
 			return "log sent to a replica that is not the view's primary"
 		}
 	case MsgCommit:

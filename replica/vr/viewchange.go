@@ -45,11 +45,12 @@ func (n *Node) probe(w uint64) {
 // onProbe grants a probe for view m.View when this replica, too, has no
 // working primary and has not gone past that view (or is changing to it).
 func (n *Node) onProbe(m *Message) {
+	n.requestCatchUp(m) // a probe of an epoch we have not entered
 	if epochOf(m.View) < n.conf.Epoch && n.conf.OpenIndex != 0 && epochOf(n.view) == n.conf.Epoch {
 		// A replica still in an older epoch is looking for a primary
 		// that no longer exists: tell it the epoch has moved on (it
 		// learns the change committed if it holds the entry that opened
-		// ours, adoptClosing; otherwise the new primary catches it up).
+		// ours, adoptClosing; otherwise it asks for it, requestCatchUp).
 		sv := n.startViewChangeMsg()
 		sv.To = m.From
 		n.send(sv)
@@ -225,7 +226,10 @@ func (n *Node) tickViewChange() {
 
 func (n *Node) onStartViewChange(m *Message) {
 	if epochOf(m.View) != n.conf.Epoch && !n.adoptClosing(m) {
-		return // a view of another epoch: only its voters change to it
+		// A view of another epoch: only its voters change to it. Of a
+		// later one whose opening entry we miss: we ask for it.
+		n.requestCatchUp(m)
+		return
 	}
 	if n.passive() || !n.conf.Members.IsVoter(m.From) {
 		return
@@ -387,6 +391,10 @@ func (n *Node) sendGetLog() {
 }
 
 func (n *Node) onGetLog(m *Message) {
+	if epochOf(m.View) < n.conf.Epoch {
+		n.answerCatchUp(m) // from a replica that has not entered our epoch
+		return
+	}
 	if m.View != n.view || n.status != StatusViewChange || n.passive() {
 		return
 	}
@@ -407,6 +415,10 @@ func (n *Node) onGetLog(m *Message) {
 }
 
 func (n *Node) onLog(m *Message) {
+	if epochOf(m.View) > n.conf.Epoch {
+		n.catchUp(m) // the answer to requestCatchUp
+		return
+	}
 	if m.View != n.view || n.status != StatusViewChange || !n.reconciling || m.From != n.best.from {
 		return
 	}
