@@ -152,6 +152,8 @@ var regressions = []struct {
 	{118225, "a write torn after its entries and before its hard state (a backup that missed StartView took a Prepare of the new view as its disk failed) left entries of a view the disk did not reach, and the replica refused to restart (they are dropped now)", false},
 	{196575, "a replica that held a new configuration only in a snapshot could not name the entry that opened the epoch, so the others never learned the change had committed (the configuration now carries its opening entry)", false},
 	{171372, "client 0's session expired during its setup just as the faults ended, and it finished, so every other client waited for the files for ever (client 0 now finishes its setup first)", false},
+	{11722, "a voter of the new epoch whose log lacked the entry that opened it (slow disk) could learn of the epoch only from the epoch's primary: it granted no probe and could not lead, so the view change to a view it was due to lead never completed (it now asks the other voters for their committed log)", false},
+	{12878, "same as 11722 with a voter that had followed the new epoch's primary before its log held the change, and needed a snapshot", false},
 	// Found once the simulator sent blocking Acquires and checked, at the
 	// end, that no lock is held by a session whose client was not told
 	// it got it:
