@@ -14,17 +14,20 @@
 //     EndSession drains, the command is stamped (Writes) and its reach
 //     invalidated (Cache), and the caller hears a Verdict — propose, in
 //     which view, or why not — then says when the command finished;
+//   - Waiters, the parked blocking Acquire calls, one per handle: which
+//     call a lock's grant answers, and which attempts of a request may
+//     not queue it again;
 //   - Oracle, the timestamp oracle: a window of timestamps in memory,
 //     reserved ahead of need through the log;
 //   - Epoch and EpochParts, the master epoch of a view and its parts.
 //
-// All five are pure state machines in the manner of replica/vr: no
+// All six are pure state machines in the manner of replica/vr: no
 // goroutine, no timer, no clock of their own — time, where they need it,
 // comes in as an argument (Time: nanoseconds on the master's monotonic
 // clock, the one the replicated log's master lease is measured on) and
 // what to do comes out as return values; none is safe for concurrent use.
 // The cell wraps them with a mutex, timers and parked RPCs
-// (cell/leases.go, cell/changes.go, cell/oracle.go); the
+// (cell/leases.go, cell/changes.go, cell/machine.go, cell/oracle.go); the
 // simulator (cell/sim) drives the very same code on simulated clocks, so
 // what it checks is what ships.
 //
