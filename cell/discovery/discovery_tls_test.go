@@ -149,11 +149,10 @@ func TestTLSOtherCARefused(t *testing.T) {
 	if ms := x.Members(); len(ms) != 1 || x.ml.NumMembers() != 1 {
 		t.Errorf("the rogue lists %+v (memberlist: %d); want itself alone", ms, x.ml.NumMembers())
 	}
-	refused := a.tls.stats.refused.Load() + b.tls.stats.refused.Load()
-	t.Logf("the members refused %d handshakes of the rogue", refused)
-	if refused == 0 {
-		t.Error("no refused handshake counted")
-	}
+	// Counted by the accept goroutines, which a busy machine may run late.
+	refused := func() int64 { return a.tls.stats.refused.Load() + b.tls.stats.refused.Load() }
+	waitFor(t, "a refused handshake of the rogue to be counted", func() bool { return refused() > 0 })
+	t.Logf("the members refused %d handshakes of the rogue", refused())
 }
 
 func TestTLSAndPlaintextDoNotMix(t *testing.T) {
@@ -187,11 +186,15 @@ func TestTLSAndPlaintextDoNotMix(t *testing.T) {
 			if !tc.seedTLS {
 				tlsSide = joiner
 			}
-			n := tlsSide.tls.stats.refused.Load()
-			t.Logf("the TLS member refused %d connections", n)
-			if n == 0 {
-				t.Error("the TLS member counted no refused connection")
-			}
+			// Each plaintext connection is counted refused, or abandoned
+			// when its caller gave up first (a busy machine: the Join's
+			// timeout ran out), once the TLS member's accept goroutine has
+			// read it; that may come after Join returned.
+			stats := &tlsSide.tls.stats
+			waitFor(t, "the TLS member to count the plaintext connections", func() bool {
+				return stats.refused.Load()+stats.abandoned.Load() > 0
+			})
+			t.Logf("the TLS member refused %d connections (%d abandoned by their caller)", stats.refused.Load(), stats.abandoned.Load())
 		})
 	}
 }
