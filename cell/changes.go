@@ -15,10 +15,6 @@ import (
 const (
 	DefaultMaxCachedPerSession = master.DefaultMaxCachedPerSession
 	DefaultMaxCachedPerCell    = master.DefaultMaxCachedPerCell
-	// uncertainHold is how long a node stays uncachable, and a command
-	// keeps its place among the writes in flight, after a change whose
-	// outcome is unknown (it may still apply): longer than commitTimeout.
-	uncertainHold = 2 * commitTimeout
 )
 
 // changes carries out the master's change pipeline (master.Pipeline, where
@@ -26,6 +22,7 @@ const (
 // all three, one timer for the pipeline's waits, and callers that block
 // until their change's verdict.
 type changes struct {
+	cfg   master.PipelineConfig
 	m     *machine
 	clock func() master.Clock
 	wake  func([]chubby.SessionID) // answer these sessions' parked KeepAlives now
@@ -43,7 +40,7 @@ type changes struct {
 // caching sessions.
 func newChanges(m *machine, cfg master.PipelineConfig, perSession, perCell int, clock func() master.Clock,
 	leaseEnd func(chubby.SessionID) (master.Time, bool), wake func([]chubby.SessionID)) *changes {
-	c := &changes{m: m, clock: clock, wake: wake, calls: map[uint64]chan master.Verdict{}}
+	c := &changes{cfg: cfg, m: m, clock: clock, wake: wake, calls: map[uint64]chan master.Verdict{}}
 	reach := func(cmd *fsm.Command) (r fs.Reach) {
 		m.read(func(st *fs.State) { r = st.Reach(cmd) })
 		return r

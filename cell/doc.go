@@ -59,7 +59,7 @@
 //	        |  its ChubbyError; a log failure becomes NOT_MASTER or, mostly,
 //	        |  UNAVAILABLE, the outcome unknown unless the log refused it);
 //	        |  changes.finished: the reached nodes become cachable again
-//	        |  and the write leaves the table (only after uncertainHold
+//	        |  and the write leaves the table (only after UncertainHold
 //	        |  when the outcome is unknown)
 //	        v
 //	handler builds the reply -> Kitex -> client
@@ -188,7 +188,7 @@
 //     (KeepAliveItem.acked_invalidation) or its lease has ended, bounded by
 //     one lease plus 1 s. Only then is the command proposed; the paths
 //     become cachable when it has applied (after a command of unknown
-//     outcome, only after uncertainHold). An ack counts only
+//     outcome, only after the pipeline's UncertainHold). An ack counts only
 //     from a KeepAlive that names this master's epoch (or none), so an ack
 //     meant for another master counts for nothing. A new master knows no cachers: every recovered
 //     caching session gets invalidate_all on its first KeepAlive, and every

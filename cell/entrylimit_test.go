@@ -148,14 +148,14 @@ func TestMultiAtItsBoundCommits(t *testing.T) {
 	if err := tc.cli.CloseSession(ctx, &chubby.CloseSessionRequest{Session: s}); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d >= uncertainHold {
-		t.Fatalf("CloseSession after the refused Multi took %v: held for the refused proposal (uncertainHold %v)", d, uncertainHold)
+	if d, hold := time.Since(start), tc.s.changes.cfg.UncertainHold; d >= hold {
+		t.Fatalf("CloseSession after the refused Multi took %v: held for the refused proposal (UncertainHold %v)", d, hold)
 	}
 }
 
 // TestRefusedProposalHoldsNothing: a command the log refuses for its size
 // (here one that bypasses the edge checks) is TOO_LARGE, and its session's
-// CloseSession is not held behind it (it was held uncertainHold, 20 s).
+// CloseSession is not held behind it (it was held UncertainHold, 20 s).
 func TestRefusedProposalHoldsNothing(t *testing.T) {
 	tc := startCell(t, Config{})
 	s := tc.session("refused")
@@ -169,7 +169,7 @@ func TestRefusedProposalHoldsNothing(t *testing.T) {
 	if err := tc.cli.CloseSession(ctx, &chubby.CloseSessionRequest{Session: s}); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d >= uncertainHold {
-		t.Fatalf("CloseSession took %v after the refused command (uncertainHold %v)", d, uncertainHold)
+	if d, hold := time.Since(start), tc.s.changes.cfg.UncertainHold; d >= hold {
+		t.Fatalf("CloseSession took %v after the refused command (UncertainHold %v)", d, hold)
 	}
 }

@@ -52,7 +52,7 @@ type proposal struct {
 //
 // The change is finished as submit returns: what it holds in the pipeline
 // (its place among the writes in flight, its nodes' uncachability) is
-// released at once, or held on for uncertainHold when the outcome is
+// released at once, or held on for the pipeline's UncertainHold (twice commitTimeout) when the outcome is
 // unknown (the command may still apply).
 func (s *Server) submit(ctx context.Context, p proposal) (*fsm.Result_, error) {
 	v, err := s.changes.submit(ctx, p.op, p.notBefore)

@@ -268,8 +268,9 @@ func (s *Server) openState() error {
 		MaxParked: cfg.MaxParkedKeepAlives}, logNow, logUntil, s.expireSession)
 	s.oracle = newOracle()
 	// A command in flight waits at most a lease and 1 s for invalidations,
-	// then commitTimeout, then uncertainHold if its outcome is unknown: an
-	// EndSession waits for its session's commands that long.
+	// then commitTimeout, then (its outcome unknown) UncertainHold, twice
+	// commitTimeout: an EndSession waits for its session's commands that
+	// long.
 	pipe := master.PipelineFor(cfg.Lease, commitTimeout)
 	clock := func() master.Clock {
 		return master.Clock{Now: logNow(), WallMs: s.cfg.Now().UnixMilli(), Mono: s.m.mono()}
