@@ -128,6 +128,17 @@ func (c *pipeCell) open(s chubby.SessionID, path string) *chubby.Handle {
 		Create: chubby.CreateMode_OPEN_OR_CREATE}}).Handle
 }
 
+// readerAndWriter makes a caching session r that caches /f and a session
+// holding the handle hw of /f to write it with.
+func (c *pipeCell) readerAndWriter() (r chubby.SessionID, hw *chubby.Handle) {
+	r = c.session("reader", true)
+	w := c.session("writer", false)
+	c.open(r, "/f")
+	hw = c.open(w, "/f")
+	c.cache(r, "/f")
+	return r, hw
+}
+
 // cache registers s as a cacher of path, as a read asking to cache does.
 func (c *pipeCell) cache(s chubby.SessionID, path string) {
 	c.t.Helper()
@@ -171,11 +182,7 @@ func TestPipelineUncachedChangeGoesAtOnce(t *testing.T) {
 // it waited in; meanwhile the node is uncachable.
 func TestPipelineWaitsForCachers(t *testing.T) {
 	c := newPipeCell(t)
-	r := c.session("reader", true)
-	w := c.session("writer", false)
-	c.open(r, "/f")
-	hw := c.open(w, "/f")
-	c.cache(r, "/f")
+	r, hw := c.readerAndWriter()
 	id := c.submit(set(hw, "x"))
 	c.mustWait(id)
 	if len(c.woke) != 1 || c.woke[0] != r {
@@ -203,6 +210,8 @@ func TestPipelineEndsOfWaits(t *testing.T) {
 		end  func(c *pipeCell, reader chubby.SessionID)
 		code chubby.ErrorCode // 0: the change goes
 		says string
+		// longLease: the reader's lease outlasts InvalidateWait.
+		longLease bool
 	}{
 		{"the cacher's lease ends", func(c *pipeCell, r chubby.SessionID) {
 			at, ok := c.p.Next()
@@ -210,12 +219,12 @@ func TestPipelineEndsOfWaits(t *testing.T) {
 				t.Fatalf("Next %v %v, want the reader's lease end %v", at, ok, c.ends[r])
 			}
 			c.advance(time.Duration(at - c.now))
-		}, 0, ""},
+		}, 0, "", false},
 		{"the cacher's session ends", func(c *pipeCell, r chubby.SessionID) {
 			delete(c.ends, r)
 			c.p.Forget(c.clock(), r)
 			c.take()
-		}, 0, ""},
+		}, 0, "", false},
 		{"nobody answers within InvalidateWait", func(c *pipeCell, r chubby.SessionID) {
 			// The reader's lease (an hour, see below) outlasts the bound.
 			c.advance(testPipe.InvalidateWait - 1)
@@ -223,24 +232,20 @@ func TestPipelineEndsOfWaits(t *testing.T) {
 				t.Fatal("refused before InvalidateWait")
 			}
 			c.advance(1)
-		}, chubby.ErrorCode_UNAVAILABLE, "did not acknowledge"},
+		}, chubby.ErrorCode_UNAVAILABLE, "did not acknowledge", true},
 		{"a new master epoch", func(c *pipeCell, r chubby.SessionID) {
 			c.p.Reset(c.clock(), 8, nil)
 			c.take()
-		}, chubby.ErrorCode_UNAVAILABLE, "master changed"},
+		}, chubby.ErrorCode_UNAVAILABLE, "master changed", false},
 		{"mastership lost", func(c *pipeCell, r chubby.SessionID) {
 			c.p.Stop(fs.Errorf(chubby.ErrorCode_NOT_MASTER, "gone"))
 			c.take()
-		}, chubby.ErrorCode_NOT_MASTER, "gone"},
+		}, chubby.ErrorCode_NOT_MASTER, "gone", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newPipeCell(t)
-			r := c.session("reader", true)
-			w := c.session("writer", false)
-			c.open(r, "/f")
-			hw := c.open(w, "/f")
-			c.cache(r, "/f")
-			if strings.Contains(tc.name, "InvalidateWait") {
+			r, hw := c.readerAndWriter()
+			if tc.longLease {
 				c.ends[r] = c.now + Time(time.Hour) // a lease end is read as the change begins
 			}
 			id := c.submit(set(hw, "x"))
@@ -325,18 +330,14 @@ func TestPipelineCancel(t *testing.T) {
 	for _, stage := range []string{"draining", "invalidating", "granted"} {
 		t.Run(stage, func(t *testing.T) {
 			c := newPipeCell(t)
-			r := c.session("reader", true)
-			w := c.session("writer", false)
-			c.open(r, "/f")
-			hw := c.open(w, "/f")
-			c.cache(r, "/f")
+			r, hw := c.readerAndWriter()
 			var id uint64
 			switch stage {
 			case "draining":
 				x := c.submit(set(hw, "x")) // stays in flight
 				c.ack(r)
 				c.mustGo(x)
-				id = c.submit(&fsm.Op{EndSession: &fsm.EndSession{Session: w}})
+				id = c.submit(&fsm.Op{EndSession: &fsm.EndSession{Session: hw.Session}})
 			case "invalidating":
 				id = c.submit(set(hw, "x"))
 			case "granted":
