@@ -587,15 +587,14 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	return seq, err
 }
 
-// definite reports whether an Acquire's answer settles its request: the
-// lock granted, or refused by the state, or TIMED_OUT once withdrawn. Not
-// NOT_MASTER or UNAVAILABLE, after which the request may still wait.
+// definite is master.Definite of an error: one that is not a
+// *chubby.ChubbyError settles nothing.
 func definite(err error) bool {
-	switch fs.Code(err) { // INTERNAL: not a ChubbyError
-	case chubby.ErrorCode_NOT_MASTER, chubby.ErrorCode_UNAVAILABLE, chubby.ErrorCode_INTERNAL:
+	var ce *chubby.ChubbyError
+	if err != nil && !errors.As(err, &ce) {
 		return false
 	}
-	return true
+	return master.Definite(ce)
 }
 
 // acquire queues a blocking Acquire and waits for its answer (Acquire).

@@ -88,6 +88,21 @@ func (w *Waiters) Answered(handle, rid int64) {
 	w.answered[k] = struct{}{}
 }
 
+// Definite reports whether an Acquire's answer settles its request, so
+// that Answered records it: the lock granted (nil), or refused by the
+// state or this table, or TIMED_OUT once withdrawn. Not NOT_MASTER or
+// UNAVAILABLE, after which the request may still wait, nor INTERNAL.
+func Definite(err *chubby.ChubbyError) bool {
+	if err == nil {
+		return true
+	}
+	switch err.Code {
+	case chubby.ErrorCode_NOT_MASTER, chubby.ErrorCode_UNAVAILABLE, chubby.ErrorCode_INTERNAL:
+		return false
+	}
+	return true
+}
+
 // Stale reports whether an Acquire attempt of handle with request number
 // rid belongs to a request already answered for certain (Answered). It
 // must not be proposed: its request would wait again, and be granted to

@@ -115,3 +115,23 @@ func TestWaitersStale(t *testing.T) {
 		t.Fatalf("after %d more requests: the first stale %v, %d remembered", maxAnswered, w.Stale(1, 7), len(w.answered))
 	}
 }
+
+func TestDefinite(t *testing.T) {
+	for _, c := range []struct {
+		err  *chubby.ChubbyError
+		want bool
+	}{
+		{nil, true},
+		{fs.Errorf(chubby.ErrorCode_TIMED_OUT, "t"), true},
+		{fs.Errorf(chubby.ErrorCode_LOCK_HELD, "h"), true},
+		{fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "s"), true},
+		{fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "u"), false},
+		{fs.Errorf(chubby.ErrorCode_NOT_MASTER, "n"), false},
+		{fs.Errorf(chubby.ErrorCode_INTERNAL, "i"), false},
+	} {
+		if got := Definite(c.err); got != c.want {
+			t.Errorf("Definite(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+

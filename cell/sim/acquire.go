@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -70,8 +71,8 @@ func (m *masterSim) answerAcquire(a *acqCall, seq *chubby.Sequencer, err *chubby
 	}
 	m.r.w.tracef("r%d answers c%d's Acquire of handle %d: generation %d, %v", m.r.id, a.q.c.id, a.handle().Id, gen, err)
 	a.done = true
-	if err == nil || (err.Code != chubby.ErrorCode_UNAVAILABLE && err.Code != chubby.ErrorCode_NOT_MASTER) {
-		m.waiters.Answered(a.handle().Id, a.q.rid) // definite, as the cell's definite says
+	if master.Definite(err) {
+		m.waiters.Answered(a.handle().Id, a.q.rid)
 	}
 	m.send(a.q, reply{kind: replyOK, res: &fsm.Result_{Sequencer: seq, Err: err}})
 }
