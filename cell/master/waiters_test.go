@@ -134,4 +134,3 @@ func TestDefinite(t *testing.T) {
 		}
 	}
 }
-
