@@ -3,6 +3,8 @@ package client
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/chubbygo/chubby/client/keepalive"
 )
 
 // Retry limits. They are explicit so that a dead cell costs a caller a known,
@@ -29,34 +31,13 @@ const (
 	// without a pause, because a replica named (or a locate round found)
 	// the master elsewhere.
 	maxQuickRedirects = 2
-
-	// keepAliveBackoffBase and keepAliveBackoffMax shape the pause between
-	// KeepAlive attempts after a failure. The KeepAlive loop retries until the
-	// local lease and then the grace period end, so it needs no attempt
-	// limit: time bounds it.
-	keepAliveBackoffBase = 50 * time.Millisecond
-	keepAliveBackoffMax  = 500 * time.Millisecond
 )
 
 // backoffDelay is the pause before retry number attempt (0 for the first
-// retry): d = min(max, base·2^attempt), then jittered into [d/2, d) by
-// jitter ∈ [0, 1) so that many clients do not retry in step. It never returns
-// less than base/2 or more than max.
+// retry): the KeepAlive loop's rule (keepalive.Backoff), d = min(max,
+// base·2^attempt) jittered into [d/2, d) by jitter ∈ [0, 1).
 func backoffDelay(base, max time.Duration, attempt int, jitter float64) time.Duration {
-	d := base
-	for i := 0; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	if jitter < 0 {
-		jitter = 0
-	}
-	if jitter >= 1 {
-		jitter = 0.999
-	}
-	return d/2 + time.Duration(float64(d/2)*jitter)
+	return keepalive.Backoff(base, max, attempt, jitter)
 }
 
 // jitter returns a random number in [0, 1) for backoffDelay.

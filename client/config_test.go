@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chubbygo/chubby/client/keepalive"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -103,7 +104,7 @@ func TestValidateAddr(t *testing.T) {
 func TestBackoffBounds(t *testing.T) {
 	for _, tc := range []struct{ base, max time.Duration }{
 		{callBackoffBase, callBackoffMax},
-		{keepAliveBackoffBase, keepAliveBackoffMax},
+		{keepalive.DefaultBackoffBase, keepalive.DefaultBackoffMax},
 		{time.Millisecond, time.Hour},
 	} {
 		prev := time.Duration(0)

@@ -63,7 +63,11 @@
 //     KeepAlive loop keeps trying for [Config.GracePeriod] (default
 //     [DefaultGracePeriod], counted from the end of the local lease): it follows NOT_MASTER hints,
 //     and, while it waits for a reply, every 0.5 s asks every configured
-//     replica where the master is (GetMaster) and moves its KeepAlive there.
+//     replica where the master is (GetMaster) and moves its KeepAlive there
+//     — or, when they name the replica it went to and it has been
+//     unanswered for 0.5 s, sends it again (it or its reply is lost: a
+//     master answers a parked KeepAlive before the local lease ends). The
+//     rules are package client/keepalive's, which the simulator runs too.
 //     The cache is flushed and not used (see Cache). A KeepAlive reply makes the
 //     session safe again with every handle, lock and ephemeral node it had
 //     (the new master gave it a full lease to come back). Calls made in

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chubbygo/chubby/client/lease"
+	"github.com/chubbygo/chubby/client/keepalive"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -121,7 +121,7 @@ func TestHandleEvents(t *testing.T) {
 // logic alone.
 func testSession() *Session {
 	return &Session{cache: newCache(DefaultCacheMaxEntries), log: slog.New(slog.NewTextHandler(io.Discard, nil)), events: newEventQueue[SessionEvent](SessionEventBuffer),
-		changed: make(chan struct{}), ll: lease.New(time.Now(), time.Hour, 1, time.Minute)}
+		changed: make(chan struct{}), k: keepalive.New(keepalive.DefaultConfig(time.Minute), time.Now(), time.Hour, 1)}
 }
 
 // testWatch registers a handle with id in s, as a returning Open does.

@@ -196,11 +196,11 @@ func TestJeopardyThenSafe(t *testing.T) {
 
 	// And the session lives on through more leases.
 	s.mu.Lock()
-	renewals := s.ll.Renewals()
+	renewals := s.k.Renewals()
 	s.mu.Unlock()
 	time.Sleep(2 * lease)
 	s.mu.Lock()
-	renewed := s.ll.Renewals() > renewals
+	renewed := s.k.Renewals() > renewals
 	s.mu.Unlock()
 	if !renewed || s.Err() != nil {
 		t.Fatalf("two leases after the failover: renewed %v, err %v", renewed, s.Err())

@@ -118,11 +118,11 @@ func useSession(t *testing.T, s *Session, lease time.Duration) {
 	h := must[*Handle](t, "Open")(s.Open(ctx, "/d", OpenOptions{}))
 	must[*chubby.Stat](t, "GetStat")(h.GetStat(ctx))
 	s.mu.Lock()
-	renewals := s.ll.Renewals()
+	renewals := s.k.Renewals()
 	s.mu.Unlock()
 	time.Sleep(lease * 3 / 2)
 	s.mu.Lock()
-	renewed := s.ll.Renewals() > renewals
+	renewed := s.k.Renewals() > renewals
 	s.mu.Unlock()
 	if !renewed || s.Err() != nil {
 		t.Fatalf("a lease and a half later: renewed %v, err %v", renewed, s.Err())
@@ -399,7 +399,7 @@ func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
 	c := connectCfg(t, Config{Addrs: []string{cell.Addr, next}})
 	s := newSession(t, c)
 	s.mu.Lock()
-	renewals := s.ll.Renewals()
+	renewals := s.k.Renewals()
 	s.mu.Unlock()
 
 	cell.Stop()
@@ -418,7 +418,7 @@ func TestKeepAliveFollowsALocatedMaster(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		s.mu.Lock()
-		r := s.ll.Renewals()
+		r := s.k.Renewals()
 		s.mu.Unlock()
 		if r > renewals {
 			break

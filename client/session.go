@@ -12,7 +12,7 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/cloudwego/kitex/pkg/kerrors"
 
-	"github.com/chubbygo/chubby/client/lease"
+	"github.com/chubbygo/chubby/client/keepalive"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/rpc"
 )
@@ -23,20 +23,6 @@ const closeDrain = time.Second
 
 // Bounds of the jeopardy machinery (see the package documentation).
 const (
-	// jeopardyProbeInterval: while a session in jeopardy has a KeepAlive in
-	// flight, the client asks the replicas where the master is this often,
-	// and moves the KeepAlive there if the master is elsewhere. (A
-	// KeepAlive that the master parks may legitimately take a lease to be
-	// answered, so it is not simply timed out and resent.)
-	jeopardyProbeInterval = 500 * time.Millisecond
-
-	// maxQuickKeepAlives bounds how many KeepAlives in a row are resent
-	// at once, without a backoff, after a failure that said where to go
-	// (NOT_MASTER with a hint, STALE_EPOCH with the new epoch): enough to
-	// follow a hint and then an epoch, not enough to spin between two
-	// replicas that point at each other.
-	maxQuickKeepAlives = 3
-
 	// maxSendRounds bounds how often one call of a session is sent anew
 	// after it gave up because no master could be reached and the session
 	// then reached one again (each round is itself up to maxCallAttempts
@@ -85,11 +71,13 @@ type Session struct {
 	inflight   map[uint64]struct{}
 
 	mu sync.Mutex
-	// ll is the local lease, kept by the rules of package client/lease:
-	// safe until the send time of the request answered + lease_ms, then
-	// jeopardy for the grace period; it also holds the highest master
-	// epoch heard of and the renewals.
-	ll      lease.Local
+	// k is the session's KeepAlive loop as a pure state machine (package
+	// client/keepalive): it holds the local lease, kept by the rules of
+	// package client/lease (safe until the send time of the request
+	// answered + lease_ms, then jeopardy for the grace period), the highest
+	// master epoch heard of and the renewals, and decides when the
+	// KeepAlive loop sends, backs off and asks where the master is.
+	k       *keepalive.Keeper
 	ended   SessionState  // StateExpired or StateClosed once err is set
 	changed chan struct{} // closed (and replaced) when state, renewals or err change
 	err     error         // why the session ended; nil while it lives
@@ -131,7 +119,7 @@ func (c *Client) NewSessionAsync(ctx context.Context) *rpc.Future[*Session] {
 			grace:    c.cfg.GracePeriod,
 			loopDone: make(chan struct{}),
 			events:   newEventQueue[SessionEvent](SessionEventBuffer),
-			ll:       lease.New(sent, time.Duration(r.GetLeaseMs())*time.Millisecond, r.GetEpoch(), c.cfg.GracePeriod),
+			k:        keepalive.New(keepalive.DefaultConfig(c.cfg.GracePeriod), sent, time.Duration(r.GetLeaseMs())*time.Millisecond, r.GetEpoch()),
 			changed:  make(chan struct{}),
 			cache:    newCache(c.cfg.CacheMaxEntries),
 			caching:  !c.cfg.DisableCache,
@@ -194,7 +182,7 @@ func (s *Session) stateLocked(now time.Time) SessionState {
 	if s.err != nil {
 		return s.ended
 	}
-	if s.ll.Safe(now) {
+	if s.k.Safe(now) {
 		return StateSafe
 	}
 	return StateJeopardy
@@ -231,7 +219,7 @@ func (s *Session) Events() <-chan SessionEvent { return s.events.ch }
 func (s *Session) Epoch() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ll.Epoch()
+	return s.k.Epoch()
 }
 
 // LeaseRemaining returns how long the session is certainly alive at the
@@ -244,7 +232,7 @@ func (s *Session) LeaseRemaining() time.Duration {
 	if s.err != nil {
 		return 0
 	}
-	return max(0, time.Until(s.ll.LeaseEnd()))
+	return max(0, time.Until(s.k.LeaseEnd()))
 }
 
 // broadcastLocked wakes every call waiting on the session's state; s.mu is held.
@@ -273,13 +261,17 @@ func (s *Session) end(err error) {
 		return
 	}
 	s.err = err
-	s.ll.End()
+	if expired {
+		s.k.Finish(keepalive.CellEnded)
+	} else {
+		s.k.Finish(keepalive.Closed)
+	}
 	if expired {
 		s.ended = StateExpired
 	} else {
 		s.ended = StateClosed
 	}
-	epoch := s.ll.Epoch()
+	epoch := s.k.Epoch()
 	s.broadcastLocked()
 	s.mu.Unlock()
 	s.cache.flush()
@@ -320,6 +312,7 @@ func (s *Session) CloseAsync(ctx context.Context) *rpc.Future[struct{}] {
 			return struct{}{}, &OpError{Op: "close-session", Err: err}
 		}
 		s.closing = true
+		s.k.Closing()
 		s.mu.Unlock()
 		_, err := call(ctx, s.c, callSpec{op: "close-session", class: retryUnsent, timeout: s.c.cfg.CallTimeout},
 			func(ctx context.Context, o ...callopt.Option) (struct{}, error) {
@@ -347,43 +340,31 @@ func (s *Session) CloseAsync(ctx context.Context) *rpc.Future[struct{}] {
 
 // kaAttempt is one KeepAlive in flight.
 type kaAttempt struct {
-	f      *rpc.Future[*chubby.KeepAliveResponse]
-	cancel context.CancelFunc
-	addr   string    // the replica it was sent to
-	sent   time.Time // before sending: the lease it renews counts from here
+	f       *rpc.Future[*chubby.KeepAliveResponse]
+	cancel  context.CancelFunc
+	addr    string    // the replica it was sent to
+	sent    time.Time // before sending: the lease it renews counts from here
+	attempt uint64    // its number in the session's keepalive.Keeper
 }
 
-// keepAliveLoop keeps the session alive until it ends. It sends one
-// KeepAlive at a time to the replica believed to be master, which parks it
-// until shortly before the lease would end; each reply extends the local
-// lease to (send time + lease_ms) and the next KeepAlive goes out at once.
-// Failures are retried with a bounded backoff, following NOT_MASTER hints
-// and, with several replicas, asking them all where the master is.
+// keepAliveLoop keeps the session alive until it ends. What it does and
+// when is decided by the session's keepalive.Keeper (package
+// client/keepalive, where the rules are): the loop carries out its Ready
+// over Kitex and feeds it what happens. In short: one KeepAlive at a time
+// goes to the replica believed to be master, which parks it until shortly
+// before the lease would end; each reply extends the local lease and the
+// next goes out at once; failures are retried with a bounded backoff,
+// following NOT_MASTER hints and, with several replicas, asking them all
+// where the master is (locator.locate); the session goes through jeopardy
+// (EventJeopardy, then EventSafe or EventExpired) when the local lease runs
+// out with no reply.
 //
-// After a failure that says nothing of where the master is (the master's
-// replica cannot be reached, or refuses without a hint), the next
-// KeepAlive waits for the locate round as well as for the backoff: the
-// replicas hold their GetMaster answers during a view change until they
-// know the new master (see awaitMaster in package cell), so a KeepAlive
-// sent meanwhile could only find the old master again. When a locate round
-// (this loop's or anyone's: a call's, another session's) names a master
-// other than the one the KeepAlive failed at, or a newer epoch, the
-// KeepAlive goes there at once, without waiting out its backoff: a new
-// master holds every change until each recovered caching session has
-// flushed on a KeepAlive (or its lease ran out), so the session's own
-// calls, and everyone else's writes, wait for this KeepAlive.
-//
-// When the local lease runs out with no reply the session enters jeopardy
-// (EventJeopardy). The loop goes on trying, now also asking the replicas
-// where the master is every jeopardyProbeInterval while a KeepAlive is in
-// flight, for the grace period: a reply makes the session safe again
-// (EventSafe); the grace period running out, or a SESSION_EXPIRED reply at
-// any time, expires it.
-//
-// The loop runs as long as the session: each turn waits for a reply, a
-// failure, a timer, a locate round or the session's end, and every wait is
-// bounded by the lease end or, in jeopardy, by the end of the grace period
-// (a locate round by its own timeout).
+// The loop runs as long as the session: each turn ticks the Keeper, carries
+// out its Ready and waits for a reply, a failure, the Keeper's wake time,
+// a locate round (this loop's or anyone's: a call's, another session's,
+// the master watch) or the session's end. Every wait is bounded by the
+// lease end or, in jeopardy, by the end of the grace period (a locate
+// round by its own timeout).
 func (s *Session) keepAliveLoop() {
 	defer close(s.loopDone)
 	l := &kaLoop{s: s, timer: time.NewTimer(time.Hour)}
@@ -397,32 +378,18 @@ func (s *Session) keepAliveLoop() {
 	}
 }
 
-// kaLoop is the state of a session's keepAliveLoop.
+// kaLoop is the I/O state of a session's keepAliveLoop; the decisions are
+// the Keeper's (Session.k).
 type kaLoop struct {
 	s     *Session
 	timer *time.Timer
 
 	cur      *kaAttempt      // the KeepAlive in flight, or nil
-	retryAt  time.Time       // when cur is nil: when to send the next one
-	failures int             // failed attempts in a row, for the backoff
-	quick    int             // immediate resends in a row (maxQuickKeepAlives)
-	locating <-chan struct{} // a locate round the loop waits for, or nil
-	probeAt  time.Time       // in jeopardy: when to start the next locate round
-	// lost is the replica the last KeepAlive failed at without learning
-	// where the master is ("" after a reply); lostRefused: it answered
-	// NOT_MASTER (it is alive: a round naming it means it has become the
-	// master). roundWait: the next KeepAlive waits for the round in
-	// locating to end. wakes counts the KeepAlives a round sent before
-	// their backoff ended, since the last reply.
-	lost        string
-	lostRefused bool
-	roundWait   bool
-	wakes       int
+	locating <-chan struct{} // the locate round the Keeper asked for, or nil
+	lastErr  error           // the latest KeepAlive failure, for the session's end
 }
 
-// turn is one turn of the loop: it steps the local lease, sends what is
-// due and waits for a reply, a failure, a timer, a locate round or the
-// session's end. It returns false when the loop is over.
+// turn is one turn of the loop. It returns false when the loop is over.
 func (l *kaLoop) turn() bool {
 	s := l.s
 	if s.ctx.Err() != nil {
@@ -431,30 +398,22 @@ func (l *kaLoop) turn() bool {
 	// Taken before anything is decided: a round that ends from here on
 	// wakes this turn.
 	ended := s.c.locator.roundEnded()
-	now := time.Now()
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
 		return false // ended
 	}
-	tr := s.ll.Step(now)
-	state := s.stateLocked(now)
-	leaseEnd, graceEnd, granted := s.ll.LeaseEnd(), s.ll.GraceEnd(), s.ll.Lease()
+	s.k.Tick(time.Now())
+	rd := s.k.Ready()
 	s.mu.Unlock()
-	switch tr {
-	case lease.EnteredJeopardy:
-		s.enterJeopardy(leaseEnd, graceEnd)
-		l.probeAt = now // look for the master at once
-		return true
-	case lease.GraceOver:
-		s.end(fmt.Errorf("%w: no KeepAlive reply within the grace period (%v) after the local lease ended at %s",
-			ErrSessionExpired, s.grace, leaseEnd.Format(time.RFC3339Nano)))
+	again, ok := l.carryOut(rd)
+	if !ok {
 		return false
 	}
-	jeopardy := state == StateJeopardy
-	held := l.roundWait && l.locating != nil // the next KeepAlive waits for the round
-	l.sendDue(now, granted, held, jeopardy)
-	l.timer.Reset(max(time.Until(l.wakeAt(leaseEnd, graceEnd, held, jeopardy)), 0))
+	if again {
+		return true
+	}
+	l.timer.Reset(max(time.Until(rd.Wake), 0))
 	var replied <-chan struct{}
 	if l.cur != nil {
 		replied = l.cur.f.Done()
@@ -464,48 +423,68 @@ func (l *kaLoop) turn() bool {
 		return false
 	case <-l.timer.C:
 	case <-l.locating:
-		l.roundOver(true)
+		l.roundOver()
 	case <-ended:
-		l.roundOver(false)
+		l.roundOver()
 	case <-replied:
-		return l.replied(state, leaseEnd)
+		l.replied()
 	}
 	return true
 }
 
-// sendDue sends the next KeepAlive if it is time and none is in flight or
-// held for a locate round, and in jeopardy starts the locate round that is
-// due while a KeepAlive is in flight.
-func (l *kaLoop) sendDue(now time.Time, granted time.Duration, held, jeopardy bool) {
-	if l.cur == nil && !held && !now.Before(l.retryAt) {
-		l.cur = l.s.sendKeepAlive(granted)
-	}
-	if jeopardy && l.cur != nil && l.locating == nil && !now.Before(l.probeAt) {
-		l.locating = l.s.c.locator.locate()
-		l.probeAt = now.Add(jeopardyProbeInterval)
-	}
-}
-
-// wakeAt is when the turn's wait ends at the latest: the lease end (in
-// jeopardy the end of the grace period), or sooner the next send or probe.
-func (l *kaLoop) wakeAt(leaseEnd, graceEnd time.Time, held, jeopardy bool) time.Time {
-	wake := leaseEnd
-	if jeopardy {
-		wake = graceEnd
-	}
-	if l.cur == nil && !held && l.retryAt.Before(wake) {
-		wake = l.retryAt
-	}
-	if jeopardy && l.cur != nil && l.locating == nil && l.probeAt.Before(wake) {
-		wake = l.probeAt
-	}
-	return wake
-}
-
-// roundOver handles the end of a locate round: ours (the loop waited for
-// it) or anyone's.
-func (l *kaLoop) roundOver(ours bool) {
+// carryOut does what rd says. ok is false when the session is over;
+// again asks for another turn at once (the Keeper has more to decide).
+func (l *kaLoop) carryOut(rd keepalive.Ready) (again, ok bool) {
 	s := l.s
+	s.tell(rd.Events)
+	if rd.End != keepalive.NotEnded {
+		s.end(l.endErr(rd.End))
+		return false, false
+	}
+	if rd.Cancel && l.cur != nil {
+		s.log.Debug("chubby: master located elsewhere; resending KeepAlive",
+			"from", l.cur.addr, "to", s.c.locator.lastLocated().addr)
+		l.cur.cancel()
+		l.cur = nil
+		again = true
+	}
+	if rd.Send {
+		l.cur = s.sendKeepAlive()
+	}
+	if rd.Locate {
+		if s.c.locator.multi() {
+			l.locating = s.c.locator.locate()
+		} else {
+			// Nobody else to ask: the round is over before it began.
+			s.mu.Lock()
+			s.k.Located(time.Now(), "", 0, true)
+			s.mu.Unlock()
+			again = true
+		}
+	}
+	return again, true
+}
+
+// endErr is the session's Err for how the Keeper ended it.
+func (l *kaLoop) endErr(why keepalive.End) error {
+	s := l.s
+	switch why {
+	case keepalive.Closed:
+		return ErrSessionClosed
+	case keepalive.CellEnded:
+		return fmt.Errorf("%w: the cell ended it: %s", ErrSessionExpired, Describe(l.lastErr))
+	}
+	s.mu.Lock()
+	leaseEnd := s.k.LeaseEnd()
+	s.mu.Unlock()
+	return fmt.Errorf("%w: no KeepAlive reply within the grace period (%v) after the local lease ended at %s",
+		ErrSessionExpired, s.grace, leaseEnd.Format(time.RFC3339Nano))
+}
+
+// roundOver tells the Keeper that a locate round ended: ours (the one it
+// asked for) or anyone's.
+func (l *kaLoop) roundOver() {
+	ours := false
 	if l.locating != nil {
 		select {
 		case <-l.locating:
@@ -513,89 +492,50 @@ func (l *kaLoop) roundOver(ours bool) {
 		default:
 		}
 	}
-	if l.locating == nil {
-		l.roundWait = false
-	}
-	loc := s.c.locator.lastLocated()
-	switch {
-	case loc.addr == "":
-	case l.cur != nil && loc.addr != l.cur.addr && (ours || loc.epoch > s.Epoch()):
-		// The replicas say the master is elsewhere (or anyone's round, or
-		// the master watch, found a master of a newer epoch there): go
-		// there rather than wait for a reply that may never come.
-		s.log.Debug("chubby: master located elsewhere; resending KeepAlive",
-			"from", l.cur.addr, "to", loc.addr, "epoch", loc.epoch)
-		l.cur.cancel()
-		l.cur, l.retryAt = nil, time.Time{}
-	case l.cur == nil && l.lost != "" && (loc.addr != l.lost || l.lostRefused || loc.epoch > s.Epoch()) &&
-		l.retryAt.After(time.Now()) && l.wakes < maxQuickKeepAlives:
-		// Found where the KeepAlive failed to go: go there now.
-		s.log.Debug("chubby: master located; sending KeepAlive without waiting out the backoff",
-			"failed_at", l.lost, "to", loc.addr, "epoch", loc.epoch, "backoff_left", time.Until(l.retryAt))
-		l.wakes++
-		l.retryAt = time.Time{}
-	}
+	loc := l.s.c.locator.lastLocated()
+	l.s.mu.Lock()
+	l.s.k.Located(time.Now(), loc.addr, loc.epoch, ours)
+	l.s.mu.Unlock()
 }
 
-// replied handles the outcome of the KeepAlive in flight: a reply renews
-// the lease; a failure schedules the next attempt (at once, after a
-// backoff, or after a locate round). It returns false when the loop is
-// over.
-func (l *kaLoop) replied(state SessionState, leaseEnd time.Time) bool {
+// replied feeds the Keeper the outcome of the KeepAlive in flight.
+func (l *kaLoop) replied() {
 	s := l.s
 	a := l.cur
 	l.cur = nil
 	a.cancel()
 	r, err, _ := a.f.Result()
 	if err == nil {
-		err = s.applyKeepAlive(a.sent, r)
+		err = s.applyKeepAlive(a, r)
 	}
 	if err == nil {
 		s.log.Debug("chubby: KeepAlive answered", "addr", a.addr, "epoch", r.GetEpoch(),
 			"took", time.Since(a.sent))
 		s.c.locator.heard(a.addr, r.GetEpoch())
-		l.failures, l.quick, l.wakes, l.retryAt, l.lost = 0, 0, 0, time.Time{}, ""
-		return true
+		return
 	}
 	if s.ctx.Err() != nil {
-		return false
+		return
 	}
-	v := s.keepAliveFailed(a.addr, err)
-	if v.fatal {
-		return false
-	}
-	if v.resendNow && l.quick < maxQuickKeepAlives {
-		s.log.Debug("chubby: KeepAlive failed; resending at once", "addr", a.addr,
-			"next", s.c.locator.addr(), "err", Describe(err))
-		l.quick++
-		l.retryAt = time.Time{}
-		return true
-	}
-	l.quick = 0
-	d := backoffDelay(keepAliveBackoffBase, keepAliveBackoffMax, l.failures, jitter())
-	l.failures++
-	l.retryAt = time.Now().Add(d)
-	l.lost, l.lostRefused, l.roundWait = "", false, false
-	if v.locate && s.c.locator.multi() {
-		if l.locating == nil {
-			l.locating = s.c.locator.locate()
-		}
-		l.lost, l.lostRefused, l.roundWait = a.addr, v.refused, true
-	}
-	s.log.Debug("chubby: KeepAlive failed; retrying", "addr", a.addr, "next", s.c.locator.addr(),
-		"delay", d, "wait_for_locate", l.roundWait, "state", state, "lease_remaining", time.Until(leaseEnd),
-		"err", Describe(err))
-	return true
+	l.lastErr = err
+	f, epoch := s.classifyKeepAlive(a.addr, err)
+	s.mu.Lock()
+	s.k.Failed(time.Now(), a.attempt, f, epoch)
+	s.mu.Unlock()
+	s.log.Debug("chubby: KeepAlive failed", "addr", a.addr, "next", s.c.locator.addr(),
+		"failure", f, "err", Describe(err))
 }
 
 // sendKeepAlive sends one KeepAlive for the session to the current master
-// guess. The master parks it for up to the lease; Kitex gets the lease plus
-// CallTimeout before it gives up on it.
-func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
+// guess and tells the Keeper. The master parks it for up to the lease;
+// Kitex gets the lease plus CallTimeout before it gives up on it.
+func (s *Session) sendKeepAlive() *kaAttempt {
 	s.c.locator.maybeRefresh()
 	ctx, cancel := context.WithCancel(s.ctx)
 	addr := s.c.locator.addr()
-	epoch := s.Epoch()
+	s.mu.Lock()
+	epoch, granted := s.k.Epoch(), s.k.Lease()
+	s.mu.Unlock()
 	item := &chubby.KeepAliveItem{Session: s.id}
 	if acked := s.acked(); acked > 0 {
 		// What the previous replies delivered: the cell may forget it.
@@ -610,49 +550,61 @@ func (s *Session) sendKeepAlive(lease time.Duration) *kaAttempt {
 		Sessions: []*chubby.KeepAliveItem{item},
 		Epoch:    &epoch,
 	}
-	timeout := lease + s.c.cfg.CallTimeout
+	timeout := granted + s.c.cfg.CallTimeout
 	s.log.Debug("chubby: KeepAlive sent", "addr", addr, "epoch", epoch)
 	sent := time.Now()
+	s.mu.Lock()
+	attempt := s.k.Sent(sent, addr)
+	s.mu.Unlock()
 	f := rpc.Go(ctx, func(ctx context.Context) (*chubby.KeepAliveResponse, error) {
 		return s.c.kc.KeepAlive(ctx, req, callopt.WithHostPort(addr), callopt.WithRPCTimeout(timeout))
 	})
-	return &kaAttempt{f: f, cancel: cancel, addr: addr, sent: sent}
+	return &kaAttempt{f: f, cancel: cancel, addr: addr, sent: sent, attempt: attempt}
 }
 
-// enterJeopardy tells of a session whose local lease ran out (the loop's
-// lease.Step said so): the cache goes, the grace period starts at the end
-// of the local lease.
-func (s *Session) enterJeopardy(leaseEnd, graceEnd time.Time) {
-	s.cache.flush() // the master may stop waiting for our acks at any moment now
-	s.mu.Lock()
-	epoch := s.ll.Epoch()
-	s.broadcastLocked()
-	s.mu.Unlock()
-	s.log.Warn("chubby: session in jeopardy: local lease ran out with no KeepAlive reply; looking for the master",
-		"lease_end", leaseEnd, "grace_period", s.grace, "expires_at", graceEnd)
-	s.emit(EventJeopardy, epoch, nil)
+// tell carries out the Keeper's events: the cache goes at jeopardy and at
+// a new master; the application hears of each.
+func (s *Session) tell(evs []keepalive.Event) {
+	for _, e := range evs {
+		switch e.Kind {
+		case keepalive.Jeopardy:
+			s.cache.flush() // the master may stop waiting for our acks at any moment now
+			s.mu.Lock()
+			leaseEnd, graceEnd := s.k.LeaseEnd(), s.k.GraceEnd()
+			s.broadcastLocked()
+			s.mu.Unlock()
+			s.log.Warn("chubby: session in jeopardy: local lease ran out with no KeepAlive reply; looking for the master",
+				"lease_end", leaseEnd, "grace_period", s.grace, "expires_at", graceEnd)
+			s.emit(EventJeopardy, e.Epoch, nil)
+		case keepalive.Safe:
+			s.log.Info("chubby: session safe again", "epoch", e.Epoch)
+			s.emit(EventSafe, e.Epoch, nil)
+		case keepalive.MasterChanged:
+			s.cache.flush() // the new master knows no cachers
+			s.log.Info("chubby: master epoch changed", "to", e.Epoch)
+			s.emit(EventMasterChanged, e.Epoch, nil)
+		}
+	}
 }
 
-// noteEpoch records a master epoch heard in a reply for the session; a
-// higher one than known is reported as EventMasterChanged.
+// noteEpoch records a master epoch heard for the session (a reply, a
+// MASTER_FAILED_OVER event); a higher one than known is reported at once
+// as EventMasterChanged.
 func (s *Session) noteEpoch(epoch int64) {
 	s.mu.Lock()
-	old := s.ll.Epoch()
-	if s.err != nil || !s.ll.NoteEpoch(epoch) {
-		s.mu.Unlock()
-		return
+	var evs []keepalive.Event
+	if s.err == nil && s.k.NoteEpoch(epoch) {
+		evs = s.k.Events()
 	}
 	s.mu.Unlock()
-	s.cache.flush() // the new master knows no cachers
-	s.log.Info("chubby: master epoch changed", "from", old, "to", epoch)
-	s.emit(EventMasterChanged, epoch, nil)
+	s.tell(evs)
 }
 
-// applyKeepAlive records a KeepAlive reply sent at sent. It returns an error
-// when the reply does not renew this session; keepAliveFailed decides what
-// that error means. A reply in jeopardy makes the session safe again
+// applyKeepAlive records the reply to KeepAlive a. It returns an error
+// when the reply does not renew this session; classifyKeepAlive decides
+// what that error means. A reply in jeopardy makes the session safe again
 // (EventSafe, after EventMasterChanged if the reply names a new epoch).
-func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) error {
+func (s *Session) applyKeepAlive(a *kaAttempt, r *chubby.KeepAliveResponse) error {
 	s.noteEpoch(r.GetEpoch())
 	for _, res := range r.GetResults() {
 		if res.GetSession() != s.id {
@@ -668,7 +620,6 @@ func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) er
 		// Invalidations first: the lease this reply extends covers only a
 		// cache without what they name.
 		s.cache.apply(res)
-		now := time.Now()
 		s.mu.Lock()
 		if s.err != nil {
 			s.mu.Unlock()
@@ -676,76 +627,49 @@ func (s *Session) applyKeepAlive(sent time.Time, r *chubby.KeepAliveResponse) er
 		}
 		// A reply so late that its lease is already over renews nothing
 		// the client can rely on: the session stays where it is.
-		_, safeAgain := s.ll.Renew(sent, granted, now)
-		epoch, leaseEnd := s.ll.Epoch(), s.ll.LeaseEnd()
+		s.k.Answered(time.Now(), a.attempt, granted, r.GetEpoch())
+		evs := s.k.Events()
 		s.broadcastLocked()
 		s.mu.Unlock()
-		if safeAgain {
-			s.log.Info("chubby: session safe again", "epoch", epoch, "lease_end", leaseEnd)
-			s.emit(EventSafe, epoch, nil)
-		}
+		s.tell(evs)
 		s.deliverEvents(res.GetEvents())
 		return nil
 	}
 	return fmt.Errorf("KeepAlive reply has no result for session %d", s.id)
 }
 
-// kaVerdict is what keepAliveFailed decided about a failed KeepAlive.
-type kaVerdict struct {
-	fatal     bool // the session has ended
-	resendNow bool // the failure said where to go: resend without a backoff
-	locate    bool // nobody said where the master is: ask the replicas
-	refused   bool // with locate: the replica answered NOT_MASTER (it is alive)
-}
-
-// keepAliveFailed handles a failed KeepAlive sent to addr: it ends the
-// session when the cell says it is over, updates the master guess and the
-// epoch when the error says how, and tells the loop how to go on.
-func (s *Session) keepAliveFailed(addr string, err error) kaVerdict {
+// classifyKeepAlive maps a failed KeepAlive sent to addr onto the
+// Keeper's Failure, with the master epoch it named, and updates the master
+// guess as the error says (a NOT_MASTER hint, an unreachable replica).
+func (s *Session) classifyKeepAlive(addr string, err error) (keepalive.Failure, int64) {
 	var ce *chubby.ChubbyError
 	if errors.As(err, &ce) {
 		switch ce.Code {
 		case chubby.ErrorCode_SESSION_EXPIRED:
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
-				s.end(ErrSessionClosed)
-			} else {
-				s.end(fmt.Errorf("%w: the cell ended it: %s", ErrSessionExpired, Describe(ce)))
-			}
-			return kaVerdict{fatal: true}
+			return keepalive.Expired, 0
 		case chubby.ErrorCode_NOT_MASTER:
-			if ce.IsSetEpoch() {
-				s.noteEpoch(ce.GetEpoch())
-			}
 			if s.c.locator.redirect(addr, ce.GetMasterAddress()) {
-				return kaVerdict{resendNow: true}
+				return keepalive.Redirected, ce.GetEpoch()
 			}
 			// No hint, or one naming the master just found unreachable.
-			return kaVerdict{locate: true, refused: true}
+			return keepalive.Refused, ce.GetEpoch()
 		case chubby.ErrorCode_STALE_EPOCH:
-			// A new master refused the old epoch: adopt its epoch and
-			// resend at once. (Flushing caches and re-validating handles
-			// come with the cell's failover event.)
-			if ce.IsSetEpoch() && ce.GetEpoch() > s.Epoch() {
-				s.noteEpoch(ce.GetEpoch())
-				return kaVerdict{resendNow: true}
-			}
-			return kaVerdict{locate: true}
+			// A new master refused the old epoch. (Flushing caches and
+			// re-validating handles come with the cell's failover event.)
+			return keepalive.Stale, ce.GetEpoch()
 		case chubby.ErrorCode_UNAVAILABLE:
 			// A replica shutting down or overloaded: perhaps the master
 			// has moved.
-			return kaVerdict{locate: true}
+			return keepalive.Lost, 0
 		}
-		return kaVerdict{}
+		return keepalive.Other, 0
 	}
 	if errors.Is(err, kerrors.ErrGetConnection) || errors.Is(err, kerrors.ErrRemoteOrNetwork) ||
 		kerrors.IsTimeoutError(err) {
 		s.c.locator.unreachable(addr)
-		return kaVerdict{locate: true}
+		return keepalive.Lost, 0
 	}
-	return kaVerdict{}
+	return keepalive.Other, 0
 }
 
 // sessionCall runs a call of session s:
@@ -814,7 +738,7 @@ func sessionCallOnce[T any](ctx context.Context, s *Session, spec callSpec,
 func (s *Session) awaitSafe(ctx context.Context, needRenewal bool, after uint64) (uint64, error) {
 	for range maxStateWaits {
 		s.mu.Lock()
-		st, renewals, changed, err := s.stateLocked(time.Now()), s.ll.Renewals(), s.changed, s.err
+		st, renewals, changed, err := s.stateLocked(time.Now()), s.k.Renewals(), s.changed, s.err
 		s.mu.Unlock()
 		if err != nil {
 			return 0, err
@@ -830,7 +754,7 @@ func (s *Session) awaitSafe(ctx context.Context, needRenewal bool, after uint64)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ll.Renewals(), s.err
+	return s.k.Renewals(), s.err
 }
 
 // await waits for f. The call behind f is bounded by the same ctx, so
