@@ -30,8 +30,9 @@ import (
 //     command, or why the change is refused (nothing of it is held then);
 //  5. finish: the caller says the command applied or can no longer apply
 //     (Finished, certain), may still apply (uncertain: its write and its
-//     nodes' uncachability are held UncertainHold longer), or that it gave
-//     up before proposing (Cancel).
+//     nodes' uncachability are held UncertainHold longer, or until a new
+//     master epoch settles it: Reset), or that it gave up before proposing
+//     (Cancel).
 //
 // Inputs are the methods that take a Clock; what they decide accumulates
 // in a Ready the caller takes and carries out (verdicts to deliver,
@@ -50,6 +51,7 @@ type Pipeline struct {
 	changes map[uint64]*change // every change submitted and not finished
 	waiting []*change          // draining or invalidating, oldest first
 	holds   []hold             // uncertain changes to release, by time
+	epoch   int64              // the master epoch of the last Reset
 	ready   Ready
 }
 
@@ -121,6 +123,7 @@ const (
 // change is one submitted command on its way.
 type change struct {
 	id        uint64
+	epoch     int64 // the master epoch it was submitted in
 	stage     stage
 	op        *fsm.Op
 	notBefore int64
@@ -166,7 +169,7 @@ func (p *Pipeline) Submit(c Clock, id uint64, op *fsm.Op, notBefore int64) {
 	if _, dup := p.changes[id]; dup {
 		panic(fmt.Sprintf("master: change %d submitted twice", id))
 	}
-	ch := &change{id: id, op: op, notBefore: notBefore}
+	ch := &change{id: id, epoch: p.epoch, op: op, notBefore: notBefore}
 	p.changes[id] = ch
 	es := op.GetEndSession()
 	if es == nil {
@@ -335,9 +338,25 @@ func (p *Pipeline) Forget(c Clock, id chubby.SessionID) {
 }
 
 // Reset starts the cache table of a new master epoch (Cache.Reset): the
-// changes waiting in the old one are refused.
+// changes waiting in the old one are refused. Call it once the view that
+// began the epoch has applied what it started with: that view settled
+// every command proposed in an earlier epoch (applied now, or never to
+// be), so the uncertain holds of earlier epochs are released. Held on,
+// an EndSession of an earlier term that never committed would keep its
+// live session's commands refused as "being ended" (simulator seed 7163).
 func (p *Pipeline) Reset(c Clock, epoch int64, recovered []chubby.SessionID) {
 	p.cache.Reset(epoch, recovered)
+	p.epoch = epoch
+	kept := p.holds[:0]
+	for _, h := range p.holds {
+		if h.c.epoch < epoch {
+			p.release(h.c)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	clear(p.holds[len(kept):])
+	p.holds = kept
 	p.poll(c)
 }
 
@@ -353,14 +372,16 @@ func (p *Pipeline) Stop(err *chubby.ChubbyError) {
 }
 
 // Finished ends a granted change: its command applied or can no longer
-// apply, or, uncertain, may still apply (it is then held UncertainHold).
+// apply, or, uncertain, may still apply (it is then held UncertainHold,
+// unless it was submitted in an earlier master epoch than the current
+// one, which settled it).
 func (p *Pipeline) Finished(c Clock, id uint64, uncertain bool) {
 	ch, ok := p.changes[id]
 	if !ok || ch.stage != granted {
 		panic(fmt.Sprintf("master: change %d finished without a grant", id))
 	}
 	delete(p.changes, id)
-	if uncertain {
+	if uncertain && ch.epoch >= p.epoch { // an earlier epoch's is settled (Reset)
 		p.holds = append(p.holds, hold{at: c.Now + Time(p.cfg.UncertainHold), c: ch})
 		return
 	}

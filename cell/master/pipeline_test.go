@@ -325,6 +325,38 @@ func TestPipelineUncertainHold(t *testing.T) {
 	c.mustGo(end)
 }
 
+// TestPipelineNewEpochSettlesUncertain: a new master epoch settled every
+// command of earlier ones, so their uncertain holds go: an EndSession of
+// an earlier term that never committed no longer refuses its session's
+// commands, and one finished uncertain after the new epoch began is not
+// held at all. (Simulator seed 7163: a replica that lost mastership and
+// won it back refused a live session's Acquire as "being ended" for the
+// rest of the hold.)
+func TestPipelineNewEpochSettlesUncertain(t *testing.T) {
+	c := newPipeCell(t)
+	_, hw := c.readerAndWriter()
+	s := hw.Session
+	end := c.submit(&fsm.Op{EndSession: &fsm.EndSession{Session: s}})
+	c.mustGo(end)
+	late := c.submit(set(hw, "x"))
+	c.mustRefuse(late, chubby.ErrorCode_SESSION_EXPIRED, "being ended")
+	c.p.Finished(c.clock(), end, true) // the master lost its lease: unknown
+	c.mustRefuse(c.submit(set(hw, "y")), chubby.ErrorCode_SESSION_EXPIRED, "being ended")
+
+	other := c.submit(&fsm.Op{EndSession: &fsm.EndSession{Session: c.session("other", false)}})
+	c.mustGo(other)
+	c.p.Stop(fs.Errorf(chubby.ErrorCode_NOT_MASTER, "lost"))
+	c.p.Reset(c.clock(), 9, nil) // a later term of this replica
+	c.mustGo(c.submit(set(hw, "z")))
+	if _, held := c.p.Next(); held {
+		t.Fatal("an uncertain hold of epoch 7 outlived epoch 9's start")
+	}
+	c.p.Finished(c.clock(), other, true)
+	if _, held := c.p.Next(); held {
+		t.Fatal("a change of epoch 7 finished uncertain in epoch 9 is held")
+	}
+}
+
 // TestPipelineCancel: a change given up in any stage holds nothing after.
 func TestPipelineCancel(t *testing.T) {
 	for _, stage := range []string{"draining", "invalidating", "granted"} {
