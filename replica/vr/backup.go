@@ -77,12 +77,17 @@ func (n *Node) onPrepare(m *Message) {
 }
 
 func (n *Node) onCommit(m *Message) {
-	if m.View > n.view {
+	if m.View > n.view || m.View == n.view && n.status == StatusViewChange {
 		// A heartbeat says nothing of a log: a replica that missed a view
-		// change follows the new primary on its StartView (resent every
-		// heartbeat to a backup not yet normal) or Prepare, which carry
-		// one. A Commit alone could strand it, on a forged header, in a
-		// view (or an epoch) no primary of which exists.
+		// change, or is still changing to the view, follows the new
+		// primary on its StartView (resent every heartbeat to a backup
+		// not yet normal) or Prepare, which carry one. A Commit alone
+		// could strand it, on a forged header, in a view (or an epoch) no
+		// primary of which exists: following it, a replica changing to a
+		// view nobody leads would stop asking for that view
+		// (StartViewChange, which a primary it is stranded ahead of
+		// follows) and only probe for the next, which nobody grants
+		// (simulator forger seed 1307).
 		return
 	}
 	if !n.follow(m) {

@@ -278,10 +278,11 @@
 // probe for it (granters: replicas without a working primary below that
 // view, or changing to it), or on the word of
 // that view's primary (StartView, Prepare). That is how a replica that
-// missed view changes catches up. A heartbeat (Commit) of a newer view is
-// not followed: it describes no log, and on a forged header it could
-// strand a replica in a view, or an epoch, nobody leads; the new primary
-// resends StartView every heartbeat instead.
+// missed view changes catches up. A heartbeat (Commit) of a newer view, or
+// of the view a replica is still changing to, is not followed: it
+// describes no log, and on a forged header it could strand a replica in a
+// view, or an epoch, nobody leads; the new primary resends StartView every
+// heartbeat instead.
 //
 // The arithmetic is total. A view number is epoch<<32 | counter ([EpochOf],
 // [ViewCounter]); a message naming a counter in the last 2^24 of its epoch

@@ -669,6 +669,35 @@ func TestAPrimaryFollowsAVoterStrandedAhead(t *testing.T) {
 	}
 }
 
+// TestAStrandedVoterIgnoresACommitOfItsView: a voter changing to a view
+// nobody leads gets a Commit of that view, its sender forged as the
+// view's primary. It stays in its view change, asking for the view, and
+// the primary it is stranded ahead of follows it as above; following the
+// Commit, it would wait for a StartView nobody sends and only probe for
+// the next view, which nobody grants (simulator forger seed 1307).
+// Reference: package documentation, "Every path into a view passes the
+// pre-vote" and "What the core trusts".
+func TestAStrandedVoterIgnoresACommitOfItsView(t *testing.T) {
+	nw := newNetwork(t, 1, 2, 3)
+	nw.reps[3].disk.hs.View = 1
+	nw.restart(3)
+	n3 := nw.node(3)
+	if err := n3.Step(Message{Type: MsgCommit, From: 2, To: 3, View: 1, Commit: 1, Stamp: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if v, s := n3.View(), n3.Info().Status; v != 1 || s != StatusViewChange {
+		t.Fatalf("after a Commit of its view: view %d, %v; want view 1, view-change", v, s)
+	}
+	nw.runUntil(nw.viewChangeLimit(), "every replica normal in view 1", func() bool {
+		for _, id := range nw.ids {
+			if nw.node(id).View() != 1 || nw.info(id).Status != StatusNormal {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestPreparesLeaveBeforeThePrimarysOwnWriteOnlyInAViewOnDisk: the
 // normal primary's Prepares and Commits come as EarlyMessages (and the
 // write may be queued: PersistAsync) once its view is on disk as a normal
