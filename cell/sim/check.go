@@ -160,7 +160,7 @@ func (k *checker) beliefStarts(c *client, l int) {
 	for _, o := range w.clients {
 		if o != c && o.believes(l) {
 			w.fail("mutual exclusion: client %d believes it holds %s (session %d safe until %v) while client %d is granted it (session %d)",
-				o.id, lockPath(l), o.sess.id, time.Duration(o.realOf(o.sess.ll.LeaseEnd())), c.id, c.sess.id)
+				o.id, lockPath(l), o.sess.id, time.Duration(o.realOf(o.sess.k.LeaseEnd())), c.id, c.sess.id)
 			return
 		}
 	}

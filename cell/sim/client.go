@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/chubbygo/chubby/client/lease"
+	"github.com/chubbygo/chubby/client/keepalive"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -69,11 +69,12 @@ type op struct {
 	callEv  int    // the event it began in (orders the calls of one instant)
 }
 
-// csession is one session of a client: its local lease (client/lease, the
-// library's rules), handles, lock beliefs and cache.
+// csession is one session of a client: its KeepAlive loop and local lease
+// (client/keepalive and client/lease, the library's code), handles, lock
+// beliefs and cache.
 type csession struct {
 	id      int64
-	ll      lease.Local
+	k       *keepalive.Keeper // the library's KeepAlive loop, with the session's local lease
 	seq     int64
 	files   [nFiles]*chubby.Handle
 	locks   [nLocks]*chubby.Handle
@@ -89,11 +90,7 @@ type csession struct {
 	cacheGen uint64
 	invAcked int64
 
-	// The KeepAlive in flight.
-	kaAttempt int
-	kaSent    int64 // the client's clock at its send
-	kaTarget  uint64
-	jeopardy  bool
+	kaWake int64 // when the Keeper's next Tick is scheduled (real time)
 }
 
 type cachedFile struct {
@@ -127,6 +124,21 @@ type client struct {
 	// oracleOnly: a client of the timestamp oracle alone (a transaction
 	// coordinator): no session, one GetTimestamps after another.
 	oracleOnly bool
+
+	// The library's master guess and its locate rounds (locator.go):
+	// suspect is the replica last found unreachable; round the locate
+	// round in progress, rounds counts them.
+	suspect uint64
+	round   *locRound
+	rounds  uint64
+	// epoch is the highest master epoch the client heard of (heard);
+	// the master watch parks at watchAt's replica next, watchSeq numbers
+	// the watches, watchFails counts those failed in a row.
+	epoch      int64
+	watching   bool
+	watchAt    int
+	watchSeq   uint64
+	watchFails int
 }
 
 func newClient(w *world, id int) *client {
@@ -146,13 +158,13 @@ func (c *client) realOf(t time.Time) int64 { return int64(float64(t.UnixNano()-c
 // Acquire succeeded and has not sent Release.
 func (c *client) believes(l int) bool {
 	s := c.sess
-	return s != nil && !s.over && s.holding[l] != nil && s.ll.Safe(c.localTime())
+	return s != nil && !s.over && s.holding[l] != nil && s.k.Safe(c.localTime())
 }
 
 func (c *client) describe() string {
 	st := "no session"
 	if s := c.sess; s != nil {
-		st = fmt.Sprintf("session %d %v", s.id, s.ll.State(c.localTime()))
+		st = fmt.Sprintf("session %d %v", s.id, s.k.State(c.localTime()))
 	}
 	if c.cur == nil {
 		return fmt.Sprintf("c%d idle, %s", c.id, st)
@@ -203,12 +215,13 @@ func (c *client) nextSetup() {
 func (c *client) sessionCreated(o *op, rep reply) {
 	w := c.w
 	s := &csession{id: rep.session, cache: map[string]cachedFile{}}
-	s.ll = lease.New(time.Unix(0, o.sent), time.Duration(rep.leaseMs)*time.Millisecond, rep.epoch, 2*w.lease)
+	s.k = c.newKeeper(o.sent, rep.leaseMs, rep.epoch)
 	c.sess = s
 	w.res.Sessions++
 	w.tracef("c%d session %d created, lease %dms", c.id, s.id, rep.leaseMs)
-	c.armLeaseTimer(s)
-	c.sendKeepAlive(s)
+	c.heard(rep.from, rep.epoch)
+	c.startWatch()
+	c.kaStep(s)
 	if c.id == 0 && !w.setupOK {
 		for i := range nFiles {
 			c.setup = append(c.setup, &op{kind: opSetupCreate, path: filePath(i)})
@@ -363,7 +376,7 @@ func (c *client) begin(o *op) {
 func (c *client) serveFromCache(o *op) bool {
 	s := c.sess
 	f, ok := s.cache[filePath(o.idx)]
-	if !ok || !s.ll.Safe(c.localTime()) {
+	if !ok || !s.k.Safe(c.localTime()) {
 		return false
 	}
 	c.cur = nil
@@ -385,7 +398,7 @@ func (c *client) serveFromCache(o *op) bool {
 func (c *client) attempt() {
 	w := c.w
 	o := c.cur
-	if o.kind != opCreateSession && o.kind != opTimestamps && !o.sess.ll.Safe(c.localTime()) ||
+	if o.kind != opCreateSession && o.kind != opTimestamps && !o.sess.k.Safe(c.localTime()) ||
 		o.kind == opOpen && !w.setupOK {
 		c.waiting = true // resumed when the session is safe again, or the files exist
 		return
@@ -406,10 +419,10 @@ func (c *client) attempt() {
 	case o.wait:
 		q.kind, q.cmd, q.rid = reqAcquire, o.cmd, o.rid
 		q.waitMs = max((o.waitEnd-c.local()+ms-1)/ms, 1)
-		o.sentTo = c.target
 	default:
 		q.kind, q.cmd = reqCommand, o.cmd
 	}
+	o.sentTo = c.target
 	c.deliver(c.target, q)
 	timeout := w.between(100*ms, 200*ms)
 	if o.wait {
@@ -445,6 +458,14 @@ func (c *client) deliver(target uint64, q *request) {
 func (c *client) onReply(rep reply) {
 	if s := c.sess; s != nil && rep.opID == kaOpID(s) {
 		c.onKeepAlive(s, rep)
+		return
+	}
+	switch rep.opID >> 61 {
+	case 2, 3:
+		c.onLocate(rep)
+		return
+	case 1:
+		c.onWatch(rep)
 		return
 	}
 	w := c.w
@@ -568,7 +589,7 @@ func (c *client) record(o *op, rep reply) {
 	case opRead:
 		if out.ok {
 			c.lastGen[o.idx] = out.gen
-			if rep.cacheOK && s.cacheGen == o.cacheGen && s.ll.Safe(c.localTime()) && !s.over {
+			if rep.cacheOK && s.cacheGen == o.cacheGen && s.k.Safe(c.localTime()) && !s.over {
 				s.cache[filePath(o.idx)] = cachedFile{value: out.value, gen: out.gen}
 			}
 		}
@@ -612,81 +633,157 @@ func (c *client) addHistory(o *op, out modelOutput) {
 	w.check.addOp(c.id, o.in, o.call, out, ret)
 }
 
-// --- the session's KeepAlive loop ---
+// --- the session's KeepAlive loop: client/keepalive's Keeper, carried
+// out over the simulated network as package client carries it out over
+// Kitex ---
 
 // kaOpID names a session's KeepAlives (operations use opSeq numbers).
 func kaOpID(s *csession) uint64 { return 1<<63 | uint64(s.id) }
 
-func (c *client) sendKeepAlive(s *csession) {
-	w := c.w
+// locOpID names a client's locate rounds.
+func locOpID(round uint64) uint64 { return 1<<62 | round }
+
+func addrOf(id uint64) string { return fmt.Sprintf("r%d", id) }
+
+// newKeeper is the session's KeepAlive loop, with the library's
+// configuration (DefaultConfig), a grace period of two leases, and the
+// world's seeded source for the backoff's jitter.
+func (c *client) newKeeper(sent int64, leaseMs, epoch int64) *keepalive.Keeper {
+	cfg := keepalive.DefaultConfig(2 * c.w.lease)
+	cfg.Jitter = c.w.rng.Float64
+	return keepalive.New(cfg, time.Unix(0, sent), time.Duration(leaseMs)*time.Millisecond, epoch)
+}
+
+// kaStep ticks the session's Keeper at this instant and carries out its
+// Ready, as the library's keepAliveLoop turn does.
+func (c *client) kaStep(s *csession) {
 	if s.over || c.sess != s {
 		return
 	}
-	s.kaAttempt++
-	att := s.kaAttempt
-	s.kaSent = c.local()
-	s.kaTarget = c.target
-	w.tracef("c%d KeepAlive #%d of session %d to r%d (acks invalidation %d)", c.id, att, s.id, c.target, s.invAcked)
-	c.deliver(c.target, &request{c: c, kind: reqKeepAlive, opID: kaOpID(s), attempt: att,
-		session: s.id, ackInv: s.invAcked, epoch: s.ll.Epoch()})
-	// A KeepAlive is parked up to a lease; past that plus a little, or
-	// sooner in jeopardy, try another replica.
-	timeout := int64(s.ll.Lease()) + 100*ms
-	if s.jeopardy {
-		timeout = w.between(100*ms, 200*ms)
+	now := c.localTime()
+	s.k.Tick(now)
+	rd := s.k.Ready()
+	c.kaEvents(s, rd.Events)
+	if rd.End != keepalive.NotEnded {
+		c.sessionOver(s, "KeepAlive loop: "+rd.End.String())
+		return
 	}
-	w.after(timeout, func() {
-		if c.sess == s && !s.over && s.kaAttempt == att {
-			c.target = c.nextTarget()
-			c.sendKeepAlive(s)
+	if rd.Cancel {
+		c.w.tracef("c%d KeepAlive of session %d moves to r%d", c.id, s.id, c.target)
+	}
+	if rd.Send {
+		c.sendKeepAlive(s)
+	}
+	if rd.Locate {
+		c.locate(s)
+	}
+	if rd.Cancel {
+		c.kaStep(s) // the Keeper sends the next one at once
+		return
+	}
+	if wake := c.realOf(rd.Wake) + 1; wake != s.kaWake {
+		s.kaWake = wake
+		c.w.at(max(c.w.now, wake), func() {
+			if s.kaWake == wake {
+				c.kaStep(s)
+			}
+		})
+	}
+}
+
+// kaEvents carries out the Keeper's events: the cache goes at jeopardy and
+// at a new master.
+func (c *client) kaEvents(s *csession, evs []keepalive.Event) {
+	for _, e := range evs {
+		switch e.Kind {
+		case keepalive.Jeopardy:
+			c.w.res.Jeopardy++
+			c.w.tracef("c%d session %d in jeopardy", c.id, s.id)
+		case keepalive.Safe:
+			c.w.tracef("c%d session %d safe again", c.id, s.id)
+		case keepalive.MasterChanged:
+			c.w.tracef("c%d session %d: master epoch %d", c.id, s.id, e.Epoch)
+		}
+		if e.Kind != keepalive.Safe {
+			s.cacheGen++
+			clear(s.cache)
+		}
+	}
+}
+
+// sendKeepAlive sends the KeepAlive the Keeper asked for to the master
+// guess. Its RPC timeout is the library's: the lease it may be parked for
+// plus the call timeout (here one lease: the simulated leases are short).
+func (c *client) sendKeepAlive(s *csession) {
+	w := c.w
+	att := s.k.Sent(c.localTime(), addrOf(c.target))
+	w.tracef("c%d KeepAlive #%d of session %d to r%d (acks invalidation %d)", c.id, att, s.id, c.target, s.invAcked)
+	target := c.target
+	c.deliver(target, &request{c: c, kind: reqKeepAlive, opID: kaOpID(s), attempt: int(att),
+		session: s.id, ackInv: s.invAcked, epoch: s.k.Epoch()})
+	w.after(c.realAfter(s.k.Lease()+w.lease), func() {
+		if cur, _, ok := s.k.InFlight(); ok && cur == att && c.sess == s {
+			w.tracef("c%d KeepAlive #%d timed out", c.id, att)
+			c.unreachable(target)
+			s.k.Failed(c.localTime(), att, keepalive.Lost, 0)
+			c.kaStep(s)
 		}
 	})
 }
 
+// realAfter is the real time the client's clock takes to count d.
+func (c *client) realAfter(d time.Duration) int64 { return int64(float64(d) / c.rate) }
+
 func (c *client) onKeepAlive(s *csession, rep reply) {
 	w := c.w
-	if rep.attempt != s.kaAttempt || s.over {
+	att := uint64(rep.attempt)
+	if cur, _, ok := s.k.InFlight(); !ok || cur != att || s.over {
 		return
 	}
-	w.tracef("c%d KeepAlive #%d answered by r%d: kind %d", c.id, rep.attempt, rep.from, rep.kind)
+	w.tracef("c%d KeepAlive #%d answered by r%d: kind %d", c.id, att, rep.from, rep.kind)
+	now := c.localTime()
+	f, epoch := keepalive.Other, int64(0)
 	switch rep.kind {
 	case replyNotMaster:
-		c.target = rep.hint
-		w.after(w.between(0, 2*ms), func() {
-			if s.kaAttempt == rep.attempt {
-				c.sendKeepAlive(s)
-			}
-		})
-		return
+		f = keepalive.Refused
+		if c.redirect(rep.from, rep.hint) {
+			f = keepalive.Redirected
+		}
 	case replyStale:
-		c.noteEpoch(s, rep.epoch)
-		c.sendKeepAlive(s)
-		return
-	case replyBusy, replyReset:
-		w.after(w.between(5*ms, 30*ms), func() {
-			if s.kaAttempt == rep.attempt {
-				c.target = c.nextTarget()
-				c.sendKeepAlive(s)
-			}
-		})
-		return
+		f, epoch = keepalive.Stale, rep.epoch
+	case replyBusy:
+		f = keepalive.Lost
+	case replyReset:
+		f = keepalive.Lost
+		c.unreachable(rep.from)
 	case replyExpired:
-		c.sessionOver(s, "KeepAlive: SESSION_EXPIRED")
-		return
+		f = keepalive.Expired
+	default:
+		if g := rep.grant; g.Error != nil {
+			s.k.NoteEpoch(rep.epoch)
+			if g.Error.Code == chubby.ErrorCode_SESSION_EXPIRED {
+				f = keepalive.Expired
+			}
+		} else {
+			c.answered(s, att, rep)
+			c.kaStep(s)
+			return
+		}
 	}
+	s.k.Failed(now, att, f, epoch)
+	c.kaStep(s)
+}
+
+// answered takes a KeepAlive's lease grant, as the library's
+// applyKeepAlive does.
+func (c *client) answered(s *csession, att uint64, rep reply) {
+	w := c.w
 	g := rep.grant
-	if g.Error != nil {
-		c.sessionOver(s, "KeepAlive: "+g.Error.Code.String())
-		return
+	c.target = rep.from // it answered as the master
+	if s.k.NoteEpoch(rep.epoch) {
+		c.kaEvents(s, s.k.Events()) // the cache goes before the grant's invalidations apply
 	}
-	c.target = rep.from
-	c.noteEpoch(s, rep.epoch)
-	if o := c.cur; o != nil && o.wait && !c.waiting && o.sentTo != rep.from && o.sess == s {
-		// The master moved while the Acquire was parked at another
-		// replica: send it again there, as the library does.
-		w.tracef("c%d resends acquire#%d to r%d, the master now", c.id, o.id, rep.from)
-		c.attempt()
-	}
+	c.heard(rep.from, rep.epoch)
 	// Invalidations first: the lease this reply extends covers only a
 	// cache without what they name.
 	if g.IsSetInvalidationSeq() {
@@ -703,61 +800,224 @@ func (c *client) onKeepAlive(s *csession, rep reply) {
 			s.invAcked = max(s.invAcked, g.GetInvalidationSeq())
 		}
 	}
-	renewed, safeAgain := s.ll.Renew(time.Unix(0, s.kaSent), time.Duration(g.LeaseMs)*time.Millisecond, c.localTime())
-	if renewed {
-		s.jeopardy = false
-		if safeAgain {
-			w.tracef("c%d session %d safe again", c.id, s.id)
-		}
-		for l := range nLocks {
-			if s.holding[l] != nil {
-				w.check.beliefStarts(c, l)
-			}
-		}
-		c.armLeaseTimer(s)
-		if c.cur != nil && c.waiting {
-			c.attempt()
-		}
-	}
-	c.sendKeepAlive(s)
-}
-
-func (c *client) noteEpoch(s *csession, epoch int64) {
-	if s.ll.NoteEpoch(epoch) {
-		// A new master knows no cachers: flush.
-		s.cacheGen++
-		clear(s.cache)
-	}
-}
-
-// armLeaseTimer wakes the client when its local lease ends and when its
-// grace period does, by its own clock.
-func (c *client) armLeaseTimer(s *csession) {
-	w := c.w
-	for _, at := range []time.Time{s.ll.LeaseEnd(), s.ll.GraceEnd()} {
-		w.at(max(w.now, c.realOf(at)+1), func() { c.stepLease(s) })
-	}
-}
-
-// stepLease applies the lease rules at this instant.
-func (c *client) stepLease(s *csession) {
-	w := c.w
-	if c.sess != s || s.over {
+	if !s.k.Answered(c.localTime(), att, time.Duration(g.LeaseMs)*time.Millisecond, rep.epoch) {
 		return
 	}
-	switch s.ll.Step(c.localTime()) {
-	case lease.EnteredJeopardy:
-		w.res.Jeopardy++
-		s.jeopardy = true
-		s.cacheGen++
-		clear(s.cache)
-		w.tracef("c%d session %d in jeopardy", c.id, s.id)
-		// Look for the master now rather than wait out the parked call.
-		c.target = c.nextTarget()
-		c.sendKeepAlive(s)
-	case lease.GraceOver:
-		c.sessionOver(s, "grace period over")
+	c.kaEvents(s, s.k.Events())
+	for l := range nLocks {
+		if s.holding[l] != nil {
+			w.check.beliefStarts(c, l)
+		}
 	}
+	if c.cur != nil && c.waiting {
+		c.attempt()
+	}
+}
+
+// redirect is the library's locator.redirect: a NOT_MASTER from replica
+// from that names another replica, not the one this client just failed to
+// reach, makes it the guess (reported true); otherwise the next replica is.
+func (c *client) redirect(from, hint uint64) bool {
+	follow := hint != 0 && hint != from && hint != c.suspect
+	if c.target != from {
+		return follow // someone else already moved on
+	}
+	if follow {
+		c.target = hint
+		return true
+	}
+	c.target = c.nextTarget()
+	return false
+}
+
+// unreachable is the library's locator.unreachable: the guess moves on
+// from a replica that could not be reached, and it is the suspect.
+func (c *client) unreachable(from uint64) {
+	if c.target == from {
+		c.suspect = from
+		c.target = c.nextTarget()
+	}
+}
+
+// locate is a locate round as the library's locator runs it: GetMaster to
+// every replica at once; the round ends when all have answered or
+// locateTimeout passed, and the named master with the highest epoch (on a
+// tie, the master's own answer) becomes the guess. One round runs at a
+// time per client. Unlike the cell, a simulated replica does not hold its
+// answer during a view change: it answers at once that it knows no master.
+func (c *client) locate(s *csession) {
+	w := c.w
+	if c.round != nil {
+		return // the Keeper hears when the running one ends
+	}
+	c.rounds++
+	r := &locRound{id: c.rounds, pending: len(w.replicas)}
+	c.round = r
+	w.tracef("c%d locate round %d", c.id, r.id)
+	for id := range uint64(len(w.replicas)) {
+		c.deliver(id+1, &request{c: c, kind: reqGetMaster, opID: locOpID(r.id)})
+	}
+	w.after(c.locateTimeout(), func() { c.roundOver(r) })
+}
+
+// locateTimeout bounds a round: the library's second per answer, or a
+// quarter lease when the simulated lease is short.
+func (c *client) locateTimeout() int64 { return int64(min(time.Second, c.w.lease/4)) }
+
+// locRound is a locate round in progress.
+type locRound struct {
+	id      uint64
+	pending int
+	best    uint64 // the master named, 0 if none yet
+	epoch   int64
+	own     bool // best is the master's own answer
+	over    bool
+}
+
+// onLocate takes one replica's answer in a locate round.
+func (c *client) onLocate(rep reply) {
+	r := c.round
+	if r == nil || rep.opID != locOpID(r.id) || r.over {
+		return
+	}
+	r.pending--
+	if rep.kind == replyOK && rep.hint != 0 {
+		own := rep.hint == rep.from
+		if r.best == 0 || rep.epoch > r.epoch || rep.epoch == r.epoch && own && !r.own {
+			r.best, r.epoch, r.own = rep.hint, rep.epoch, own
+		}
+	}
+	if r.pending == 0 {
+		c.roundOver(r)
+	}
+}
+
+// roundOver ends a locate round and tells the session's Keeper.
+func (c *client) roundOver(r *locRound) {
+	if r.over {
+		return
+	}
+	r.over = true
+	c.round = nil
+	addr := ""
+	if r.best != 0 {
+		c.target = r.best
+		addr = addrOf(r.best)
+		c.heard(r.best, r.epoch)
+	}
+	c.w.tracef("c%d locate round %d: r%d epoch %d", c.id, r.id, r.best, r.epoch)
+	if s := c.sess; s != nil && !s.over {
+		s.k.Located(c.localTime(), addr, r.epoch, true)
+		c.kaStep(s)
+	}
+}
+
+// heard is the library's locator.heard: replica id is master in epoch (a
+// KeepAlive's reply, a locate round's best answer, a master watch). An
+// epoch newer than any heard before makes it the guess and sends the call
+// attempt in flight elsewhere again there — except for the first epoch
+// heard, before which nothing is known to be stale. It reports news.
+func (c *client) heard(id uint64, epoch int64) bool {
+	if epoch <= c.epoch {
+		return false
+	}
+	first := c.epoch == 0
+	c.epoch, c.target = epoch, id
+	if o := c.cur; !first && o != nil && !c.waiting && o.attempts > 0 && o.sentTo != id {
+		c.w.tracef("c%d resends %v#%d to r%d, the master of epoch %d", c.id, o.kind, o.id, id, epoch)
+		c.attempt()
+	}
+	return true
+}
+
+// The master watch, as the library keeps it (client/watch.go): one
+// GetMaster parked at a replica other than the master guess, naming the
+// guess as unreachable, which that replica holds until it knows another
+// master (up to watchHold). News moves the guess (heard) and reaches the
+// session's Keeper as somebody else's locate round.
+const (
+	watchHold        = int64(15 * time.Second)
+	watchMinInterval = int64(time.Second)
+	watchRetryMax    = int64(2 * time.Second)
+)
+
+// watchOpID names a client's master watches.
+func watchOpID(seq uint64) uint64 { return 1<<61 | seq }
+
+// startWatch starts the master watch once, at the client's first session.
+func (c *client) startWatch() {
+	if c.watching {
+		return
+	}
+	c.watching = true
+	c.watchAt = c.w.intn(len(c.w.replicas))
+	c.parkWatch()
+}
+
+// parkWatch sends the next watch to a replica other than the guess, in turn.
+func (c *client) parkWatch() {
+	w := c.w
+	n := len(w.replicas)
+	target := uint64(0)
+	for range n {
+		id := uint64(c.watchAt%n + 1)
+		c.watchAt = (c.watchAt + 1) % n
+		if id != c.target {
+			target = id
+			break
+		}
+	}
+	if target == 0 {
+		w.after(watchMinInterval, c.parkWatch)
+		return
+	}
+	c.watchSeq++
+	seq, start, epoch := c.watchSeq, w.now, c.epoch
+	c.deliver(target, &request{c: c, kind: reqGetMaster, opID: watchOpID(seq), suspect: c.target, hold: watchHold})
+	// The library's RPC timeout: the hold plus the call timeout.
+	w.after(watchHold+int64(10*time.Second), func() {
+		if c.watchSeq == seq {
+			c.watchDone(start, epoch, reply{kind: replyReset})
+		}
+	})
+}
+
+// onWatch takes a watch's answer.
+func (c *client) onWatch(rep reply) {
+	if rep.opID != watchOpID(c.watchSeq) {
+		return
+	}
+	c.watchDone(c.w.now, c.epoch, rep)
+}
+
+// watchDone handles a watch's end and parks the next one: at once after
+// news, after watchMinInterval without, after a back-off when it failed.
+func (c *client) watchDone(start int64, epoch int64, rep reply) {
+	w := c.w
+	c.watchSeq++ // the watch is over: a late answer is ignored
+	if c.finished {
+		return
+	}
+	if rep.kind != replyOK || rep.hint == 0 {
+		c.watchFails++
+		d := keepalive.Backoff(time.Duration(watchMinInterval/5), time.Duration(watchRetryMax), c.watchFails-1, w.rng.Float64())
+		w.after(int64(d), c.parkWatch)
+		return
+	}
+	c.watchFails = 0
+	if rep.epoch > epoch && c.heard(rep.hint, rep.epoch) {
+		w.tracef("c%d master watch: r%d is master in epoch %d", c.id, rep.hint, rep.epoch)
+		if s := c.sess; s != nil && !s.over {
+			s.k.Located(c.localTime(), addrOf(rep.hint), rep.epoch, false)
+			c.kaStep(s)
+		}
+		c.parkWatch()
+		return
+	}
+	if rep.epoch == epoch {
+		c.target = rep.hint // the same master, as the cell names it
+	}
+	w.after(max(0, watchMinInterval-(w.now-start)), c.parkWatch)
 }
 
 // sessionOver ends a session: its beliefs and cache go; an operation in
@@ -768,7 +1028,7 @@ func (c *client) sessionOver(s *csession, why string) {
 		return
 	}
 	s.over = true
-	s.ll.End()
+	s.k.Finish(keepalive.CellEnded)
 	w.res.Expired++
 	w.tracef("c%d session %d expired: %s", c.id, s.id, why)
 	s.holding = [nLocks]*chubby.Sequencer{}

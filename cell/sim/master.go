@@ -397,6 +397,7 @@ const (
 	reqCommand
 	reqRead
 	reqTimestamps
+	reqGetMaster
 	reqAcquire // a blocking Acquire: cmd holds it, with waitMs and rid
 )
 
@@ -421,6 +422,10 @@ type request struct {
 	count int64
 	// a blocking Acquire
 	waitMs, rid int64
+	// a master watch (GetMaster): the master the client fails to reach,
+	// and how long to hold the answer while no other is known
+	suspect uint64
+	hold    int64
 }
 
 type replyKind int
@@ -456,6 +461,10 @@ type reply struct {
 // onRequest is a client call arriving at the replica.
 func (m *masterSim) onRequest(q *request) {
 	m.open = append(m.open, q)
+	if q.kind == reqGetMaster {
+		m.getMaster(q)
+		return
+	}
 	if !m.serving {
 		m.refuse(q)
 		return
@@ -489,6 +498,59 @@ func (m *masterSim) send(q *request, rep reply) {
 	}
 	c := q.c
 	m.r.w.net.sendClient(c.id, m.r.id, func() { c.onReply(rep) })
+}
+
+// getMasterHold is the cell's noMasterHold: how long a replica that
+// knows no master holds a GetMaster for one to appear.
+const getMasterHold = 200 * ms
+
+// getMasterPoll is how often a held GetMaster looks again (the cell waits
+// for the log's change instead).
+const getMasterPoll = 5 * ms
+
+// getMaster answers a locate round's GetMaster as the cell's handler
+// does: the master names itself only under the master lease held now;
+// another replica names the primary it believes in, with that view's
+// epoch; one that knows none (a view change, a master not yet serving)
+// holds the call up to getMasterHold for one to appear, then says
+// UNAVAILABLE.
+// A master watch (q.suspect set) is held, up to q.hold, while the
+// replica knows no master other than the suspect.
+func (m *masterSim) getMaster(q *request) {
+	hold := getMasterHold
+	if q.suspect != 0 && q.hold > 0 {
+		hold = q.hold
+	}
+	m.answerGetMaster(q, m.r.w.now+hold)
+}
+
+func (m *masterSim) answerGetMaster(q *request, until int64) {
+	n := m.r.d.Node()
+	if m.serving && n.CanServeReads(m.now()) {
+		m.send(q, reply{kind: replyOK, hint: m.r.id, epoch: m.epoch})
+		return
+	}
+	id, known := n.PrimaryHint()
+	known = known && id != m.r.id && m.r.d.Err() == nil && !m.serving
+	if known && id != q.suspect {
+		m.send(q, reply{kind: replyOK, hint: id, epoch: master.Epoch(n.View())})
+		return
+	}
+	r := m.r
+	if r.w.now >= until || m.serving {
+		if known { // the watch's hold ran out: the suspect is still the master here
+			m.send(q, reply{kind: replyOK, hint: id, epoch: master.Epoch(n.View())})
+			return
+		}
+		m.send(q, reply{kind: replyBusy}) // a master without its lease answers at once
+		return
+	}
+	ep := r.epoch
+	r.w.after(getMasterPoll, func() {
+		if r.epoch == ep && r.up {
+			r.do(func() { m.answerGetMaster(q, until) }, true)
+		}
+	})
 }
 
 // refuse answers NOT_MASTER with the primary believed in, or UNAVAILABLE.

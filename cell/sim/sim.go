@@ -3,7 +3,7 @@
 // (replica/vr), the state machine (fs), the master's session lease table,
 // its change pipeline with the cache and write tables, and its timestamp
 // oracle (cell/master) and the client's
-// lease rules (client/lease) — on simulated clocks, disks and networks,
+// KeepAlive loop and lease rules (client/keepalive, client/lease) — on simulated clocks, disks and networks,
 // with clients, faults and checkers. One seeded random source (PCG) drives everything and nothing
 // iterates a map where order matters, so a seed replays exactly.
 //
@@ -32,10 +32,13 @@
 // reservation adds 3, 10 or 100 timestamps or the cell's default (from
 // the seed).
 //
-// 2 to 5 clients, each with one session at a time kept alive by
-// KeepAlives under the rules of client/lease: the local lease counts from
-// the send, jeopardy when it runs out (the cache is flushed), a grace
-// period, expiry (then the client starts a new session). Each client's
+// 2 to 5 clients, each with one session at a time kept alive by the
+// library's KeepAlive loop (client/keepalive's Keeper, carried out over
+// the simulated network with the library's locate rounds: GetMaster to
+// every replica, the highest epoch wins) under the rules of client/lease:
+// the local lease counts from the send, jeopardy when it runs out (the
+// cache is flushed), a grace period of two leases, expiry (then the client
+// starts a new session). Each client's
 // clock drifts too. They issue SetContents, CAS (SetContents with
 // expected generation), reads (cached while the session is safe),
 // CreateFile races and exclusive TryAcquire/Release with lock-delay, and

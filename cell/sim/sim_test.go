@@ -122,53 +122,62 @@ var regressions = []struct {
 	seed       uint64
 	bug        string
 	noReconfig bool // found before reconfiguration existed: replayed without it
+	forger     bool // found by TestSimForger: replayed as it runs it
 }{
-	{10, "a StartView delivered late said the primary's log ended before entries the backup had verified since; the backup cut verified entries (invariant panic)", true},
-	{236, "a snapshot answering the new primary's log fetch arrived after its view change was over; the core reported it as malformed instead of ignoring it", true},
-	{569214, "a replica recovering in view v (holding entries of view v) crashed, restarted in view change for v and sent DoViewChange(v) ending with an entry of view v; validation refused it as impossible (found after 69,214 clean seeds of the long run)", true},
-	{540, "a PrepareOK of view v queued before the replica moved to view v+1 went out after v+1 was on disk: an acknowledgement of an older view (found by the driver-level check that every message's view is on disk)", true},
-	{454, "same as 540, replica 1 acknowledging view 2 after moving to 3", true},
-	{3000881, "the primary's disk went slow while its writes were async: each queued write paid the slow fsync on its own, a StartView waited behind seconds of them and the old primary never caught up (the simulator's disk writer now joins queued writes as the driver's does)", true},
-	{3000729, "same as 3000881, replica 2 recovering behind the queued writes", true},
-	{218, "after StartView the primary's optimistic next index stayed past a recovering backup's log and nothing was ever resent to it; commits stalled behind MaxUncommittedEntries (liveness)", true},
+	{10, "a StartView delivered late said the primary's log ended before entries the backup had verified since; the backup cut verified entries (invariant panic)", true, false},
+	{236, "a snapshot answering the new primary's log fetch arrived after its view change was over; the core reported it as malformed instead of ignoring it", true, false},
+	{569214, "a replica recovering in view v (holding entries of view v) crashed, restarted in view change for v and sent DoViewChange(v) ending with an entry of view v; validation refused it as impossible (found after 69,214 clean seeds of the long run)", true, false},
+	{540, "a PrepareOK of view v queued before the replica moved to view v+1 went out after v+1 was on disk: an acknowledgement of an older view (found by the driver-level check that every message's view is on disk)", true, false},
+	{454, "same as 540, replica 1 acknowledging view 2 after moving to 3", true, false},
+	{3000881, "the primary's disk went slow while its writes were async: each queued write paid the slow fsync on its own, a StartView waited behind seconds of them and the old primary never caught up (the simulator's disk writer now joins queued writes as the driver's does)", true, false},
+	{3000729, "same as 3000881, replica 2 recovering behind the queued writes", true, false},
+	{218, "after StartView the primary's optimistic next index stayed past a recovering backup's log and nothing was ever resent to it; commits stalled behind MaxUncommittedEntries (liveness)", true, false},
 	// Found by the simulator once it ran the shipped driver, master tables
 	// and client lease rules (sessions that expire, caches, partitions
 	// with clients, failing disks, pauses):
-	{5, "an expired session whose EndSession was refused at once (the uncommitted window full) was unmarked and due again at the same instant: the master spun (the simulator's master now retries after a pause, as the cell does)", true},
-	{1372, "same as 5 for a lock-delay Tick refused at once", true},
-	{12, "a proposal made from inside a driver callback reached the driver while it waited for its disk", true},
-	{35, "the driver answered the proposals it failed in map order: a seed did not replay the same (Driver.failPendingUpTo now goes in index order)", true},
-	{34, "after a failed write the simulated disk still stored later writes, leaving a gap in the log (a failed disk now stores nothing more)", true},
-	{62, "same as 34", true},
-	{408, "masters went on expiring sessions while the run ended, so a backup had not heard the last commit at the final check (the run now stops proposals first)", true},
+	{5, "an expired session whose EndSession was refused at once (the uncommitted window full) was unmarked and due again at the same instant: the master spun (the simulator's master now retries after a pause, as the cell does)", true, false},
+	{1372, "same as 5 for a lock-delay Tick refused at once", true, false},
+	{12, "a proposal made from inside a driver callback reached the driver while it waited for its disk", true, false},
+	{35, "the driver answered the proposals it failed in map order: a seed did not replay the same (Driver.failPendingUpTo now goes in index order)", true, false},
+	{34, "after a failed write the simulated disk still stored later writes, leaving a gap in the log (a failed disk now stores nothing more)", true, false},
+	{62, "same as 34", true, false},
+	{408, "masters went on expiring sessions while the run ended, so a backup had not heard the last commit at the final check (the run now stops proposals first)", true, false},
 	// Found once the simulator injected reconfigurations:
-	{67, "a voter change committed by a majority of the old voters only; the new voters' majority did not hold it and the new epoch's first view could never form (a voter change now commits on both majorities)", false},
-	{111, "a primary that removed itself left the new epoch without anyone who knew the change had committed (it now announces the epoch to the new voters)", false},
-	{131, "invalidation seqs of master epochs past 2^31 collided with older masters' and the clients' highest-ack rule never acknowledged the new master (acks now name their epoch; a flush resets the ack)", false},
-	{22736, "a voter of the old epoch that missed the announcement probed for ever (a replica of a newer epoch now answers a probe from an older one)", false},
-	{25118, "two replicas removed from the cell hinted at each other as the primary and bounced clients between them (a hint now names only a primary heard from lately)", false},
-	{3107, "same as 25118 with a removed primary", false},
-	{29950, "the lock checker counted a grant that reached a client in jeopardy as a belief (it starts the belief only when the session is safe)", false},
-	{118225, "a write torn after its entries and before its hard state (a backup that missed StartView took a Prepare of the new view as its disk failed) left entries of a view the disk did not reach, and the replica refused to restart (they are dropped now)", false},
-	{196575, "a replica that held a new configuration only in a snapshot could not name the entry that opened the epoch, so the others never learned the change had committed (the configuration now carries its opening entry)", false},
-	{171372, "client 0's session expired during its setup just as the faults ended, and it finished, so every other client waited for the files for ever (client 0 now finishes its setup first)", false},
-	{11722, "a voter of the new epoch whose log lacked the entry that opened it (slow disk) could learn of the epoch only from the epoch's primary: it granted no probe and could not lead, so the view change to a view it was due to lead never completed (it now asks the other voters for their committed log)", false},
-	{12878, "same as 11722 with a voter that had followed the new epoch's primary before its log held the change, and needed a snapshot", false},
+	{67, "a voter change committed by a majority of the old voters only; the new voters' majority did not hold it and the new epoch's first view could never form (a voter change now commits on both majorities)", false, false},
+	{111, "a primary that removed itself left the new epoch without anyone who knew the change had committed (it now announces the epoch to the new voters)", false, false},
+	{131, "invalidation seqs of master epochs past 2^31 collided with older masters' and the clients' highest-ack rule never acknowledged the new master (acks now name their epoch; a flush resets the ack)", false, false},
+	{22736, "a voter of the old epoch that missed the announcement probed for ever (a replica of a newer epoch now answers a probe from an older one)", false, false},
+	{25118, "two replicas removed from the cell hinted at each other as the primary and bounced clients between them (a hint now names only a primary heard from lately)", false, false},
+	{3107, "same as 25118 with a removed primary", false, false},
+	{29950, "the lock checker counted a grant that reached a client in jeopardy as a belief (it starts the belief only when the session is safe)", false, false},
+	{118225, "a write torn after its entries and before its hard state (a backup that missed StartView took a Prepare of the new view as its disk failed) left entries of a view the disk did not reach, and the replica refused to restart (they are dropped now)", false, false},
+	{196575, "a replica that held a new configuration only in a snapshot could not name the entry that opened the epoch, so the others never learned the change had committed (the configuration now carries its opening entry)", false, false},
+	{171372, "client 0's session expired during its setup just as the faults ended, and it finished, so every other client waited for the files for ever (client 0 now finishes its setup first)", false, false},
+	{11722, "a voter of the new epoch whose log lacked the entry that opened it (slow disk) could learn of the epoch only from the epoch's primary: it granted no probe and could not lead, so the view change to a view it was due to lead never completed (it now asks the other voters for their committed log)", false, false},
+	{12878, "same as 11722 with a voter that had followed the new epoch's primary before its log held the change, and needed a snapshot", false, false},
 	// Found once the simulator sent blocking Acquires and checked, at the
 	// end, that no lock is held by a session whose client was not told
 	// it got it:
-	{26, "a resend of a blocking Acquire whose request was still on its way to the log was refused LOCK_HELD, and the request was then granted to nobody who knew (the resend is now told to send again)", false},
-	{136, "a blocking Acquire whose withdrawal did not commit (its master had lost its quorum) was answered TIMED_OUT, and its request was granted later (it is now answered UNAVAILABLE)", false},
-	{2183, "an attempt of a blocking Acquire delivered after its request had been answered queued the request again, granted to nobody (the master now answers such a stale attempt from the state)", false},
-	{2879, "a stale Acquire attempt was answered TIMED_OUT from a read without the master lease while its handle held the lock (it now waits for the lease)", false},
-	{18405, "the simulated client kept a session after a call was answered SESSION_EXPIRED, and held its lock for ever (it now ends the session, as the library does)", false},
-	{19507, "a resend arriving while the parked call's request was being withdrawn queued it again (the call now stays in the table until its answer is recorded)", false},
+	{26, "a resend of a blocking Acquire whose request was still on its way to the log was refused LOCK_HELD, and the request was then granted to nobody who knew (the resend is now told to send again)", false, false},
+	{136, "a blocking Acquire whose withdrawal did not commit (its master had lost its quorum) was answered TIMED_OUT, and its request was granted later (it is now answered UNAVAILABLE)", false, false},
+	{2183, "an attempt of a blocking Acquire delivered after its request had been answered queued the request again, granted to nobody (the master now answers such a stale attempt from the state)", false, false},
+	{2879, "a stale Acquire attempt was answered TIMED_OUT from a read without the master lease while its handle held the lock (it now waits for the lease)", false, false},
+	{18405, "the simulated client kept a session after a call was answered SESSION_EXPIRED, and held its lock for ever (it now ends the session, as the library does)", false, false},
+	{19507, "a resend arriving while the parked call's request was being withdrawn queued it again (the call now stays in the table until its answer is recorded)", false, false},
+	// Found once the simulated clients ran the library's KeepAlive loop
+	// (client/keepalive):
+	{7163, "a replica that lost mastership and won it back in a later epoch still held an earlier term's EndSession as uncertain: a live session's Acquire was refused SESSION_EXPIRED (\"being ended\") while its queued wait was later granted (a new epoch now releases earlier epochs' holds)", false, false},
+	{1307, "a voter changing to a view nobody led followed a Commit of that view whose sender was forged as its primary, then only probed for the next view, which nobody granted, and never rejoined the cell (a Commit of a view the replica is changing to is not followed: it waits for StartView, and its StartViewChange lets the primary it is stranded ahead of follow it)", false, true},
 }
 
 func TestSimRegressions(t *testing.T) {
 	for _, r := range regressions {
 		t.Run(fmt.Sprint(r.seed), func(t *testing.T) {
-			if res := Run(Options{Seed: r.seed, NoReconfig: r.noReconfig}); res.Err != nil {
+			o := Options{Seed: r.seed, NoReconfig: r.noReconfig}
+			if r.forger {
+				o.Forger, o.NoFaults = true, r.seed%2 == 0 // as TestSimForger runs it
+			}
+			if res := Run(o); res.Err != nil {
 				t.Fatalf("regression seed %d (%s) fails again: %v\nreplay: %s", r.seed, r.bug, res.Err, replay(r.seed))
 			}
 		})
@@ -195,8 +204,9 @@ func TestSimDeterministic(t *testing.T) {
 
 // TestFailoverLatency kills the primary of a healthy cell under load and
 // reports, over many seeds, the virtual time from the kill to the first
-// client operation that started after it and completed (clients time out
-// after 100–200 ms and follow NOT_MASTER hints, like the real client).
+// client operation that started after it and completed (calls time out
+// after 100–200 ms and follow NOT_MASTER hints; sessions run the library's
+// KeepAlive loop and master watch).
 func TestFailoverLatency(t *testing.T) {
 	n := 100
 	if testing.Short() {

@@ -17,9 +17,10 @@ var rank = map[string]int{
 }
 
 // across are the imports between directories of one rank that are meant:
-// the simulator runs the client's lease rules, the code that ships.
+// the simulator runs the client's KeepAlive loop (and through it the lease
+// rules), the code that ships.
 var across = map[string]bool{
-	"cell/sim -> client/lease": true,
+	"cell/sim -> client/keepalive": true,
 }
 
 // TestImportsPointDown lists every package's imports (not its tests') with
