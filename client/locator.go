@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/cloudwego/kitex/pkg/kerrors"
 
+	"github.com/chubbygo/chubby/client/locate"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -45,7 +45,9 @@ const (
 type askMasterFunc func(ctx context.Context, addr, suspect string) (master string, epoch int64, replicas []string, err error)
 
 // locator tracks which replica the client believes is the master, and the
-// addresses of the cell's replicas. Every call is sent to the master guess
+// addresses of the cell's replicas, in a locate.Guess (the rules below are
+// package client/locate's, shared with the simulator) under its mutex, and
+// does the asking. Every call is sent to the master guess
 // (callopt.WithHostPort). Where the guess moves:
 //
 //   - NOT_MASTER with a hint (master_address): to the hint.
@@ -84,7 +86,6 @@ type askMasterFunc func(ctx context.Context, addr, suspect string) (master strin
 // through here so that a multi-replica cell only needs to fill in
 // NOT_MASTER's master_address and answer GetMaster on every replica.
 type locator struct {
-	seeds   []string      // configured replicas, validated; never empty; immutable
 	ask     askMasterFunc // nil: no locate rounds or refreshes (unit tests)
 	timeout time.Duration // bounds one locate round's asking (twice with the seeds' fallback)
 	log     *slog.Logger  // debug: each round's answers; never nil
@@ -92,23 +93,16 @@ type locator struct {
 	refreshEvery time.Duration
 
 	mu sync.Mutex
-	// addrs are the known members, in the order the cell named them:
-	// seeds until an answer names the configuration; never empty.
-	addrs []string
-	cur   string        // current guess
-	next  int           // index in addrs of the address to try when cur fails
+	// g is the master guess and the known members, and the rules by which
+	// they move (package client/locate): the seeds until an answer names
+	// the configuration.
+	g     *locate.Guess
 	round chan struct{} // closed when the locate round in progress ends; nil if none
 	last  located       // outcome of the last finished round
 	// ended is closed (and replaced) when any locate round ends, after
 	// last is set: a KeepAlive loop or a call waiting out a back-off
 	// learns at once that a round found the master elsewhere.
 	ended chan struct{}
-	// suspect is the master guess that last could not be reached; the next
-	// locate round names it, so that replicas wait to detect its failure
-	// rather than name it again. One round carries it: if the replicas
-	// still name it after their hold, it is alive (the failure was
-	// passing), and a later failure names it again.
-	suspect string
 	// refreshed is when addrs was last brought up to date from an answer,
 	// or a refresh was last started (zero: never); refreshing says one is
 	// in flight.
@@ -119,17 +113,13 @@ type locator struct {
 	stop       context.Context
 	stopCancel context.CancelFunc
 
-	// epoch is the highest master epoch heard (heard); 0: none yet.
-	epoch int64
 	// inflight are the call attempts in flight (track), cancelled when a
 	// newer master is heard of elsewhere.
 	inflight map[*attempt]struct{}
 	// watch parks master watches (nil: none, unit tests); watching says
-	// the watch loop runs; watchNext is the index in addrs of the next
-	// replica to watch from.
-	watch     watchFunc
-	watching  bool
-	watchNext int
+	// the watch loop runs.
+	watch    watchFunc
+	watching bool
 }
 
 // located is the outcome of one locate round.
@@ -140,8 +130,9 @@ type located struct {
 
 func newLocator(addrs []string, ask askMasterFunc, timeout time.Duration) *locator {
 	stop, cancel := context.WithCancel(context.Background())
-	return &locator{seeds: addrs, addrs: slices.Clone(addrs), ask: ask, timeout: timeout,
-		refreshEvery: membersRefreshInterval, cur: addrs[0], next: 1 % len(addrs),
+	g := locate.New(locate.Config{Seeds: addrs, MaxMembers: MaxReplicas, MaxAddrBytes: maxAddrBytes,
+		Valid: func(a string) bool { return ValidateAddr(a) == nil }})
+	return &locator{g: g, ask: ask, timeout: timeout, refreshEvery: membersRefreshInterval,
 		log: slog.New(slog.DiscardHandler), ended: make(chan struct{}), stop: stop, stopCancel: cancel}
 }
 
@@ -152,14 +143,14 @@ func (m *locator) close() { m.stopCancel() }
 func (m *locator) addr() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.cur
+	return m.g.Addr()
 }
 
 // replicas returns the known members' addresses (a copy).
 func (m *locator) replicas() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return slices.Clone(m.addrs)
+	return m.g.Members()
 }
 
 // multi reports whether there is more than one address to ask where the
@@ -167,15 +158,7 @@ func (m *locator) replicas() []string {
 func (m *locator) multi() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.addrs) > 1 {
-		return true
-	}
-	for _, s := range m.seeds {
-		if s != m.addrs[0] {
-			return true
-		}
-	}
-	return false
+	return m.g.Multi()
 }
 
 // adopt brings the known members up to date from a GetMaster answer that
@@ -183,47 +166,21 @@ func (m *locator) multi() bool {
 // replicas (the rule is in master's doc). It reports whether the list
 // changed.
 func (m *locator) adopt(from, master string, replicas []string) (changed bool) {
-	list := make([]string, 0, min(len(replicas), MaxReplicas))
-	for _, a := range replicas {
-		if len(list) == MaxReplicas {
-			break
-		}
-		if usableMember(a) && !slices.Contains(list, a) {
-			list = append(list, a)
-		}
-	}
-	if len(list) == 0 {
-		return false // no configuration named: keep what is known
-	}
-	var keep []string
-	for _, a := range []string{from, master} {
-		if usableMember(a) && !slices.Contains(list, a) && !slices.Contains(keep, a) {
-			keep = append(keep, a)
-		}
-	}
-	if n := MaxReplicas - len(keep); len(list) > n {
-		list = list[:n]
-	}
-	list = append(list, keep...)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.refreshed = time.Now()
-	if slices.Equal(list, m.addrs) {
+	debug := m.log.Enabled(context.Background(), slog.LevelDebug)
+	var old []string
+	if debug {
+		old = m.g.Members()
+	}
+	if !m.g.Adopt(from, master, replicas) {
 		return false
 	}
-	old := m.addrs
-	m.addrs = list
-	m.next = 0
-	if i := slices.Index(list, m.cur); i >= 0 {
-		m.next = (i + 1) % len(list)
+	if debug {
+		m.log.Debug("chubby: replica list follows the cell's configuration", "from", from, "was", old, "now", m.g.Members())
 	}
-	m.log.Debug("chubby: replica list follows the cell's configuration", "from", from, "was", old, "now", list)
 	return true
-}
-
-// usableMember reports whether a replica address from an answer may be kept.
-func usableMember(a string) bool {
-	return a != "" && len(a) <= maxAddrBytes && ValidateAddr(a) == nil
 }
 
 // maybeRefresh starts a refresh of the known members (one GetMaster to the
@@ -241,7 +198,7 @@ func (m *locator) maybeRefresh() {
 	}
 	m.refreshing = true
 	m.refreshed = time.Now()
-	addr := m.cur
+	addr := m.g.Addr()
 	m.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(m.stop, m.timeout)
@@ -276,48 +233,21 @@ func (m *locator) refreshSoon() {
 func (m *locator) redirect(from, hint string) (followed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	followed = usableHint(from, hint) && hint != m.suspect
-	if m.cur != from {
-		return followed // someone else already moved on
-	}
-	if followed {
-		m.cur = hint
-		return true
-	}
-	m.advanceLocked()
-	return false
-}
-
-// usableHint reports whether a NOT_MASTER from the replica at from named
-// another, well-formed address to go to.
-func usableHint(from, hint string) bool {
-	return hint != "" && hint != from && ValidateAddr(hint) == nil
+	return m.g.Redirect(from, hint)
 }
 
 // unreachable records that the replica at from could not be reached.
 func (m *locator) unreachable(from string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cur == from {
-		m.suspect = from
-		m.advanceLocked()
-	}
+	m.g.Unreachable(from)
 }
 
 // learned records the master's address from an authoritative answer (GetMaster).
 func (m *locator) learned(addr string) {
-	if addr == "" || ValidateAddr(addr) != nil {
-		return
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.cur = addr
-}
-
-func (m *locator) advanceLocked() {
-	m.next %= len(m.addrs)
-	m.cur = m.addrs[m.next]
-	m.next = (m.next + 1) % len(m.addrs)
+	m.g.Learned(addr)
 }
 
 // locate starts a locate round unless one is running, and returns a
@@ -346,34 +276,12 @@ func (m *locator) locate() <-chan struct{} {
 	return done
 }
 
-// answer is one replica's answer in a locate round.
+// answer is one replica's answer in a locate round: what the round
+// decides on (locate.Answer), and for the log the error and the time.
 type answer struct {
-	from     string
-	addr     string
-	epoch    int64
-	replicas []string
-	err      error
-	took     time.Duration
-}
-
-// better reports whether a is a better answer than b (which may be the
-// zero answer): it names a master, b does not or names an older epoch; on
-// a tie, a is the master's own answer (its configuration is the newest).
-func (a answer) better(b answer) bool {
-	switch {
-	case b.addr == "":
-		return true
-	case a.epoch != b.epoch:
-		return a.epoch > b.epoch
-	}
-	return a.from == a.addr && b.from != b.addr
-}
-
-// answered reports whether the replica answered (a refusal is an answer;
-// a transport failure is not).
-func (a answer) answered() bool {
-	var ce *chubby.ChubbyError
-	return a.err == nil || errors.As(a.err, &ce)
+	locate.Answer
+	err  error
+	took time.Duration
 }
 
 // askAll asks every address in addrs GetMaster at once, each bounded by
@@ -385,7 +293,12 @@ func (m *locator) askAll(addrs []string, suspect string, start time.Time) []answ
 	for _, a := range addrs {
 		go func() {
 			addr, epoch, replicas, err := m.ask(ctx, a, suspect)
-			answers <- answer{a, addr, epoch, replicas, err, time.Since(start)}
+			var ce *chubby.ChubbyError
+			an := answer{Answer: locate.Answer{From: a, Answered: err == nil || errors.As(err, &ce)}, err: err, took: time.Since(start)}
+			if err == nil {
+				an.Master, an.Epoch, an.Members = addr, epoch, replicas
+			}
+			answers <- an
 		}()
 	}
 	out := make([]answer, 0, len(addrs))
@@ -395,68 +308,62 @@ func (m *locator) askAll(addrs []string, suspect string, start time.Time) []answ
 	return out
 }
 
+// runRound is one locate round (see locate): it asks the known members,
+// then the seeds if none of them answered at all, and moves the guess to
+// the best answer.
 func (m *locator) runRound(done chan struct{}) {
 	m.mu.Lock()
-	suspect := m.suspect
-	members := slices.Clone(m.addrs)
+	suspect, members := m.g.RoundStart()
 	m.mu.Unlock()
 	start := time.Now()
 	answers := m.askAll(members, suspect, start)
-	if !slices.ContainsFunc(answers, answer.answered) {
+	m.mu.Lock()
+	seeds := m.g.Fallback(members, plain(answers))
+	m.mu.Unlock()
+	if len(seeds) > 0 {
 		// Nobody there: fall back on where the client was told to look.
-		var seeds []string
-		for _, s := range m.seeds {
-			if !slices.Contains(members, s) {
-				seeds = append(seeds, s)
-			}
-		}
-		if len(seeds) > 0 {
-			answers = append(answers, m.askAll(seeds, suspect, start)...)
-		}
+		answers = append(answers, m.askAll(seeds, suspect, start)...)
 	}
-	var best answer
-	debug := m.log.Enabled(context.Background(), slog.LevelDebug)
-	var heard []string
-	for _, a := range answers {
-		if debug {
-			if a.err != nil {
-				heard = append(heard, fmt.Sprintf("%s: %v after %v", a.from, Describe(a.err), a.took.Round(time.Millisecond)))
-			} else {
-				heard = append(heard, fmt.Sprintf("%s: %s@%d after %v", a.from, a.addr, a.epoch, a.took.Round(time.Millisecond)))
-			}
-		}
-		if a.err != nil || a.addr == "" || ValidateAddr(a.addr) != nil {
-			continue
-		}
-		if a.better(best) {
-			best = a
-		}
-	}
-	if best.addr != "" {
-		m.adopt(best.from, best.addr, best.replicas)
+	m.mu.Lock()
+	best, ok := m.g.Best(plain(answers))
+	m.mu.Unlock()
+	if ok {
+		m.adopt(best.From, best.Master, best.Members)
 		// A newer master than any heard: calls still in flight at the
 		// old one are sent again to it (a parked Acquire would otherwise
 		// wait at a master cut off from the cell until its wait ends).
-		m.heard(best.addr, best.epoch)
+		m.heard(best.Master, best.Epoch)
 	}
 	m.mu.Lock()
-	if best.addr != "" {
-		m.cur = best.addr
-	}
-	if m.suspect == suspect {
-		m.suspect = ""
-	}
-	m.last = located{addr: best.addr, epoch: best.epoch}
+	m.g.RoundOver(suspect, best.Master)
+	m.last = located{addr: best.Master, epoch: best.Epoch}
 	m.round = nil
 	ended := m.ended
 	m.ended = make(chan struct{})
 	m.mu.Unlock()
 	close(done)
 	close(ended)
-	if debug {
-		m.log.Debug("chubby: locate round", "suspect", suspect, "master", best.addr, "epoch", best.epoch,
+	if m.log.Enabled(context.Background(), slog.LevelDebug) {
+		var heard []string
+		for _, a := range answers {
+			if a.err != nil {
+				heard = append(heard, fmt.Sprintf("%s: %v after %v", a.From, Describe(a.err), a.took.Round(time.Millisecond)))
+			} else {
+				heard = append(heard, fmt.Sprintf("%s: %s@%d after %v", a.From, a.Master, a.Epoch, a.took.Round(time.Millisecond)))
+			}
+		}
+		m.log.Debug("chubby: locate round", "suspect", suspect, "master", best.Master, "epoch", best.Epoch,
 			"took", time.Since(start), "answers", strings.Join(heard, "; "))
 	}
+}
+
+// plain returns the answers as the round's rules see them.
+func plain(as []answer) []locate.Answer {
+	out := make([]locate.Answer, len(as))
+	for i, a := range as {
+		out[i] = a.Answer
+	}
+	return out
 }
 
 // roundEnded returns a channel closed when the next locate round to

@@ -241,7 +241,7 @@ func TestLocateRound(t *testing.T) {
 		t.Errorf("guess %s", got)
 	}
 	mu.Lock()
-	for _, a := range m.addrs {
+	for _, a := range m.replicas() {
 		if asked[a] != 1 {
 			t.Errorf("%s asked %d times", a, asked[a])
 		}

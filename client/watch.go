@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/cloudwego/kitex/client/callopt"
@@ -85,7 +84,7 @@ type attempt struct {
 // one step, so no attempt can go to the old master unseen by heard.
 func (m *locator) trackCur(cancel context.CancelCauseFunc) (addr string, untrack func()) {
 	m.mu.Lock()
-	a := &attempt{addr: m.cur, cancel: cancel}
+	a := &attempt{addr: m.g.Addr(), cancel: cancel}
 	if m.inflight == nil {
 		m.inflight = make(map[*attempt]struct{})
 	}
@@ -103,7 +102,7 @@ func (m *locator) trackCur(cancel context.CancelCauseFunc) (addr string, untrack
 func (m *locator) knownEpoch() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.epoch
+	return m.g.Epoch()
 }
 
 // heard records that the replica at addr is master in epoch (a session's
@@ -113,19 +112,11 @@ func (m *locator) knownEpoch() int64 {
 // again to addr) — except the first epoch heard, before which nothing is
 // known to be stale. It reports whether the epoch was news.
 func (m *locator) heard(addr string, epoch int64) bool {
-	if addr == "" || ValidateAddr(addr) != nil {
-		return false
-	}
 	m.mu.Lock()
-	if epoch <= m.epoch {
+	news, first := m.g.Heard(addr, epoch)
+	if !news {
 		m.mu.Unlock()
 		return false
-	}
-	first := m.epoch == 0
-	m.epoch = epoch
-	m.cur = addr
-	if i := slices.Index(m.addrs, addr); i >= 0 {
-		m.next = (i + 1) % len(m.addrs)
 	}
 	var stale []context.CancelCauseFunc
 	if !first {
@@ -160,7 +151,7 @@ func (m *locator) startWatch() {
 	m.watching = true
 	// Clients start at different replicas, so that their watches spread
 	// over the backups.
-	m.watchNext = rand.IntN(len(m.addrs))
+	m.g.StartWatchAt(rand.IntN(len(m.g.Members())))
 	go m.watchLoop()
 }
 
@@ -169,15 +160,7 @@ func (m *locator) startWatch() {
 func (m *locator) watchTarget() (target, cur string, epoch int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, epoch = m.cur, m.epoch
-	for range len(m.addrs) {
-		a := m.addrs[m.watchNext%len(m.addrs)]
-		m.watchNext = (m.watchNext + 1) % len(m.addrs)
-		if a != cur {
-			return a, cur, epoch
-		}
-	}
-	return "", cur, epoch
+	return m.g.WatchTarget()
 }
 
 // watchLoop parks one master watch after another (see "The master
