@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/chubbygo/chubby/client/keepalive"
+	"github.com/chubbygo/chubby/client/locate"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -109,7 +110,9 @@ type client struct {
 	id     int
 	rate   float64
 	offset int64
-	target uint64
+	// guess is the library's master guess (client/locate): where calls
+	// and KeepAlives go, and how that moves.
+	guess *locate.Guess
 
 	sess    *csession
 	cur     *op
@@ -125,25 +128,35 @@ type client struct {
 	// coordinator): no session, one GetTimestamps after another.
 	oracleOnly bool
 
-	// The library's master guess and its locate rounds (locator.go):
-	// suspect is the replica last found unreachable; round the locate
-	// round in progress, rounds counts them.
-	suspect uint64
-	round   *locRound
-	rounds  uint64
-	// epoch is the highest master epoch the client heard of (heard);
-	// the master watch parks at watchAt's replica next, watchSeq numbers
-	// the watches, watchFails counts those failed in a row.
-	epoch      int64
+	// The library's locate rounds and master watch (client/locator.go,
+	// client/watch.go): round is the locate round in progress, rounds
+	// counts them; watchSeq numbers the watches, watchFails counts those
+	// failed in a row.
+	round      *locRound
+	rounds     uint64
 	watching   bool
-	watchAt    int
 	watchSeq   uint64
 	watchFails int
+	// the watch in flight: the guess it named, when it left, the epoch known
+	watchCur   string
+	watchStart int64
+	watchEpoch int64
 }
 
+// newClient is a client configured with every replica of the world, from
+// one drawn at random: its first guess.
 func newClient(w *world, id int) *client {
-	return &client{w: w, id: id, rate: w.drift(), offset: w.rng.Int64N(1 << 40), target: uint64(1 + w.intn(len(w.replicas)))}
+	n := len(w.replicas)
+	first := w.intn(n)
+	seeds := make([]string, n)
+	for i := range n {
+		seeds[i] = addrOf(uint64((first+i)%n + 1))
+	}
+	return &client{w: w, id: id, rate: w.drift(), offset: w.rng.Int64N(1 << 40), guess: locate.New(locate.Config{Seeds: seeds})}
 }
+
+// target is the replica the master guess names.
+func (c *client) target() uint64 { return idOf(c.guess.Addr()) }
 
 func (c *client) name() string { return fmt.Sprintf("c%d", c.id) }
 
@@ -169,7 +182,7 @@ func (c *client) describe() string {
 	if c.cur == nil {
 		return fmt.Sprintf("c%d idle, %s", c.id, st)
 	}
-	return fmt.Sprintf("c%d %v#%d attempts=%d target=r%d since %v waiting=%v, %s", c.id, c.cur.kind, c.cur.id, c.cur.attempts, c.target, c.cur.call, c.waiting, st)
+	return fmt.Sprintf("c%d %v#%d attempts=%d target=%s since %v waiting=%v, %s", c.id, c.cur.kind, c.cur.id, c.cur.attempts, c.guess.Addr(), c.cur.call, c.waiting, st)
 }
 
 // start begins the client's first session. Client 0 creates the files and
@@ -219,7 +232,7 @@ func (c *client) sessionCreated(o *op, rep reply) {
 	c.sess = s
 	w.res.Sessions++
 	w.tracef("c%d session %d created, lease %dms", c.id, s.id, rep.leaseMs)
-	c.heard(rep.from, rep.epoch)
+	c.heard(addrOf(rep.from), rep.epoch)
 	c.startWatch()
 	c.kaStep(s)
 	if c.id == 0 && !w.setupOK {
@@ -422,8 +435,8 @@ func (c *client) attempt() {
 	default:
 		q.kind, q.cmd = reqCommand, o.cmd
 	}
-	o.sentTo = c.target
-	c.deliver(c.target, q)
+	o.sentTo = c.target()
+	c.deliver(o.sentTo, q)
 	timeout := w.between(100*ms, 200*ms)
 	if o.wait {
 		timeout += q.waitMs * ms // parked up to its wait
@@ -431,9 +444,10 @@ func (c *client) attempt() {
 	if o.kind == opTimestamps && o.patient && w.now < w.faultsEnd {
 		timeout = min(w.between(int64(w.lease), 2*int64(w.lease)), max(timeout, w.faultsEnd-w.now))
 	}
+	to := o.sentTo
 	w.after(timeout, func() {
 		if c.cur == o && o.attempts == att && !c.waiting {
-			c.target = c.nextTarget()
+			c.guess.Unreachable(addrOf(to)) // as the library's classify does on a timeout
 			c.attempt()
 		}
 	})
@@ -475,7 +489,9 @@ func (c *client) onReply(rep reply) {
 	}
 	switch rep.kind {
 	case replyNotMaster:
-		c.target = rep.hint
+		if !c.guess.Redirect(addrOf(rep.from), addrOf(rep.hint)) {
+			c.locate(false) // no hint to follow: ask the replicas, as the library does
+		}
 		w.after(w.between(0, 2*ms), func() {
 			if c.cur == o && o.attempts == rep.attempt {
 				c.attempt()
@@ -483,9 +499,12 @@ func (c *client) onReply(rep reply) {
 		})
 		return
 	case replyBusy, replyReset, replyStale:
+		if rep.kind == replyReset {
+			c.guess.Unreachable(addrOf(rep.from))
+		}
+		c.locate(false)
 		w.after(w.between(5*ms, 30*ms), func() {
 			if c.cur == o && o.attempts == rep.attempt {
-				c.target = c.nextTarget()
 				c.attempt()
 			}
 		})
@@ -495,7 +514,6 @@ func (c *client) onReply(rep reply) {
 		c.sessionOver(o.sess, "the cell says SESSION_EXPIRED")
 		return
 	}
-	c.target = rep.from
 	c.cur = nil
 	c.complete(o, rep)
 }
@@ -643,7 +661,20 @@ func kaOpID(s *csession) uint64 { return 1<<63 | uint64(s.id) }
 // locOpID names a client's locate rounds.
 func locOpID(round uint64) uint64 { return 1<<62 | round }
 
-func addrOf(id uint64) string { return fmt.Sprintf("r%d", id) }
+// addrOf is replica id's address in the master guess ("" for none);
+// idOf the other way (0 for none).
+func addrOf(id uint64) string {
+	if id == 0 {
+		return ""
+	}
+	return fmt.Sprintf("r%d", id)
+}
+
+func idOf(addr string) uint64 {
+	var id uint64
+	fmt.Sscanf(addr, "r%d", &id)
+	return id
+}
 
 // newKeeper is the session's KeepAlive loop, with the library's
 // configuration (DefaultConfig), a grace period of two leases, and the
@@ -669,13 +700,13 @@ func (c *client) kaStep(s *csession) {
 		return
 	}
 	if rd.Cancel {
-		c.w.tracef("c%d KeepAlive of session %d moves to r%d", c.id, s.id, c.target)
+		c.w.tracef("c%d KeepAlive of session %d moves to %s", c.id, s.id, c.guess.Addr())
 	}
 	if rd.Send {
 		c.sendKeepAlive(s)
 	}
 	if rd.Locate {
-		c.locate(s)
+		c.locate(true)
 	}
 	if rd.Cancel {
 		c.kaStep(s) // the Keeper sends the next one at once
@@ -716,15 +747,15 @@ func (c *client) kaEvents(s *csession, evs []keepalive.Event) {
 // plus the call timeout (here one lease: the simulated leases are short).
 func (c *client) sendKeepAlive(s *csession) {
 	w := c.w
-	att := s.k.Sent(c.localTime(), addrOf(c.target))
-	w.tracef("c%d KeepAlive #%d of session %d to r%d (acks invalidation %d)", c.id, att, s.id, c.target, s.invAcked)
-	target := c.target
+	target := c.target()
+	att := s.k.Sent(c.localTime(), addrOf(target))
+	w.tracef("c%d KeepAlive #%d of session %d to r%d (acks invalidation %d)", c.id, att, s.id, target, s.invAcked)
 	c.deliver(target, &request{c: c, kind: reqKeepAlive, opID: kaOpID(s), attempt: int(att),
 		session: s.id, ackInv: s.invAcked, epoch: s.k.Epoch()})
 	w.after(c.realAfter(s.k.Lease()+w.lease), func() {
 		if cur, _, ok := s.k.InFlight(); ok && cur == att && c.sess == s {
 			w.tracef("c%d KeepAlive #%d timed out", c.id, att)
-			c.unreachable(target)
+			c.guess.Unreachable(addrOf(target))
 			s.k.Failed(c.localTime(), att, keepalive.Lost, 0)
 			c.kaStep(s)
 		}
@@ -746,7 +777,7 @@ func (c *client) onKeepAlive(s *csession, rep reply) {
 	switch rep.kind {
 	case replyNotMaster:
 		f = keepalive.Refused
-		if c.redirect(rep.from, rep.hint) {
+		if c.guess.Redirect(addrOf(rep.from), addrOf(rep.hint)) {
 			f = keepalive.Redirected
 		}
 	case replyStale:
@@ -755,7 +786,7 @@ func (c *client) onKeepAlive(s *csession, rep reply) {
 		f = keepalive.Lost
 	case replyReset:
 		f = keepalive.Lost
-		c.unreachable(rep.from)
+		c.guess.Unreachable(addrOf(rep.from))
 	case replyExpired:
 		f = keepalive.Expired
 	default:
@@ -779,11 +810,10 @@ func (c *client) onKeepAlive(s *csession, rep reply) {
 func (c *client) answered(s *csession, att uint64, rep reply) {
 	w := c.w
 	g := rep.grant
-	c.target = rep.from // it answered as the master
 	if s.k.NoteEpoch(rep.epoch) {
 		c.kaEvents(s, s.k.Events()) // the cache goes before the grant's invalidations apply
 	}
-	c.heard(rep.from, rep.epoch)
+	c.heard(addrOf(rep.from), rep.epoch)
 	// Invalidations first: the lease this reply extends covers only a
 	// cache without what they name.
 	if g.IsSetInvalidationSeq() {
@@ -814,48 +844,26 @@ func (c *client) answered(s *csession, att uint64, rep reply) {
 	}
 }
 
-// redirect is the library's locator.redirect: a NOT_MASTER from replica
-// from that names another replica, not the one this client just failed to
-// reach, makes it the guess (reported true); otherwise the next replica is.
-func (c *client) redirect(from, hint uint64) bool {
-	follow := hint != 0 && hint != from && hint != c.suspect
-	if c.target != from {
-		return follow // someone else already moved on
-	}
-	if follow {
-		c.target = hint
-		return true
-	}
-	c.target = c.nextTarget()
-	return false
-}
-
-// unreachable is the library's locator.unreachable: the guess moves on
-// from a replica that could not be reached, and it is the suspect.
-func (c *client) unreachable(from uint64) {
-	if c.target == from {
-		c.suspect = from
-		c.target = c.nextTarget()
-	}
-}
-
-// locate is a locate round as the library's locator runs it: GetMaster to
-// every replica at once; the round ends when all have answered or
-// locateTimeout passed, and the named master with the highest epoch (on a
-// tie, the master's own answer) becomes the guess. One round runs at a
-// time per client. Unlike the cell, a simulated replica does not hold its
-// answer during a view change: it answers at once that it knows no master.
-func (c *client) locate(s *csession) {
+// locate starts a locate round as the library's locator runs it (the
+// rules are client/locate's): GetMaster, naming the suspect, to every
+// known member at once; the round ends when all have answered or
+// locateTimeout passed, and the best answer moves the guess. One round
+// runs at a time per client, shared as the library shares it: forKeeper
+// says the session's Keeper asked for it (Ready.Locate), which then hears
+// of its end as its own.
+func (c *client) locate(forKeeper bool) {
 	w := c.w
-	if c.round != nil {
-		return // the Keeper hears when the running one ends
+	if r := c.round; r != nil {
+		r.forKeeper = r.forKeeper || forKeeper
+		return
 	}
 	c.rounds++
-	r := &locRound{id: c.rounds, pending: len(w.replicas)}
+	suspect, members := c.guess.RoundStart()
+	r := &locRound{id: c.rounds, suspect: suspect, asked: members, forKeeper: forKeeper}
 	c.round = r
-	w.tracef("c%d locate round %d", c.id, r.id)
-	for id := range uint64(len(w.replicas)) {
-		c.deliver(id+1, &request{c: c, kind: reqGetMaster, opID: locOpID(r.id)})
+	w.tracef("c%d locate round %d (suspect %q)", c.id, r.id, suspect)
+	for _, a := range members {
+		c.deliver(idOf(a), &request{c: c, kind: reqGetMaster, opID: locOpID(r.id), suspect: idOf(suspect)})
 	}
 	w.after(c.locateTimeout(), func() { c.roundOver(r) })
 }
@@ -866,63 +874,62 @@ func (c *client) locateTimeout() int64 { return int64(min(time.Second, c.w.lease
 
 // locRound is a locate round in progress.
 type locRound struct {
-	id      uint64
-	pending int
-	best    uint64 // the master named, 0 if none yet
-	epoch   int64
-	own     bool // best is the master's own answer
-	over    bool
+	id        uint64
+	suspect   string
+	asked     []string
+	answers   []locate.Answer
+	forKeeper bool
+	over      bool
 }
 
-// onLocate takes one replica's answer in a locate round.
+// onLocate takes one replica's answer in a locate round. (Every known
+// member is a replica of the world, so the seeds' fallback never asks
+// anyone more.)
 func (c *client) onLocate(rep reply) {
 	r := c.round
 	if r == nil || rep.opID != locOpID(r.id) || r.over {
 		return
 	}
-	r.pending--
-	if rep.kind == replyOK && rep.hint != 0 {
-		own := rep.hint == rep.from
-		if r.best == 0 || rep.epoch > r.epoch || rep.epoch == r.epoch && own && !r.own {
-			r.best, r.epoch, r.own = rep.hint, rep.epoch, own
-		}
+	a := locate.Answer{From: addrOf(rep.from), Answered: rep.kind != replyReset}
+	if rep.kind == replyOK {
+		a.Master, a.Epoch = addrOf(rep.hint), rep.epoch
 	}
-	if r.pending == 0 {
+	r.answers = append(r.answers, a)
+	if len(r.answers) == len(r.asked) {
 		c.roundOver(r)
 	}
 }
 
-// roundOver ends a locate round and tells the session's Keeper.
+// roundOver ends a locate round: the best answer is heard and becomes
+// the guess, and the session's Keeper is told.
 func (c *client) roundOver(r *locRound) {
 	if r.over {
 		return
 	}
 	r.over = true
 	c.round = nil
-	addr := ""
-	if r.best != 0 {
-		c.target = r.best
-		addr = addrOf(r.best)
-		c.heard(r.best, r.epoch)
+	best, ok := c.guess.Best(r.answers)
+	if ok {
+		c.heard(best.Master, best.Epoch)
 	}
-	c.w.tracef("c%d locate round %d: r%d epoch %d", c.id, r.id, r.best, r.epoch)
+	c.guess.RoundOver(r.suspect, best.Master)
+	c.w.tracef("c%d locate round %d: %q epoch %d", c.id, r.id, best.Master, best.Epoch)
 	if s := c.sess; s != nil && !s.over {
-		s.k.Located(c.localTime(), addr, r.epoch, true)
+		s.k.Located(c.localTime(), best.Master, best.Epoch, r.forKeeper)
 		c.kaStep(s)
 	}
 }
 
-// heard is the library's locator.heard: replica id is master in epoch (a
-// KeepAlive's reply, a locate round's best answer, a master watch). An
-// epoch newer than any heard before makes it the guess and sends the call
-// attempt in flight elsewhere again there — except for the first epoch
-// heard, before which nothing is known to be stale. It reports news.
-func (c *client) heard(id uint64, epoch int64) bool {
-	if epoch <= c.epoch {
+// heard is the library's locator.heard over the guess (Guess.Heard): a
+// newer master's epoch moves the guess there and sends the call attempt
+// in flight elsewhere again there (not at the first epoch heard). It
+// reports news.
+func (c *client) heard(addr string, epoch int64) bool {
+	news, first := c.guess.Heard(addr, epoch)
+	if !news {
 		return false
 	}
-	first := c.epoch == 0
-	c.epoch, c.target = epoch, id
+	id := idOf(addr)
 	if o := c.cur; !first && o != nil && !c.waiting && o.attempts > 0 && o.sentTo != id {
 		c.w.tracef("c%d resends %v#%d to r%d, the master of epoch %d", c.id, o.kind, o.id, id, epoch)
 		c.attempt()
@@ -944,42 +951,36 @@ const (
 // watchOpID names a client's master watches.
 func watchOpID(seq uint64) uint64 { return 1<<61 | seq }
 
-// startWatch starts the master watch once, at the client's first session.
+// startWatch starts the master watch once, at the client's first
+// session, at a replica drawn at random (as the library spreads them).
 func (c *client) startWatch() {
 	if c.watching {
 		return
 	}
 	c.watching = true
-	c.watchAt = c.w.intn(len(c.w.replicas))
+	c.guess.StartWatchAt(c.w.intn(len(c.guess.Members())))
 	c.parkWatch()
 }
 
-// parkWatch sends the next watch to a replica other than the guess, in turn.
+// parkWatch sends the next watch to a replica other than the guess
+// (Guess.WatchTarget), naming the guess as unreachable.
 func (c *client) parkWatch() {
 	w := c.w
-	n := len(w.replicas)
-	target := uint64(0)
-	for range n {
-		id := uint64(c.watchAt%n + 1)
-		c.watchAt = (c.watchAt + 1) % n
-		if id != c.target {
-			target = id
-			break
-		}
-	}
-	if target == 0 {
+	target, cur, epoch := c.guess.WatchTarget()
+	if target == "" {
 		w.after(watchMinInterval, c.parkWatch)
 		return
 	}
 	c.watchSeq++
-	seq, start, epoch := c.watchSeq, w.now, c.epoch
-	c.deliver(target, &request{c: c, kind: reqGetMaster, opID: watchOpID(seq), suspect: c.target, hold: watchHold})
+	seq, start := c.watchSeq, w.now
+	c.deliver(idOf(target), &request{c: c, kind: reqGetMaster, opID: watchOpID(seq), suspect: idOf(cur), hold: watchHold})
 	// The library's RPC timeout: the hold plus the call timeout.
 	w.after(watchHold+int64(10*time.Second), func() {
 		if c.watchSeq == seq {
-			c.watchDone(start, epoch, reply{kind: replyReset})
+			c.watchDone(start, cur, epoch, reply{kind: replyReset})
 		}
 	})
+	c.watchCur, c.watchStart, c.watchEpoch = cur, start, epoch
 }
 
 // onWatch takes a watch's answer.
@@ -987,12 +988,13 @@ func (c *client) onWatch(rep reply) {
 	if rep.opID != watchOpID(c.watchSeq) {
 		return
 	}
-	c.watchDone(c.w.now, c.epoch, rep)
+	c.watchDone(c.watchStart, c.watchCur, c.watchEpoch, rep)
 }
 
-// watchDone handles a watch's end and parks the next one: at once after
+// watchDone handles the end of a watch that named cur and knew epoch, as
+// the library's watchLoop does, and parks the next one: at once after
 // news, after watchMinInterval without, after a back-off when it failed.
-func (c *client) watchDone(start int64, epoch int64, rep reply) {
+func (c *client) watchDone(start int64, cur string, epoch int64, rep reply) {
 	w := c.w
 	c.watchSeq++ // the watch is over: a late answer is ignored
 	if c.finished {
@@ -1005,17 +1007,20 @@ func (c *client) watchDone(start int64, epoch int64, rep reply) {
 		return
 	}
 	c.watchFails = 0
-	if rep.epoch > epoch && c.heard(rep.hint, rep.epoch) {
-		w.tracef("c%d master watch: r%d is master in epoch %d", c.id, rep.hint, rep.epoch)
-		if s := c.sess; s != nil && !s.over {
-			s.k.Located(c.localTime(), addrOf(rep.hint), rep.epoch, false)
-			c.kaStep(s)
+	addr := addrOf(rep.hint)
+	if rep.epoch > epoch {
+		if c.heard(addr, rep.epoch) {
+			w.tracef("c%d master watch: %s is master in epoch %d", c.id, addr, rep.epoch)
+			if s := c.sess; s != nil && !s.over {
+				s.k.Located(c.localTime(), addr, rep.epoch, false) // announced as a round's end
+				c.kaStep(s)
+			}
 		}
 		c.parkWatch()
 		return
 	}
-	if rep.epoch == epoch {
-		c.target = rep.hint // the same master, as the cell names it
+	if rep.epoch == epoch && addr != cur {
+		c.guess.Learned(addr) // the same master, as the cell names it
 	}
 	w.after(max(0, watchMinInterval-(w.now-start)), c.parkWatch)
 }
@@ -1068,17 +1073,4 @@ func describeReply(rep reply) string {
 		return fmt.Sprintf("from r%d: read %q gen %d cacheable=%v", rep.from, rep.content, rep.stat.ContentGeneration, rep.cacheOK)
 	}
 	return fmt.Sprintf("from r%d: kind %d", rep.from, rep.kind)
-}
-
-// nextTarget is the replica to try after one that could not serve: the
-// next in turn; in a run with reconfigurations, any at random, since a
-// replica removed from the cell may keep hinting at a primary of its old
-// configuration, and turns alone could bounce a client between it and
-// that primary for ever.
-func (c *client) nextTarget() uint64 {
-	w := c.w
-	if w.reconfig {
-		return uint64(1 + w.rc.IntN(len(w.replicas)))
-	}
-	return c.target%uint64(len(w.replicas)) + 1
 }

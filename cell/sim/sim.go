@@ -3,7 +3,8 @@
 // (replica/vr), the state machine (fs), the master's session lease table,
 // its change pipeline with the cache and write tables, and its timestamp
 // oracle (cell/master) and the client's
-// KeepAlive loop and lease rules (client/keepalive, client/lease) — on simulated clocks, disks and networks,
+// KeepAlive loop, lease rules and master guess (client/keepalive,
+// client/lease, client/locate) — on simulated clocks, disks and networks,
 // with clients, faults and checkers. One seeded random source (PCG) drives everything and nothing
 // iterates a map where order matters, so a seed replays exactly.
 //
@@ -34,17 +35,20 @@
 //
 // 2 to 5 clients, each with one session at a time kept alive by the
 // library's KeepAlive loop (client/keepalive's Keeper, carried out over
-// the simulated network with the library's locate rounds: GetMaster to
-// every replica, the highest epoch wins) under the rules of client/lease:
+// the simulated network with the library's master guess, locate rounds
+// and master watch, client/locate) under the rules of client/lease:
 // the local lease counts from the send, jeopardy when it runs out (the
 // cache is flushed), a grace period of two leases, expiry (then the client
 // starts a new session). Each client's
 // clock drifts too. They issue SetContents, CAS (SetContents with
 // expected generation), reads (cached while the session is safe),
 // CreateFile races and exclusive TryAcquire/Release with lock-delay, and
-// now and then GetTimestamps of 1–5. A client retries after a timeout,
-// follows NOT_MASTER hints, and resends a command with the same (session,
-// seq), so fs applies it once. In two thirds of the seeds one or two more
+// now and then GetTimestamps of 1–5. Their calls go to the master guess
+// and are retried by a model of the library's call retry (not its code
+// yet): after a 100–200 ms timeout (the guess moves on from a replica that
+// did not answer) or 5–30 ms after a refusal (a locate round is started
+// when the refusal named no master to follow), with a command resent
+// under the same (session, seq), so fs applies it once. In two thirds of the seeds one or two more
 // clients (counted in clients=) use the oracle alone, without a session,
 // one call after another, as a transaction coordinator would; half of all
 // timestamps calls are patient while the faults last (an attempt waits a
