@@ -392,78 +392,21 @@ func (t *Cache) Invalidate(paths, trees []string, all bool, leaseEnd func(chubby
 // once, here: a lease extended later was extended by a reply that carried
 // the invalidation, which the client applies first.
 func (t *Cache) InvalidateScope(s Scope, leaseEnd func(chubby.SessionID) (Time, bool)) (*Change, []chubby.SessionID) {
-	paths, trees, all := s.Paths, s.Trees, s.All
-	ch := &Change{epoch: t.epoch, paths: slices.Clone(paths), trees: slices.Clone(trees), all: all,
+	ch := &Change{epoch: t.epoch, paths: slices.Clone(s.Paths), trees: slices.Clone(s.Trees), all: s.All,
 		acls: slices.Clone(s.ACLs), allACLs: s.AllACLs}
-	if all {
+	if s.All {
 		t.allChanges++
 	}
 	t.beginACLs(ch)
-	for _, p := range paths {
+	for _, p := range s.Paths {
 		t.uncachable[p]++
 	}
-	for _, p := range trees {
+	for _, p := range s.Trees {
 		t.trees[p]++
 	}
-	var wake []chubby.SessionID
-	touched := make(map[chubby.SessionID]bool)
-	hit := func(id chubby.SessionID, p string) {
-		cs := t.sessions[id]
-		t.uncache(id, cs, p)
-		if !touched[id] {
-			touched[id] = true
-			cs.seq++
-			t.unacked[id] = struct{}{}
-			wake = append(wake, id)
-		}
-		if !cs.all {
-			cs.pending = append(cs.pending, p)
-			if len(cs.pending) > maxPendingInvalidations {
-				cs.pending, cs.all = nil, true
-			}
-		}
-	}
-	if all {
-		for p, m := range t.cachers {
-			for id := range m {
-				hit(id, p)
-			}
-		}
-	} else {
-		for _, p := range paths {
-			for id := range t.cachers[p] {
-				hit(id, p)
-			}
-		}
-		for _, tree := range trees {
-			prefix := treePrefix(tree)
-			for q, m := range t.cachers {
-				if strings.HasPrefix(q, prefix) {
-					for id := range m {
-						hit(id, q)
-					}
-				}
-			}
-		}
-	}
-	hitACL := func(name string) {
-		for p := range t.acls[name] {
-			for id := range t.cachers[p] {
-				if t.sessions[id].cached[p] == name {
-					hit(id, p)
-				}
-			}
-		}
-	}
-	if ch.allACLs {
-		for name := range t.acls {
-			hitACL(name)
-		}
-	} else {
-		for _, name := range ch.acls {
-			hitACL(name)
-		}
-	}
+	inv := &invalidation{t: t, touched: make(map[chubby.SessionID]bool)}
+	inv.nodes(s)
+	inv.acls(ch)
 	// Every session with anything unacknowledged (this change's
 	// invalidations, an older change's, or a new master's flush) must have
 	// acknowledged it before this change commits. (Sorted, here and for
@@ -474,8 +417,87 @@ func (t *Cache) InvalidateScope(s Scope, leaseEnd func(chubby.SessionID) (Time, 
 			ch.waits = append(ch.waits, cacheWait{id: id, seq: cs.seq, end: end})
 		}
 	}
-	slices.Sort(wake)
-	return ch, wake
+	slices.Sort(inv.wake)
+	return ch, inv.wake
+}
+
+// invalidation is one InvalidateScope's walk over the cachers.
+type invalidation struct {
+	t       *Cache
+	touched map[chubby.SessionID]bool // sessions given an invalidation by this change
+	wake    []chubby.SessionID        // the same, in the order touched
+}
+
+// hit invalidates session id's cached p: p is uncached there, and queued
+// for its next KeepAlive (past maxPendingInvalidations, the whole cache
+// is); the session's invalidation seq moves once per change.
+func (inv *invalidation) hit(id chubby.SessionID, p string) {
+	t := inv.t
+	cs := t.sessions[id]
+	t.uncache(id, cs, p)
+	if !inv.touched[id] {
+		inv.touched[id] = true
+		cs.seq++
+		t.unacked[id] = struct{}{}
+		inv.wake = append(inv.wake, id)
+	}
+	if !cs.all {
+		cs.pending = append(cs.pending, p)
+		if len(cs.pending) > maxPendingInvalidations {
+			cs.pending, cs.all = nil, true
+		}
+	}
+}
+
+// nodes hits the cachers of s's paths, of every node under its trees, or,
+// with All, of every cached node.
+func (inv *invalidation) nodes(s Scope) {
+	t := inv.t
+	if s.All {
+		for p, m := range t.cachers {
+			for id := range m {
+				inv.hit(id, p)
+			}
+		}
+		return
+	}
+	for _, p := range s.Paths {
+		for id := range t.cachers[p] {
+			inv.hit(id, p)
+		}
+	}
+	for _, tree := range s.Trees {
+		prefix := treePrefix(tree)
+		for q, m := range t.cachers {
+			if strings.HasPrefix(q, prefix) {
+				for id := range m {
+					inv.hit(id, q)
+				}
+			}
+		}
+	}
+}
+
+// acls hits the cachers whose cached read of a node was governed by one
+// of ch's ACL names (every name's with allACLs).
+func (inv *invalidation) acls(ch *Change) {
+	t := inv.t
+	names := ch.acls
+	if ch.allACLs {
+		names = nil
+		for name := range t.acls {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		for p := range t.acls[name] {
+			for id := range t.cachers[p] {
+				if t.sessions[id].cached[p] == name {
+					inv.hit(id, p)
+				}
+			}
+		}
+	}
 }
 
 // beginACLs marks ch's ACL names as changing.
