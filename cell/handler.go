@@ -3,7 +3,6 @@ package cell
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -167,41 +166,15 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 	if err := h.s.serveCheckWait(ctx); err != nil {
 		return nil, err
 	}
-	if req.Epoch != nil && *req.Epoch > 0 && *req.Epoch < h.s.epoch.Load() {
-		// The client last heard from an older master: it must learn that
-		// the master changed (and revalidate what it caches) before its
-		// leases are extended by this one.
-		ep := h.s.epoch.Load()
-		return nil, &chubby.ChubbyError{Code: chubby.ErrorCode_STALE_EPOCH, Epoch: &ep,
-			Message: fmt.Sprintf("the master changed: epoch %d is over, this is epoch %d", *req.Epoch, ep)}
+	ka, perr := master.ParseKeepAlive(req, h.s.epoch.Load())
+	if perr != nil {
+		return nil, perr
 	}
-	n := len(req.Sessions)
-	if n == 0 || n > int(chubby.MAX_SESSIONS_PER_KEEPALIVE) {
-		return nil, invalid("a KeepAlive carries 1..%d sessions, not %d", chubby.MAX_SESSIONS_PER_KEEPALIVE, n)
-	}
-	ids := make([]chubby.SessionID, 0, n)
-	acks := make([]int64, 0, n)
-	invAcks := make([]int64, 0, n)
-	seen := make(map[chubby.SessionID]struct{}, n)
-	for _, it := range req.Sessions {
-		if it == nil {
-			return nil, missing("session item")
-		}
-		if _, dup := seen[it.Session]; dup {
-			return nil, invalid("session %d appears twice in one KeepAlive", it.Session)
-		}
-		if it.GetAckedEvent() < 0 {
-			return nil, invalid("session %d: acked_event %d is negative", it.Session, it.GetAckedEvent())
-		}
-		seen[it.Session] = struct{}{}
-		ids = append(ids, it.Session)
-		acks = append(acks, it.GetAckedEvent())
-		invAcks = append(invAcks, it.GetAckedInvalidation())
-	}
+	ids, acks := ka.IDs, ka.Acks
 	if err := h.s.checkOwner(ctx, ids...); err != nil {
 		return nil, err
 	}
-	h.s.changes.ack(req.GetEpoch(), ids, invAcks)
+	h.s.changes.ack(req.GetEpoch(), ids, ka.InvAcks)
 	c, wait, err := h.s.leases.register(ids, acks)
 	if err != nil {
 		if errors.Is(err, master.ErrNotServing) {

@@ -19,9 +19,12 @@
 //     not queue it again;
 //   - Oracle, the timestamp oracle: a window of timestamps in memory,
 //     reserved ahead of need through the log;
-//   - Epoch and EpochParts, the master epoch of a view and its parts.
+//   - Epoch and EpochParts, the master epoch of a view and its parts;
+//   - ParseKeepAlive, how a KeepAlive request is taken in (its epoch, its
+//     sessions and what their clients acknowledged), by the cell's handler
+//     and the simulator alike.
 //
-// All six are pure state machines in the manner of replica/vr: no
+// The six tables are pure state machines in the manner of replica/vr: no
 // goroutine, no timer, no clock of their own — time, where they need it,
 // comes in as an argument (Time: nanoseconds on the master's monotonic
 // clock, the one the replicated log's master lease is measured on) and

@@ -750,8 +750,13 @@ func (c *client) sendKeepAlive(s *csession) {
 	target := c.target()
 	att := s.k.Sent(c.localTime(), addrOf(target))
 	w.tracef("c%d KeepAlive #%d of session %d to r%d (acks invalidation %d)", c.id, att, s.id, target, s.invAcked)
-	c.deliver(target, &request{c: c, kind: reqKeepAlive, opID: kaOpID(s), attempt: int(att),
-		session: s.id, ackInv: s.invAcked, epoch: s.k.Epoch()})
+	// The request as the library builds it.
+	epoch, item := s.k.Epoch(), &chubby.KeepAliveItem{Session: s.id}
+	if inv := s.invAcked; inv > 0 {
+		item.AckedInvalidation = &inv
+	}
+	ka := &chubby.KeepAliveRequest{Sessions: []*chubby.KeepAliveItem{item}, Epoch: &epoch}
+	c.deliver(target, &request{c: c, kind: reqKeepAlive, opID: kaOpID(s), attempt: int(att), ka: ka})
 	w.after(c.realAfter(s.k.Lease()+w.lease), func() {
 		if cur, _, ok := s.k.InFlight(); ok && cur == att && c.sess == s {
 			w.tracef("c%d KeepAlive #%d timed out", c.id, att)

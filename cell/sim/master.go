@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/chubbygo/chubby/cell/master"
@@ -408,9 +409,7 @@ type request struct {
 	opID    uint64
 	attempt int
 	// KeepAlive
-	session int64
-	ackInv  int64
-	epoch   int64
+	ka *chubby.KeepAliveRequest
 	// CreateSession
 	caching bool
 	// a command
@@ -602,14 +601,18 @@ func (m *masterSim) createSession(q *request) {
 }
 
 func (m *masterSim) keepAlive(q *request) {
-	if q.epoch > 0 && q.epoch < m.epoch {
+	in, perr := master.ParseKeepAlive(q.ka, m.epoch) // as the cell's handler takes it in
+	switch {
+	case perr != nil && perr.Code == chubby.ErrorCode_STALE_EPOCH:
 		m.send(q, reply{kind: replyStale})
 		return
+	case perr != nil:
+		panic(fmt.Sprintf("sim: the simulated client sent a KeepAlive the master refuses: %v", perr))
 	}
-	ids := []chubby.SessionID{q.session}
-	m.pipeDo(func(c master.Clock) { m.pipe.Ack(c, q.epoch, ids, []int64{q.ackInv}) })
+	ids := in.IDs
+	m.pipeDo(func(c master.Clock) { m.pipe.Ack(c, q.ka.GetEpoch(), ids, in.InvAcks) })
 	ka := &simKA{q: q}
-	c, wait, err := m.leases.Register(m.now(), ids, []int64{0}, ka)
+	c, wait, err := m.leases.Register(m.now(), ids, in.Acks, ka)
 	if err != nil {
 		m.send(q, reply{kind: replyBusy})
 		return
