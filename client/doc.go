@@ -220,8 +220,9 @@
 // answered and the master it named. At most [MaxReplicas] are kept, each
 // a well-formed host:port, so a broken replica cannot make the client ask
 // more. The configured addresses remain the fallback: a locate round in
-// which no known replica answered at all asks the configured ones it did
-// not ask.
+// which no known replica named a master (none answered, or all refused, as
+// replicas removed from the cell do) asks the configured ones it did not
+// ask.
 //
 // A call is sent again, at most 6 times with a backoff of 50 ms doubling to
 // 1 s (about 1.5 s of pauses), only when that is safe; when the failure

@@ -77,10 +77,10 @@ type askMasterFunc func(ctx context.Context, addr, suspect string) (master strin
 //     refresh — every membersRefreshInterval while the client is used (a
 //     call or a KeepAlive is sent), one GetMaster to the master guess.
 //   - The seeds are the fallback: a locate round in which no known member
-//     answered at all (every one unreachable) then asks the seeds it has
-//     not asked yet, so a client whose members all moved away (or whose
-//     list a bad answer spoiled) finds the cell again where it was told to
-//     look.
+//     named a master (every one unreachable, or refusing, as replicas
+//     removed from the cell do) then asks the seeds it has not asked yet,
+//     so a client whose members all moved away (or whose list a bad answer
+//     spoiled) finds the cell again where it was told to look.
 //
 // With one address the guess never changes, but the calls are routed
 // through here so that a multi-replica cell only needs to fill in
@@ -256,7 +256,7 @@ func (m *locator) learned(addr string) {
 // by m.timeout, waits for all answers (so at most m.timeout), and makes
 // the named master with the highest epoch the guess: a deposed master that
 // has not heard of its successor answers with an older epoch. If no member
-// answered at all, the seeds not asked yet are asked the same way (at most
+// named a master, the seeds not asked yet are asked the same way (at most
 // m.timeout more). The best answer's members become the known members
 // (adopt). Rounds are shared: however many calls and sessions look for the
 // master at the same time, each replica is asked once.
@@ -309,7 +309,7 @@ func (m *locator) askAll(addrs []string, suspect string, start time.Time) []answ
 }
 
 // runRound is one locate round (see locate): it asks the known members,
-// then the seeds if none of them answered at all, and moves the guess to
+// then the seeds if none of them named a master, and moves the guess to
 // the best answer.
 func (m *locator) runRound(done chan struct{}) {
 	m.mu.Lock()
@@ -321,7 +321,7 @@ func (m *locator) runRound(done chan struct{}) {
 	seeds := m.g.Fallback(members, plain(answers))
 	m.mu.Unlock()
 	if len(seeds) > 0 {
-		// Nobody there: fall back on where the client was told to look.
+		// Nobody there knows: fall back on where the client was told to look.
 		answers = append(answers, m.askAll(seeds, suspect, start)...)
 	}
 	m.mu.Lock()

@@ -237,9 +237,11 @@ func TestBestAnswerNamesTheMembers(t *testing.T) {
 	}
 }
 
-// TestLocateFallsBackOnSeeds: when no known member answers at all, the
+// TestLocateFallsBackOnSeeds: when no known member names a master (none
+// answers, or they all refuse, as replicas removed from the cell do), the
 // round asks the configured addresses it has not asked; when a member
-// answers, even with a refusal, it does not.
+// names one, it does not. (Simulator seed 1277: a client whose members
+// had all left the cell but one, which refused, asked only it for ever.)
 func TestLocateFallsBackOnSeeds(t *testing.T) {
 	f := newFakeCell()
 	m := newLocator([]string{"s:1", "x:1"}, f.ask, time.Second)
@@ -253,15 +255,24 @@ func TestLocateFallsBackOnSeeds(t *testing.T) {
 		t.Fatalf("after the fallback: replicas %q, guess %s", got, m.addr())
 	}
 
-	// t:1 refuses (it is there): no fallback to x:1, the other seed.
+	// s:1 is down and t:1 refuses (a replica removed from the cell says
+	// to ask a member): x:1, the other seed, is asked too, and names the
+	// master.
 	f.set("s:1", fakeAnswer{err: errors.New("down")})
 	f.set("t:1", fakeAnswer{err: &chubby.ChubbyError{Code: chubby.ErrorCode_UNAVAILABLE}})
+	f.set("x:1", fakeAnswer{master: "x:1", epoch: 6, replicas: []string{"x:1", "z:1"}})
 	round(t, m)
-	if got := f.takeAsked(); !slices.Equal(got, []string{"s:1", "t:1"}) {
-		t.Fatalf("asked %q, want the members only", got)
+	if got := f.takeAsked(); !slices.Equal(got, []string{"s:1", "t:1", "x:1"}) {
+		t.Fatalf("asked %q, want the members, then the seed not among them", got)
 	}
-	if got := m.lastLocated(); got.addr != "" {
-		t.Errorf("located %+v", got)
+	if got := m.lastLocated(); got.addr != "x:1" || m.addr() != "x:1" {
+		t.Errorf("located %+v, guess %s", got, m.addr())
+	}
+
+	// A member names the master: no fallback.
+	round(t, m)
+	if got := f.takeAsked(); !slices.Equal(got, []string{"x:1", "z:1"}) {
+		t.Fatalf("asked %q, want the members only", got)
 	}
 }
 

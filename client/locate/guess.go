@@ -29,7 +29,9 @@
 // answer naming the configuration's members replaces them, keeping the
 // replica that answered and the master it names, dropping what is not a
 // usable address, and keeping at most MaxMembers; the seeds are the
-// fallback when no known member answers a round at all (Fallback).
+// fallback when no known member names a master in a round (Fallback): none
+// answered, or all refused — as the members do when they have all left
+// the cell, which goes on elsewhere.
 package locate
 
 import "slices"
@@ -233,9 +235,12 @@ func (g *Guess) RoundStart() (suspect string, members []string) {
 }
 
 // Fallback returns the seeds a round asks next when no member it asked
-// answered at all: those not asked yet (none when someone answered).
+// named a master: those not asked yet (none when one did). A refusal is
+// not enough to stop there: replicas removed from the cell refuse (they
+// know no master of its configuration), and a client that knows only
+// them would otherwise ask them for ever (simulator seed 1277).
 func (g *Guess) Fallback(asked []string, answers []Answer) []string {
-	if slices.ContainsFunc(answers, func(a Answer) bool { return a.Answered }) {
+	if _, named := g.Best(answers); named {
 		return nil
 	}
 	var seeds []string

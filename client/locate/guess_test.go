@@ -92,6 +92,10 @@ func TestRound(t *testing.T) {
 	if got := g.Fallback(members, none); !slices.Equal(got, []string{"s:1"}) {
 		t.Fatalf("fallback %q, want the seed not asked", got)
 	}
+	refused := []Answer{{From: "a:1", Answered: true}, {From: "b:1", Answered: true}, {From: "c:1"}}
+	if got := g.Fallback(members, refused); !slices.Equal(got, []string{"s:1"}) {
+		t.Fatalf("fallback %q after refusals only, want the seed not asked", got)
+	}
 	answers := []Answer{
 		{From: "a:1", Master: "a:1", Epoch: 2, Answered: true},
 		{From: "b:1", Master: "c:1", Epoch: 3, Answered: true},
