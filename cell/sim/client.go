@@ -870,7 +870,7 @@ func (c *client) locate(forKeeper bool) {
 	for _, a := range members {
 		c.deliver(idOf(a), &request{c: c, kind: reqGetMaster, opID: locOpID(r.id), suspect: idOf(suspect)})
 	}
-	w.after(c.locateTimeout(), func() { c.roundOver(r) })
+	w.after(c.locateTimeout(), func() { c.roundOver(r, 0) })
 }
 
 // locateTimeout bounds a round: the library's second per answer, or a
@@ -884,12 +884,11 @@ type locRound struct {
 	asked     []string
 	answers   []locate.Answer
 	forKeeper bool
+	phase     int // 1 once the seeds are asked too (Guess.Fallback)
 	over      bool
 }
 
-// onLocate takes one replica's answer in a locate round. (Every known
-// member is a replica of the world, so the seeds' fallback never asks
-// anyone more.)
+// onLocate takes one replica's answer in a locate round.
 func (c *client) onLocate(rep reply) {
 	r := c.round
 	if r == nil || rep.opID != locOpID(r.id) || r.over {
@@ -897,24 +896,39 @@ func (c *client) onLocate(rep reply) {
 	}
 	a := locate.Answer{From: addrOf(rep.from), Answered: rep.kind != replyReset}
 	if rep.kind == replyOK {
-		a.Master, a.Epoch = addrOf(rep.hint), rep.epoch
+		a.Master, a.Epoch, a.Members = addrOf(rep.hint), rep.epoch, rep.members
 	}
 	r.answers = append(r.answers, a)
 	if len(r.answers) == len(r.asked) {
-		c.roundOver(r)
+		c.roundOver(r, r.phase)
 	}
 }
 
-// roundOver ends a locate round: the best answer is heard and becomes
-// the guess, and the session's Keeper is told.
-func (c *client) roundOver(r *locRound) {
-	if r.over {
+// roundOver ends phase phase of a locate round. When no member answered
+// at all, the seeds not asked yet are asked for as long again, as the
+// library's round does; otherwise the round is over: its best answer
+// updates the known members and is heard, the guess moves, and the
+// session's Keeper is told.
+func (c *client) roundOver(r *locRound, phase int) {
+	if r.over || phase != r.phase {
 		return
+	}
+	if r.phase == 0 {
+		if seeds := c.guess.Fallback(r.asked, r.answers); len(seeds) > 0 {
+			r.phase = 1
+			r.asked = append(r.asked, seeds...)
+			for _, a := range seeds {
+				c.deliver(idOf(a), &request{c: c, kind: reqGetMaster, opID: locOpID(r.id), suspect: idOf(r.suspect)})
+			}
+			c.w.after(c.locateTimeout(), func() { c.roundOver(r, 1) })
+			return
+		}
 	}
 	r.over = true
 	c.round = nil
 	best, ok := c.guess.Best(r.answers)
 	if ok {
+		c.guess.Adopt(best.From, best.Master, best.Members)
 		c.heard(best.Master, best.Epoch)
 	}
 	c.guess.RoundOver(r.suspect, best.Master)
@@ -1014,6 +1028,7 @@ func (c *client) watchDone(start int64, cur string, epoch int64, rep reply) {
 	c.watchFails = 0
 	addr := addrOf(rep.hint)
 	if rep.epoch > epoch {
+		c.guess.Adopt(addrOf(rep.from), addr, rep.members)
 		if c.heard(addr, rep.epoch) {
 			w.tracef("c%d master watch: %s is master in epoch %d", c.id, addr, rep.epoch)
 			if s := c.sess; s != nil && !s.over {

@@ -455,6 +455,7 @@ type reply struct {
 	leaseMs int64
 	tsFirst int64 // timestamps: tsFirst..tsFirst+tsCount-1
 	tsCount int64
+	members []string // GetMaster: the configuration's members
 }
 
 // onRequest is a client call arriving at the replica.
@@ -526,19 +527,19 @@ func (m *masterSim) getMaster(q *request) {
 func (m *masterSim) answerGetMaster(q *request, until int64) {
 	n := m.r.d.Node()
 	if m.serving && n.CanServeReads(m.now()) {
-		m.send(q, reply{kind: replyOK, hint: m.r.id, epoch: m.epoch})
+		m.send(q, reply{kind: replyOK, hint: m.r.id, epoch: m.epoch, members: m.memberAddrs()})
 		return
 	}
 	id, known := n.PrimaryHint()
 	known = known && id != m.r.id && m.r.d.Err() == nil && !m.serving
 	if known && id != q.suspect {
-		m.send(q, reply{kind: replyOK, hint: id, epoch: master.Epoch(n.View())})
+		m.send(q, reply{kind: replyOK, hint: id, epoch: master.Epoch(n.View()), members: m.memberAddrs()})
 		return
 	}
 	r := m.r
 	if r.w.now >= until || m.serving {
 		if known { // the watch's hold ran out: the suspect is still the master here
-			m.send(q, reply{kind: replyOK, hint: id, epoch: master.Epoch(n.View())})
+			m.send(q, reply{kind: replyOK, hint: id, epoch: master.Epoch(n.View()), members: m.memberAddrs()})
 			return
 		}
 		m.send(q, reply{kind: replyBusy}) // a master without its lease answers at once
@@ -550,6 +551,17 @@ func (m *masterSim) answerGetMaster(q *request, until int64) {
 			r.do(func() { m.answerGetMaster(q, until) }, true)
 		}
 	})
+}
+
+// memberAddrs is the configuration's members as a GetMaster answer names
+// them (the cell's replicaAddrs).
+func (m *masterSim) memberAddrs() []string {
+	ms := m.r.d.Node().Info().Members
+	out := make([]string, 0, len(ms))
+	for _, mb := range ms {
+		out = append(out, addrOf(mb.ID))
+	}
+	return out
 }
 
 // refuse answers NOT_MASTER with the primary believed in, or UNAVAILABLE.
