@@ -17,8 +17,9 @@ the cell's replicas — the Go client's rules (client/master.go), in threads:
   the replica that answered and the master it named. Entries that are not
   host:port, are longer than 512 bytes or repeat are dropped, and at most
   MAX_REPLICAS are kept, so a broken replica cannot make the client ask
-  more. A round in which no known replica answered asks the seeds it did
-  not ask.
+  more. A round in which no known replica named a master (none answered,
+  or all refused, as replicas removed from the cell do) asks the seeds it
+  did not ask.
 """
 
 import logging
@@ -240,8 +241,9 @@ class Master:
                 suspect = self._suspect
                 members = list(self.addrs)
             answers = self._ask_all(members, suspect)
-            if not any(e is None or isinstance(e, _wire.ttypes.ChubbyError) for _, _, _, _, e, _ in answers):
-                # Nobody there: fall back on where the client was told to look.
+            if not any(e is None and usable_addr(m) for _, m, _, _, e, _ in answers):
+                # Nobody there knows (a replica removed from the cell
+                # refuses): fall back on where the client was told to look.
                 seeds = [s for s in self.seeds if s not in members]
                 if seeds:
                     answers += self._ask_all(seeds, suspect)

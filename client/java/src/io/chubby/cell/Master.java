@@ -27,7 +27,8 @@ import java.util.concurrent.TimeUnit;
  * 30 s while the client is used) replaces them with the members it names,
  * keeping the replica that answered and the master it named, at most
  * {@link #MAX_REPLICAS} well-formed addresses. A round in which no known
- * replica answered at all also asks the seeds it did not ask. Thread-safe.
+ * replica named a master (none answered, or all refused, as replicas removed
+ * from the cell do) also asks the seeds it did not ask. Thread-safe.
  */
 final class Master {
     /** Replica addresses kept from the cell's answers. */
@@ -228,7 +229,8 @@ final class Master {
         }
     }
 
-    private record Answer(String from, chubby.GetMasterResponse r, boolean answered) {}
+    /** One replica's answer in a locate round: r is null when it refused or could not be reached. */
+    private record Answer(String from, chubby.GetMasterResponse r) {}
 
     private List<Answer> askAll(List<String> list, String suspect) {
         List<CompletableFuture<Answer>> fs = new ArrayList<>();
@@ -238,15 +240,13 @@ final class Master {
             try {
                 exec.execute(() -> {
                     try {
-                        f.complete(new Answer(a, ask(a, suspect), true));
-                    } catch (chubby.ChubbyError e) {
-                        f.complete(new Answer(a, null, true)); // a refusal is an answer: it is alive
-                    } catch (Throwable e) {
-                        f.complete(new Answer(a, null, false));
+                        f.complete(new Answer(a, ask(a, suspect)));
+                    } catch (Throwable e) { // a refusal, or unreachable: no master named
+                        f.complete(new Answer(a, null));
                     }
                 });
             } catch (RuntimeException e) {
-                f.complete(new Answer(a, null, false));
+                f.complete(new Answer(a, null));
             }
         }
         List<Answer> out = new ArrayList<>();
@@ -256,7 +256,7 @@ final class Master {
             try {
                 out.add(f.get(60, TimeUnit.SECONDS));
             } catch (Exception e) {
-                out.add(new Answer("", null, false));
+                out.add(new Answer("", null));
             }
         }
         return out;
@@ -270,7 +270,9 @@ final class Master {
             members = List.copyOf(addrs);
         }
         List<Answer> answers = askAll(members, sus);
-        if (answers.stream().noneMatch(Answer::answered)) {
+        if (answers.stream().noneMatch(Master::namesMaster)) {
+            // Nobody there knows (a replica removed from the cell refuses):
+            // fall back on where the client was told to look.
             List<String> rest = new ArrayList<>();
             for (String s : seeds) {
                 if (!members.contains(s)) {
@@ -295,6 +297,11 @@ final class Master {
         }
         Located loc = best == null ? new Located("", 0) : new Located(best.r().getMaster_address(), best.r().getEpoch());
         finish(done, sus, loc);
+    }
+
+    /** Whether a names a well-formed master address. */
+    private static boolean namesMaster(Answer a) {
+        return a.r() != null && a.r().getMaster_address() != null && Check.addrProblem(a.r().getMaster_address()) == null;
     }
 
     private static boolean better(Answer a, Answer b) {
