@@ -27,11 +27,12 @@ import (
 // is not its master, naming its master as unreachable with wait_ms
 // (watchHold): that replica holds the answer until it knows another
 // master, which it does as soon as it joins the new view. The answer moves
-// the client at once (master.heard): the master guess goes to the new
+// the client at once (locator.heard): the master guess goes to the new
 // master, every call attempt in flight elsewhere is cancelled and sent
 // again there (callRetry; a parked Acquire carries its request number, so
 // the cell keeps one request for it however often it is sent), and every
-// session's KeepAlive is resent there (kaLoop.roundOver).
+// session's KeepAlive is resent there (announce, which its Keeper hears as
+// a round's end: kaLoop.roundOver, keepalive.Keeper.Located).
 //
 // Cost: one parked call per client at one replica that is not the master
 // (nothing at the master), renewed every watchHold; a cell too old to hold
