@@ -520,47 +520,59 @@ func callRetry[T any](ctx context.Context, c *Client, spec callSpec,
 				"addr", addr, "attempt", attempt+1, "err", Describe(cause))
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: explainUnreachable(cause, addr)}, true
 		}
-		// The back-off counts from the failure: a locate round (which
-		// replicas in a view change hold until they know the new master)
-		// is part of the pause, not added to it.
-		resendAt := time.Now().Add(backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter()))
-		multi := c.locator.multi()
-		known := c.locator.lastLocated().epoch
-		if !hinted && multi {
-			// Nobody said where the master is: ask every replica (a
-			// replica in a view change answers once it knows).
-			c.locator.locateWait(ctx)
-		}
-		if loc := c.locator.lastLocated(); loc.addr != "" && loc.epoch > known && redirects < maxQuickRedirects {
-			// A master of a newer epoch serves — perhaps the same replica,
-			// after a configuration change moved it to a new view: go at
-			// once rather than sleep out the back-off.
-			redirects++
-			c.log.Debug("chubby: retrying call at the new master", "op", spec.op, "path", spec.path,
-				"addr", addr, "next", loc.addr, "epoch", loc.epoch, "attempt", attempt+1, "err", Describe(cause))
-			continue
-		}
-		// Told (or found) where the master is now: go there at once (the
-		// replicas hold their answers during a view change, and redirects
-		// without a pause are bounded, so this cannot spin). A replica
-		// that refused (NOT_MASTER) and that the locate round then names
-		// has become the master meanwhile (a replica's own GetMaster
-		// answer waits until it serves).
-		next := c.locator.addr()
-		found := next != addr || (refused && !hinted && multi)
-		if found && redirects < maxQuickRedirects {
-			redirects++
-			c.log.Debug("chubby: retrying call at the master", "op", spec.op, "path", spec.path,
-				"addr", addr, "next", next, "attempt", attempt+1, "err", Describe(cause))
-			continue
-		}
-		c.log.Debug("chubby: retrying call", "op", spec.op, "path", spec.path,
-			"addr", addr, "next", c.locator.addr(), "attempt", attempt+1, "delay", max(time.Until(resendAt), 0),
-			"err", Describe(cause))
-		if err := c.locator.pause(ctx, resendAt, addr, refused, known); err != nil {
+		if err := c.awaitResend(ctx, spec, addr, attempt, hinted, refused, cause, &redirects); err != nil {
 			return zero, &OpError{Op: spec.op, Path: spec.path, Err: explainUnreachable(cause, addr)}, false
 		}
 	}
+}
+
+// awaitResend waits until attempt (counted from 0) of a call, which failed
+// at addr in a way its class retries, may be sent again. At once when the
+// master is known to be elsewhere — named by a hint, found by a locate
+// round (asked when nobody said where it is), or of a newer epoch — at
+// most maxQuickRedirects times per call (*redirects counts them); else
+// after the back-off, which a locate round naming another master ends
+// early (locator.pause). It returns ctx's cause if ctx ends first.
+func (c *Client) awaitResend(ctx context.Context, spec callSpec, addr string, attempt int,
+	hinted, refused bool, cause error, redirects *int) error {
+	// The back-off counts from the failure: a locate round (which
+	// replicas in a view change hold until they know the new master)
+	// is part of the pause, not added to it.
+	resendAt := time.Now().Add(backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter()))
+	multi := c.locator.multi()
+	known := c.locator.lastLocated().epoch
+	if !hinted && multi {
+		// Nobody said where the master is: ask every replica (a
+		// replica in a view change answers once it knows).
+		c.locator.locateWait(ctx)
+	}
+	if loc := c.locator.lastLocated(); loc.addr != "" && loc.epoch > known && *redirects < maxQuickRedirects {
+		// A master of a newer epoch serves — perhaps the same replica,
+		// after a configuration change moved it to a new view: go at
+		// once rather than sleep out the back-off.
+		*redirects++
+		c.log.Debug("chubby: retrying call at the new master", "op", spec.op, "path", spec.path,
+			"addr", addr, "next", loc.addr, "epoch", loc.epoch, "attempt", attempt+1, "err", Describe(cause))
+		return nil
+	}
+	// Told (or found) where the master is now: go there at once (the
+	// replicas hold their answers during a view change, and redirects
+	// without a pause are bounded, so this cannot spin). A replica
+	// that refused (NOT_MASTER) and that the locate round then names
+	// has become the master meanwhile (a replica's own GetMaster
+	// answer waits until it serves).
+	next := c.locator.addr()
+	found := next != addr || (refused && !hinted && multi)
+	if found && *redirects < maxQuickRedirects {
+		*redirects++
+		c.log.Debug("chubby: retrying call at the master", "op", spec.op, "path", spec.path,
+			"addr", addr, "next", next, "attempt", attempt+1, "err", Describe(cause))
+		return nil
+	}
+	c.log.Debug("chubby: retrying call", "op", spec.op, "path", spec.path,
+		"addr", addr, "next", c.locator.addr(), "attempt", attempt+1, "delay", max(time.Until(resendAt), 0),
+		"err", Describe(cause))
+	return c.locator.pause(ctx, resendAt, addr, refused, known)
 }
 
 // attemptAt sends one attempt of a call to the master guess. A call that
