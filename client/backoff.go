@@ -3,8 +3,6 @@ package client
 import (
 	"math/rand/v2"
 	"time"
-
-	"github.com/chubbygo/chubby/client/keepalive"
 )
 
 // Retry limits. They are explicit so that a dead cell costs a caller a known,
@@ -33,12 +31,5 @@ const (
 	maxQuickRedirects = 2
 )
 
-// backoffDelay is the pause before retry number attempt (0 for the first
-// retry): the KeepAlive loop's rule (keepalive.Backoff), d = min(max,
-// base·2^attempt) jittered into [d/2, d) by jitter ∈ [0, 1).
-func backoffDelay(base, max time.Duration, attempt int, jitter float64) time.Duration {
-	return keepalive.Backoff(base, max, attempt, jitter)
-}
-
-// jitter returns a random number in [0, 1) for backoffDelay.
+// jitter returns a random number in [0, 1) for keepalive.Backoff.
 func jitter() float64 { return rand.Float64() }

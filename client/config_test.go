@@ -110,27 +110,27 @@ func TestBackoffBounds(t *testing.T) {
 		prev := time.Duration(0)
 		for attempt := 0; attempt < 100; attempt++ {
 			for _, j := range []float64{-1, 0, 0.5, 0.999999, 1, 2} {
-				d := backoffDelay(tc.base, tc.max, attempt, j)
+				d := keepalive.Backoff(tc.base, tc.max, attempt, j)
 				if d < tc.base/2 || d > tc.max {
-					t.Fatalf("backoffDelay(%v, %v, %d, %v) = %v, out of [%v, %v]",
+					t.Fatalf("Backoff(%v, %v, %d, %v) = %v, out of [%v, %v]",
 						tc.base, tc.max, attempt, j, d, tc.base/2, tc.max)
 				}
 			}
 			// Without jitter the delay grows monotonically up to max.
-			d := backoffDelay(tc.base, tc.max, attempt, 0)
+			d := keepalive.Backoff(tc.base, tc.max, attempt, 0)
 			if d < prev {
 				t.Fatalf("backoffDelay decreased at attempt %d: %v < %v", attempt, d, prev)
 			}
 			prev = d
 		}
-		if d := backoffDelay(tc.base, tc.max, 1000, 0.999); d < tc.max*9/10 {
+		if d := keepalive.Backoff(tc.base, tc.max, 1000, 0.999); d < tc.max*9/10 {
 			t.Errorf("backoffDelay never approaches max %v: %v", tc.max, d)
 		}
 	}
 	// The whole retry budget of one call is small and bounded.
 	var total time.Duration
 	for attempt := 0; attempt < maxCallAttempts-1; attempt++ {
-		total += backoffDelay(callBackoffBase, callBackoffMax, attempt, 0.999)
+		total += keepalive.Backoff(callBackoffBase, callBackoffMax, attempt, 0.999)
 	}
 	if total > 2*time.Second {
 		t.Errorf("pauses of one call add up to %v", total)

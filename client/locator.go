@@ -12,6 +12,7 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/cloudwego/kitex/pkg/kerrors"
 
+	"github.com/chubbygo/chubby/client/keepalive"
 	"github.com/chubbygo/chubby/client/locate"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
@@ -538,7 +539,7 @@ func (c *Client) awaitResend(ctx context.Context, spec callSpec, addr string, at
 	// The back-off counts from the failure: a locate round (which
 	// replicas in a view change hold until they know the new master)
 	// is part of the pause, not added to it.
-	resendAt := time.Now().Add(backoffDelay(callBackoffBase, callBackoffMax, attempt, jitter()))
+	resendAt := time.Now().Add(keepalive.Backoff(callBackoffBase, callBackoffMax, attempt, jitter()))
 	multi := c.locator.multi()
 	known := c.locator.lastLocated().epoch
 	if !hinted && multi {

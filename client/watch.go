@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudwego/kitex/client/callopt"
 
+	"github.com/chubbygo/chubby/client/keepalive"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -186,7 +187,7 @@ func (m *locator) watchLoop() {
 		if err != nil {
 			failures++
 			m.log.Debug("chubby: master watch failed", "at", target, "err", Describe(err))
-			m.sleep(backoffDelay(watchMinInterval/5, watchRetryMax, failures-1, jitter()))
+			m.sleep(keepalive.Backoff(watchMinInterval/5, watchRetryMax, failures-1, jitter()))
 			continue
 		}
 		failures = 0

@@ -128,7 +128,7 @@ func (k *Keeper) Failed(now time.Time, attempt uint64, f Failure, epoch int64) {
 		locate = true
 	}
 	k.quick = 0
-	k.retryAt = now.Add(backoff(k.cfg.BackoffBase, k.cfg.BackoffMax, k.failures, k.cfg.Jitter()))
+	k.retryAt = now.Add(Backoff(k.cfg.BackoffBase, k.cfg.BackoffMax, k.failures, k.cfg.Jitter()))
 	k.failures++
 	k.lost, k.lostRefused, k.roundWait = "", false, false
 	if locate {
@@ -268,11 +268,12 @@ func (k *Keeper) Lease() time.Duration { return k.ll.Lease() }
 // Renewals counts the replies that renewed the lease.
 func (k *Keeper) Renewals() uint64 { return k.ll.Renewals() }
 
-// backoff is the pause before retry number attempt (0 for the first
+// Backoff is the pause before retry number attempt (0 for the first
 // retry): d = min(max, base·2^attempt), then jittered into [d/2, d) by
 // jitter ∈ [0, 1) so that many clients do not retry in step. It never
-// returns less than base/2 or more than max.
-func backoff(base, max time.Duration, attempt int, jitter float64) time.Duration {
+// returns less than base/2 or more than max. The KeepAlive loop and the
+// library's call retries and master watch share it.
+func Backoff(base, max time.Duration, attempt int, jitter float64) time.Duration {
 	d := base
 	for i := 0; i < attempt && d < max; i++ {
 		d *= 2
@@ -283,10 +284,4 @@ func backoff(base, max time.Duration, attempt int, jitter float64) time.Duration
 		jitter = 0
 	}
 	return d/2 + time.Duration(float64(d/2)*jitter)
-}
-
-// Backoff is backoff for the library's call retries, which share the
-// rule: the pause before retry number attempt.
-func Backoff(base, max time.Duration, attempt int, jitter float64) time.Duration {
-	return backoff(base, max, attempt, jitter)
 }
