@@ -88,9 +88,9 @@ func TestStaleWakeSparesNewAcquire(t *testing.T) {
 	leaveWaiting(t, tc, hb)
 	// The order the handler and a withdrawal can interleave in: the new
 	// call parks, the old request is withdrawn, the new request applies.
-	d, _, err := tc.s.m.park(hb.Id, 0)
-	if err != nil {
-		t.Fatal(err)
+	d, _, perr := tc.s.m.park(hb.Id, 0)
+	if perr != nil {
+		t.Fatal(perr)
 	}
 	if _, err := tc.s.submit(ctx, proposal{op: &fsm.Op{CancelWait: &fsm.CancelWait{Handle: hb}}}); err != nil {
 		t.Fatal(err)

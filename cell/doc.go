@@ -72,10 +72,11 @@
 //	    session end wake it; answerKeepAlive extends the leases only under
 //	    the master lease held then; attachEvents and changes.attach fill in
 //	    the reply.
-//	(b) Acquire: queueAcquire parks the call (machine.park, an
+//	(b) Acquire: handler.acquire carries out the call's
+//	    master.AcquireCall, which parks the call (machine.park, an
 //	    rpc.Deferred keyed by handle) and proposes a waiting Acquire; a
 //	    later command's Woken effect answers it, or its wait runs out and
-//	    it proposes CancelWait (withdrawWait): TIMED_OUT once that
+//	    it proposes CancelWait (master.Withdrawal): TIMED_OUT once that
 //	    applied and the lock was not granted first, UNAVAILABLE (the
 //	    lock may yet be granted) when it did not commit. The table of
 //	    parked calls is master.Waiters.

@@ -324,7 +324,7 @@ func (s *Server) cancelStaleWaits() {
 	for _, h := range hs {
 		if err := s.withdrawWait(h); err != nil {
 			// Left waiting, with nobody parked on it: the handle's next
-			// Acquire withdraws it (handler.queueAcquire), or the next
+			// Acquire withdraws it (master.AcquireCall), or the next
 			// master does.
 			s.cfg.Logger.Warn("cancel stale wait", "handle", h.Id, "err", err)
 		}

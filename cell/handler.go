@@ -506,14 +506,16 @@ func validMode(m chubby.LockMode) error {
 	return nil
 }
 
-// Acquire proposes a waiting acquire (queueAcquire); a handle that holds
-// the lock already gets its sequencer. If the lock is not granted at once
-// the call is parked on an rpc.Deferred (machine.park) until the apply
-// loop grants it (machine.dispatch), the handle, its node or its session
-// ends (the error says which), a resend of the same request takes its
-// place, this replica stops being the master (NOT_MASTER), or wait_ms
-// passes or the caller goes away. Then it proposes CancelWait; if the
-// grant won that race, the caller gets the lock.
+// Acquire takes a blocking Acquire in and carries out its
+// master.AcquireCall (acquire): the call is parked on an rpc.Deferred
+// (machine.park) and a waiting Acquire proposed; a handle that holds the
+// lock already gets its sequencer. The apply loop answers the parked call
+// (machine.dispatch) when a later command grants the lock or fails the
+// request (the handle, its node or its session ends), when a resend of the
+// same request takes its place, or when this replica stops being the master
+// (NOT_MASTER). When wait_ms passes or the caller goes away first, the
+// request is withdrawn (CancelWait); a grant that won that race is the
+// caller's.
 func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chubby.Sequencer, error) {
 	if req == nil {
 		return nil, missing("body")
@@ -540,147 +542,89 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 	if req.Rid != nil { // GetRid returns a nil pointer, whose GetSeq panics
 		rid = req.Rid.Seq
 	}
-	if h.s.m.stale(req.Handle.Id, rid) {
-		// An attempt of a request answered already: proposed again, it
-		// would wait for the lock anew, for nobody. It is told what the
-		// handle holds, read under the master lease.
-		held, err := h.held(ctx, req.Handle, req.Mode)
-		if err != nil {
-			return nil, err
-		}
-		if held != nil {
-			return held, nil
-		}
-		return nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "request %d of handle %d was answered already; the handle does not hold %s", rid, req.Handle.Id, req.Handle.Path)
-	}
-	seq, err := h.acquire(ctx, req, rid)
-	if definite(err) {
-		h.s.m.answered(req.Handle.Id, rid)
-	}
-	return seq, err
+	op := &fsm.Acquire{Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs)}
+	a := master.NewAcquireCall(op, rid, msDuration(req.WaitMs), h.s.log.Now(), h.s.m.stale(req.Handle.Id, rid))
+	return h.acquire(ctx, a, rid)
 }
 
-// definite is master.Definite of an error: one that is not a
-// *chubby.ChubbyError settles nothing.
-func definite(err error) bool {
-	var ce *chubby.ChubbyError
-	if err != nil && !errors.As(err, &ce) {
-		return false
+// acquire carries out a's steps until it is answered. The call's parked
+// Deferred is d, a new one for each park.
+//
+// A waiting Acquire is not made exactly-once through the request table (a
+// proposal with a rid): its answer ("queued") would outlive the wait a
+// failover withdraws. A resend is safe anyway: the table reattaches it to
+// the parked call (Waiters.Park), and an attempt of a request answered for
+// certain is answered from the state (Waiters.Stale).
+func (h *handler) acquire(ctx context.Context, a *master.AcquireCall, rid int64) (*chubby.Sequencer, error) {
+	hd, mode := a.Op().Handle, a.Op().Mode
+	var d *rpc.Deferred[*chubby.Sequencer]
+	for st := a.Start(); ; {
+		if st.Unpark && d != nil {
+			h.s.m.unpark(hd.Id, d)
+		}
+		switch st.Do {
+		case master.DoPark:
+			var reattached bool
+			var err *chubby.ChubbyError
+			d, reattached, err = h.s.m.park(hd.Id, rid)
+			st = a.Parked(reattached, err)
+		case master.DoPropose:
+			st = a.Proposed(h.s.submit(ctx, proposal{op: &fsm.Op{Acquire: a.Op()}}))
+		case master.DoHeld:
+			if st.Lease {
+				// Bounded by leaseHold: asked after the wait, when ctx may
+				// be over, the state still answers.
+				st = a.Held(h.held(context.WithoutCancel(ctx), hd, mode))
+			} else {
+				st = a.Held(h.s.heldNow(hd, mode), nil)
+			}
+		case master.DoWaits:
+			st = a.Waits(h.waits(hd))
+		case master.DoWithdraw:
+			if st.Finishing {
+				h.s.m.finishing(hd.Id, d)
+			}
+			err := h.s.withdrawOnce(hd)
+			if err != nil {
+				h.s.cfg.Logger.Warn("cancel wait", "handle", hd.Id, "err", rpc.CutForLog(err.Error()))
+			}
+			st = a.Withdrawn(err)
+		case master.DoPause:
+			select {
+			case <-time.After(st.Pause):
+			case <-h.s.closed:
+			}
+			st = a.Resumed()
+		case master.DoWait:
+			st = h.parkWait(ctx, a, d, st.Until)
+		case master.DoAnswer:
+			h.s.m.settle(hd.Id, rid, d, st.Record)
+			if st.Err != nil {
+				return nil, st.Err
+			}
+			return st.Seq, nil
+		default:
+			return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "Acquire of handle %d: step %v out of turn", hd.Id, st.Do)
+		}
 	}
-	return master.Definite(ce)
 }
 
-// acquire queues a blocking Acquire and waits for its answer (Acquire).
-func (h *handler) acquire(ctx context.Context, req *chubby.AcquireRequest, rid int64) (*chubby.Sequencer, error) {
-	start := h.s.cfg.Now()
-	d, res, err := h.queueAcquire(ctx, req, rid)
-	if err != nil {
-		return nil, err
-	}
-	if !res.GetWaiting() {
-		h.s.m.unpark(req.Handle.Id, d)
-		if res.Sequencer == nil {
-			return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "Acquire applied without a sequencer")
-		}
-		return res.Sequencer, nil
-	}
+// parkWait waits on the parked call's Deferred until until (on the log's
+// monotonic clock, as the call's master.AcquireCall): a's next step after its answer (Woken), or after its wait
+// ran out or its caller went away (WaitOver).
+func (h *handler) parkWait(ctx context.Context, a *master.AcquireCall, d *rpc.Deferred[*chubby.Sequencer], until int64) master.AcquireStep {
 	h.s.metrics.parkedAcquire(1)
 	defer h.s.metrics.parkedAcquire(-1)
-	rest := max(msDuration(req.WaitMs)-h.s.cfg.Now().Sub(start), 0)
+	rest := time.Duration(max(until-h.s.log.Now(), 0))
 	seq, err := d.Park(ctx, max(rest, 1))
 	if err == nil {
-		return seq, nil
+		return a.Woken(seq, nil)
 	}
 	var ce *chubby.ChubbyError
 	if errors.As(err, &ce) {
-		return nil, ce // woken with an error: handle closed, node deleted, session ended
+		return a.Woken(nil, ce) // handle closed, node deleted, session ended, superseded, not the master
 	}
-	// Deadline, or the caller went away: withdraw the request. The call
-	// stays in the table meanwhile (a resend is told to come again), and
-	// leaves it with its answer recorded.
-	h.s.m.finishing(req.Handle.Id, d)
-	seq, err = h.withdrawn(req)
-	h.s.m.settle(req.Handle.Id, rid, d, definite(err))
-	return seq, err
-}
-
-// withdrawn withdraws the request of an Acquire whose wait is over and
-// says what became of it. Once the withdrawal has applied here, the state
-// says for certain whether the lock was granted first: then the handle
-// holds it, and we say so; else TIMED_OUT.
-func (h *handler) withdrawn(req *chubby.AcquireRequest) (*chubby.Sequencer, error) {
-	if cerr := h.s.withdrawWait(req.Handle); cerr != nil {
-		// The request may still be waiting, with nobody parked on it, and
-		// be granted later (the handle's next Acquire withdraws it, and so
-		// does the next master): not a TIMED_OUT, whose promise is that
-		// the handle did not get the lock.
-		h.s.cfg.Logger.Warn("cancel wait", "handle", req.Handle.Id, "err", rpc.CutForLog(cerr.Error()))
-		if held, _ := h.held(context.Background(), req.Handle, req.Mode); held != nil {
-			return held, nil
-		}
-		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "lock %s not granted within %d ms, and withdrawing the request did not commit (%s): it may still be granted to this handle; Acquire again, or Release", req.Handle.Path, req.WaitMs, fs.Code(cerr))
-	}
-	if held := h.s.heldNow(req.Handle, req.Mode); held != nil {
-		return held, nil
-	}
-	return nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "lock %s not granted within %d ms", req.Handle.Path, req.WaitMs)
-}
-
-// queueAcquire parks a call for the handle and proposes its waiting
-// Acquire. It returns the parked call with the result when the request
-// was applied (granted at once, or waiting: then the call stays parked);
-// on an error nothing is parked. A handle that already holds the lock
-// gets its sequencer (res.Sequencer).
-//
-// A resend of the call parked now (the same request number: its client
-// gave up on this replica, thinking the master had moved) takes the parked
-// call's place and keeps its request's place in the queue: it is queued
-// once, however often it is sent.
-//
-// A request of the handle still waiting in the state ("already waits")
-// with no call parked on it — an earlier master left it, or its caller was
-// told it failed and its withdrawal failed (the master changed meanwhile)
-// — would be granted to nobody who hears of it, so it is withdrawn and the
-// Acquire proposed again, once.
-func (h *handler) queueAcquire(ctx context.Context, req *chubby.AcquireRequest, rid int64) (*rpc.Deferred[*chubby.Sequencer], *fsm.Result_, error) {
-	for attempt := 0; ; attempt++ {
-		d, reattached, err := h.s.m.park(req.Handle.Id, rid)
-		if err != nil {
-			return nil, nil, err
-		}
-		if reattached {
-			waiting := true
-			return d, &fsm.Result_{Waiting: &waiting}, nil
-		}
-		// A waiting Acquire is not made exactly-once through the request
-		// table (a proposal with a rid): its answer ("queued") would outlive the wait
-		// a failover withdraws. A retry is safe anyway: if the handle
-		// already holds the lock (the first attempt was granted), the
-		// retry returns its sequencer; if its request waits with a call
-		// parked, the retry takes the call's place (park).
-		res, err := h.s.submit(ctx, proposal{op: &fsm.Op{Acquire: &fsm.Acquire{
-			Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs),
-		}}})
-		if err == nil {
-			return d, res, nil
-		}
-		h.s.m.unpark(req.Handle.Id, d)
-		if fs.Code(err) != chubby.ErrorCode_LOCK_HELD {
-			return nil, nil, err
-		}
-		// Refused by the command that just applied here: the state it
-		// left says whether the handle holds the lock already.
-		if held := h.s.heldNow(req.Handle, req.Mode); held != nil {
-			return d, &fsm.Result_{Sequencer: held}, nil
-		}
-		if attempt > 0 || !h.waits(req.Handle) {
-			return nil, nil, err
-		}
-		h.s.cfg.Logger.Info("withdrawing a wait nobody is parked on before a new Acquire", "handle", req.Handle.Id)
-		if werr := h.s.withdrawWait(req.Handle); werr != nil {
-			return nil, nil, werr
-		}
-	}
+	return a.WaitOver()
 }
 
 // waits reports whether the state has a request of handle waiting.
@@ -690,32 +634,34 @@ func (h *handler) waits(handle *chubby.Handle) bool {
 	return w
 }
 
-// withdrawWait proposes the CancelWait of handle's waiting request
-// (nothing when it waits no more), sent again while this replica stays
-// the master and the cell is only briefly unavailable, at most
-// withdrawAttempts times.
-func (s *Server) withdrawWait(handle *chubby.Handle) error {
-	var err error
-	for attempt := range withdrawAttempts {
-		if attempt > 0 {
-			select {
-			case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
-			case <-s.closed:
-				return err
-			}
-		}
-		if !s.serving.Load() {
-			return s.notMasterErr()
-		}
-		if _, err = s.submit(context.Background(), proposal{op: &fsm.Op{CancelWait: &fsm.CancelWait{Handle: handle}}}); err == nil || fs.Code(err) != chubby.ErrorCode_UNAVAILABLE {
-			return err
-		}
+// withdrawOnce proposes the CancelWait of handle's waiting request
+// (nothing happens when it waits no more), unless this replica is not
+// the master.
+func (s *Server) withdrawOnce(handle *chubby.Handle) error {
+	if !s.serving.Load() {
+		return s.notMasterErr()
 	}
+	_, err := s.submit(context.Background(), proposal{op: &fsm.Op{CancelWait: &fsm.CancelWait{Handle: handle}}})
 	return err
 }
 
-// withdrawAttempts bounds withdrawWait's proposals.
-const withdrawAttempts = 3
+// withdrawWait is withdrawOnce, proposed again after a pause while the
+// cell is only briefly unavailable (master.Withdrawal).
+func (s *Server) withdrawWait(handle *chubby.Handle) error {
+	var w master.Withdrawal
+	for {
+		err := s.withdrawOnce(handle)
+		pause, again := w.Failed(err)
+		if !again {
+			return err
+		}
+		select {
+		case <-time.After(pause):
+		case <-s.closed:
+			return err
+		}
+	}
+}
 
 func (h *handler) TryAcquire(ctx context.Context, req *chubby.TryAcquireRequest) (*chubby.Sequencer, error) {
 	if req == nil {

@@ -124,11 +124,6 @@ func (m *machine) Restore(index uint64, b []byte) error {
 	return nil
 }
 
-// errSuperseded answers a parked Acquire whose caller sent the same
-// request again (same handle and request number): the resend waits in its
-// place.
-var errSuperseded = fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "this Acquire was sent again; the resend waits in its place")
-
 func (m *machine) dispatch(fx fs.Effects) {
 	if len(fx.Woken) > 0 || len(fx.Queued) > 0 {
 		m.waitMu.Lock()
@@ -156,9 +151,9 @@ func (m *machine) dispatch(fx fs.Effects) {
 // second anyway) or when too many calls are parked — except that a call
 // with the request number rid (> 0) of the one parked, whose request is
 // applied as waiting, takes its place: the earlier call is answered
-// errSuperseded, and reattached says the request waits already (nothing
+// master.ErrSuperseded, and reattached says the request waits already (nothing
 // is to be proposed).
-func (m *machine) park(handle, rid int64) (d *rpc.Deferred[*chubby.Sequencer], reattached bool, err error) {
+func (m *machine) park(handle, rid int64) (d *rpc.Deferred[*chubby.Sequencer], reattached bool, err *chubby.ChubbyError) {
 	d = rpc.NewDeferred[*chubby.Sequencer]()
 	m.waitMu.Lock()
 	old, reattached, cerr := m.waiters.Park(handle, rid, d)
@@ -167,7 +162,7 @@ func (m *machine) park(handle, rid int64) (d *rpc.Deferred[*chubby.Sequencer], r
 		return nil, false, cerr
 	}
 	if old != nil {
-		old.(*rpc.Deferred[*chubby.Sequencer]).Reject(errSuperseded)
+		old.(*rpc.Deferred[*chubby.Sequencer]).Reject(master.ErrSuperseded)
 	}
 	return d, reattached, nil
 }

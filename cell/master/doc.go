@@ -17,6 +17,9 @@
 //   - Waiters, the parked blocking Acquire calls, one per handle: which
 //     call a lock's grant answers, and which attempts of a request may
 //     not queue it again;
+//   - AcquireCall, one blocking Acquire from its arrival to its answer:
+//     park, propose, wait, withdraw (Withdrawal, the CancelWait's retry
+//     rule) and what to answer, as steps its driver carries out;
 //   - Oracle, the timestamp oracle: a window of timestamps in memory,
 //     reserved ahead of need through the log;
 //   - Epoch and EpochParts, the master epoch of a view and its parts;
@@ -24,7 +27,7 @@
 //     sessions and what their clients acknowledged), by the cell's handler
 //     and the simulator alike.
 //
-// The six tables are pure state machines in the manner of replica/vr: no
+// The tables and AcquireCall are pure state machines in the manner of replica/vr: no
 // goroutine, no timer, no clock of their own — time, where they need it,
 // comes in as an argument (Time: nanoseconds on the master's monotonic
 // clock, the one the replicated log's master lease is measured on) and

@@ -50,6 +50,11 @@ type waiter struct {
 	finishing bool // its wait is over and its request being withdrawn (Finishing)
 }
 
+// ErrSuperseded answers a parked call whose caller sent the same request
+// again (the same handle and request number): the resend waits in its
+// place (Park).
+var ErrSuperseded = fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "this Acquire was sent again; the resend waits in its place")
+
 // Wake is a parked call's answer: the lock's sequencer, or why not.
 type Wake struct {
 	Token     any

@@ -1,40 +1,44 @@
 package sim
 
 import (
+	"errors"
+	"time"
+
 	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
+	rp "github.com/chubbygo/chubby/replica"
 )
 
-// Blocking Acquire in simulated form, as the cell's handler.Acquire does
-// it, with the parked calls in master.Waiters (the cell's table): the call
-// is parked for its handle, and a waiting Acquire proposed through the
-// change pipeline; a command that grants or fails the request answers it
-// (fs.Effects.Woken); at the end of its wait the call is unparked, its
-// request withdrawn (CancelWait) and the handle looked at: a lock granted
-// meanwhile is answered with its sequencer, else TIMED_OUT. A handle whose
-// request still waits with nobody parked on it gets that request
-// withdrawn and the Acquire proposed again, once. A new master withdraws
-// the requests its predecessors left waiting before it takes an Acquire;
-// a master that loses mastership answers its parked calls NOT_MASTER.
+// Blocking Acquire: each call runs the cell's own master.AcquireCall, the
+// rules of park, propose, wait, withdraw and answer that the cell's
+// handler.acquire carries out over Deferreds and goroutines; here its
+// steps are carried out with the simulated replica's proposals, state and
+// timers, and the parked calls sit in master.Waiters (the cell's table).
+// Around it, as in the cell: a new master withdraws the requests its
+// predecessors left waiting before it takes an Acquire, and a master
+// that loses mastership answers its parked calls NOT_MASTER.
+//
+// A step's callback that finds mastership changed (a timer or a proposal
+// of an earlier mastership) drops the call: a parked one was answered by
+// failParked, a crashed replica's by the connection reset, and any other
+// is left to its client's timeout, as a lost reply.
 
-// acqCall is a blocking Acquire being handled.
+// acqCall is a blocking Acquire being handled; it is its own token in
+// master.Waiters.
 type acqCall struct {
-	q        *request
-	deadline int64 // when its wait ends (the replica's local clock)
-	done     bool  // answered
+	q *request
+	a *master.AcquireCall
 }
 
-func (a *acqCall) handle() *chubby.Handle { return a.q.cmd.Op.Acquire.Handle }
-
-// withdrawAttempts bounds a withdrawal's proposals (the cell's).
-const withdrawAttempts = 3
+func (c *acqCall) handle() *chubby.Handle { return c.a.Op().Handle }
 
 // acquire handles a blocking Acquire.
 func (m *masterSim) acquire(q *request) {
-	m.r.w.tracef("r%d Acquire from c%d: handle %d request %d wait %dms", m.r.id, q.c.id, q.cmd.Op.Acquire.Handle.Id, q.rid, q.waitMs)
-	if !m.leases.Alive(q.cmd.Op.Acquire.Handle.Session) {
+	h := q.cmd.Op.Acquire.Handle
+	m.r.w.tracef("r%d Acquire from c%d: handle %d request %d wait %dms", m.r.id, q.c.id, h.Id, q.rid, q.waitMs)
+	if !m.leases.Alive(h.Session) {
 		m.send(q, reply{kind: replyExpired})
 		return
 	}
@@ -42,221 +46,181 @@ func (m *masterSim) acquire(q *request) {
 		m.acqHeld = append(m.acqHeld, q) // until the stale waits are withdrawn
 		return
 	}
-	h := q.cmd.Op.Acquire.Handle
-	if m.waiters.Stale(h.Id, q.rid) {
-		// An attempt of a request answered already (the cell's Acquire).
-		a := &acqCall{q: q}
-		if !m.r.d.Node().CanServeReads(m.now()) {
-			m.send(q, reply{kind: replyBusy}) // no master lease: no read
-			return
-		}
-		if seq := m.heldNow(h, q.cmd.Op.Acquire.Mode); seq != nil {
-			m.answerAcquire(a, seq, nil)
-			return
-		}
-		m.answerAcquire(a, nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "request %d was answered already", q.rid))
-		return
-	}
-	m.queueAcquire(&acqCall{q: q, deadline: m.now() + q.waitMs*ms}, 0)
+	op := *q.cmd.Op.Acquire
+	op.Wait = true
+	c := &acqCall{q: q}
+	c.a = master.NewAcquireCall(&op, q.rid, time.Duration(q.waitMs*ms), m.now(), m.waiters.Stale(h.Id, q.rid))
+	m.step(c, c.a.Start())
 }
 
-// answerAcquire answers a's call once.
-func (m *masterSim) answerAcquire(a *acqCall, seq *chubby.Sequencer, err *chubby.ChubbyError) {
-	if a.done {
-		return
+// step carries out c's steps until one waits for the simulated world.
+func (m *masterSim) step(c *acqCall, st master.AcquireStep) {
+	h, gen := c.handle(), m.gen
+	for {
+		if st.Unpark {
+			m.waiters.Unpark(h.Id, c)
+		}
+		switch st.Do {
+		case master.DoPark:
+			old, reattached, err := m.waiters.Park(h.Id, c.q.rid, c)
+			if old != nil {
+				o := old.(*acqCall)
+				m.step(o, o.a.Woken(nil, master.ErrSuperseded))
+			}
+			st = c.a.Parked(reattached, err)
+		case master.DoPropose:
+			m.propose(&fsm.Command{Op: &fsm.Op{Acquire: c.a.Op()}}, func(res *fsm.Result_, err error) {
+				if m.gen == gen {
+					m.step(c, c.a.Proposed(res, logError(err)))
+				}
+			})
+			return
+		case master.DoHeld:
+			st = c.a.Held(m.held(h, st.Lease))
+		case master.DoWaits:
+			st = c.a.Waits(m.r.sm.st.Waits(h.Id))
+		case master.DoWithdraw:
+			if st.Finishing {
+				m.waiters.Finishing(h.Id, c)
+			}
+			m.withdrawOnce(h, func(err error) {
+				if m.gen == gen {
+					m.step(c, c.a.Withdrawn(err))
+				}
+			})
+			return
+		case master.DoPause:
+			m.afterLocal(int64(st.Pause), gen, func() { m.step(c, c.a.Resumed()) })
+			return
+		case master.DoWait:
+			m.afterLocal(max(st.Until-m.now(), 0), gen, func() { m.step(c, c.a.WaitOver()) })
+			return
+		case master.DoAnswer:
+			if st.Record {
+				m.waiters.Answered(h.Id, c.q.rid)
+			}
+			m.waiters.Unpark(h.Id, c)
+			m.answerAcquire(c, st.Seq, st.Err)
+			return
+		default:
+			return // DoNothing: answered already
+		}
 	}
+}
+
+// afterLocal runs fn as an input of its own after d of this replica's
+// clock, if mastership has not changed by then.
+func (m *masterSim) afterLocal(d int64, gen int, fn func()) {
+	r := m.r
+	r.w.after(r.realAfter(d), func() {
+		if m.gen == gen && r.up {
+			r.do(func() {
+				if m.gen == gen {
+					fn()
+				}
+			}, false)
+		}
+	})
+}
+
+// answerAcquire sends c's answer as the cell's handler would return it.
+func (m *masterSim) answerAcquire(c *acqCall, seq *chubby.Sequencer, err error) {
 	var gen int64
 	if seq != nil {
 		gen = seq.LockGeneration
 	}
-	m.r.w.tracef("r%d answers c%d's Acquire of handle %d: generation %d, %v", m.r.id, a.q.c.id, a.handle().Id, gen, err)
-	a.done = true
-	if master.Definite(err) {
-		m.waiters.Answered(a.handle().Id, a.q.rid)
+	m.r.w.tracef("r%d answers c%d's Acquire of handle %d: generation %d, %v", m.r.id, c.q.c.id, c.handle().Id, gen, err)
+	var ce *chubby.ChubbyError
+	switch {
+	case err == nil:
+		m.send(c.q, reply{kind: replyOK, res: &fsm.Result_{Sequencer: seq}})
+	case !errors.As(err, &ce):
+		m.result(c.q, nil, err)
+	case ce.Code == chubby.ErrorCode_NOT_MASTER:
+		m.refuse(c.q)
+	case ce.Code == chubby.ErrorCode_UNAVAILABLE:
+		m.send(c.q, reply{kind: replyBusy})
+	default:
+		m.send(c.q, reply{kind: replyOK, res: &fsm.Result_{Err: ce}})
 	}
-	m.send(a.q, reply{kind: replyOK, res: &fsm.Result_{Sequencer: seq, Err: err}})
 }
 
-// queueAcquire parks a and proposes its waiting Acquire (the cell's
-// queueAcquire).
-func (m *masterSim) queueAcquire(a *acqCall, attempt int) {
-	h := a.handle()
-	old, reattached, err := m.waiters.Park(h.Id, a.q.rid, a)
-	if err != nil {
-		a.done = true
-		if err.Code == chubby.ErrorCode_UNAVAILABLE {
-			m.send(a.q, reply{kind: replyBusy})
-		} else {
-			m.send(a.q, reply{kind: replyOK, res: &fsm.Result_{Err: err}})
-		}
-		return
+// logError is what the cell's submit makes of a proposal's error
+// (Server.logError): NOT_MASTER when this replica is not the master, else
+// UNAVAILABLE; a refusal by the state is the result's, not an error.
+func logError(err error) error {
+	var ce *chubby.ChubbyError
+	var nm *rp.NotMasterError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce):
+		return ce
+	case errors.As(err, &nm), errors.Is(err, errNotMaster):
+		return notMaster
 	}
-	if old != nil {
-		if o := old.(*acqCall); !o.done {
-			o.done = true
-			m.send(o.q, reply{kind: replyBusy}) // superseded by this resend
-		}
-	}
-	if reattached {
-		m.parkWait(a)
-		return
-	}
-	gen := m.gen
-	req := *a.q.cmd.Op.Acquire
-	m.propose(&fsm.Command{Op: &fsm.Op{Acquire: &req}}, func(res *fsm.Result_, err error) {
-		if m.gen != gen || a.done {
-			return // mastership lost: Fail answered it
-		}
-		if err != nil {
-			m.waiters.Unpark(h.Id, a)
-			a.done = true
-			m.result(a.q, nil, err)
-			return
-		}
-		if res.Err == nil {
-			if res.GetWaiting() {
-				m.parkWait(a)
-				return
-			}
-			m.waiters.Unpark(h.Id, a)
-			m.answerAcquire(a, res.Sequencer, nil)
-			return
-		}
-		m.waiters.Unpark(h.Id, a)
-		m.acquireRefused(a, attempt, res.Err)
-	})
+	return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "%v", err)
 }
 
-// acquireRefused handles a waiting Acquire the state refused: a lock the
-// handle holds already is answered with its sequencer; a request of the
-// handle left waiting with nobody parked is withdrawn and the Acquire
-// proposed again, once.
-func (m *masterSim) acquireRefused(a *acqCall, attempt int, err *chubby.ChubbyError) {
-	h := a.handle()
-	if err.Code != chubby.ErrorCode_LOCK_HELD {
-		m.answerAcquire(a, nil, err)
-		return
+// held is the handle's sequencer (any mode: AcquireCall checks it); with
+// lease, read under the master lease held now, as the cell's handler.held,
+// which fails UNAVAILABLE without one (the cell first waits up to its
+// leaseHold for the lease to come back).
+func (m *masterSim) held(h *chubby.Handle, lease bool) (*chubby.Sequencer, error) {
+	if lease && !m.r.d.Node().CanServeReads(m.now()) {
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the master lease lapsed")
 	}
-	// Refused by the command that just applied here: the state it left
-	// says whether the handle holds the lock already.
-	if seq := m.heldNow(h, a.q.cmd.Op.Acquire.Mode); seq != nil {
-		m.answerAcquire(a, seq, nil)
-		return
-	}
-	if attempt > 0 || !m.r.sm.st.Waits(h.Id) {
-		m.answerAcquire(a, nil, err)
-		return
-	}
-	m.r.w.tracef("r%d withdraws handle %d's wait nobody is parked on", m.r.id, h.Id)
-	gen := m.gen
-	m.withdraw(h, 0, func(werr *chubby.ChubbyError) {
-		if m.gen != gen || a.done {
-			return
-		}
-		if werr != nil {
-			m.answerAcquire(a, nil, werr)
-			return
-		}
-		m.queueAcquire(a, attempt+1)
-	})
+	seq, _ := m.r.sm.st.GetSequencer(h)
+	return seq, nil
 }
 
-// parkWait waits for a's request to be answered, until its deadline; then
-// it withdraws the request and answers with what the handle holds.
-func (m *masterSim) parkWait(a *acqCall) {
-	r, gen := m.r, m.gen
-	r.w.after(r.realAfter(max(a.deadline-m.now(), 0)), func() {
-		if m.gen != gen || a.done || !r.up {
-			return
-		}
-		r.do(func() {
-			if m.gen != gen || a.done {
-				return
-			}
-			h := a.handle()
-			// Kept in the table until answered, as the cell's Finishing.
-			m.waiters.Finishing(h.Id, a)
-			m.withdraw(h, 0, func(werr *chubby.ChubbyError) {
-				defer m.waiters.Unpark(h.Id, a) // after its answer is recorded
-				if m.gen != gen || a.done {
-					return
-				}
-				mode := a.q.cmd.Op.Acquire.Mode
-				if werr != nil {
-					// The request may still be granted: not TIMED_OUT.
-					if seq := m.held(h, mode); seq != nil {
-						m.answerAcquire(a, seq, nil)
-						return
-					}
-					a.done = true
-					m.send(a.q, reply{kind: replyBusy})
-					return
-				}
-				if seq := m.heldNow(h, mode); seq != nil {
-					m.answerAcquire(a, seq, nil)
-					return
-				}
-				m.answerAcquire(a, nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "lock %s not granted in time", h.Path))
-			})
-		}, false)
-	})
-}
-
-// withdraw proposes the CancelWait of handle's waiting request, again
-// after a pause while this replica stays the master and the cell is only
-// briefly unavailable, at most withdrawAttempts times (the cell's
-// withdrawWait).
-func (m *masterSim) withdraw(h *chubby.Handle, attempt int, done func(*chubby.ChubbyError)) {
+// withdrawOnce proposes the CancelWait of handle's waiting request (the
+// cell's Server.withdrawOnce); done hears the outcome.
+func (m *masterSim) withdrawOnce(h *chubby.Handle, done func(error)) {
 	if !m.serving {
 		done(notMaster)
 		return
 	}
-	gen := m.gen
 	m.propose(&fsm.Command{Op: &fsm.Op{CancelWait: &fsm.CancelWait{Handle: h}}}, func(res *fsm.Result_, err error) {
-		var ce *chubby.ChubbyError
-		switch {
-		case err != nil:
-			ce = fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "%v", err)
-		case res.Err != nil:
-			ce = res.Err
+		if err == nil && res.Err != nil {
+			err = res.Err
 		}
-		if ce == nil || ce.Code != chubby.ErrorCode_UNAVAILABLE || attempt+1 >= withdrawAttempts || m.gen != gen {
-			done(ce)
-			return
-		}
-		r := m.r
-		r.w.after(r.realAfter(int64(attempt+1)*20*ms), func() {
-			if m.gen == gen && r.up {
-				r.do(func() { m.withdraw(h, attempt+1, done) }, false)
-			}
-		})
+		done(logError(err))
 	})
 }
 
-// held is the handle's sequencer if it holds the lock in mode, read under
-// the master lease.
-func (m *masterSim) held(h *chubby.Handle, mode chubby.LockMode) *chubby.Sequencer {
-	if !m.r.d.Node().CanServeReads(m.now()) {
-		return nil
+// withdraw is withdrawOnce, proposed again after a pause while the cell
+// is only briefly unavailable (master.Withdrawal, the cell's
+// withdrawWait); done hears the last outcome, unless mastership changes.
+func (m *masterSim) withdraw(h *chubby.Handle, done func(error)) {
+	var w master.Withdrawal
+	gen := m.gen
+	var try func()
+	try = func() {
+		m.withdrawOnce(h, func(err error) {
+			if m.gen != gen {
+				return
+			}
+			pause, again := w.Failed(err)
+			if !again {
+				done(err)
+				return
+			}
+			m.afterLocal(int64(pause), gen, try)
+		})
 	}
-	return m.heldNow(h, mode)
-}
-
-// heldNow is held read with no master lease: after a withdrawal this
-// replica applied, the state settles whether the lock was granted.
-func (m *masterSim) heldNow(h *chubby.Handle, mode chubby.LockMode) *chubby.Sequencer {
-	seq, _ := m.r.sm.st.GetSequencer(h)
-	if seq != nil && seq.Mode == mode {
-		return seq
-	}
-	return nil
+	try()
 }
 
 // wakeParked answers the parked calls an applied command answers.
 func (m *masterSim) wakeParked(fx fs.Effects) {
 	for _, w := range m.waiters.Applied(fx) {
-		a := w.Token.(*acqCall)
-		m.answerAcquire(a, w.Sequencer, w.Err)
+		c := w.Token.(*acqCall)
+		var err error
+		if w.Err != nil {
+			err = w.Err
+		}
+		m.step(c, c.a.Woken(w.Sequencer, err))
 	}
 }
 
@@ -264,11 +228,8 @@ func (m *masterSim) wakeParked(fx fs.Effects) {
 // the calls held for the stale withdrawals.
 func (m *masterSim) failParked() {
 	for _, tok := range m.waiters.Fail() {
-		a := tok.(*acqCall)
-		if !a.done {
-			a.done = true
-			m.refuse(a.q)
-		}
+		c := tok.(*acqCall)
+		m.step(c, c.a.Woken(nil, notMaster))
 	}
 	held := m.acqHeld
 	m.acqHeld, m.withdrawing = nil, false
@@ -302,7 +263,7 @@ func (m *masterSim) withdrawStale() {
 			}
 			return
 		}
-		m.withdraw(pending[i], 0, func(*chubby.ChubbyError) { next(i + 1) })
+		m.withdraw(pending[i], func(error) { next(i + 1) })
 	}
 	next(0)
 }
