@@ -69,7 +69,8 @@
 //	(a) KeepAlive: changes.ack records invalidation acks, leases.register
 //	    parks the call (an rpc.Deferred) until KeepAliveMargin before the
 //	    earliest lease in it ends, or until events, invalidations or a
-//	    session end wake it; answerKeepAlive extends the leases only under
+//	    session end wake it (Server.keepAlive carries out the call's
+//	    master.KeepAliveCall); the leases are extended only under
 //	    the master lease held then; attachEvents and changes.attach fill in
 //	    the reply.
 //	(b) Acquire: handler.acquire carries out the call's

@@ -176,47 +176,12 @@ func (h *handler) KeepAlive(ctx context.Context, req *chubby.KeepAliveRequest) (
 	}
 	h.s.changes.ack(req.GetEpoch(), ids, ka.InvAcks)
 	c, wait, err := h.s.leases.register(ids, acks)
-	if err != nil {
-		if errors.Is(err, master.ErrNotServing) {
-			if e := h.s.serveCheck(); e != nil {
-				return nil, e
-			}
-		}
-		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive refused: %v; retry", err)
-	}
-	if wait > 0 {
-		// Registered first, then looked: an event applied from now on wakes
-		// the call (leases.wake), and one applied before is seen here.
-		h.s.m.read(func(st *fs.State) {
-			for i, id := range ids {
-				if st.HasEventsAfter(id, acks[i]) {
-					wait = 0
-					return
-				}
-			}
-		})
-		// Likewise cache invalidations: queued ones wake the call.
-		if h.s.changes.hasPending(ids) {
-			wait = 0
-		}
-	}
-	if wait > 0 {
-		// The bound is the answer time itself: a KeepAlive never outlives the
-		// lease it renews, whatever the client does.
-		_, err := c.d.Park(ctx, wait)
-		if err != nil && !errors.Is(err, rpc.ErrBoundExceeded) {
-			// The caller is gone, or this replica stopped being the master:
-			// do not extend anything.
-			h.s.leases.abandon(c)
-			var ce *chubby.ChubbyError
-			if errors.As(err, &ce) {
-				return nil, ce
-			}
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive abandoned: %v", err)
-		}
-	}
-	// Extended only under the master lease held now (see package master).
-	results, err := h.s.answerKeepAlive(ctx, c)
+	// Registered first, then looked: an event or invalidation queued from
+	// now on wakes the call (leases.wake), and one queued before is seen
+	// here.
+	news := err == nil && wait > 0 && h.s.hasNews(ids, acks)
+	k := master.NewKeepAliveCall(leaseHold)
+	results, err := h.s.keepAlive(ctx, k, c, k.Registered(wait, news, err))
 	if err != nil {
 		return nil, err
 	}

@@ -264,7 +264,24 @@ func (s *Server) awaitLease(ctx context.Context) error {
 	if s.log.CanServeReads() {
 		return nil
 	}
-	hold := time.NewTimer(leaseHold)
+	if err := s.leaseBack(ctx, s.log.Now()+int64(leaseHold)); err != nil {
+		return err
+	}
+	if err := s.serveCheck(); err != nil {
+		return err
+	}
+	if s.log.CanServeReads() {
+		return nil
+	}
+	s.metrics.leaseRefusals.Inc()
+	return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d is the master but its master lease lapsed (a majority has not acknowledged it for %v); retry, or find the master", s.cfg.ID, leaseHold)
+}
+
+// leaseBack waits until this replica holds a master lease again, or
+// until (the log's clock) passes. It fails when this replica stops
+// serving as master (NOT_MASTER) or ctx ends first.
+func (s *Server) leaseBack(ctx context.Context, until master.Time) error {
+	hold := time.NewTimer(time.Duration(max(until-s.log.Now(), 0)))
 	defer hold.Stop()
 	for {
 		renewed, changed := s.log.LeaseRenewed(), s.log.Changed()
@@ -278,35 +295,70 @@ func (s *Server) awaitLease(ctx context.Context) error {
 		case <-renewed:
 		case <-changed:
 		case <-hold.C:
-			s.metrics.leaseRefusals.Inc()
-			return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d is the master but its master lease lapsed (a majority has not acknowledged it for %v); retry, or find the master", s.cfg.ID, leaseHold)
+			return nil
 		case <-ctx.Done():
 			return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the master lease lapsed and the call ended: %v", context.Cause(ctx))
 		}
 	}
 }
 
-// answerKeepAlive answers a parked KeepAlive once its time has come: only
-// under a master lease held at the moment of the answer (a lapsed one may
-// come back within leaseHold), never from a reading of the clock taken
-// before (after a pause of the process, the lease is found lapsed).
-func (s *Server) answerKeepAlive(ctx context.Context, p *parkedKeepAlive) ([]*chubby.LeaseGrant, error) {
+// hasNews reports whether the sessions of a KeepAlive have something to
+// hear at once: events after the client's acks, or invalidations queued.
+func (s *Server) hasNews(ids []chubby.SessionID, acks []int64) bool {
+	news := false
+	s.m.read(func(st *fs.State) {
+		for i, id := range ids {
+			if st.HasEventsAfter(id, acks[i]) {
+				news = true
+				return
+			}
+		}
+	})
+	return news || s.changes.hasPending(ids)
+}
+
+// keepAlive carries out a KeepAlive's master.KeepAliveCall from st on
+// (parked call c) and returns its grants. The call is parked on c's
+// Deferred, whose bound is the answer time itself: a KeepAlive never
+// outlives the lease it renews, whatever the client does. Leases are
+// extended only under the master lease held at the moment of the answer
+// (see package master), never from a reading of the clock taken before:
+// after a pause of the process, the lease is found lapsed.
+func (s *Server) keepAlive(ctx context.Context, k *master.KeepAliveCall, c *parkedKeepAlive, st master.KeepAliveStep) ([]*chubby.LeaseGrant, error) {
+	var grants []*chubby.LeaseGrant
 	for {
-		grants, err := s.leases.answer(p, s.cfg.Now().UnixMilli())
-		switch {
-		case err == nil:
+		switch st.Do {
+		case master.KAPark:
+			if _, err := c.d.Park(ctx, st.Wait); err != nil && !errors.Is(err, rpc.ErrBoundExceeded) {
+				st = k.Gone(err) // the caller is gone, or this replica stopped being the master
+			} else {
+				st = k.ParkOver()
+			}
+		case master.KAAnswer:
+			var err error
+			grants, err = s.leases.answer(c, s.cfg.Now().UnixMilli())
+			st = k.Answered(err, s.log.Now())
+		case master.KAAwaitLease:
+			if err := s.leaseBack(ctx, st.Until); err != nil {
+				st = k.Gone(err)
+			} else {
+				st = k.LeaseBack()
+			}
+		case master.KAReply:
 			return grants, nil
-		case errors.Is(err, master.ErrLeaseLapsed):
-			if werr := s.awaitLease(ctx); werr != nil {
-				s.leases.abandon(p)
-				return nil, werr
+		case master.KAFail:
+			if st.Abandon {
+				s.leases.abandon(c)
 			}
+			if st.Lapsed {
+				s.metrics.leaseRefusals.Inc()
+			}
+			if st.NotMaster {
+				return nil, s.notMasterErr()
+			}
+			return nil, st.Err
 		default:
-			s.leases.abandon(p)
-			if e := s.serveCheck(); e != nil {
-				return nil, e
-			}
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "KeepAlive not answered: %v", err)
+			return nil, fs.Errorf(chubby.ErrorCode_INTERNAL, "KeepAlive: step %v out of turn", st.Do)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
@@ -17,8 +18,11 @@ var quietLogger = slog.New(slog.DiscardHandler)
 
 // leaseHold is how long a master waits for a lapsed master lease to come
 // back before it refuses a KeepAlive (the cell waits 500 ms; the simulated
-// leases are shorter).
-const leaseHold = 100 * ms
+// leases are shorter); leasePoll is how often it looks meanwhile.
+const (
+	leaseHold = 100 * time.Millisecond
+	leasePoll = 5 * ms
+)
 
 // masterSim is what the cell's handlers do on a replica, in simulated
 // form: the failover duties, CreateSession, KeepAlive, commands and reads,
@@ -50,12 +54,13 @@ type masterSim struct {
 	tsWait []*tsCall        // timestamps calls waiting for the window to change
 }
 
-// simKA is a parked KeepAlive.
+// simKA is a KeepAlive being handled: the cell's master.KeepAliveCall,
+// carried out on the simulated replica.
 type simKA struct {
 	q      *request
 	c      *master.Call
-	lapsed int64 // when its answer first found the master lease lapsed
-	done   bool
+	k      *master.KeepAliveCall
+	grants []*chubby.LeaseGrant
 }
 
 // call is a command in the change pipeline and who hears its outcome.
@@ -122,8 +127,7 @@ func (m *masterSim) lose() {
 	m.serving, m.becoming = false, false
 	for _, tok := range m.leases.Stop() {
 		ka := tok.(*simKA)
-		ka.done = true
-		m.refuse(ka.q)
+		m.kaStep(ka, ka.k.Gone(notMaster))
 	}
 	m.pipeDo(func(master.Clock) { m.pipe.Stop(notMaster) })
 	m.failParked()
@@ -205,7 +209,7 @@ func (m *masterSim) applied(fx fs.Effects) {
 func (m *masterSim) answerLater(toks []any) {
 	for _, tok := range toks {
 		ka := tok.(*simKA)
-		m.later(func() { m.answer(ka) })
+		m.later(func() { m.kaStep(ka, ka.k.ParkOver()) })
 	}
 }
 
@@ -623,64 +627,49 @@ func (m *masterSim) keepAlive(q *request) {
 	}
 	ids := in.IDs
 	m.pipeDo(func(c master.Clock) { m.pipe.Ack(c, q.ka.GetEpoch(), ids, in.InvAcks) })
-	ka := &simKA{q: q}
+	ka := &simKA{q: q, k: master.NewKeepAliveCall(leaseHold)}
 	c, wait, err := m.leases.Register(m.now(), ids, in.Acks, ka)
-	if err != nil {
-		m.send(q, reply{kind: replyBusy})
-		return
-	}
 	ka.c = c
-	if m.cache.HasPending(ids) {
-		wait = 0
-	}
-	r, gen := m.r, m.gen
-	r.w.after(r.realAfter(int64(wait)), func() {
-		if m.gen == gen && r.up {
-			r.do(func() { m.answer(ka) }, false)
-		}
-	})
+	// (The simulated sessions get no events: invalidations are the news.)
+	m.kaStep(ka, ka.k.Registered(wait, err == nil && m.cache.HasPending(ids), err))
 }
 
-// answer answers a parked KeepAlive whose time has come (or that was
-// woken): under the master lease held now, or, after leaseHold of a
-// lapsed lease, not at all.
-func (m *masterSim) answer(ka *simKA) {
-	if ka.done || !m.r.up {
-		return
-	}
-	if !m.serving {
-		ka.done = true
-		m.refuse(ka.q)
-		return
-	}
-	now := m.now()
-	grants, err := m.leases.Answer(ka.c, now, m.until(), m.r.wallMs())
-	if errors.Is(err, master.ErrLeaseLapsed) {
-		if ka.lapsed == 0 {
-			ka.lapsed = now
-		}
-		if now-ka.lapsed >= leaseHold {
-			ka.done = true
-			m.leases.Abandon(ka.c)
-			m.send(ka.q, reply{kind: replyBusy})
+// kaStep carries out ka's steps until one waits for the simulated world,
+// as the cell's Server.keepAlive does. A lapsed master lease is looked at
+// again every leasePoll (the cell waits for the log's news instead).
+func (m *masterSim) kaStep(ka *simKA, st master.KeepAliveStep) {
+	gen := m.gen
+	for {
+		switch st.Do {
+		case master.KAPark:
+			m.afterLocal(int64(st.Wait), gen, func() { m.kaStep(ka, ka.k.ParkOver()) })
 			return
-		}
-		r, gen := m.r, m.gen
-		r.w.after(r.realAfter(5*ms), func() {
-			if m.gen == gen && r.up {
-				r.do(func() { m.answer(ka) }, false)
+		case master.KAAnswer:
+			var err error
+			ka.grants, err = m.leases.Answer(ka.c, m.now(), m.until(), m.r.wallMs())
+			st = ka.k.Answered(err, m.now())
+		case master.KAAwaitLease:
+			m.afterLocal(min(leasePoll, max(st.Until-m.now(), 0)), gen, func() { m.kaStep(ka, ka.k.LeaseBack()) })
+			return
+		case master.KAReply:
+			m.cache.Attach(ka.grants)
+			m.armExpiry()
+			m.send(ka.q, reply{kind: replyOK, grant: ka.grants[0]})
+			return
+		case master.KAFail:
+			if st.Abandon {
+				m.leases.Abandon(ka.c)
 			}
-		})
-		return
+			if st.NotMaster || fs.Code(st.Err) == chubby.ErrorCode_NOT_MASTER {
+				m.refuse(ka.q)
+			} else {
+				m.send(ka.q, reply{kind: replyBusy})
+			}
+			return
+		default:
+			return // KANothing
+		}
 	}
-	ka.done = true
-	if err != nil {
-		m.refuse(ka.q)
-		return
-	}
-	m.cache.Attach(grants)
-	m.armExpiry()
-	m.send(ka.q, reply{kind: replyOK, grant: grants[0]})
 }
 
 func (m *masterSim) command(q *request) {

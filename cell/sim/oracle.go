@@ -84,7 +84,7 @@ func (m *masterSim) tsRound(t *tsCall) {
 		if t.lapsed == 0 {
 			t.lapsed = now
 		}
-		if now-t.lapsed >= leaseHold {
+		if now-t.lapsed >= int64(leaseHold) {
 			t.done = true
 			m.send(t.q, reply{kind: replyBusy}) // the master lease did not come back
 			return
