@@ -47,39 +47,66 @@ func (or *oracle) stop() {
 }
 
 // timestamps hands out n timestamps (GetTimestamps), reserving more
-// through the log when the window runs low. Only under the master lease:
-// a master cut off from the others, whose successor may be handing out
-// higher timestamps already, must not answer.
+// through the log when the window runs low, by carrying out the call's
+// master.TimestampsCall: only under the master lease held at that moment.
 func (s *Server) timestamps(ctx context.Context, n int64) (int64, error) {
-	for range master.MaxOracleRounds {
-		if err := s.awaitLease(ctx); err != nil {
-			return 0, err
-		}
-		or := s.oracle
-		or.mu.Lock()
-		first, ok := or.o.Take(n)
-		term, upto, want := or.o.Want(n) // ahead of need, so that callers rarely wait
-		changed := or.changed
-		or.mu.Unlock()
-		if want {
-			s.goBackground(func() { s.reserveTimestamps(term, upto) })
-		}
-		if ok {
+	t := master.NewTimestampsCall(n, leaseHold)
+	var changed chan struct{}
+	for st := t.Start(); ; {
+		switch st.Do {
+		case master.TSLease:
+			st = t.Lease(s.serving.Load(), s.log.CanServeReads(), s.log.Now())
+		case master.TSAwaitLease:
+			if err := s.leaseBack(ctx, st.Until); err != nil {
+				st = t.Gone(err)
+			} else {
+				st = t.LeaseBack()
+			}
+		case master.TSTake:
+			var first int64
+			var ok bool
+			first, ok, changed = s.takeTimestamps(n)
+			st = t.Took(first, ok)
+		case master.TSAwaitWindow:
+			select {
+			case <-changed:
+				st = t.WindowChanged(s.serving.Load())
+			case <-ctx.Done():
+				st = t.Gone(fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no timestamps before the call's deadline: %v", ctx.Err()))
+			case <-s.closed:
+				st = t.Gone(fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the replica is shutting down"))
+			}
+		case master.TSReply:
 			s.metrics.tsHanded.Add(float64(n))
-			return first, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return 0, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no timestamps before the call's deadline: %v", ctx.Err())
-		case <-s.closed:
-			return 0, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the replica is shutting down")
+			return st.First, nil
+		case master.TSFail:
+			if st.Lapsed {
+				s.metrics.leaseRefusals.Inc()
+			}
+			if st.NotMaster {
+				return 0, s.notMasterErr()
+			}
+			return 0, st.Err
+		default:
+			return 0, fs.Errorf(chubby.ErrorCode_INTERNAL, "GetTimestamps: step %v out of turn", st.Do)
 		}
 	}
-	if err := s.serveCheck(); err != nil {
-		return 0, err
+}
+
+// takeTimestamps takes n timestamps from the window if it has them, and
+// asks for the next reservation ahead of need, so that callers rarely
+// wait. changed is closed when the window may have changed.
+func (s *Server) takeTimestamps(n int64) (first int64, ok bool, changed chan struct{}) {
+	or := s.oracle
+	or.mu.Lock()
+	first, ok = or.o.Take(n)
+	term, upto, want := or.o.Want(n)
+	changed = or.changed
+	or.mu.Unlock()
+	if want {
+		s.goBackground(func() { s.reserveTimestamps(term, upto) })
 	}
-	return 0, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the oracle could not reserve timestamps; retry")
+	return first, ok, changed
 }
 
 // reserveTimestamps proposes the oracle's reservation of term up to upto

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"github.com/chubbygo/chubby/cell/master"
+	"github.com/chubbygo/chubby/fs"
+	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
 )
 
@@ -25,12 +27,11 @@ import (
 // two hundred: it needs a master cut off or paused with oracle clients on
 // both sides).
 
-// tsCall is a timestamps call being handled.
+// tsCall is a timestamps call being handled: the cell's
+// master.TimestampsCall, carried out on the simulated replica.
 type tsCall struct {
-	q      *request
-	rounds int   // failed Takes so far
-	lapsed int64 // when this round first found the master lease lapsed
-	done   bool
+	q *request
+	t *master.TimestampsCall
 }
 
 // resetOracle starts a term at the mark in the state (from become).
@@ -46,10 +47,7 @@ func (m *masterSim) stopOracle() {
 	waiting := m.tsWait
 	m.tsWait = nil
 	for _, t := range waiting {
-		if !t.done {
-			t.done = true
-			m.refuse(t.q)
-		}
+		m.tsStep(t, t.t.Gone(notMaster))
 	}
 }
 
@@ -58,76 +56,62 @@ func (m *masterSim) oracleChanged() {
 	waiting := m.tsWait
 	m.tsWait = nil
 	for _, t := range waiting {
-		m.later(func() { m.tsWoken(t) })
+		m.later(func() { m.tsStep(t, t.t.WindowChanged(m.serving && !m.becoming)) })
 	}
 }
 
 func (m *masterSim) timestamps(q *request) {
-	m.tsRound(&tsCall{q: q})
+	t := &tsCall{q: q, t: master.NewTimestampsCall(q.count, leaseHold)}
+	m.tsStep(t, t.t.Start())
 }
 
-// tsRound is one turn of the cell's loop: the master lease held now (a
-// lapsed one may come back within leaseHold), Take, Want; the answer, or
-// a wait for the window to change.
-func (m *masterSim) tsRound(t *tsCall) {
+// tsStep carries out t's steps until one waits for the simulated world,
+// as the cell's Server.timestamps does. A lapsed master lease is looked at
+// again every leasePoll (the cell waits for the log's news instead).
+func (m *masterSim) tsStep(t *tsCall, st master.TimestampsStep) {
 	r := m.r
-	if t.done || !r.up {
-		return
-	}
-	if !m.serving || m.becoming {
-		t.done = true
-		m.refuse(t.q)
-		return
-	}
-	now := m.now()
-	if !r.d.Node().CanServeReads(now) {
-		if t.lapsed == 0 {
-			t.lapsed = now
-		}
-		if now-t.lapsed >= int64(leaseHold) {
-			t.done = true
-			m.send(t.q, reply{kind: replyBusy}) // the master lease did not come back
+	for {
+		switch st.Do {
+		case master.TSLease:
+			now := m.now()
+			st = t.t.Lease(m.serving && !m.becoming, r.d.Node().CanServeReads(now), now)
+		case master.TSAwaitLease:
+			// Looked at again whatever becomes of the mastership, as the
+			// cell's leaseBack: a master that stopped serving refuses.
+			ep := r.epoch
+			r.w.after(r.realAfter(min(leasePoll, max(st.Until-m.now(), 0))), func() {
+				if r.epoch == ep && r.up {
+					r.do(func() { m.tsStep(t, t.t.LeaseBack()) }, false)
+				}
+			})
 			return
-		}
-		ep := r.epoch
-		r.w.after(r.realAfter(5*ms), func() {
-			if r.epoch == ep {
-				r.do(func() { m.tsRound(t) }, false)
+		case master.TSTake:
+			n := t.t.Count()
+			first, ok := m.oracle.Take(n)
+			if term, upto, want := m.oracle.Want(n); want {
+				m.reserveTimestamps(term, upto)
 			}
-		})
-		return
-	}
-	t.lapsed = 0
-	n := t.q.count
-	first, ok := m.oracle.Take(n)
-	if term, upto, want := m.oracle.Want(n); want {
-		m.reserveTimestamps(term, upto)
-	}
-	if ok {
-		t.done = true
-		r.w.check.tsHandedOut(r, first, n)
-		m.send(t.q, reply{kind: replyOK, tsFirst: first, tsCount: n})
-		return
-	}
-	t.rounds++
-	m.tsWait = append(m.tsWait, t)
-}
-
-// tsWoken goes on with a call after the window changed.
-func (m *masterSim) tsWoken(t *tsCall) {
-	if t.done {
-		return
-	}
-	if t.rounds >= master.MaxOracleRounds {
-		t.done = true
-		if !m.serving || m.becoming {
-			m.refuse(t.q)
-		} else {
-			m.send(t.q, reply{kind: replyBusy}) // the oracle could not reserve
+			if ok {
+				r.w.check.tsHandedOut(r, first, n)
+			}
+			st = t.t.Took(first, ok)
+		case master.TSAwaitWindow:
+			m.tsWait = append(m.tsWait, t)
+			return
+		case master.TSReply:
+			m.send(t.q, reply{kind: replyOK, tsFirst: st.First, tsCount: t.t.Count()})
+			return
+		case master.TSFail:
+			if st.NotMaster || fs.Code(st.Err) == chubby.ErrorCode_NOT_MASTER {
+				m.refuse(t.q)
+			} else {
+				m.send(t.q, reply{kind: replyBusy})
+			}
+			return
+		default:
+			return // TSNothing
 		}
-		return
 	}
-	m.tsRound(t)
 }
 
 // reserveTimestamps proposes the oracle's reservation of term up to upto
