@@ -17,9 +17,12 @@
 //   - Waiters, the parked blocking Acquire calls, one per handle: which
 //     call a lock's grant answers, and which attempts of a request may
 //     not queue it again;
-//   - AcquireCall, one blocking Acquire from its arrival to its answer:
-//     park, propose, wait, withdraw (Withdrawal, the CancelWait's retry
-//     rule) and what to answer, as steps its driver carries out;
+//   - the calls, each one call's rules from its arrival to its answer,
+//     as steps its driver carries out: AcquireCall (a blocking Acquire:
+//     park, propose, wait, withdraw with Withdrawal's retries, answer),
+//     KeepAliveCall (park, then extend the leases only under the master
+//     lease held at that moment) and TimestampsCall (take from the
+//     oracle's window under the master lease, or wait for it to change);
 //   - Oracle, the timestamp oracle: a window of timestamps in memory,
 //     reserved ahead of need through the log;
 //   - Epoch and EpochParts, the master epoch of a view and its parts;
@@ -27,13 +30,15 @@
 //     sessions and what their clients acknowledged), by the cell's handler
 //     and the simulator alike.
 //
-// The tables and AcquireCall are pure state machines in the manner of replica/vr: no
-// goroutine, no timer, no clock of their own — time, where they need it,
-// comes in as an argument (Time: nanoseconds on the master's monotonic
-// clock, the one the replicated log's master lease is measured on) and
-// what to do comes out as return values; none is safe for concurrent use.
-// The cell wraps them with a mutex, timers and parked RPCs
-// (cell/leases.go, cell/changes.go, cell/machine.go, cell/oracle.go); the
+// The tables and the calls are pure state machines in the manner of
+// replica/vr: no goroutine, no timer, no clock of their own — time, where
+// they need it, comes in as an argument (Time: nanoseconds on the master's
+// monotonic clock, the one the replicated log's master lease is measured
+// on) and what to do comes out as return values; none is safe for
+// concurrent use. The cell wraps the tables with a mutex, timers and
+// parked RPCs (cell/leases.go, cell/changes.go, cell/machine.go,
+// cell/oracle.go) and carries the calls' steps out on the handler's
+// goroutine (handler.acquire, Server.keepAlive, Server.timestamps); the
 // simulator (cell/sim) drives the very same code on simulated clocks, so
 // what it checks is what ships.
 //
