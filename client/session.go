@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/cloudwego/kitex/pkg/kerrors"
 
 	"github.com/chubbygo/chubby/client/keepalive"
+	"github.com/chubbygo/chubby/client/rid"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/rpc"
 )
@@ -60,15 +60,12 @@ type Session struct {
 	events  *eventQueue[SessionEvent]
 	ev      sessionEvents // events of the session's handles (events.go)
 
-	// reqSeq numbers the session's calls that change the cell (their
-	// RequestID); a number is kept across every resend of one call, so the
-	// cell applies it once. inflight holds the numbers of calls not
-	// finished yet: the lowest is the floor sent with every request (the
-	// cell may forget answers below it). A number is taken and recorded
-	// in one step under inflightMu (beginRequest).
-	reqSeq     atomic.Uint64
-	inflightMu sync.Mutex
-	inflight   map[uint64]struct{}
+	// rids numbers the session's calls that change the cell (their
+	// RequestID) by the rules of package client/rid: a number is kept
+	// across every resend of one call, so the cell applies it once, and
+	// the floor sent with it is the lowest number not finished yet.
+	ridMu sync.Mutex
+	rids  rid.Numbers
 
 	mu sync.Mutex
 	// k is the session's KeepAlive loop as a pure state machine (package
@@ -765,31 +762,18 @@ func await[T any](ctx context.Context, f *rpc.Future[T]) (T, error) {
 	return f.Wait(context.WithoutCancel(ctx))
 }
 
-// beginRequest numbers a call, records it in flight and returns its
-// number and the floor to send with it: the lowest number still in
-// flight. Numbering and recording are one step under inflightMu, so that
-// no call can be numbered and not yet counted in another's floor: a floor
-// above a call not yet sent would make the cell refuse that call as
-// finished.
+// beginRequest numbers a call and returns its number and the floor to
+// send with it (rid.Numbers.Begin).
 func (s *Session) beginRequest() (seq, floor uint64) {
-	s.inflightMu.Lock()
-	defer s.inflightMu.Unlock()
-	if s.inflight == nil {
-		s.inflight = make(map[uint64]struct{})
-	}
-	seq = s.reqSeq.Add(1)
-	s.inflight[seq] = struct{}{}
-	floor = seq
-	for q := range s.inflight {
-		floor = min(floor, q)
-	}
-	return seq, floor
+	s.ridMu.Lock()
+	defer s.ridMu.Unlock()
+	return s.rids.Begin()
 }
 
 // endRequest records that a numbered call is finished (answered or given
 // up): it will not be resent.
 func (s *Session) endRequest(seq uint64) {
-	s.inflightMu.Lock()
-	defer s.inflightMu.Unlock()
-	delete(s.inflight, seq)
+	s.ridMu.Lock()
+	defer s.ridMu.Unlock()
+	s.rids.End(seq)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/chubbygo/chubby/client/keepalive"
 	"github.com/chubbygo/chubby/client/locate"
+	"github.com/chubbygo/chubby/client/rid"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
@@ -76,7 +77,7 @@ type op struct {
 type csession struct {
 	id      int64
 	k       *keepalive.Keeper // the library's KeepAlive loop, with the session's local lease
-	seq     int64
+	rids    rid.Numbers       // the library's request numbers
 	files   [nFiles]*chubby.Handle
 	locks   [nLocks]*chubby.Handle
 	holding [nLocks]*chubby.Sequencer // believed held, with its sequencer
@@ -251,11 +252,24 @@ func (c *client) sessionCreated(o *op, rep reply) {
 	}
 }
 
-// command wraps an operation in a sequenced command of the session.
+// command wraps an operation in a command of the session numbered as the
+// library numbers its calls (client/rid), with the floor.
 func (c *client) command(o *fsm.Op) *fsm.Command {
-	c.sess.seq++
-	s, q := c.sess.id, c.sess.seq
-	return &fsm.Command{Session: &s, Seq: &q, Op: o}
+	seq, floor := c.sess.rids.Begin()
+	s, q, f := c.sess.id, int64(seq), int64(floor)
+	return &fsm.Command{Session: &s, Seq: &q, SeqFloor: &f, Op: o}
+}
+
+// finished records that o's request number, if it has one, is finished
+// (the library's endRequest): o was answered.
+func (o *op) finished() {
+	switch {
+	case o.sess == nil:
+	case o.wait:
+		o.sess.rids.End(uint64(o.rid))
+	case o.cmd != nil && o.cmd.Seq != nil:
+		o.sess.rids.End(uint64(*o.cmd.Seq))
+	}
 }
 
 func (c *client) stopAfterCurrent() {
@@ -340,8 +354,8 @@ func (c *client) nextOp() {
 				// A blocking Acquire, as the library sends it: parked at the
 				// master up to its wait, sent again with the same request
 				// number when the master moves, waiting what is left.
-				s.seq++
-				o.wait, o.rid = true, s.seq
+				seq, _ := s.rids.Begin()
+				o.wait, o.rid = true, int64(seq)
 				o.waitEnd = c.local() + w.between(10*ms, 2*int64(w.lease))
 				o.cmd = &fsm.Command{Op: &fsm.Op{Acquire: &fsm.Acquire{Handle: s.locks[i], Mode: chubby.LockMode_EXCLUSIVE, Wait: true, LockDelayMs: delay}}}
 			} else {
@@ -515,6 +529,7 @@ func (c *client) onReply(rep reply) {
 		return
 	}
 	c.cur = nil
+	o.finished()
 	c.complete(o, rep)
 }
 

@@ -18,10 +18,11 @@ var rank = map[string]int{
 
 // across are the imports between directories of one rank that are meant:
 // the simulator runs the client's KeepAlive loop (and through it the lease
-// rules) and master guess, the code that ships.
+// rules), master guess and request numbers, the code that ships.
 var across = map[string]bool{
 	"cell/sim -> client/keepalive": true,
 	"cell/sim -> client/locate":    true,
+	"cell/sim -> client/rid":       true,
 }
 
 // TestImportsPointDown lists every package's imports (not its tests') with
