@@ -752,24 +752,27 @@ func (h *handler) GetMaster(ctx context.Context, req *chubby.GetMasterRequest) (
 		defer h.s.metrics.masterWatch(-1)
 	}
 	h.s.awaitMaster(ctx, suspect, hold)
-	if h.s.serving.Load() {
-		// Only under the master lease held now: a master cut off from the
-		// others (or just resumed from a pause) must not send clients to
-		// itself.
-		if err := h.s.awaitLease(ctx); err == nil {
-			return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch.Load(), MasterId: strconv.FormatUint(h.s.cfg.ID, 10),
-				Replicas: h.s.replicaAddrs()}, nil
-		}
-		if h.s.serving.Load() {
-			return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d has been the master but holds no master lease now; ask another replica", h.s.cfg.ID)
-		}
+	// Answered by master.NameMaster, the hold being over (awaitMaster).
+	v := master.MasterView{Serving: h.s.serving.Load(), HoldOver: true}
+	if v.Serving {
+		v.LeaseHeld = h.s.awaitLease(ctx) == nil
+		v.Serving = v.LeaseHeld || h.s.serving.Load()
 	}
 	nm := h.s.log.NotMaster()
-	if nm == nil || !nm.Known {
-		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no master right now (a view change is under way); retry shortly")
+	v.Known = nm != nil && nm.Known
+	v.Suspect = v.Known && suspect != "" && nm.Addr == suspect
+	switch master.NameMaster(v) {
+	case master.NameSelf:
+		return &chubby.GetMasterResponse{MasterAddress: h.s.Addr(), Epoch: h.s.epoch.Load(), MasterId: strconv.FormatUint(h.s.cfg.ID, 10),
+			Replicas: h.s.replicaAddrs()}, nil
+	case master.NameOther:
+		return &chubby.GetMasterResponse{MasterAddress: nm.Addr, Epoch: master.Epoch(nm.View), MasterId: strconv.FormatUint(nm.Primary, 10),
+			Replicas: h.s.replicaAddrs()}, nil
 	}
-	return &chubby.GetMasterResponse{MasterAddress: nm.Addr, Epoch: master.Epoch(nm.View), MasterId: strconv.FormatUint(nm.Primary, 10),
-		Replicas: h.s.replicaAddrs()}, nil
+	if v.Serving {
+		return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "replica %d has been the master but holds no master lease now; ask another replica", h.s.cfg.ID)
+	}
+	return nil, fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "no master right now (a view change is under way); retry shortly")
 }
 
 // maxAddrBytes bounds an address a client sends (GetMaster's unreachable).

@@ -185,15 +185,17 @@ func (l *leases) markEnding(id chubby.SessionID) bool {
 	return l.t.MarkEnding(id)
 }
 
-// retry puts an expired session's EndSession, which failed to commit,
-// off for a pause (master.Leases.Retry); the expiry timer proposes it
-// again. It returns the pause.
-func (l *leases) retry(id chubby.SessionID) time.Duration {
+// expired takes the outcome of an expired session's EndSession
+// (master.Leases.Expired): an ended session's parked KeepAlives are
+// answered; one whose EndSession failed to commit is put off for the
+// pause returned, after which the expiry timer proposes it again.
+func (l *leases) expired(id chubby.SessionID, err error) (ended bool, pause time.Duration) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	pause := l.t.Retry(id, l.now())
+	ended, toks, pause := l.t.Expired(id, l.now(), err)
 	l.armLocked()
-	return pause
+	l.mu.Unlock()
+	resolve(toks)
+	return ended, pause
 }
 
 // unmarkEnding undoes markEnding when the EndSession of a CloseSession

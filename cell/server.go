@@ -570,15 +570,13 @@ func (s *Server) expireSession(id chubby.SessionID) {
 		s.cfg.Logger.Info("session lease expired", "session", id)
 		op := &fsm.Op{EndSession: &fsm.EndSession{Session: id, Expired: true}}
 		_, err := s.submit(context.Background(), proposal{op: op})
-		var ce *chubby.ChubbyError
-		if err == nil || (errors.As(err, &ce) && ce.Code == chubby.ErrorCode_SESSION_EXPIRED) {
-			s.leases.ended([]chubby.SessionID{id})
+		ended, pause := s.leases.expired(id, err)
+		if ended {
 			return
 		}
 		// Still marked ending (its lease is over): the expiry timer
 		// proposes it again after a pause that grows with each failure.
 		level := slog.LevelDebug
-		pause := s.leases.retry(id)
 		if pause >= master.ExpiryRetryMax {
 			level = slog.LevelWarn // failing for a second or more
 		}

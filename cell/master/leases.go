@@ -435,6 +435,19 @@ func (l *Leases) Retry(id chubby.SessionID, now Time) time.Duration {
 	return pause
 }
 
+// Expired takes the outcome of the EndSession proposed for a session Due
+// returned: nil when it applied, else the error or the state's refusal. A
+// session the state had ended already (SESSION_EXPIRED) is ended too.
+// Ended sessions are forgotten, and toks are their parked calls to answer
+// (Ended); otherwise the EndSession is due again after pause (Retry).
+func (l *Leases) Expired(id chubby.SessionID, now Time, err error) (ended bool, toks []any, pause time.Duration) {
+	var ce *chubby.ChubbyError
+	if err == nil || (errors.As(err, &ce) && ce.Code == chubby.ErrorCode_SESSION_EXPIRED) {
+		return true, l.Ended([]chubby.SessionID{id}), 0
+	}
+	return false, nil, l.Retry(id, now)
+}
+
 // MarkEnding marks a session as being ended (CloseSession) so that
 // KeepAlives stop extending it. It reports whether the session was live.
 func (l *Leases) MarkEnding(id chubby.SessionID) bool {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 )
 
@@ -221,6 +222,43 @@ func TestExpiryRetry(t *testing.T) {
 	}
 	if pause := l.Retry(1, now); pause != 0 {
 		t.Fatalf("Retry of an ended session: %v", pause)
+	}
+}
+
+// TestExpiredOutcome: an expired session's EndSession that applied, or
+// that the state refused because the session had ended already, ends it
+// (the table forgets it); any other outcome puts it off (Retry).
+func TestExpiredOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		err   error
+		ended bool
+	}{
+		{nil, true},
+		{fs.Errorf(chubby.ErrorCode_SESSION_EXPIRED, "over"), true},
+		{fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "overloaded"), false},
+		{fs.Errorf(chubby.ErrorCode_NOT_MASTER, "moved"), false},
+		{errors.New("context deadline exceeded"), false},
+	} {
+		l := newTestLeases()
+		l.Start(0, 1, nil)
+		l.Add(0, sec, 0, 1)
+		if due, _ := l.Due(12*sec, 0); len(due) != 1 {
+			t.Fatalf("due at 12 s: %v", due)
+		}
+		ended, _, pause := l.Expired(1, 12*sec, tc.err)
+		if ended != tc.ended {
+			t.Errorf("%v: ended %v, want %v", tc.err, ended, tc.ended)
+			continue
+		}
+		if sessions, _ := l.Count(); ended && (sessions != 0 || pause != 0) {
+			t.Errorf("%v: ended, but %d sessions known, pause %v", tc.err, sessions, pause)
+		}
+		if next, ok := l.NextDue(); !ended && (pause != ExpiryRetryFirst || !ok || next != 12*sec+Time(pause)) {
+			t.Errorf("%v: put off %v, next due %v %v", tc.err, pause, time.Duration(next), ok)
+		}
+		if l.Alive(1) {
+			t.Errorf("%v: alive", tc.err)
+		}
 	}
 }
 

@@ -26,8 +26,11 @@ const (
 
 // masterSim is what the cell's handlers do on a replica, in simulated
 // form: the failover duties, CreateSession, KeepAlive, commands and reads,
-// lease expiry and lock-delay Ticks, all through the master's real
-// session tables (cell/master: Leases, Cache).
+// lease expiry and lock-delay Ticks, all through the master's real tables
+// (cell/master: Leases, Pipeline, Cache, Waiters, Oracle). The rules of a
+// call are the cell's own too: master.KeepAliveCall, AcquireCall
+// (acquire.go), TimestampsCall (oracle.go), NameMaster (GetMaster) and
+// Leases.Expired, carried out here on simulated timers and proposals.
 type masterSim struct {
 	r      *replica
 	leases *master.Leases
@@ -277,13 +280,16 @@ func (m *masterSim) expire(id chubby.SessionID) {
 		if m.gen != gen {
 			return
 		}
-		if err == nil && (res.Err == nil || res.Err.Code == chubby.ErrorCode_SESSION_EXPIRED) {
-			m.answerLater(m.leases.Ended([]chubby.SessionID{id}))
-			return
+		if err == nil && res.Err != nil {
+			err = res.Err
 		}
 		// Not committed (overloaded, or not the master any more): due
-		// again after a pause, as in the cell (master.Leases.Retry).
-		m.leases.Retry(id, m.now())
+		// again after a pause, as in the cell.
+		ended, toks, _ := m.leases.Expired(id, m.now(), err)
+		if ended {
+			m.answerLater(toks)
+			return
+		}
 		m.armExpiry()
 	})
 }
@@ -529,24 +535,23 @@ func (m *masterSim) getMaster(q *request) {
 }
 
 func (m *masterSim) answerGetMaster(q *request, until int64) {
-	n := m.r.d.Node()
-	if m.serving && n.CanServeReads(m.now()) {
-		m.send(q, reply{kind: replyOK, hint: m.r.id, epoch: m.epoch, members: m.memberAddrs()})
-		return
-	}
+	n, r := m.r.d.Node(), m.r
 	id, known := n.PrimaryHint()
 	known = known && id != m.r.id && m.r.d.Err() == nil && !m.serving
-	if known && id != q.suspect {
+	// The cell's rule; a master without its lease answers at once (the
+	// cell first waits up to its leaseHold for the lease to come back).
+	switch master.NameMaster(master.MasterView{
+		Serving: m.serving, LeaseHeld: n.CanServeReads(m.now()),
+		Known: known, Suspect: known && id == q.suspect, HoldOver: r.w.now >= until,
+	}) {
+	case master.NameSelf:
+		m.send(q, reply{kind: replyOK, hint: m.r.id, epoch: m.epoch, members: m.memberAddrs()})
+		return
+	case master.NameOther:
 		m.send(q, reply{kind: replyOK, hint: id, epoch: master.Epoch(n.View()), members: m.memberAddrs()})
 		return
-	}
-	r := m.r
-	if r.w.now >= until || m.serving {
-		if known { // the watch's hold ran out: the suspect is still the master here
-			m.send(q, reply{kind: replyOK, hint: id, epoch: master.Epoch(n.View()), members: m.memberAddrs()})
-			return
-		}
-		m.send(q, reply{kind: replyBusy}) // a master without its lease answers at once
+	case master.NameNone:
+		m.send(q, reply{kind: replyBusy})
 		return
 	}
 	ep := r.epoch

@@ -1,10 +1,11 @@
 // Package sim is a deterministic simulator of a lock cell: the code that
 // ships — the replica driver (replica.Driver) around the protocol core
 // (replica/vr), the state machine (fs), the master's session lease table,
-// its change pipeline with the cache and write tables, and its timestamp
-// oracle (cell/master) and the client's
-// KeepAlive loop, lease rules and master guess (client/keepalive,
-// client/lease, client/locate) — on simulated clocks, disks and networks,
+// its change pipeline with the cache and write tables, its parked
+// Acquires, its timestamp oracle and the rules of its calls (cell/master)
+// and the client's KeepAlive loop, lease rules, master guess and request
+// numbers (client/keepalive, client/lease, client/locate, client/rid) —
+// on simulated clocks, disks and networks,
 // with clients, faults and checkers. One seeded random source (PCG) drives everything and nothing
 // iterates a map where order matters, so a seed replays exactly.
 //
@@ -16,15 +17,19 @@
 // stored in the background, landing 1–200 ms later) and whose clock runs
 // at a rate within 1±vr.MaxClockDrift of real time (often right at the
 // bounds) from its own offset. On top of each replica, what the cell's
-// handlers do, in simulated form (master.go): failover duties, CreateSession
-// and KeepAlive through master.Leases (parked, answered only under the
-// master lease held at that moment), lease expiry proposing EndSession,
+// handlers do, carried out on simulated timers and proposals (master.go):
+// failover duties, CreateSession, and KeepAlive through master.Leases by
+// the cell's master.KeepAliveCall (parked, answered only under the master
+// lease held at that moment), GetMaster by master.NameMaster, blocking
+// Acquires by master.AcquireCall with their calls parked in
+// master.Waiters (acquire.go), lease expiry proposing EndSession,
 // lock-delay Ticks, every change through master.Pipeline as the cell's
 // submit puts it (an EndSession drains its session's commands, the
 // command is stamped and the caches it reaches invalidated before it is
 // proposed, in the view the invalidation waited in, and an uncertain
 // outcome holds its place), and the timestamp oracle (oracle.go) as
-// cell/oracle.go drives master.Oracle: Reset at the failover duties from
+// cell/oracle.go drives master.Oracle, each call by master.TimestampsCall:
+// Reset at the failover duties from
 // the mark in the state (fs.State.TimestampsReserved), Stop when
 // mastership ends, GetTimestamps answered from Take only under the master
 // lease held at that moment, a ReserveTimestamps proposed when Want says
@@ -48,7 +53,8 @@
 // yet): after a 100–200 ms timeout (the guess moves on from a replica that
 // did not answer) or 5–30 ms after a refusal (a locate round is started
 // when the refusal named no master to follow), with a command resent
-// under the same (session, seq), so fs applies it once. In two thirds of the seeds one or two more
+// under the same (session, seq), numbered with its floor by the library's
+// client/rid, so fs applies it once. In two thirds of the seeds one or two more
 // clients (counted in clients=) use the oracle alone, without a session,
 // one call after another, as a transaction coordinator would; half of all
 // timestamps calls are patient while the faults last (an attempt waits a
