@@ -400,6 +400,29 @@ func (w *world) drift() float64 {
 }
 
 func (w *world) setup() {
+	w.fillOptions()
+	w.cfg = w.vrConfig()
+	w.net = newNetwork(w)
+	w.check = newChecker(w)
+	snapEvery := uint64([]int{8, 20, 50, 1000}[w.intn(4)])
+	// Snapshots are stored and sent in chunks of 64 bytes to 1 KiB, so a
+	// transfer of a few KiB is cut by the faults at every point. Taken
+	// from the seed, not the stream, so older seeds replay as before.
+	w.chunkBytes = 64 << (w.opt.Seed % 5)
+	// Oracle windows from a few timestamps (a reservation every call or
+	// two, some smaller than a call) to the cell's default; from the seed
+	// too.
+	w.tsWindow = []int64{3, 10, 100, 0}[(w.opt.Seed/5)%4]
+	w.startAll(snapEvery)
+	w.schedule()
+	o := &w.opt
+	w.tracef("setup: replicas=%d clients=%d lease=%v faults=%v snapEvery=%d cfg=%+v", o.Replicas, o.Clients, w.lease, o.FaultTime, snapEvery,
+		struct{ PE, IF, UE, CM int }{w.cfg.MaxPrepareEntries, w.cfg.MaxInflightPrepares, w.cfg.MaxUncommittedEntries, w.cfg.CompactMargin})
+}
+
+// fillOptions draws what the options leave open (replicas, clients, the
+// lease, how long the faults last) and sets the run's deadline.
+func (w *world) fillOptions() {
 	o := &w.opt
 	if o.Replicas == 0 {
 		o.Replicas = []int{3, 3, 5}[w.intn(3)]
@@ -424,43 +447,43 @@ func (w *world) setup() {
 	}
 	w.faultsEnd = int64(o.FaultTime)
 	w.deadline = w.faultsEnd + int64(o.SettleTime)
+}
 
+// vrConfig is the replicas' protocol configuration: the initial members,
+// limits drawn now and then small, and hooks into the checkers and trace.
+func (w *world) vrConfig() vr.Config {
 	var members vr.Members
-	for i := 1; i <= o.Replicas; i++ {
+	for i := 1; i <= w.opt.Replicas; i++ {
 		members = append(members, vr.Member{ID: uint64(i), ClientAddr: fmt.Sprintf("r%d:7000", i)})
 	}
-	w.cfg = vr.Config{InitialMembers: members}
+	cfg := vr.Config{InitialMembers: members}
 	// Exercise the limits now and then: tiny Prepares, shallow pipelines,
 	// a small uncommitted window.
 	if w.chance(0.3) {
-		w.cfg.MaxPrepareEntries = 1 + w.intn(4)
+		cfg.MaxPrepareEntries = 1 + w.intn(4)
 	}
 	if w.chance(0.3) {
-		w.cfg.MaxInflightPrepares = 1 + w.intn(2)
+		cfg.MaxInflightPrepares = 1 + w.intn(2)
 	}
 	if w.chance(0.2) {
-		w.cfg.MaxUncommittedEntries = 4 + w.intn(16)
+		cfg.MaxUncommittedEntries = 4 + w.intn(16)
 	}
-	w.cfg.CompactMargin = []int{0, 0, 5, 50}[w.intn(4)]
-	w.cfg.Hooks.Dropped = func(m *vr.Message, reason string) {
+	cfg.CompactMargin = []int{0, 0, 5, 50}[w.intn(4)]
+	cfg.Hooks.Dropped = func(m *vr.Message, reason string) {
 		if w.forger == nil {
 			w.fail("replica %d dropped %v: %s", m.To, m.String(), reason)
 		}
 	}
-	w.cfg.Hooks.Event = func(msg string, args ...any) {
+	cfg.Hooks.Event = func(msg string, args ...any) {
 		w.tracef("%s %v", msg, args)
 	}
-	w.net = newNetwork(w)
-	w.check = newChecker(w)
-	snapEvery := uint64([]int{8, 20, 50, 1000}[w.intn(4)])
-	// Snapshots are stored and sent in chunks of 64 bytes to 1 KiB, so a
-	// transfer of a few KiB is cut by the faults at every point. Taken
-	// from the seed, not the stream, so older seeds replay as before.
-	w.chunkBytes = 64 << (w.opt.Seed % 5)
-	// Oracle windows from a few timestamps (a reservation every call or
-	// two, some smaller than a call) to the cell's default; from the seed
-	// too.
-	w.tsWindow = []int64{3, 10, 100, 0}[(w.opt.Seed/5)%4]
+	return cfg
+}
+
+// startAll starts the replicas (and the spares of a reconfiguring run),
+// the clients and the forger.
+func (w *world) startAll(snapEvery uint64) {
+	o := &w.opt
 	for i := range o.Replicas {
 		r := newReplica(w, uint64(i+1), snapEvery)
 		w.replicas = append(w.replicas, r)
@@ -477,7 +500,7 @@ func (w *world) setup() {
 		w.clients = append(w.clients, newClient(w, i))
 	}
 	// In two thirds of the seeds one or two clients of the oracle alone.
-	for i := range int(w.opt.Seed/7) % 3 {
+	for i := range int(o.Seed/7) % 3 {
 		c := newClient(w, o.Clients+i)
 		c.oracleOnly = true
 		w.clients = append(w.clients, c)
@@ -489,6 +512,12 @@ func (w *world) setup() {
 		w.forger = &forger{w: w}
 		w.forger.schedule()
 	}
+}
+
+// schedule sets the faults, the reconfiguration, the end of the faults
+// and the primary's kill the options ask for.
+func (w *world) schedule() {
+	o := &w.opt
 	switch {
 	case o.StallsOnly > 0:
 		w.scheduleStalls(o.StallsOnly)
@@ -507,8 +536,6 @@ func (w *world) setup() {
 			}
 		})
 	}
-	w.tracef("setup: replicas=%d clients=%d lease=%v faults=%v snapEvery=%d cfg=%+v", o.Replicas, o.Clients, w.lease, o.FaultTime, snapEvery,
-		struct{ PE, IF, UE, CM int }{w.cfg.MaxPrepareEntries, w.cfg.MaxInflightPrepares, w.cfg.MaxUncommittedEntries, w.cfg.CompactMargin})
 }
 
 // maxEvents bounds one run: a healthy one takes tens of thousands; a run
@@ -605,20 +632,11 @@ func (w *world) restartLater(r *replica, d int64) {
 	})
 }
 
+// injectFault injects one fault, drawn by weight (out of 100).
 func (w *world) injectFault() {
 	switch k := w.intn(100); {
 	case k < 14:
-		ups := w.upReplicas()
-		if len(ups) > 0 {
-			r := ups[w.intn(len(ups))]
-			if w.chance(0.5) {
-				if p := w.primary(); p != nil {
-					r = p
-				}
-			}
-			r.crash("crash")
-			w.restartLater(r, w.between(20*ms, 800*ms))
-		}
+		w.crashOne()
 	case k < 20:
 		for _, r := range w.replicas {
 			if !r.up {
@@ -626,6 +644,53 @@ func (w *world) injectFault() {
 				break
 			}
 		}
+	case k < 57:
+		w.partition(k)
+	case k < 70:
+		w.net.heal()
+		w.tracef("fault: network healed")
+	case k < 80:
+		w.net.quality()
+	case k < 89:
+		w.diskFault(k)
+	case k < 91:
+		// A CPU stall: a replica's loop frozen for 0.1–2 s (a loaded
+		// machine, a long GC), the primary half the time.
+		w.stall(2 * time.Second)
+	case k < 94:
+		w.pauseOne()
+	case k < 97:
+		w.powerCut()
+	default:
+		// A client is cut off from every replica for a while.
+		c := w.clients[w.intn(len(w.clients))]
+		for _, r := range w.replicas {
+			w.net.clientCut[[2]uint64{uint64(c.id), r.id}] = true
+		}
+		w.tracef("fault: client %d cut off", c.id)
+	}
+}
+
+// crashOne crashes a replica that is up, the primary half the time, and
+// restarts it later.
+func (w *world) crashOne() {
+	ups := w.upReplicas()
+	if len(ups) == 0 {
+		return
+	}
+	r := ups[w.intn(len(ups))]
+	if w.chance(0.5) {
+		if p := w.primary(); p != nil {
+			r = p
+		}
+	}
+	r.crash("crash")
+	w.restartLater(r, w.between(20*ms, 800*ms))
+}
+
+// partition cuts links, by injectFault's draw k in [20, 57).
+func (w *world) partition(k int) {
+	switch {
 	case k < 28:
 		if p := w.primary(); p != nil {
 			w.net.isolate(p.id, true, true)
@@ -653,65 +718,58 @@ func (w *world) injectFault() {
 		w.tracef("fault: replica %d isolated", id)
 	case k < 55:
 		w.net.split()
-	case k < 57:
+	default:
 		// One-way loss between two random replicas.
 		a, b := uint64(1+w.intn(len(w.replicas))), uint64(1+w.intn(len(w.replicas)))
 		if a != b {
 			w.net.blocked[[2]uint64{a, b}] = true
 			w.tracef("fault: link %d→%d cut", a, b)
 		}
-	case k < 70:
-		w.net.heal()
-		w.tracef("fault: network healed")
-	case k < 80:
-		w.net.quality()
-	case k < 84:
+	}
+}
+
+// diskFault slows or fails a disk, by injectFault's draw k in [80, 89).
+func (w *world) diskFault(k int) {
+	if k < 84 {
 		// Hold a replica's disk: its fsyncs become slow for a while.
 		r := w.replicas[w.intn(len(w.replicas))]
 		r.slowDiskUntil = w.now + w.between(50*ms, 400*ms)
 		w.tracef("fault: replica %d disk slow", r.id)
-	case k < 89:
-		// A disk starts failing: the next write fails, the replica
-		// fail-stops, and is restarted on its disk once it is healthy.
-		r := w.replicas[w.intn(len(w.replicas))]
-		if p := w.primary(); p != nil && w.chance(0.6) {
-			r = p
-		}
-		if r.up {
-			r.diskFailing = true
-			w.tracef("fault: replica %d disk starts failing", r.id)
-		}
-	case k < 91:
-		// A CPU stall: a replica's loop frozen for 0.1–2 s (a loaded
-		// machine, a long GC), the primary half the time.
-		w.stall(2 * time.Second)
-	case k < 94:
-		// Pause a replica (SIGSTOP), usually the primary, for longer than
-		// a session lease, then resume it (SIGCONT).
-		r := w.replicas[w.intn(len(w.replicas))]
-		if p := w.primary(); p != nil && w.chance(0.7) {
-			r = p
-		}
-		if r.up && !r.paused {
-			d := int64(w.lease) + w.between(100*ms, int64(w.lease))
-			r.pause(d)
-		}
-	case k < 97:
-		// A power cut: a majority (or all) crash at once and come back.
-		n := min(len(w.replicas), len(w.replicas)/2+1+w.intn(len(w.replicas)/2+1))
-		w.tracef("fault: power cut of %d replicas", n)
-		for _, i := range w.rng.Perm(len(w.replicas))[:n] {
-			r := w.replicas[i]
-			r.crash("power cut")
-			w.restartLater(r, w.between(10*ms, 300*ms))
-		}
-	default:
-		// A client is cut off from every replica for a while.
-		c := w.clients[w.intn(len(w.clients))]
-		for _, r := range w.replicas {
-			w.net.clientCut[[2]uint64{uint64(c.id), r.id}] = true
-		}
-		w.tracef("fault: client %d cut off", c.id)
+		return
+	}
+	// A disk starts failing: the next write fails, the replica
+	// fail-stops, and is restarted on its disk once it is healthy.
+	r := w.replicas[w.intn(len(w.replicas))]
+	if p := w.primary(); p != nil && w.chance(0.6) {
+		r = p
+	}
+	if r.up {
+		r.diskFailing = true
+		w.tracef("fault: replica %d disk starts failing", r.id)
+	}
+}
+
+// pauseOne pauses a replica (SIGSTOP), usually the primary, for longer
+// than a session lease, then resumes it (SIGCONT).
+func (w *world) pauseOne() {
+	r := w.replicas[w.intn(len(w.replicas))]
+	if p := w.primary(); p != nil && w.chance(0.7) {
+		r = p
+	}
+	if r.up && !r.paused {
+		d := int64(w.lease) + w.between(100*ms, int64(w.lease))
+		r.pause(d)
+	}
+}
+
+// powerCut crashes a majority (or all) at once; they come back soon.
+func (w *world) powerCut() {
+	n := min(len(w.replicas), len(w.replicas)/2+1+w.intn(len(w.replicas)/2+1))
+	w.tracef("fault: power cut of %d replicas", n)
+	for _, i := range w.rng.Perm(len(w.replicas))[:n] {
+		r := w.replicas[i]
+		r.crash("power cut")
+		w.restartLater(r, w.between(10*ms, 300*ms))
 	}
 }
 
