@@ -51,34 +51,41 @@ func waitOver(a *AcquireCall) AcquireStep { return a.WaitOver() }
 
 // acqStep summarises a step: its Do, its flags, and an answer's outcome.
 func acqStep(s AcquireStep) string {
-	out := []string{s.Do.String()}
-	if s.Unpark {
-		out = append(out, "unpark")
+	gen := ""
+	if s.Do == DoAnswer && s.Seq != nil {
+		gen = fmt.Sprintf("gen=%d", s.Seq.LockGeneration)
 	}
-	if s.Lease {
-		out = append(out, "lease")
-	}
-	if s.Finishing {
-		out = append(out, "finishing")
-	}
-	if s.Pause > 0 {
-		out = append(out, s.Pause.String())
-	}
-	if s.Do == DoWait {
-		out = append(out, fmt.Sprintf("until=%d", s.Until))
-	}
-	if s.Do == DoAnswer {
-		if s.Seq != nil {
-			out = append(out, fmt.Sprintf("gen=%d", s.Seq.LockGeneration))
-		}
-		if s.Err != nil {
-			out = append(out, fs.Code(s.Err).String())
-		}
-		if s.Record {
-			out = append(out, "record")
+	return words(s.Do, on(s.Unpark, "unpark"), on(s.Lease, "lease"), on(s.Finishing, "finishing"),
+		on(s.Pause > 0, s.Pause.String()), on(s.Do == DoWait, fmt.Sprintf("until=%d", s.Until)),
+		gen, code(s.Err), on(s.Do == DoAnswer && s.Record, "record"))
+}
+
+// words is a step's summary in the tests of the calls: its Do, then the
+// words that are not empty.
+func words(do fmt.Stringer, w ...string) string {
+	out := []string{do.String()}
+	for _, x := range w {
+		if x != "" {
+			out = append(out, x)
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// on is word if cond holds, else nothing.
+func on(cond bool, word string) string {
+	if cond {
+		return word
+	}
+	return ""
+}
+
+// code is err's code, or nothing.
+func code(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fs.Code(err).String()
 }
 
 func TestAcquireCall(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,26 +33,8 @@ func parkOver(k *KeepAliveCall) KeepAliveStep  { return k.ParkOver() }
 func leaseBack(k *KeepAliveCall) KeepAliveStep { return k.LeaseBack() }
 
 func kaStep(s KeepAliveStep) string {
-	out := []string{s.Do.String()}
-	if s.Do == KAPark {
-		out = append(out, s.Wait.String())
-	}
-	if s.Do == KAAwaitLease {
-		out = append(out, fmt.Sprintf("until=%d", s.Until))
-	}
-	if s.Abandon {
-		out = append(out, "abandon")
-	}
-	if s.NotMaster {
-		out = append(out, "not-master")
-	}
-	if s.Lapsed {
-		out = append(out, "lapsed")
-	}
-	if s.Err != nil {
-		out = append(out, fs.Code(s.Err).String())
-	}
-	return strings.Join(out, " ")
+	return words(s.Do, on(s.Do == KAPark, s.Wait.String()), on(s.Do == KAAwaitLease, fmt.Sprintf("until=%d", s.Until)),
+		on(s.Abandon, "abandon"), on(s.NotMaster, "not-master"), on(s.Lapsed, "lapsed"), code(s.Err))
 }
 
 func TestKeepAliveCall(t *testing.T) {

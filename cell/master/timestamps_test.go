@@ -2,7 +2,6 @@ package master
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/chubbygo/chubby/fs"
@@ -33,23 +32,8 @@ func tsGone(err error) func(*TimestampsCall) TimestampsStep {
 func tsLeaseBack(t *TimestampsCall) TimestampsStep { return t.LeaseBack() }
 
 func tsStep(s TimestampsStep) string {
-	out := []string{s.Do.String()}
-	switch s.Do {
-	case TSAwaitLease:
-		out = append(out, fmt.Sprintf("until=%d", s.Until))
-	case TSReply:
-		out = append(out, fmt.Sprintf("first=%d", s.First))
-	}
-	if s.NotMaster {
-		out = append(out, "not-master")
-	}
-	if s.Lapsed {
-		out = append(out, "lapsed")
-	}
-	if s.Err != nil {
-		out = append(out, fs.Code(s.Err).String())
-	}
-	return strings.Join(out, " ")
+	return words(s.Do, on(s.Do == TSAwaitLease, fmt.Sprintf("until=%d", s.Until)), on(s.Do == TSReply, fmt.Sprintf("first=%d", s.First)),
+		on(s.NotMaster, "not-master"), on(s.Lapsed, "lapsed"), code(s.Err))
 }
 
 func TestTimestampsCall(t *testing.T) {

@@ -573,6 +573,16 @@ func (m *masterSim) memberAddrs() []string {
 	return out
 }
 
+// failCall answers a call a master.*Call failed: NOT_MASTER (notMaster,
+// or err says so) as refuse does, anything else UNAVAILABLE.
+func (m *masterSim) failCall(q *request, notMaster bool, err error) {
+	if notMaster || fs.Code(err) == chubby.ErrorCode_NOT_MASTER {
+		m.refuse(q)
+		return
+	}
+	m.send(q, reply{kind: replyBusy})
+}
+
 // refuse answers NOT_MASTER with the primary believed in, or UNAVAILABLE.
 func (m *masterSim) refuse(q *request) {
 	if id, ok := m.r.d.Node().PrimaryHint(); ok && id != m.r.id && m.r.d.Err() == nil {
@@ -665,11 +675,7 @@ func (m *masterSim) kaStep(ka *simKA, st master.KeepAliveStep) {
 			if st.Abandon {
 				m.leases.Abandon(ka.c)
 			}
-			if st.NotMaster || fs.Code(st.Err) == chubby.ErrorCode_NOT_MASTER {
-				m.refuse(ka.q)
-			} else {
-				m.send(ka.q, reply{kind: replyBusy})
-			}
+			m.failCall(ka.q, st.NotMaster, st.Err)
 			return
 		default:
 			return // KANothing

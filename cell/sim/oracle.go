@@ -2,8 +2,6 @@ package sim
 
 import (
 	"github.com/chubbygo/chubby/cell/master"
-	"github.com/chubbygo/chubby/fs"
-	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/gen/fsm"
 )
 
@@ -102,11 +100,7 @@ func (m *masterSim) tsStep(t *tsCall, st master.TimestampsStep) {
 			m.send(t.q, reply{kind: replyOK, tsFirst: st.First, tsCount: t.t.Count()})
 			return
 		case master.TSFail:
-			if st.NotMaster || fs.Code(st.Err) == chubby.ErrorCode_NOT_MASTER {
-				m.refuse(t.q)
-			} else {
-				m.send(t.q, reply{kind: replyBusy})
-			}
+			m.failCall(t.q, st.NotMaster, st.Err)
 			return
 		default:
 			return // TSNothing
