@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chubbygo/chubby/cell/discovery"
+	"github.com/chubbygo/chubby/cell/master"
 	"github.com/chubbygo/chubby/fs"
 	"github.com/chubbygo/chubby/gen/chubby"
 	"github.com/chubbygo/chubby/replica"
@@ -228,11 +229,11 @@ func (s *Server) awaitRemoved(ctx context.Context, id, index uint64) error {
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		switch removalOutcome(s.log.Info(), id, index) {
-		case changeCommitted:
+		switch master.RemovalOutcome(s.log.Info(), id, index) {
+		case master.ChangeCommitted:
 			s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) committed", id, index))
 			return nil
-		case changeLost:
+		case master.ChangeLost:
 			s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) was lost in a view change before it committed", id, index))
 			return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the removal of replica %d (configuration change at log index %d) was lost in a view change before it committed: nothing changed; retry", id, index)
 		}
@@ -259,34 +260,6 @@ func answerBy(ctx context.Context, now time.Time, wait time.Duration) time.Time 
 		}
 	}
 	return until
-}
-
-// changeOutcome is what a replica knows of a configuration change it
-// proposed.
-type changeOutcome int
-
-const (
-	changePending   changeOutcome = iota // not known committed (yet)
-	changeCommitted                      // committed: in the configuration in force
-	changeLost                           // another entry committed at its index
-)
-
-// removalOutcome says what info (this replica's log) knows of the change
-// at index that takes replica id out. Once the log's commit number has
-// reached index, the entry there is final: if the configuration in force
-// lacks id, the removal committed; if it still has id, another entry
-// committed at that index and the removal is lost for good (a replica an
-// operator removed is never taken back under its id, so nothing else puts
-// id back). Learner changes take effect on append, voter changes on
-// commit, so before the commit reaches index neither can be told.
-func removalOutcome(info vr.Info, id, index uint64) changeOutcome {
-	switch {
-	case info.Commit < index:
-		return changePending
-	case info.Members.Contains(id):
-		return changeLost
-	}
-	return changeCommitted
 }
 
 // proposeConfig proposes a configuration change and records the decision;

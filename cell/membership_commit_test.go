@@ -206,28 +206,6 @@ func awaitSettled(t *testing.T, mc *multiCell) *Server {
 	return nil
 }
 
-func TestRemovalOutcome(t *testing.T) {
-	ms := vr.Members{{ID: 1}, {ID: 2}, {ID: 3, Learner: true}}
-	without := func(id uint64) vr.Members { return ms.Without(id) }
-	for _, tc := range []struct {
-		name      string
-		info      vr.Info
-		id, index uint64
-		want      changeOutcome
-	}{
-		{"not committed yet, voter change not in force", vr.Info{Commit: 9, Members: ms, PendingConfig: 10}, 2, 10, changePending},
-		{"not committed yet, learner change in force", vr.Info{Commit: 9, Members: without(3)}, 3, 10, changePending},
-		{"committed", vr.Info{Commit: 10, Members: without(2)}, 2, 10, changeCommitted},
-		{"committed, later entries too", vr.Info{Commit: 42, Members: without(3)}, 3, 10, changeCommitted},
-		{"another entry committed at its index", vr.Info{Commit: 10, Members: ms}, 2, 10, changeLost},
-		{"learner change cut, later commits", vr.Info{Commit: 12, Members: ms}, 3, 10, changeLost},
-	} {
-		if got := removalOutcome(tc.info, tc.id, tc.index); got != tc.want {
-			t.Errorf("%s: removalOutcome = %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}
-
 func TestAnswerBy(t *testing.T) {
 	now := time.Now()
 	dl := func(d time.Duration) context.Context {

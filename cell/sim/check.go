@@ -267,11 +267,12 @@ func (k *checker) final() {
 	// normal, in one view, at the same applied index and state as the
 	// oracle. (Replicas outside it — spares never added, replicas removed
 	// — wait for a primary that adds them.)
-	members := w.finalMembers()
+	members, retired := w.finalConfig()
 	if members == nil {
 		w.fail("convergence: no replica knows a configuration at the end: %s", w.describeReplicas())
 		return
 	}
+	w.checkRemovals(members, retired)
 	var final []*replica
 	for _, r := range w.replicas {
 		if members.Contains(r.id) {

@@ -265,6 +265,10 @@ type world struct {
 	// existed (old seeds replay).
 	rc       *rand.Rand
 	reconfig bool
+	// removals are the operator's removals answered (reconfig.go),
+	// checked at the end against the final configuration.
+	removals []removal
+	operated bool // an operator's removal was proposed
 	now      int64
 	events   eventHeap
 	seq      uint64
