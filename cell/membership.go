@@ -229,13 +229,13 @@ func (s *Server) awaitRemoved(ctx context.Context, id, index uint64) error {
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		switch master.RemovalOutcome(s.log.Info(), id, index) {
+		info := s.log.Info()
+		switch master.RemovalOutcome(info, id, index) {
 		case master.ChangeCommitted:
 			s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) committed", id, index))
 			return nil
 		case master.ChangeLost:
-			s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) was lost in a view change before it committed", id, index))
-			return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the removal of replica %d (configuration change at log index %d) was lost in a view change before it committed: nothing changed; retry", id, index)
+			return s.removalLost(info, id, index)
 		}
 		select {
 		case <-tick.C:
@@ -246,6 +246,18 @@ func (s *Server) awaitRemoved(ctx context.Context, id, index uint64) error {
 		s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) is not known committed", id, index))
 		return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "%sthe removal of replica %d (configuration change at log index %d) was proposed but is not known committed: it may still take effect; check with chubbyfs members", outcomeUnknown, id, index)
 	}
+}
+
+// removalLost is RemoveMember's answer when its change was lost in a view
+// change: another entry committed at its index. That entry may have taken
+// the replica out too (the next master's autopilot removing a dead voter),
+// but without retiring it.
+func (s *Server) removalLost(info vr.Info, id, index uint64) error {
+	s.decide(fmt.Sprintf("the removal of replica %d (configuration change at index %d) was lost in a view change before it committed", id, index))
+	if !info.Members.Contains(id) {
+		return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the removal of replica %d (configuration change at log index %d) was lost in a view change before it committed; another change took replica %d out of the configuration, but did not retire it: should it start again, the autopilot may take it back (stop it, or start it on a fresh data directory)", id, index, id)
+	}
+	return fs.Errorf(chubby.ErrorCode_UNAVAILABLE, "the removal of replica %d (configuration change at log index %d) was lost in a view change before it committed: nothing changed; retry", id, index)
 }
 
 // answerBy is when a call that waits should give up to be answered in
