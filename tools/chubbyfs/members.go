@@ -204,7 +204,9 @@ still runs takes no part in the cell any more. It needs no session.
 Exit status: 0 the change committed: the replica is out. 1 refused,
 nothing changed: the last voter, an ID not in the configuration ("not
 found"), another change in progress or this one lost in a view change
-("unavailable": retry shortly), no master. 3 outcome unknown: the change
+("unavailable": retry shortly; the message says so when another change
+took the replica out meanwhile without retiring it, so that the autopilot
+may take it back should it start again), no master. 3 outcome unknown: the change
 was proposed but is not known committed (the master was cut off from the
 others, or the answer was lost); it may still take effect: check with
 chubbyfs members.
