@@ -198,3 +198,37 @@ func TestAcquireResendTakesItsPlace(t *testing.T) {
 		t.Fatalf("the later waiter, after b released: %v", err)
 	}
 }
+
+// TestAcquireBelowTheFloorIsNotQueued: an attempt of a blocking Acquire
+// whose client has since finished it (its number is below the session's
+// floor, raised by a later call) is answered from the state, not queued
+// again: on a free lock it would otherwise be granted to a client that
+// gave up on it. This holds on a new master too, which never saw the
+// request answered: the floor is in the replicated state.
+func TestAcquireBelowTheFloorIsNotQueued(t *testing.T) {
+	tc := startCell(t, Config{})
+	s := tc.session("a")
+	h := tc.open(s, "/l", chubby.CreateMode_OPEN_OR_CREATE, false)
+	// Request 7 (a write) says every request below 7 is finished.
+	if _, err := tc.cli.SetContents(ctx, &chubby.SetContentsRequest{Handle: h, Content: []byte("x"),
+		Rid: &chubby.RequestID{Seq: 7, Floor: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	// A late attempt of request 3, a blocking Acquire, on the free lock.
+	_, err := tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: 200,
+		Rid: &chubby.RequestID{Seq: 3, Floor: 3}})
+	wantCode(t, err, chubby.ErrorCode_TIMED_OUT)
+	if _, err := tc.cli.GetSequencer(ctx, &chubby.HandleRequest{Handle: h}); fs.Code(err) != chubby.ErrorCode_LOCK_NOT_HELD {
+		t.Fatalf("the handle holds the lock after a finished request's late attempt: %v", err)
+	}
+	var waits bool
+	tc.s.m.read(func(st *fs.State) { waits = st.Waits(h.Id) })
+	if waits {
+		t.Fatal("the finished request is queued again")
+	}
+	// A request still in flight (at or above the floor) is served.
+	if _, err := tc.cli.Acquire(ctx, &chubby.AcquireRequest{Handle: h, Mode: chubby.LockMode_EXCLUSIVE, WaitMs: 200,
+		Rid: &chubby.RequestID{Seq: 8, Floor: 7}}); err != nil {
+		t.Fatalf("request 8: %v", err)
+	}
+}

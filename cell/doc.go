@@ -139,7 +139,10 @@
 //     UNAVAILABLE, not TIMED_OUT: the lock may yet be granted), or its
 //     handle or session ends. A resend of the parked call (its request
 //     number) takes its place once its request is queued, and is told to
-//     send again (UNAVAILABLE) while the request is still on its way. Only the effects of commands after its request applied
+//     send again (UNAVAILABLE) while the request is still on its way. An
+//     attempt of a request that is over — answered by this master, or
+//     below its session's floor (fs.State.RequestFinished) — is answered
+//     from the state, not queued again. Only the effects of commands after its request applied
 //     (fs.Effects.Queued) answer it: a wake for an older request of the
 //     handle does not. A request of the handle found still waiting with
 //     nobody parked on it (an earlier master's, or one whose withdrawal

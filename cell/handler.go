@@ -508,8 +508,21 @@ func (h *handler) Acquire(ctx context.Context, req *chubby.AcquireRequest) (*chu
 		rid = req.Rid.Seq
 	}
 	op := &fsm.Acquire{Handle: req.Handle, Mode: req.Mode, Wait: true, LockDelayMs: lockDelay(req.LockDelayMs)}
-	a := master.NewAcquireCall(op, rid, msDuration(req.WaitMs), h.s.log.Now(), h.s.m.stale(req.Handle.Id, rid))
+	a := master.NewAcquireCall(op, rid, msDuration(req.WaitMs), h.s.log.Now(), h.stale(req.Handle, rid))
 	return h.acquire(ctx, a, rid)
+}
+
+// stale reports whether an Acquire attempt belongs to a request that is
+// over: answered for certain by this master (master.Waiters.Stale), or
+// finished by its client's word (fs.State.RequestFinished: below the
+// session's floor), which also holds across failovers.
+func (h *handler) stale(hd *chubby.Handle, rid int64) bool {
+	if h.s.m.stale(hd.Id, rid) {
+		return true
+	}
+	var finished bool
+	h.s.m.read(func(st *fs.State) { finished = st.RequestFinished(hd.Session, rid) })
+	return finished
 }
 
 // acquire carries out a's steps until it is answered. The call's parked

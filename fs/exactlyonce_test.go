@@ -547,3 +547,27 @@ func TestExactlyOnceSnapshot(t *testing.T) {
 		t.Errorf("saved refusal refused: %v", err)
 	}
 }
+
+// TestRequestFinished: a request is finished once the session's floor has
+// passed it, and only then; an unknown session has none finished.
+func TestRequestFinished(t *testing.T) {
+	e := newEOEnv(t, DefaultLimits())
+	write := func() *fsm.Op {
+		return &fsm.Op{SetContents: &chubby.SetContentsRequest{Handle: e.f, Content: []byte("x")}}
+	}
+	e.send(4, fl(2), write()) // 2 and 3 (a blocking Acquire, say) still in flight
+	for seq, want := range map[int64]bool{0: false, 1: true, 2: false, 3: false, 4: false, 9: false} {
+		if got := e.h.s.RequestFinished(e.sess, seq); got != want {
+			t.Errorf("floor 2: request %d finished %v, want %v", seq, got, want)
+		}
+	}
+	e.send(6, fl(6), write()) // everything below 6 finished
+	for seq, want := range map[int64]bool{3: true, 5: true, 6: false} {
+		if got := e.h.s.RequestFinished(e.sess, seq); got != want {
+			t.Errorf("floor 6: request %d finished %v, want %v", seq, got, want)
+		}
+	}
+	if e.h.s.RequestFinished(e.sess+100, 1) {
+		t.Error("a request of an unknown session is finished")
+	}
+}

@@ -206,3 +206,14 @@ func (s *State) endSession(sess *session, expired bool, fx *Effects) {
 	}
 	fx.EndedSessions = append(fx.EndedSessions, sess.id)
 }
+
+// RequestFinished reports whether request seq of session id is finished
+// by its client's word: below the session's floor, which the client
+// raises (RequestID.floor) only past requests it will not send again. A
+// blocking Acquire is not an exactly-once command, so its own number is
+// not in the session's record; a late attempt of it below the floor must
+// not be queued again (the master answers it from the state).
+func (s *State) RequestFinished(id chubby.SessionID, seq int64) bool {
+	sess, ok := s.sessions[id]
+	return ok && seq > 0 && seq < sess.floor
+}

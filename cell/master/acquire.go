@@ -118,8 +118,11 @@ const (
 // NewAcquireCall starts a blocking Acquire that arrived at now, with the
 // request number rid (0: none) and the call's wait. op is the waiting
 // Acquire to propose (Wait set). stale says the attempt belongs to a
-// request answered for certain already (Waiters.Stale): it is answered
-// from the state, never proposed. The first step is returned by Start.
+// request that is over — answered for certain already (Waiters.Stale), or
+// finished by its client's word (below its session's floor,
+// fs.State.RequestFinished) — so that proposed again it would wait anew
+// for nobody: it is answered from the state, never proposed. The first
+// step is returned by Start.
 func NewAcquireCall(op *fsm.Acquire, rid int64, wait time.Duration, now Time, stale bool) *AcquireCall {
 	a := &AcquireCall{op: op, rid: rid, wait: wait, until: now + int64(wait), phase: phasePark}
 	if stale {
@@ -207,7 +210,7 @@ func (a *AcquireCall) Held(seq *chubby.Sequencer, err error) AcquireStep {
 		if seq != nil {
 			return a.answer(seq, nil)
 		}
-		return a.answer(nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "request %d of handle %d was answered already; the handle does not hold %s", a.rid, a.op.Handle.Id, a.op.Handle.Path))
+		return a.answer(nil, fs.Errorf(chubby.ErrorCode_TIMED_OUT, "request %d of handle %d was answered already, or its client finished it; the handle does not hold %s", a.rid, a.op.Handle.Id, a.op.Handle.Path))
 	case phaseRefusedHeld:
 		if seq != nil {
 			return a.answer(seq, nil)

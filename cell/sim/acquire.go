@@ -49,7 +49,8 @@ func (m *masterSim) acquire(q *request) {
 	op := *q.cmd.Op.Acquire
 	op.Wait = true
 	c := &acqCall{q: q}
-	c.a = master.NewAcquireCall(&op, q.rid, time.Duration(q.waitMs*ms), m.now(), m.waiters.Stale(h.Id, q.rid))
+	stale := m.waiters.Stale(h.Id, q.rid) || m.r.sm.st.RequestFinished(h.Session, q.rid) // the cell's handler.stale
+	c.a = master.NewAcquireCall(&op, q.rid, time.Duration(q.waitMs*ms), m.now(), stale)
 	m.step(c, c.a.Start())
 }
 
