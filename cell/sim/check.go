@@ -263,14 +263,35 @@ func (k *checker) addOp(client int, in modelInput, call int64, out modelOutput, 
 // final runs the end-of-run checks.
 func (k *checker) final() {
 	w := k.w
-	// Convergence: every replica of the final configuration is up,
-	// normal, in one view, at the same applied index and state as the
-	// oracle. (Replicas outside it — spares never added, replicas removed
-	// — wait for a primary that adds them.)
+	if !k.converged() || !k.noOrphanLocks() {
+		return
+	}
+	// Linearizability.
+	for i := range k.hist {
+		if k.hist[i].Return == farFuture {
+			k.hist[i].Return = w.now + 1
+		}
+	}
+	res, _ := porcupine.CheckOperationsVerbose(model(), k.hist, 30*time.Second)
+	switch res {
+	case porcupine.Illegal:
+		w.fail("linearizability: the client history is not linearizable (%d operations)\n%s", len(k.hist), k.describeHistory())
+	case porcupine.Unknown:
+		w.fail("linearizability: porcupine timed out on %d operations", len(k.hist))
+	}
+}
+
+// converged checks convergence, and the operator's removals against the
+// final configuration: every replica of the final configuration is up,
+// normal, in one view, at the same applied index and state as the
+// oracle. (Replicas outside it — spares never added, replicas removed —
+// wait for a primary that adds them.)
+func (k *checker) converged() bool {
+	w := k.w
 	members, retired := w.finalConfig()
 	if members == nil {
 		w.fail("convergence: no replica knows a configuration at the end: %s", w.describeReplicas())
-		return
+		return false
 	}
 	w.checkRemovals(members, retired)
 	var final []*replica
@@ -280,57 +301,35 @@ func (k *checker) final() {
 		}
 	}
 	var ref []byte
+	views := map[uint64]bool{}
 	for _, r := range final {
 		if !r.up {
 			w.fail("convergence: replica %d is down at the end", r.id)
-			return
+			return false
 		}
 		i := r.d.Node().Info()
 		if i.Status != vr.StatusNormal || r.d.Applied() != k.globalLast {
 			w.fail("convergence: replica %d did not catch up: %s (committed log ends at %d)", r.id, r.describe(), k.globalLast)
-			return
+			return false
 		}
+		views[i.View] = true
 		snap := r.sm.st.Snapshot()
 		if ref == nil {
 			ref = snap
 		} else if !bytes.Equal(ref, snap) {
 			w.fail("convergence: replica %d's state differs from replica 1's at index %d", r.id, r.d.Applied())
-			return
+			return false
 		}
 	}
 	if !bytes.Equal(ref, k.oracle.Snapshot()) {
 		w.fail("convergence: the replicas' state differs from the oracle's")
-		return
-	}
-	views := map[uint64]bool{}
-	for _, r := range final {
-		views[r.d.Node().Info().View] = true
+		return false
 	}
 	if len(views) != 1 {
 		w.fail("convergence: replicas end in different views: %s", w.describeReplicas())
-		return
+		return false
 	}
-	if !k.noOrphanLocks() {
-		return
-	}
-	// Linearizability.
-	for i := range k.hist {
-		if k.hist[i].Return == farFuture {
-			k.hist[i].Return = w.now + 1
-		}
-	}
-	res, info := porcupine.CheckOperationsVerbose(model(), k.hist, 30*time.Second)
-	switch res {
-	case porcupine.Illegal:
-		var b strings.Builder
-		for _, part := range info.PartialLinearizationsOperations() {
-			_ = part
-		}
-		fmt.Fprintf(&b, "linearizability: the client history is not linearizable (%d operations)", len(k.hist))
-		w.fail("%s\n%s", b.String(), k.describeHistory())
-	case porcupine.Unknown:
-		w.fail("linearizability: porcupine timed out on %d operations", len(k.hist))
-	}
+	return true
 }
 
 // noOrphanLocks checks that every lock a client's live session holds in
