@@ -131,18 +131,17 @@ func (m *masterSim) answerAcquire(c *acqCall, seq *chubby.Sequencer, err error) 
 		gen = seq.LockGeneration
 	}
 	m.r.w.tracef("r%d answers c%d's Acquire of handle %d: generation %d, %v", m.r.id, c.q.c.id, c.handle().Id, gen, err)
+	// Every error here is a *chubby.ChubbyError (logError made the
+	// proposals' so): NOT_MASTER and UNAVAILABLE as any failed call, a
+	// refusal as the state's answer.
 	var ce *chubby.ChubbyError
 	switch {
 	case err == nil:
 		m.send(c.q, reply{kind: replyOK, res: &fsm.Result_{Sequencer: seq}})
-	case !errors.As(err, &ce):
-		m.result(c.q, nil, err)
-	case ce.Code == chubby.ErrorCode_NOT_MASTER:
-		m.refuse(c.q)
-	case ce.Code == chubby.ErrorCode_UNAVAILABLE:
-		m.send(c.q, reply{kind: replyBusy})
-	default:
+	case errors.As(err, &ce) && ce.Code != chubby.ErrorCode_NOT_MASTER && ce.Code != chubby.ErrorCode_UNAVAILABLE:
 		m.send(c.q, reply{kind: replyOK, res: &fsm.Result_{Err: ce}})
+	default:
+		m.failCall(c.q, false, err)
 	}
 }
 
